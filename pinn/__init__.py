@@ -1,0 +1,15 @@
+"""pinn: PiNN-style neural-network interatomic potentials (PiNet, Behler–Parrinello) in TensorFlow 2.
+
+Main entry points: :mod:`pinn.io` (data), :func:`pinn.models.potential_model`
+(training), :func:`pinn.get_calc` (ASE calculator).
+"""
+__version__ = "0.1.0"
+
+
+def get_calc(model, **kwargs):
+    """ASE calculator for a model directory or a model object (see :func:`pinn.calculator.get_calc`)."""
+    from pinn.calculator import get_calc as _get_calc
+    return _get_calc(model, **kwargs)
+
+
+__all__ = ["get_calc", "__version__"]

@@ -1,0 +1,82 @@
+"""ASE calculator for trained pinn models.
+
+``calc = pinn.get_calc('model_dir')`` (or a model object in memory) gives
+energy (eV), forces (eV/Å) and, for periodic cells, stress (eV/Å³, ASE's sign
+convention and Voigt order xx, yy, zz, yz, xz, xy).  The model function is a
+``tf.function`` with a fixed input signature: it is traced once, not per MD
+step; the neighbor list is computed in NumPy for each call.
+"""
+import numpy as np
+import tensorflow as tf
+from ase.calculators.calculator import Calculator, PropertyNotImplementedError, all_changes
+from ase.stress import full_3x3_to_voigt_6_stress
+
+from pinn import keys as K
+from pinn.neighbors import neighbor_list
+
+
+class PiNNCalc(Calculator):
+    """ASE calculator wrapping a trained model (see :func:`get_calc`)."""
+
+    implemented_properties = ["energy", "free_energy", "forces", "stress"]
+
+    def __init__(self, model, **kwargs):
+        super().__init__(**kwargs)
+        self.trainer = model
+        self.rc = model.rc
+        self.e_unit = model.mp["e_unit"]
+        self.atom_types = set(model.params["network"]["params"]["atom_types"])
+        dtype = model.dtype
+        spec = {K.ELEMS: tf.TensorSpec([None], tf.int32), K.COORD: tf.TensorSpec([None, 3], dtype),
+                K.CELL: tf.TensorSpec([None, 3, 3], dtype), K.PBC: tf.TensorSpec([None, 3], tf.bool),
+                K.IND_1: tf.TensorSpec([None, 1], tf.int32), K.IND_2: tf.TensorSpec([None, 2], tf.int32),
+                K.SHIFT: tf.TensorSpec([None, 3], dtype)}
+        self._np_dtype = dtype.as_numpy_dtype
+        self._predict = tf.function(lambda tensors: model.model.predict(tensors), input_signature=[spec])
+
+    def calculate(self, atoms=None, properties=("energy",), system_changes=all_changes):
+        super().calculate(atoms, properties, system_changes)
+        atoms = self.atoms
+        if "stress" in properties and not atoms.pbc.any():
+            raise PropertyNotImplementedError("stress needs a periodic cell")
+        unknown = set(atoms.numbers.tolist()) - self.atom_types
+        if unknown:
+            from ase.data import chemical_symbols
+            raise ValueError(f"atoms contain elements {sorted(chemical_symbols[z] for z in unknown)} "
+                             f"that the model does not know (atom_types {sorted(self.atom_types)})")
+        ind_2, shift = neighbor_list(atoms.positions, atoms.cell[:], atoms.pbc, self.rc)
+        f = self._np_dtype
+        tensors = {K.ELEMS: atoms.numbers.astype(np.int32), K.COORD: atoms.positions.astype(f),
+                   K.CELL: np.asarray(atoms.cell[:], f)[None], K.PBC: atoms.pbc[None],
+                   K.IND_1: np.zeros((len(atoms), 1), np.int32), K.IND_2: ind_2, K.SHIFT: shift.astype(f)}
+        pred = self._predict(tensors)
+        energy = float(pred["energy"][0]) * self.e_unit
+        self.results["energy"] = energy
+        self.results["free_energy"] = energy
+        self.results["forces"] = pred["forces"].numpy().astype(np.float64) * self.e_unit
+        if atoms.pbc.any():
+            self.results["stress"] = full_3x3_to_voigt_6_stress(pred["stress"][0].numpy().astype(np.float64)) \
+                * self.e_unit
+
+
+def get_calc(model, **kwargs):
+    """ASE calculator for a model directory or a model object.
+
+    Args:
+        model: a model directory (holding ``params.yml`` and a checkpoint) or
+            the object returned by :func:`pinn.models.potential_model`.
+
+    Returns:
+        :class:`PiNNCalc`.
+    """
+    from pinn.trainer import Trainer
+    if not isinstance(model, Trainer):
+        import os
+        from pinn.models import MODELS
+        from pinn.params import read_params
+        params = read_params(model)
+        trainer = Trainer(params, MODELS[params["model"]["name"]])
+        if not trainer.manager.latest_checkpoint:
+            raise ValueError(f"{os.fspath(model)}: no checkpoint to load (train the model first)")
+        model = trainer
+    return PiNNCalc(model, **kwargs)

@@ -1,0 +1,120 @@
+"""Load structures through ASE: any ASE-readable file, a list of ``Atoms``, or an ASE database."""
+import os
+
+import numpy as np
+
+from pinn import keys as K
+from pinn.io.base import DataError, Frame, list_loader
+
+
+def atoms_to_structure(atoms, source="Atoms"):
+    """Convert an ``ase.Atoms`` (with an optional attached calculator holding
+    results) to a structure dict.
+
+    Args:
+        atoms: ``ase.Atoms``.  Energy, forces and stress are taken from its
+            calculator's stored results when present (no calculation is run).
+        source: text naming the structure in error messages.
+
+    Returns:
+        dict with ``elems``, ``coord`` (Å), ``cell`` (Å), ``pbc`` and, when
+        available, ``e_data`` (eV), ``f_data`` (eV/Å), ``s_data`` (eV/Å³,
+        3x3, ASE sign convention).
+    """
+    structure = {
+        K.ELEMS: atoms.numbers,
+        K.COORD: atoms.positions,
+        K.CELL: np.asarray(atoms.cell[:]),
+        K.PBC: atoms.pbc,
+    }
+    results = getattr(atoms.calc, "results", None) or {}
+    if "energy" in results or "free_energy" in results:
+        structure[K.E_DATA] = results.get("energy", results.get("free_energy"))
+    if "forces" in results:
+        structure[K.F_DATA] = results["forces"]
+    if "stress" in results:
+        stress = np.asarray(results["stress"])
+        if stress.shape == (6,):
+            from ase.stress import voigt_6_to_full_3x3_stress
+            stress = voigt_6_to_full_3x3_stress(stress)
+        structure[K.S_DATA] = stress
+    if "dipole" in results:
+        structure[K.D_DATA] = results["dipole"]
+    if "charges" in results:
+        structure[K.Q_DATA] = results["charges"]
+    return structure
+
+
+def _read_atoms(dataset):
+    """Return a list of (source, Atoms) from a file name, a database or a list of Atoms."""
+    from ase import Atoms
+    if isinstance(dataset, Atoms):
+        dataset = [dataset]
+    if isinstance(dataset, (str, os.PathLike)):
+        path = os.fspath(dataset)
+        if not os.path.exists(path):
+            raise DataError(f"{path}: no such file")
+        if os.path.getsize(path) == 0:
+            raise DataError(f"{path}: file is empty")
+        if path.endswith((".db", ".json")) and _is_ase_db(path):
+            import ase.db
+            with ase.db.connect(path) as db:
+                return [(f"{path}, row {row.id}", row.toatoms(add_additional_information=False))
+                        for row in db.select()]
+        import ase.io
+        try:
+            frames = ase.io.read(path, index=":")
+        except Exception as err:
+            raise DataError(f"{path}: ASE could not read it: {type(err).__name__}: {err}") from err
+        if not isinstance(frames, list):
+            frames = [frames]
+        return [(f"{path}, frame {i}", a) for i, a in enumerate(frames)]
+    if hasattr(dataset, "select"):  # an open ase.db connection
+        return [(f"database row {row.id}", row.toatoms()) for row in dataset.select()]
+    frames = list(dataset)
+    for i, a in enumerate(frames):
+        if not isinstance(a, Atoms):
+            raise DataError(f"item {i} of the list is a {type(a).__name__}, not ase.Atoms")
+    return [(f"Atoms {i}", a) for i, a in enumerate(frames)]
+
+
+def _is_ase_db(path):
+    if path.endswith(".db"):
+        return True
+    try:
+        import ase.db
+        with ase.db.connect(path) as db:
+            return db.count() >= 0
+    except Exception:
+        return False
+
+
+def load_ase(dataset, split=False, shuffle=True, seed=0):
+    """Load structures from anything ASE reads.
+
+    Args:
+        dataset: a file name in any format ``ase.io.read`` understands (all
+            frames are read), an ASE database file (``.db``) or connection, an
+            ``Atoms`` or a list of ``Atoms``.  Labels (energy, forces, stress,
+            dipole, charges) come from the stored calculator results.
+        split: ``False`` for one dataset, or nested ratios such as
+            ``{'train': 8, 'vali': 1, 'test': 1}`` (see :func:`pinn.io.split_items`).
+        shuffle: shuffle frames before splitting.
+        seed: seed of that shuffle.
+
+    Returns:
+        A ``tf.data.Dataset`` of structures (float32), or a nested dict of them.
+
+    Raises:
+        DataError: missing or empty file, frames without a label the first
+            frame has, non-finite values; messages name the file and frame.
+    """
+    frames = [Frame(src, atoms_to_structure(a, src)) for src, a in _read_atoms(dataset)]
+    if not frames:
+        raise DataError(f"{dataset}: no structures found")
+    return _load_frames(frames, split=split, shuffle=shuffle, seed=seed)
+
+
+@list_loader
+def _load_frames(frame):
+    return frame.payload

@@ -1,0 +1,74 @@
+"""Sparse batching and neighbor lists in the ``tf.data`` pipeline."""
+import numpy as np
+import tensorflow as tf
+
+from pinn import keys as K
+from pinn.neighbors import batch_neighbor_list, neighbor_list
+
+
+def sparse_batch(batch_size, drop_remainder=False, num_parallel_calls=tf.data.AUTOTUNE):
+    """Dataset transform: batch structures of different sizes without padding.
+
+    Per-atom arrays (``elems``, ``coord``, ``f_data``, ``q_data``) are
+    concatenated and ``ind_1`` [n_atoms, 1] gives each atom's structure index;
+    per-structure values (``cell``, ``pbc``, ``e_data``, ``s_data``, ``d_data``)
+    are stacked; precomputed pairs (``ind_2``, ``shift``) are concatenated with
+    their atom indices offset into the batch.
+
+    Use as ``dataset.apply(sparse_batch(32))``.
+    """
+    def transform(dataset):
+        batched = dataset.ragged_batch(batch_size, drop_remainder=drop_remainder)
+        return batched.map(_flatten_ragged, num_parallel_calls=num_parallel_calls, deterministic=True)
+    return transform
+
+
+def _flatten_ragged(batch):
+    elems = batch[K.ELEMS]
+    out = {K.IND_1: tf.cast(elems.value_rowids(), tf.int32)[:, None]}
+    atom_offsets = tf.cast(elems.row_starts(), tf.int32)
+    for key, value in batch.items():
+        if key in K.ATOMIC_KEYS:
+            out[key] = value.flat_values if isinstance(value, tf.RaggedTensor) else tf.reshape(value, (-1,) + tuple(K.SHAPES[key][1:]))
+        elif key == K.IND_2:
+            offset = tf.gather(atom_offsets, value.value_rowids())
+            out[key] = value.flat_values + offset[:, None]
+        elif key in K.PAIR_KEYS:
+            out[key] = value.flat_values
+        else:
+            out[key] = value
+    return out
+
+
+def add_neighbors(rc, num_parallel_calls=tf.data.AUTOTUNE):
+    """Dataset transform: add the neighbor list (``ind_2``, ``shift``) with cutoff ``rc`` (Å).
+
+    Works on single structures (apply it before ``.cache()`` to compute every
+    list once) and on sparse batches (what models do when the input has no
+    list yet).  The list is computed in NumPy by :func:`pinn.neighbors.neighbor_list`.
+    """
+    rc = float(rc)
+
+    def pairs(structure):
+        coord = structure[K.COORD]
+        batched = K.IND_1 in structure
+        if batched:
+            args = [coord, structure[K.CELL], structure[K.PBC], structure[K.IND_1]]
+            fn = lambda c, cell, pbc, ind_1: _as_types(batch_neighbor_list(c, cell, pbc, ind_1, rc), c.dtype)
+        else:
+            args = [coord, structure[K.CELL], structure[K.PBC]]
+            fn = lambda c, cell, pbc: _as_types(neighbor_list(c, cell, pbc, rc), c.dtype)
+        ind_2, shift = tf.numpy_function(fn, args, (tf.int32, coord.dtype), stateful=False)
+        out = dict(structure)
+        out[K.IND_2] = tf.ensure_shape(ind_2, (None, 2))
+        out[K.SHIFT] = tf.ensure_shape(shift, (None, 3))
+        return out
+
+    def transform(dataset):
+        return dataset.map(pairs, num_parallel_calls=num_parallel_calls, deterministic=True)
+    return transform
+
+
+def _as_types(result, float_dtype):
+    ind_2, shift = result
+    return ind_2.astype(np.int32), shift.astype(float_dtype)

@@ -1,0 +1,214 @@
+"""The potential model: energy, forces and stress from a network, and the loss on them.
+
+Energy of a structure:  E = e_scale · Σ_i net_i + Σ_i e_dress[Z_i]   (eV)
+
+Forces and stress come from one backward pass through the pair vectors
+``diff`` (r_j + S·cell − r_i):  with g_p = ∂E/∂diff_p,
+
+- F_i = Σ_{p: i_p = i} g_p − Σ_{p: j_p = i} g_p        (= −∂E/∂r_i, eV/Å)
+- σ = (1/V) Σ_p diff_p ⊗ g_p                        (= (1/V) ∂E/∂ε, eV/Å³, ASE's sign)
+
+which holds because the networks see positions only through ``diff``.
+"""
+import numpy as np
+import tensorflow as tf
+
+from pinn import keys as K
+from pinn.params import Option, non_negative, positive
+
+PARAMS = {
+    "use_force": Option(bool, False, "train on forces as well as energies"),
+    "use_stress": Option(bool, False, "train on stress (periodic structures only)"),
+    "use_e_per_atom": Option(bool, False, "energy loss on energy per atom instead of total energy"),
+    "e_loss_multiplier": Option(float, 1.0, "weight of the energy loss", check=non_negative),
+    "f_loss_multiplier": Option(float, 1.0, "weight of the force loss", check=non_negative),
+    "s_loss_multiplier": Option(float, 1.0, "weight of the stress loss", check=non_negative),
+    "e_scale": Option(float, 1.0, "network outputs are multiplied by this (eV)", check=positive),
+    "e_unit": Option(float, 1.0, "the data's energy unit in eV; the calculator multiplies predictions by it",
+                     check=positive),
+    "e_dress": Option(dict, {}, "per-element energy offsets {atomic number: eV} added to the network energy"),
+    "fit_e_dress": Option(bool, False, "fit e_dress by least squares on training batches before training"),
+    "fit_e_dress_batches": Option(int, 100, "number of training batches used to fit e_dress", check=positive),
+    "learning_rate": Option(float, 3e-4, "Adam learning rate", check=positive),
+    "decay_step": Option(int, 10000, "steps per decay of the learning rate", check=positive),
+    "decay_rate": Option(float, 0.96, "factor of the exponential decay per decay_step", check=positive),
+    "max_grad_norm": Option((float, None), 10.0, "clip gradients to this global norm (None: no clipping)"),
+    "save_checkpoint_steps": Option(int, 1000, "write a checkpoint every that many steps", check=positive),
+    "keep_checkpoint_max": Option(int, 5, "number of checkpoints kept", check=positive),
+    "log_every_n_steps": Option(int, 100, "progress line every that many steps", check=positive),
+    "data_resume": Option(str, "skip", "on resume, 'skip' the batches already trained on (exact for a "
+                          "seeded pipeline) or start the input again ('none')", choices=("skip", "none")),
+}
+
+
+def pair_geometry(tensors):
+    """Add ``diff`` and ``dist`` to a batch that has ``coord``, ``cell``, ``ind_1``, ``ind_2``, ``shift``."""
+    ind_2 = tensors[K.IND_2]
+    coord = tensors[K.COORD]
+    cell_of_pair = tf.gather(tensors[K.CELL], tf.gather(tensors[K.IND_1][:, 0], ind_2[:, 0]))
+    diff = (tf.gather(coord, ind_2[:, 1]) - tf.gather(coord, ind_2[:, 0])
+            + tf.einsum("pa,pab->pb", tensors[K.SHIFT], cell_of_pair))
+    out = dict(tensors)
+    out[K.DIFF] = diff
+    out[K.DIST] = tf.norm(diff, axis=1)
+    return out
+
+
+class PotentialModel(tf.Module):
+    """Network + energy offsets → energy, forces, stress; and the training loss.
+
+    Args:
+        network: a network module (``net(tensors) -> [n_atoms, 1]``).
+        params: resolved ``model.params`` (see ``PARAMS``).
+        atom_types: atomic numbers the network knows (order of ``e_dress``).
+        dtype: float dtype.
+    """
+
+    PARAMS = PARAMS
+
+    def __init__(self, network, params, atom_types, dtype=tf.float32, name="potential"):
+        super().__init__(name=name)
+        self.network = network
+        self.params = dict(params)
+        self.dtype = dtype
+        self.atom_types = [int(z) for z in atom_types]
+        dress = np.zeros(len(self.atom_types))
+        for z, value in (params.get("e_dress") or {}).items():
+            z = _atomic_number(z)
+            if z not in self.atom_types:
+                raise ValueError(f"model.params.e_dress: element {z} is not in atom_types {self.atom_types}")
+            dress[self.atom_types.index(z)] = value
+        self.e_dress = tf.Variable(dress, dtype=dtype, trainable=False, name="e_dress")
+        self.dress_fitted = tf.Variable(False, trainable=False, name="dress_fitted")
+
+    def energy_from_pairs(self, tensors, n_struct):
+        """Per-structure energy [n_struct] (eV) from a batch with ``diff``/``dist``."""
+        atomic = self.network(tensors)[:, 0] * self.params["e_scale"]
+        idx = self.network.element_index(tensors[K.ELEMS])
+        atomic = atomic + tf.gather(self.e_dress, idx)
+        return tf.math.unsorted_segment_sum(atomic, tensors[K.IND_1][:, 0], n_struct)
+
+    def predict(self, tensors, forces=True, stress=True):
+        """Energy, forces and stress of a sparse batch.
+
+        Args:
+            tensors: batch with ``elems``, ``coord``, ``cell``, ``ind_1``,
+                ``ind_2``, ``shift`` (see :mod:`pinn.keys`).
+            forces, stress: whether to compute them (one backward pass for both).
+
+        Returns:
+            dict with ``energy`` [n_struct] (eV), and ``forces`` [n_atoms, 3]
+            (eV/Å), ``stress`` [n_struct, 3, 3] (eV/Å³; zero for open
+            structures) when asked for.
+        """
+        n_struct = tf.shape(tensors[K.CELL])[0]
+        tensors = {k: (tf.cast(v, self.dtype) if v.dtype.is_floating else v) for k, v in tensors.items()}
+        with tf.GradientTape(watch_accessed_variables=False) as tape:
+            geo = pair_geometry(tensors)
+            tape.watch(geo[K.DIFF])
+            geo[K.DIST] = tf.norm(geo[K.DIFF], axis=1)
+            energy = self.energy_from_pairs(geo, n_struct)
+        out = {"energy": energy}
+        if not (forces or stress):
+            return out
+        g = tape.gradient(energy, geo[K.DIFF], unconnected_gradients=tf.UnconnectedGradients.ZERO)
+        ind_2 = tensors[K.IND_2]
+        if forces:
+            n_atoms = tf.shape(tensors[K.COORD])[0]
+            out["forces"] = (tf.math.unsorted_segment_sum(g, ind_2[:, 0], n_atoms)
+                             - tf.math.unsorted_segment_sum(g, ind_2[:, 1], n_atoms))
+        if stress:
+            struct_of_pair = tf.gather(tensors[K.IND_1][:, 0], ind_2[:, 0])
+            virial = tf.math.unsorted_segment_sum(tf.einsum("pa,pb->pab", geo[K.DIFF], g),
+                                                  struct_of_pair, n_struct)
+            volume = tf.abs(tf.linalg.det(tensors[K.CELL]))
+            periodic = tf.reduce_any(tensors[K.PBC], axis=1) if K.PBC in tensors else volume > 0
+            safe_volume = tf.where(periodic, volume, tf.ones_like(volume))
+            out["stress"] = tf.where(periodic[:, None, None], virial / safe_volume[:, None, None],
+                                     tf.zeros_like(virial))
+        return out
+
+    def loss_terms(self, tensors, pred):
+        """Squared-error sums and their counts, per loss term.
+
+        Returns:
+            dict term → (sum of squared errors, number of values): ``energy``
+            always, ``forces`` / ``stress`` when enabled.  The loss is
+            Σ_term multiplier · sum / count; keeping sums and counts apart lets
+            a parallel run normalise by global counts.
+        """
+        p = self.params
+        dtype = pred["energy"].dtype
+        n_struct = tf.shape(pred["energy"])[0]
+        e_err = pred["energy"] - tf.cast(tensors[K.E_DATA], dtype)
+        if p["use_e_per_atom"]:
+            n_atoms = tf.math.unsorted_segment_sum(tf.ones_like(tensors[K.ELEMS], dtype), tensors[K.IND_1][:, 0],
+                                                   n_struct)
+            e_err = e_err / n_atoms
+        terms = {"energy": (tf.reduce_sum(e_err ** 2), tf.cast(n_struct, dtype))}
+        if p["use_force"]:
+            f_err = pred["forces"] - tf.cast(tensors[K.F_DATA], dtype)
+            terms["forces"] = (tf.reduce_sum(f_err ** 2), tf.cast(tf.size(f_err), dtype))
+        if p["use_stress"]:
+            periodic = tf.cast(tf.reduce_any(tensors[K.PBC], axis=1), dtype)
+            s_err = (pred["stress"] - tf.cast(tensors[K.S_DATA], dtype)) * periodic[:, None, None]
+            terms["stress"] = (tf.reduce_sum(s_err ** 2), 9.0 * tf.reduce_sum(periodic))
+        return terms
+
+    def combine_loss(self, terms):
+        """Σ_term multiplier · sum / count (a count of 0 contributes nothing)."""
+        weights = {"energy": self.params["e_loss_multiplier"], "forces": self.params["f_loss_multiplier"],
+                   "stress": self.params["s_loss_multiplier"]}
+        return tf.add_n([weights[t] * tf.math.divide_no_nan(s, c) for t, (s, c) in terms.items()])
+
+    def error_sums(self, tensors, pred):
+        """Sums for MAE/RMSE metrics: dict metric → (Σ|err|, Σerr², count) for E, F, S when labels exist."""
+        dtype = pred["energy"].dtype
+        out = {}
+        if K.E_DATA in tensors:
+            out["E"] = _abs_sq_count(pred["energy"] - tf.cast(tensors[K.E_DATA], dtype))
+        if K.F_DATA in tensors and "forces" in pred:
+            out["F"] = _abs_sq_count(pred["forces"] - tf.cast(tensors[K.F_DATA], dtype))
+        if K.S_DATA in tensors and "stress" in pred:
+            periodic = tf.reduce_any(tensors[K.PBC], axis=1)
+            out["S"] = _abs_sq_count(tf.boolean_mask(pred["stress"] - tf.cast(tensors[K.S_DATA], dtype), periodic))
+        return out
+
+    def fit_dress(self, batches):
+        """Least-squares per-element offsets from ``batches`` (numpy dicts with ``elems``, ``ind_1``, ``e_data``).
+
+        Solves min ||C x − E|| with C the element counts per structure, so the
+        network learns only what the offsets cannot explain; elements that
+        always appear in fixed proportions get the minimum-norm split.
+
+        Returns:
+            dict atomic number → offset (eV); also stored in ``e_dress``.
+        """
+        table = np.full(max(self.atom_types) + 1, -1)
+        table[self.atom_types] = np.arange(len(self.atom_types))
+        rows, energies = [], []
+        for b in batches:
+            idx = table[b[K.ELEMS]]
+            struct = b[K.IND_1][:, 0]
+            counts = np.zeros((len(b[K.E_DATA]), len(self.atom_types)))
+            np.add.at(counts, (struct, idx), 1.0)
+            rows.append(counts)
+            energies.append(b[K.E_DATA])
+        counts, energies = np.concatenate(rows), np.concatenate(energies)
+        solution = np.linalg.lstsq(counts, energies, rcond=None)[0]
+        self.e_dress.assign(solution)
+        self.dress_fitted.assign(True)
+        return {z: float(x) for z, x in zip(self.atom_types, solution)}
+
+
+def _abs_sq_count(err):
+    return (tf.reduce_sum(tf.abs(err)), tf.reduce_sum(err ** 2), tf.cast(tf.size(err), err.dtype))
+
+
+def _atomic_number(z):
+    from ase.data import atomic_numbers
+    if isinstance(z, str) and not z.isdigit():
+        if z not in atomic_numbers:
+            raise ValueError(f"model.params.e_dress: unknown element {z!r}")
+        return atomic_numbers[z]
+    return int(z)

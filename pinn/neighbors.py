@@ -1,0 +1,189 @@
+"""Cell-list neighbor lists for periodic (triclinic) and open systems.
+
+Pure NumPy, vectorised (no per-atom Python loops), so it can run inside the
+``tf.data`` pipeline through :func:`tf.numpy_function` and in the ASE
+calculator.  Distances themselves are computed in TensorFlow from the pair
+indices and integer image shifts, so forces and stress stay differentiable.
+
+A pair (i, j, S) means atom j in the periodic image ``S`` (integer multiples of
+the lattice vectors a, b, c) lies within ``rc`` of atom i:
+
+    diff = r_j + S @ cell - r_i,   0 < |diff| < rc
+
+The list is full (both (i, j) and (j, i) appear) and sorted by i.  Cells
+smaller than twice the cutoff are handled: an atom may be its own neighbor
+through a periodic image, and a pair may appear with several shifts.
+"""
+import numpy as np
+
+#: below this many candidate pairs the O(N^2) search beats binning
+_BRUTE_FORCE_PAIRS = 40000
+
+
+def _face_distances(cell):
+    """Distances between opposite faces of the cell, Å: V / |b x c| etc."""
+    volume = abs(np.linalg.det(cell))
+    cross = np.cross(cell[[1, 2, 0]], cell[[2, 0, 1]])
+    return volume / np.linalg.norm(cross, axis=1)
+
+
+def _expand_ranges(starts, counts):
+    """Concatenate ``arange(s, s + c)`` for every (s, c) without a loop."""
+    total = int(counts.sum())
+    if total == 0:
+        return np.zeros(0, dtype=np.int64)
+    offsets = np.repeat(starts - np.cumsum(counts) + counts, counts)
+    return offsets + np.arange(total)
+
+
+def neighbor_list(coord, cell, pbc, rc):
+    """Find all pairs closer than ``rc``.
+
+    Args:
+        coord: [n_atoms, 3] positions, Å.
+        cell: [3, 3] lattice vectors as rows, Å (ignored along non-periodic
+            directions; may be all zeros for an open system).
+        pbc: three booleans, periodicity along a, b, c.
+        rc: cutoff radius, Å.
+
+    Returns:
+        ``(ind_2, shift)``: ``ind_2`` [n_pairs, 2] int32 atom indices (i, j),
+        sorted by i; ``shift`` [n_pairs, 3] float64 integer image multiples.
+
+    Raises:
+        ValueError: on a singular cell along a periodic direction or a
+            non-positive cutoff.
+    """
+    coord = np.asarray(coord, dtype=np.float64).reshape(-1, 3)
+    cell = np.asarray(cell, dtype=np.float64).reshape(3, 3)
+    pbc = np.asarray(pbc, dtype=bool).reshape(3)
+    if not rc > 0:
+        raise ValueError(f"cutoff radius must be positive, got {rc}")
+    n_atoms = len(coord)
+    if n_atoms == 0:
+        return np.zeros((0, 2), np.int32), np.zeros((0, 3))
+
+    if pbc.any():
+        lattice = cell.copy()
+        # Open directions get a unit vector orthogonal to the periodic ones so
+        # that fractional coordinates stay well defined.
+        if not pbc.all():
+            lattice = _complete_lattice(cell, pbc)
+        if abs(np.linalg.det(lattice)) < 1e-10:
+            raise ValueError(f"cell {cell.tolist()} is singular along a periodic direction")
+        frac = coord @ np.linalg.inv(lattice)
+        wrap = np.where(pbc, np.floor(frac), 0.0)
+        frac -= wrap
+        home = frac @ lattice  # positions wrapped into the cell
+        n_img = np.where(pbc, np.ceil(rc / _face_distances(lattice)), 0).astype(int)
+        grids = [np.arange(-n, n + 1) for n in n_img]
+        images = np.stack(np.meshgrid(*grids, indexing="ij"), -1).reshape(-1, 3)
+        # keep only image atoms within rc of the home cell (in fractional terms)
+        pad = np.where(pbc, rc / _face_distances(lattice), np.inf)
+        img_frac = frac[None, :, :] + images[:, None, :]  # [n_img, n_atoms, 3]
+        keep = np.all((img_frac > -pad) & (img_frac < 1 + pad), axis=-1)
+        img_idx, atom_idx = np.nonzero(keep)
+        ghost_shift = images[img_idx].astype(np.float64)
+        ghost_pos = home[atom_idx] + ghost_shift @ lattice
+    else:
+        wrap = np.zeros((n_atoms, 3))
+        home = coord
+        atom_idx = np.arange(n_atoms)
+        ghost_shift = np.zeros((n_atoms, 3))
+        ghost_pos = coord
+
+    if n_atoms * len(ghost_pos) <= _BRUTE_FORCE_PAIRS:
+        i, g = _pairs_brute_force(home, ghost_pos, rc)
+    else:
+        i, g = _pairs_cell_list(home, ghost_pos, rc)
+    j = atom_idx[g]
+    shift = ghost_shift[g]
+    not_self = (i != j) | np.any(shift != 0, axis=1)
+    i, j, shift = i[not_self], j[not_self], shift[not_self]
+    # undo the wrapping: r_j + S@cell - r_i in the original coordinates
+    shift = shift + wrap[i] - wrap[j]
+    order = np.lexsort((j, i))
+    ind_2 = np.stack([i[order], j[order]], axis=1).astype(np.int32)
+    return ind_2, shift[order]
+
+
+def _complete_lattice(cell, pbc):
+    """Replace the lattice vectors of open directions by orthonormal fill-ins."""
+    lattice = cell.copy()
+    periodic = [k for k in range(3) if pbc[k]]
+    basis = [lattice[k] / np.linalg.norm(lattice[k]) for k in periodic]
+    for k in range(3):
+        if pbc[k]:
+            continue
+        for trial in np.eye(3):
+            v = trial.copy()
+            for b in basis:
+                v -= (v @ b) * b
+            if np.linalg.norm(v) > 1e-6:
+                v /= np.linalg.norm(v)
+                basis.append(v)
+                lattice[k] = v
+                break
+    return lattice
+
+
+def _pairs_brute_force(centers, points, rc):
+    """All (center, point) index pairs with distance < rc, by dense distances."""
+    d2 = np.sum((points[None, :, :] - centers[:, None, :]) ** 2, axis=-1)
+    return np.nonzero(d2 < rc * rc)
+
+
+def _pairs_cell_list(centers, points, rc):
+    """All (center, point) index pairs with distance < rc, by binning points into cubes of side rc."""
+    origin = points.min(axis=0) - 1e-8
+    n_bins = np.maximum(np.floor((points.max(axis=0) - origin) / rc).astype(int) + 1, 1)
+    point_bin3 = np.minimum(((points - origin) // rc).astype(int), n_bins - 1)
+    point_bin = np.ravel_multi_index(point_bin3.T, n_bins)
+    order = np.argsort(point_bin, kind="stable")
+    sorted_bins = point_bin[order]
+    n_flat = int(np.prod(n_bins))
+    starts = np.searchsorted(sorted_bins, np.arange(n_flat), side="left")
+    ends = np.searchsorted(sorted_bins, np.arange(n_flat), side="right")
+    center_bin3 = np.floor((centers - origin) / rc).astype(int)
+    all_i, all_p = [], []
+    for offset in np.stack(np.meshgrid(*[[-1, 0, 1]] * 3, indexing="ij"), -1).reshape(-1, 3):
+        nb3 = center_bin3 + offset
+        valid = np.all((nb3 >= 0) & (nb3 < n_bins), axis=1)
+        ci = np.nonzero(valid)[0]
+        nb = np.ravel_multi_index(nb3[valid].T, n_bins)
+        counts = ends[nb] - starts[nb]
+        p = order[_expand_ranges(starts[nb], counts)]
+        i = np.repeat(ci, counts)
+        d2 = np.sum((points[p] - centers[i]) ** 2, axis=1)
+        close = d2 < rc * rc
+        all_i.append(i[close])
+        all_p.append(p[close])
+    return np.concatenate(all_i), np.concatenate(all_p)
+
+
+def batch_neighbor_list(coord, cell, pbc, ind_1, rc):
+    """Neighbor list of a sparse batch, structure by structure.
+
+    Args:
+        coord: [n_atoms, 3] positions of all atoms in the batch, Å.
+        cell: [n_struct, 3, 3] cells, Å.
+        pbc: [n_struct, 3] periodicity flags.
+        ind_1: [n_atoms] or [n_atoms, 1] structure index of each atom (atoms of
+            a structure are contiguous).
+        rc: cutoff radius, Å.
+
+    Returns:
+        ``(ind_2, shift)`` for the whole batch with atom indices into ``coord``.
+    """
+    ind_1 = np.asarray(ind_1).reshape(-1)
+    n_struct = len(cell)
+    bounds = np.searchsorted(ind_1, np.arange(n_struct + 1))
+    pairs, shifts = [], []
+    for s in range(n_struct):
+        lo, hi = bounds[s], bounds[s + 1]
+        p, sh = neighbor_list(coord[lo:hi], cell[s], pbc[s], rc)
+        pairs.append(p + lo)
+        shifts.append(sh)
+    if not pairs:
+        return np.zeros((0, 2), np.int32), np.zeros((0, 3))
+    return np.concatenate(pairs).astype(np.int32), np.concatenate(shifts)

@@ -1,0 +1,30 @@
+"""Networks: ``tf.Module``s mapping a neighbor graph to atomic outputs [n_atoms, out_units].
+
+- :class:`PiNet` (``'PiNet'``), :class:`BPNN` (``'BPNN'``), :class:`LJ` (``'LJ'``).
+
+Each has a ``PARAMS`` schema; build one from resolved params with
+:func:`get_network`.
+"""
+import tensorflow as tf
+
+from pinn.networks.bpnn import BPNN
+from pinn.networks.lj import LJ
+from pinn.networks.pinet import PiNet
+
+NETWORKS = {"PiNet": PiNet, "BPNN": BPNN, "LJ": LJ}
+_ALIASES = {name.lower(): name for name in NETWORKS}
+_ALIASES.update({"bpnn": "BPNN", "behler_parrinello": "BPNN", "lj": "LJ", "pinet": "PiNet"})
+
+
+def canonical_network_name(name):
+    """Return the registered name for ``name`` (case-insensitive), or ``None``."""
+    return _ALIASES.get(str(name).lower())
+
+
+def get_network(params):
+    """Build the network of resolved ``params`` (see :func:`pinn.params.resolve`)."""
+    cls = NETWORKS[params["network"]["name"]]
+    return cls(params["network"]["params"], dtype=tf.as_dtype(params["precision"]), seed=params["seed"])
+
+
+__all__ = ["PiNet", "BPNN", "LJ", "NETWORKS", "get_network", "canonical_network_name"]

@@ -1,0 +1,120 @@
+"""Building blocks shared by the networks: dense layers, cutoff and radial basis functions.
+
+Everything is a ``tf.Module`` holding plain ``tf.Variable``s (no Keras
+layers), initialised from a NumPy random state so that a given seed gives the
+same weights on every process and every TensorFlow version.
+"""
+import numpy as np
+import tensorflow as tf
+
+ACTIVATIONS = {
+    "tanh": tf.tanh,
+    "ssp": lambda x: tf.nn.softplus(x) - tf.math.log(tf.constant(2.0, x.dtype)),
+    "softplus": tf.nn.softplus,
+    "swish": tf.nn.silu,
+    "silu": tf.nn.silu,
+    "relu": tf.nn.relu,
+    "linear": tf.identity,
+}
+
+
+class Dense(tf.Module):
+    """``y = act(x W + b)`` with Glorot-uniform ``W`` and zero ``b``."""
+
+    def __init__(self, n_in, n_out, rng, act="linear", use_bias=True, dtype=tf.float32, name=None):
+        super().__init__(name=name)
+        limit = np.sqrt(6.0 / (n_in + n_out))
+        self.kernel = tf.Variable(rng.uniform(-limit, limit, (n_in, n_out)), dtype=dtype, name="kernel")
+        self.bias = tf.Variable(np.zeros(n_out), dtype=dtype, name="bias") if use_bias else None
+        self.act = ACTIVATIONS[act]
+
+    def __call__(self, x):
+        y = tf.matmul(x, self.kernel)
+        if self.bias is not None:
+            y = y + self.bias
+        return self.act(y)
+
+
+class FeedForward(tf.Module):
+    """A stack of :class:`Dense` layers, every one activated."""
+
+    def __init__(self, n_in, nodes, rng, act="tanh", use_bias=True, dtype=tf.float32, name=None):
+        super().__init__(name=name)
+        self.layers = []
+        for i, n in enumerate(nodes):
+            self.layers.append(Dense(n_in, n, rng, act=act, use_bias=use_bias, dtype=dtype, name=f"dense_{i}"))
+            n_in = n
+        self.n_out = n_in
+
+    def __call__(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+def _cutoff_cosine(x):
+    return 0.5 * (tf.cos(np.pi * x) + 1.0)
+
+
+def _cutoff_tanh(x):
+    return tf.tanh(1.0 - x) ** 3
+
+
+def _cutoff_hip(x):
+    return tf.cos(0.5 * np.pi * x) ** 2
+
+
+def _cutoff_polynomial(x):
+    return 1.0 - 6.0 * x ** 5 + 15.0 * x ** 4 - 10.0 * x ** 3
+
+
+#: cutoff functions of x = r / rc; all are 1 at 0 and 0 with zero slope at x = 1.
+#: ``f1`` / ``cosine``: 0.5 (cos(pi x) + 1); ``f2``: tanh(1 - x)^3;
+#: ``hip``: cos^2(pi x / 2); ``polynomial``: 1 - 6x^5 + 15x^4 - 10x^3 (also zero curvature).
+CUTOFFS = {
+    "f1": _cutoff_cosine, "cosine": _cutoff_cosine,
+    "f2": _cutoff_tanh,
+    "hip": _cutoff_hip,
+    "polynomial": _cutoff_polynomial,
+}
+
+
+def cutoff(dist, rc, cutoff_type):
+    """Cutoff function values for distances ``dist`` (Å); exactly 0 beyond ``rc``."""
+    x = dist / rc
+    inside = x < 1.0
+    x_safe = tf.where(inside, x, tf.zeros_like(x))
+    return tf.where(inside, CUTOFFS[cutoff_type](x_safe), tf.zeros_like(x))
+
+
+def radial_basis(dist, fc, basis_type, n_basis, rc, gamma=3.0):
+    """Radial basis [n_pairs, n_basis].
+
+    ``polynomial``: fc^k for k = 1..n_basis (upstream PiNN's choice);
+    ``gaussian``: exp(-gamma (r - c_k)^2) fc with centers c_k evenly in [0, rc].
+    """
+    if basis_type == "polynomial":
+        return tf.stack([fc ** (k + 1) for k in range(n_basis)], axis=1)
+    if basis_type == "gaussian":
+        centers = tf.constant(np.linspace(0.0, rc, n_basis), dist.dtype)
+        return tf.exp(-gamma * (dist[:, None] - centers[None, :]) ** 2) * fc[:, None]
+    raise ValueError(f"unknown basis_type {basis_type!r}")
+
+
+class ElementIndex(tf.Module):
+    """Maps atomic numbers to indices into ``atom_types`` (-1 for unknown ones)."""
+
+    def __init__(self, atom_types, name=None):
+        super().__init__(name=name)
+        self.atom_types = [int(z) for z in atom_types]
+        table = np.full(max(self.atom_types) + 1, -1, np.int32)
+        table[self.atom_types] = np.arange(len(self.atom_types))
+        self.table = tf.constant(table)
+
+    def __call__(self, elems):
+        """Return type indices of ``elems``; fails with a clear error on unknown elements."""
+        in_range = tf.logical_and(elems > 0, elems < tf.shape(self.table)[0])
+        idx = tf.where(in_range, tf.gather(self.table, tf.where(in_range, elems, 0)), -1)
+        tf.debugging.assert_non_negative(
+            idx, message=f"structure contains an element that is not in atom_types {self.atom_types}")
+        return idx

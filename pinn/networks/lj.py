@@ -1,0 +1,47 @@
+"""Lennard-Jones pair potential as a network, for tests and as a baseline.
+
+E = sum_{i<j} 4 epsilon [(sigma/r)^12 - (sigma/r)^6] - E(rc), with pairs beyond
+``rc`` ignored: the same energy as ASE's ``LennardJones(smooth=False)``.
+``epsilon`` (eV) and ``sigma`` (Å) are trainable variables.
+"""
+import tensorflow as tf
+
+from pinn import keys as K
+from pinn.networks.layers import ElementIndex
+from pinn.params import Option, positive, positive_int_list
+
+PARAMS = {
+    "atom_types": Option(list, [1, 6, 7, 8], "atomic numbers accepted (all share one epsilon and sigma)",
+                         check=positive_int_list),
+    "rc": Option(float, 3.0, "cutoff radius, Å", check=positive),
+    "epsilon": Option(float, 1.0, "well depth, eV", check=positive),
+    "sigma": Option(float, 1.0, "zero-crossing distance, Å", check=positive),
+}
+
+
+class LJ(tf.Module):
+    """Lennard-Jones network: ``net(tensors) -> [n_atoms, 1]`` atomic energies, eV."""
+
+    PARAMS = PARAMS
+
+    def __init__(self, params, dtype=tf.float32, seed=0, name="LJ"):
+        super().__init__(name=name)
+        self.params = dict(params)
+        self.rc = params["rc"]
+        self.element_index = ElementIndex(params["atom_types"])
+        self.epsilon = tf.Variable(params["epsilon"], dtype=dtype, name="epsilon")
+        self.sigma = tf.Variable(params["sigma"], dtype=dtype, name="sigma")
+
+    def __call__(self, tensors):
+        self.element_index(tensors[K.ELEMS])  # rejects unknown elements
+        dist = tensors[K.DIST]
+        inside = dist < self.rc
+        r = tf.where(inside, dist, tf.ones_like(dist) * self.rc)
+
+        def lj(x):
+            s6 = (self.sigma / x) ** 6
+            return 4.0 * self.epsilon * (s6 * s6 - s6)
+        e_pair = tf.where(inside, lj(r) - lj(tf.constant(self.rc, dist.dtype)), tf.zeros_like(dist))
+        n_atoms = tf.shape(tensors[K.ELEMS])[0]
+        # each pair appears as (i, j) and (j, i): half to each atom
+        return 0.5 * tf.math.unsorted_segment_sum(e_pair, tensors[K.IND_2][:, 0], n_atoms)[:, None]

@@ -1,0 +1,109 @@
+"""PiNet: the pairwise-interaction network of Shao et al., J. Chem. Inf. Model. 60, 1184 (2020).
+
+Each of ``depth`` graph-convolution blocks does
+
+- PP: a feed-forward net on atomic properties P_i (``pp_nodes``);
+- PI: pairwise interactions I_ij = sum_b W_b([P_i, P_j]) e_b(r_ij), a
+  feed-forward net on the concatenated properties (``pi_nodes``, the last
+  layer's output split over the ``n_basis`` radial basis functions);
+- II: a feed-forward net on the interactions (``ii_nodes``, no bias, so that
+  an interaction vanishing at the cutoff stays zero);
+- IP: P_i' = sum_j I_ij;
+
+then an output net (``out_nodes`` and a linear unit) adds each block's
+atomic contribution, and a residual update carries P to the next block.
+Parameter names follow upstream PiNN so users' params carry over.
+"""
+import numpy as np
+import tensorflow as tf
+
+from pinn import keys as K
+from pinn.networks.layers import ACTIVATIONS, CUTOFFS, Dense, ElementIndex, FeedForward, cutoff, radial_basis
+from pinn.params import Option, positive, positive_int_list
+
+PARAMS = {
+    "atom_types": Option(list, [1, 6, 7, 8], "atomic numbers the network knows", check=positive_int_list),
+    "rc": Option(float, 4.0, "cutoff radius, Å", check=positive),
+    "depth": Option(int, 4, "number of graph-convolution blocks", check=positive),
+    "pp_nodes": Option(list, [16, 16], "hidden sizes of the property-property nets", check=positive_int_list),
+    "pi_nodes": Option(list, [16, 16], "sizes of the property-interaction nets", check=positive_int_list),
+    "ii_nodes": Option(list, [16, 16], "sizes of the interaction-interaction nets", check=positive_int_list),
+    "out_nodes": Option(list, [16, 16], "hidden sizes of the output nets", check=positive_int_list),
+    "out_units": Option(int, 1, "outputs per atom", check=positive),
+    "act": Option(str, "tanh", "activation function", choices=tuple(ACTIVATIONS)),
+    "basis_type": Option(str, "polynomial", "radial basis", choices=("polynomial", "gaussian")),
+    "n_basis": Option(int, 4, "number of radial basis functions", check=positive),
+    "gamma": Option(float, 3.0, "width parameter of the Gaussian basis, 1/Å²", check=positive),
+    "cutoff_type": Option(str, "f1", "cutoff function", choices=tuple(CUTOFFS)),
+}
+
+
+class GCBlock(tf.Module):
+    """One PP → PI → II → IP graph-convolution block."""
+
+    def __init__(self, n_in, p, rng, dtype, name=None):
+        super().__init__(name=name)
+        self.n_basis = p["n_basis"]
+        self.pp = FeedForward(n_in, p["pp_nodes"], rng, p["act"], dtype=dtype, name="pp")
+        n_pp = self.pp.n_out
+        self.pi_hidden = FeedForward(2 * n_pp, p["pi_nodes"][:-1], rng, p["act"], dtype=dtype, name="pi")
+        self.n_pi = p["pi_nodes"][-1]
+        self.pi_out = Dense(self.pi_hidden.n_out, self.n_pi * self.n_basis, rng, dtype=dtype, name="pi_out")
+        self.ii = FeedForward(self.n_pi, p["ii_nodes"], rng, p["act"], use_bias=False, dtype=dtype, name="ii")
+        self.n_out = self.ii.n_out
+
+    def __call__(self, prop, ind_2, basis):
+        prop = self.pp(prop)
+        pair = tf.concat([tf.gather(prop, ind_2[:, 0]), tf.gather(prop, ind_2[:, 1])], axis=1)
+        weights = tf.reshape(self.pi_out(self.pi_hidden(pair)), [-1, self.n_pi, self.n_basis])
+        inter = tf.einsum("pcb,pb->pc", weights, basis)
+        inter = self.ii(inter)
+        return tf.math.unsorted_segment_sum(inter, ind_2[:, 0], tf.shape(prop)[0])
+
+
+class PiNet(tf.Module):
+    """PiNet network: ``net(tensors) -> [n_atoms, out_units]`` atomic outputs.
+
+    Args:
+        params: resolved network params (see ``PARAMS``).
+        dtype: float dtype of the weights.
+        seed: seed of the weight initialisation.
+
+    Call with a dict holding ``elems`` [n_atoms], ``ind_2`` [n_pairs, 2] and
+    ``dist`` [n_pairs] (Å).
+    """
+
+    PARAMS = PARAMS
+
+    def __init__(self, params, dtype=tf.float32, seed=0, name="PiNet"):
+        super().__init__(name=name)
+        self.params = dict(params)
+        rng = np.random.RandomState(seed)
+        self.rc = params["rc"]
+        self.element_index = ElementIndex(params["atom_types"])
+        self.n_types = len(params["atom_types"])
+        self.blocks, self.outputs, self.residual = [], [], []
+        n_prop = self.n_types
+        for d in range(params["depth"]):
+            block = GCBlock(n_prop, params, rng, dtype, name=f"gc_{d}")
+            self.blocks.append(block)
+            out_ff = FeedForward(block.n_out, params["out_nodes"], rng, params["act"], dtype=dtype, name=f"out_{d}")
+            self.outputs.append((out_ff, Dense(out_ff.n_out, params["out_units"], rng, use_bias=False,
+                                               dtype=dtype, name=f"out_{d}_units")))
+            self.residual.append(None if n_prop == block.n_out else
+                                 Dense(n_prop, block.n_out, rng, use_bias=False, dtype=dtype, name=f"res_{d}"))
+            n_prop = block.n_out
+
+    def __call__(self, tensors):
+        idx = self.element_index(tensors[K.ELEMS])
+        prop = tf.one_hot(idx, self.n_types, dtype=tensors[K.DIST].dtype)
+        fc = cutoff(tensors[K.DIST], self.rc, self.params["cutoff_type"])
+        basis = radial_basis(tensors[K.DIST], fc, self.params["basis_type"], self.params["n_basis"],
+                             self.rc, self.params["gamma"])
+        ind_2 = tensors[K.IND_2]
+        output = 0.0
+        for block, (out_ff, out_units), residual in zip(self.blocks, self.outputs, self.residual):
+            new_prop = block(prop, ind_2, basis)
+            output = output + out_units(out_ff(new_prop))
+            prop = (prop if residual is None else residual(prop)) + new_prop
+        return output

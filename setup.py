@@ -1,0 +1,28 @@
+"""Installation script for pinn.
+
+TensorFlow is an extra so that CPU and GPU users pick their own build:
+``pip install -e .[cpu]`` (tensorflow-cpu) or ``pip install -e .[gpu]``
+(tensorflow with CUDA).  Horovod is built separately by ``tools/env.sh``
+(it must be compiled against the installed TensorFlow).
+"""
+from setuptools import find_packages, setup
+
+TF_VERSION = "2.15.1"
+
+setup(
+    name="pinn",
+    version="0.1.0",
+    description="PiNN-style neural-network interatomic potentials for QM/MM data, "
+                "trained on many GPUs with Horovod",
+    long_description=open("README.md").read() if __import__("os").path.exists("README.md") else "",
+    long_description_content_type="text/markdown",
+    python_requires=">=3.9,<3.12",
+    packages=find_packages(include=["pinn", "pinn.*"]),
+    install_requires=["numpy<2", "ase>=3.22", "pyyaml>=5"],
+    extras_require={
+        "cpu": [f"tensorflow-cpu=={TF_VERSION}"],
+        "gpu": [f"tensorflow[and-cuda]=={TF_VERSION}"],
+        "test": [f"tensorflow-cpu=={TF_VERSION}", "pytest>=7", "pytest-timeout"],
+    },
+    entry_points={"console_scripts": ["pinn=pinn.cli:main"]},
+)
