@@ -12,7 +12,7 @@ from ase.calculators.calculator import Calculator, PropertyNotImplementedError, 
 from ase.stress import full_3x3_to_voigt_6_stress
 
 from pinn import keys as K
-from pinn.neighbors import neighbor_list
+from pinn.io.batch import batch_from_atoms
 
 
 class PiNNCalc(Calculator):
@@ -44,12 +44,7 @@ class PiNNCalc(Calculator):
             from ase.data import chemical_symbols
             raise ValueError(f"atoms contain elements {sorted(chemical_symbols[z] for z in unknown)} "
                              f"that the model does not know (atom_types {sorted(self.atom_types)})")
-        ind_2, shift = neighbor_list(atoms.positions, atoms.cell[:], atoms.pbc, self.rc)
-        f = self._np_dtype
-        tensors = {K.ELEMS: atoms.numbers.astype(np.int32), K.COORD: atoms.positions.astype(f),
-                   K.CELL: np.asarray(atoms.cell[:], f)[None], K.PBC: atoms.pbc[None],
-                   K.IND_1: np.zeros((len(atoms), 1), np.int32), K.IND_2: ind_2, K.SHIFT: shift.astype(f)}
-        pred = self._predict(tensors)
+        pred = self._predict(batch_from_atoms(atoms, self.rc, self._np_dtype))
         energy = float(pred["energy"][0]) * self.e_unit
         self.results["energy"] = energy
         self.results["free_energy"] = energy

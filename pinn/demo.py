@@ -7,7 +7,7 @@ EMT energy, forces and stress, in extended XYZ.  Deterministic for a seed.
 import numpy as np
 
 
-def alloy_frames(n_frames=400, seed=0, size=2, rattle=0.12, max_strain=0.03):
+def alloy_frames(n_frames=400, seed=0, size=2, rattle=0.05, max_strain=0.01):
     """Return a list of ``Atoms`` with EMT results attached (eV, eV/Å, eV/Å³)."""
     from ase.build import bulk
     from ase.calculators.emt import EMT

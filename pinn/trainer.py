@@ -58,7 +58,9 @@ class Trainer:
                                                   max_to_keep=self.mp["keep_checkpoint_max"], checkpoint_name="ckpt")
         self._check_stored_params()
         if self.manager.latest_checkpoint:
-            self.checkpoint.restore(self.manager.latest_checkpoint)
+            # optimizer slots are restored when first used; an inference-only
+            # model never creates them, hence expect_partial
+            self.checkpoint.restore(self.manager.latest_checkpoint).expect_partial()
             log.info("restored %s (step %d)", self.manager.latest_checkpoint, int(self.step))
         self._step_fn = None
         self._eval_fn = None
@@ -106,8 +108,20 @@ class Trainer:
         return train_step
 
     def _fit_dress(self, input_fn):
+        """Fit e_dress to what the freshly initialised network leaves unexplained,
+        so that training starts from a small energy error."""
         n = self.mp["fit_e_dress_batches"]
-        batches = [{k: v.numpy() for k, v in b.items()} for b in input_fn().take(n)]
+        self.model.e_dress.assign(tf.zeros_like(self.model.e_dress))
+        dataset = input_fn().take(n)
+        if K.IND_2 not in dataset.element_spec:
+            dataset = dataset.apply(add_neighbors(self.rc))
+        predict = tf.function(lambda b: self.model.predict(b, forces=False, stress=False)["energy"],
+                              input_signature=[dataset.element_spec])
+        batches = []
+        for b in dataset:
+            residual = {k: v.numpy() for k, v in b.items()}
+            residual[K.E_DATA] = residual[K.E_DATA] - predict(b).numpy()
+            batches.append(residual)
         dress = self.model.fit_dress(batches)
         n_struct = sum(len(b[K.E_DATA]) for b in batches)
         log.info("fitted e_dress on %d structures: %s", n_struct,

@@ -4,7 +4,7 @@ import os
 import numpy as np
 
 from pinn import keys as K
-from pinn.io.base import DataError, Frame, list_loader
+from pinn.io.base import DataError, Frame, check_structure, list_loader
 
 
 def atoms_to_structure(atoms, source="Atoms"):
@@ -109,9 +109,14 @@ def load_ase(dataset, split=False, shuffle=True, seed=0):
         DataError: missing or empty file, frames without a label the first
             frame has, non-finite values; messages name the file and frame.
     """
-    frames = [Frame(src, atoms_to_structure(a, src)) for src, a in _read_atoms(dataset)]
+    frames = [Frame(src, check_structure(atoms_to_structure(a, src), src)) for src, a in _read_atoms(dataset)]
     if not frames:
         raise DataError(f"{dataset}: no structures found")
+    first_keys = set(frames[0].payload)
+    for frame in frames:
+        if set(frame.payload) != first_keys:
+            raise DataError(f"{frame.source}: has {sorted(frame.payload)}, but the first frame has "
+                            f"{sorted(first_keys)}; every frame needs the same labels")
     return _load_frames(frames, split=split, shuffle=shuffle, seed=seed)
 
 

@@ -72,3 +72,39 @@ def add_neighbors(rc, num_parallel_calls=tf.data.AUTOTUNE):
 def _as_types(result, float_dtype):
     ind_2, shift = result
     return ind_2.astype(np.int32), shift.astype(float_dtype)
+
+
+def batch_from_atoms(atoms_list, rc, float_dtype="float32"):
+    """A sparse batch (NumPy arrays, with neighbor lists) from ``ase.Atoms`` objects.
+
+    Used by the ASE calculator and handy in scripts and tests.
+
+    Args:
+        atoms_list: an ``Atoms`` or a list of them.
+        rc: cutoff radius of the neighbor list, Å.
+        float_dtype: dtype of the float arrays.
+
+    Returns:
+        dict with ``elems``, ``coord``, ``cell``, ``pbc``, ``ind_1``, ``ind_2``, ``shift``.
+    """
+    if hasattr(atoms_list, "positions"):
+        atoms_list = [atoms_list]
+    elems, coord, cell, pbc, ind_1, ind_2, shift = [], [], [], [], [], [], []
+    offset = 0
+    for s, atoms in enumerate(atoms_list):
+        pairs, sh = neighbor_list(atoms.positions, atoms.cell[:], atoms.pbc, rc)
+        elems.append(atoms.numbers)
+        coord.append(atoms.positions)
+        cell.append(np.asarray(atoms.cell[:]))
+        pbc.append(atoms.pbc)
+        ind_1.append(np.full(len(atoms), s))
+        ind_2.append(pairs + offset)
+        shift.append(sh)
+        offset += len(atoms)
+    return {K.ELEMS: np.concatenate(elems).astype(np.int32),
+            K.COORD: np.concatenate(coord).astype(float_dtype),
+            K.CELL: np.stack(cell).astype(float_dtype),
+            K.PBC: np.stack(pbc).astype(bool),
+            K.IND_1: np.concatenate(ind_1).astype(np.int32)[:, None],
+            K.IND_2: np.concatenate(ind_2).astype(np.int32),
+            K.SHIFT: np.concatenate(shift).astype(float_dtype)}

@@ -27,7 +27,8 @@ PARAMS = {
     "e_unit": Option(float, 1.0, "the data's energy unit in eV; the calculator multiplies predictions by it",
                      check=positive),
     "e_dress": Option(dict, {}, "per-element energy offsets {atomic number: eV} added to the network energy"),
-    "fit_e_dress": Option(bool, False, "fit e_dress by least squares on training batches before training"),
+    "fit_e_dress": Option(bool, False, "before training, fit e_dress by least squares to the training energies "
+                          "minus the initial network energies"),
     "fit_e_dress_batches": Option(int, 100, "number of training batches used to fit e_dress", check=positive),
     "learning_rate": Option(float, 3e-4, "Adam learning rate", check=positive),
     "decay_step": Option(int, 10000, "steps per decay of the learning rate", check=positive),
@@ -175,7 +176,8 @@ class PotentialModel(tf.Module):
         return out
 
     def fit_dress(self, batches):
-        """Least-squares per-element offsets from ``batches`` (numpy dicts with ``elems``, ``ind_1``, ``e_data``).
+        """Least-squares per-element offsets from ``batches`` (numpy dicts with ``elems``, ``ind_1``, ``e_data``;
+        the trainer passes the energies minus the untrained network's prediction).
 
         Solves min ||C x − E|| with C the element counts per structure, so the
         network learns only what the offsets cannot explain; elements that

@@ -115,6 +115,7 @@ class ElementIndex(tf.Module):
         """Return type indices of ``elems``; fails with a clear error on unknown elements."""
         in_range = tf.logical_and(elems > 0, elems < tf.shape(self.table)[0])
         idx = tf.where(in_range, tf.gather(self.table, tf.where(in_range, elems, 0)), -1)
-        tf.debugging.assert_non_negative(
+        check = tf.debugging.assert_non_negative(
             idx, message=f"structure contains an element that is not in atom_types {self.atom_types}")
-        return idx
+        with tf.control_dependencies([check]):
+            return tf.identity(idx)

@@ -1,0 +1,39 @@
+"""Molecular dynamics with a trained model through the ASE calculator.
+
+Usage:  python inputs/md_ase.py [MODEL_DIR] [N_STEPS]
+
+Runs NVE (velocity Verlet, 1 fs) for a 3x3x3 CuAu fcc cell (108 atoms) started
+at 300 K, prints energies along the way, the total-energy drift and the time
+per step.
+"""
+import sys
+import time
+
+import numpy as np
+from ase import units
+from ase.build import bulk
+from ase.md.velocitydistribution import MaxwellBoltzmannDistribution
+from ase.md.verlet import VelocityVerlet
+
+import pinn
+
+model_dir = sys.argv[1] if len(sys.argv) > 1 else "demo/model"
+n_steps = int(sys.argv[2]) if len(sys.argv) > 2 else 500
+
+atoms = bulk("Cu", "fcc", a=3.75, cubic=True) * (3, 3, 3)
+atoms.numbers[np.random.RandomState(0).rand(len(atoms)) < 0.3] = 79
+atoms.calc = pinn.get_calc(model_dir)
+MaxwellBoltzmannDistribution(atoms, temperature_K=300, rng=np.random.RandomState(1))
+md = VelocityVerlet(atoms, 1.0 * units.fs)
+
+e0 = atoms.get_total_energy()
+md.run(5)  # warm-up (tracing)
+start = time.perf_counter()
+for block in range(n_steps // 100):
+    md.run(100)
+    print(f"step {(block + 1) * 100:5d}  Epot {atoms.get_potential_energy():10.4f} eV  "
+          f"T {atoms.get_temperature():6.1f} K  Etot {atoms.get_total_energy():10.4f} eV")
+elapsed = time.perf_counter() - start
+drift = (atoms.get_total_energy() - e0) / len(atoms)
+print(f"NVE {n_steps} steps of {len(atoms)} atoms: total-energy drift {drift * 1000:.3f} meV/atom, "
+      f"{elapsed / max(n_steps // 100 * 100, 1) * 1000:.2f} ms/step")

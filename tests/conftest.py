@@ -1,0 +1,35 @@
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def alloy_xyz(tmp_path_factory):
+    """The quickstart's EMT CuAu dataset (small), written once per test session."""
+    from pinn.demo import make_alloy_dataset
+    path = tmp_path_factory.mktemp("data") / "alloy.xyz"
+    return str(make_alloy_dataset(str(path), n_frames=120, seed=0))
+
+
+@pytest.fixture
+def rng():
+    return np.random.RandomState(42)
+
+
+@pytest.fixture(scope="session")
+def trained_alloy_model(alloy_xyz, tmp_path_factory):
+    """A small PiNet trained briefly on the alloy data (model directory)."""
+    from pinn.io import load_ase, sparse_batch
+    from pinn.models import potential_model
+    model_dir = tmp_path_factory.mktemp("models") / "alloy"
+    net = {"atom_types": [29, 79], "rc": 4.5, "depth": 2, "pp_nodes": [8], "pi_nodes": [8], "ii_nodes": [8],
+           "out_nodes": [8]}
+    params = {"model_dir": str(model_dir), "network": {"name": "PiNet", "params": net},
+              "model": {"params": {"use_force": True, "fit_e_dress": True, "learning_rate": 3e-3,
+                                   "f_loss_multiplier": 10.0, "log_every_n_steps": 1000}}}
+    model = potential_model(params)
+    model.train(lambda: load_ase(alloy_xyz).cache().repeat().shuffle(100, seed=0).apply(sparse_batch(8)), 300)
+    return str(model_dir)

@@ -1,0 +1,74 @@
+"""The ASE calculator: consistent with the model, traced once, energy-conserving MD, clear errors."""
+import numpy as np
+import pytest
+from ase import units
+from ase.build import bulk, molecule
+from ase.md.velocitydistribution import MaxwellBoltzmannDistribution
+from ase.md.verlet import VelocityVerlet
+
+import pinn
+from pinn.io import load_ase, sparse_batch
+from pinn.models import potential_model
+
+
+def _alloy(size=(2, 2, 2), seed=0):
+    atoms = bulk("Cu", "fcc", a=3.7, cubic=True) * size
+    atoms.numbers[np.random.RandomState(seed).rand(len(atoms)) < 0.3] = 79
+    return atoms
+
+
+def test_matches_model_predict(trained_alloy_model, alloy_xyz):
+    calc = pinn.get_calc(trained_alloy_model)
+    import ase.io
+    atoms = ase.io.read(alloy_xyz, 3)
+    model = potential_model(trained_alloy_model)
+    pred = next(model.predict(lambda: load_ase([atoms]).apply(sparse_batch(1))))
+    atoms.calc = calc
+    assert atoms.get_potential_energy() == pytest.approx(float(pred["energy"]), rel=1e-6)
+    np.testing.assert_allclose(atoms.get_forces(), pred["forces"], atol=1e-5)
+    from ase.stress import full_3x3_to_voigt_6_stress
+    np.testing.assert_allclose(atoms.get_stress(), full_3x3_to_voigt_6_stress(pred["stress"]), atol=1e-6)
+
+
+def test_traced_once_for_all_sizes(trained_alloy_model):
+    calc = pinn.get_calc(trained_alloy_model)
+    for size in [(1, 1, 1), (2, 2, 2), (2, 1, 3), (1, 1, 1)]:
+        atoms = _alloy(size)
+        atoms.rattle(0.05, seed=1)
+        atoms.calc = calc
+        atoms.get_forces()
+        atoms.get_stress()
+    assert calc._predict.experimental_get_tracing_count() == 1
+
+
+def test_nve_conserves_energy(trained_alloy_model):
+    atoms = _alloy()
+    atoms.calc = pinn.get_calc(trained_alloy_model)
+    MaxwellBoltzmannDistribution(atoms, temperature_K=300, rng=np.random.RandomState(0))
+    md = VelocityVerlet(atoms, 1.0 * units.fs)
+    totals = []
+    for _ in range(200):
+        md.run(1)
+        totals.append(atoms.get_potential_energy() + atoms.get_kinetic_energy())
+    kinetic_scale = 1.5 * units.kB * 300 * len(atoms)
+    drift = np.max(np.abs(np.array(totals) - totals[0]))
+    # stated bound: over 200 fs the total energy stays within 1 meV/atom (float32 model)
+    assert drift < 1e-3 * len(atoms), drift
+    assert drift < 0.05 * kinetic_scale
+
+
+def test_errors(trained_alloy_model, tmp_path):
+    calc = pinn.get_calc(trained_alloy_model)
+    water = molecule("H2O")
+    water.calc = calc
+    with pytest.raises(ValueError, match=r"elements \['H', 'O'\]"):
+        water.get_potential_energy()
+    cluster = _alloy((1, 1, 1))
+    cluster.pbc = False
+    cluster.calc = calc
+    assert np.isfinite(cluster.get_potential_energy())
+    from ase.calculators.calculator import PropertyNotImplementedError
+    with pytest.raises(PropertyNotImplementedError):
+        cluster.get_stress()
+    with pytest.raises(ValueError, match="params.yml"):
+        pinn.get_calc(str(tmp_path))

@@ -1,0 +1,34 @@
+"""The input scripts in inputs/ run as they stand, and a single-process run never imports Horovod."""
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _run(args, cwd):
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    out = subprocess.run([sys.executable] + args, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr
+    return out.stdout + out.stderr
+
+
+def test_train_then_md(alloy_xyz, tmp_path):
+    log = _run([os.path.join(ROOT, "inputs", "train_ase.py"), alloy_xyz, "model", "40"], tmp_path)
+    assert "validation: E_MAE" in log and "(step 40)" in log
+    log = _run([os.path.join(ROOT, "inputs", "md_ase.py"), "model", "100"], tmp_path)
+    assert "NVE 100 steps of 108 atoms" in log
+
+
+def test_single_process_does_not_import_horovod(alloy_xyz, tmp_path):
+    script = (
+        "import sys\n"
+        "from pinn.io import load_ase, sparse_batch\n"
+        "from pinn.models import potential_model\n"
+        f"m = potential_model({{'model_dir': 'm', 'network': {{'name': 'LJ', 'params': {{'atom_types': [29, 79]}}}}}})\n"
+        f"m.train(lambda: load_ase({alloy_xyz!r}).repeat().apply(sparse_batch(4)), 3)\n"
+        "import pinn\n"
+        "pinn.get_calc('m')\n"
+        "assert not any(k.startswith('horovod') for k in sys.modules), 'horovod was imported'\n"
+    )
+    _run(["-c", script], tmp_path)

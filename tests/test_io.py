@@ -1,0 +1,121 @@
+import numpy as np
+import pytest
+import tensorflow as tf
+from ase import Atoms
+from ase.build import bulk
+from ase.calculators.singlepoint import SinglePointCalculator
+
+from pinn import keys as K
+from pinn.io import (DataError, add_neighbors, load_ase, load_numpy, load_tfrecord, sparse_batch, split_items,
+                     write_tfrecord)
+from pinn.neighbors import neighbor_list
+
+
+def _frames(n, rng, with_stress=True):
+    frames = []
+    for i in range(n):
+        a = bulk("Cu", "fcc", a=3.6, cubic=True)
+        if i % 2:
+            a = a * (1, 1, 2)
+        a.rattle(0.05, seed=i)
+        res = {"energy": float(rng.normal()), "forces": rng.normal(size=(len(a), 3))}
+        if with_stress:
+            res["stress"] = rng.normal(size=6)
+        a.calc = SinglePointCalculator(a, **res)
+        frames.append(a)
+    return frames
+
+
+def test_split_sizes_seed_and_nesting():
+    items = list(range(103))
+    s = split_items(items, {"train": 8, "vali": 1, "test": 1}, seed=3)
+    assert [len(s[k]) for k in ("train", "vali", "test")] == [82, 10, 11] or \
+        sum(len(v) for v in s.values()) == 103
+    assert sorted(s["train"] + s["vali"] + s["test"]) == items
+    assert split_items(items, {"train": 8, "vali": 1, "test": 1}, seed=3) == s
+    assert split_items(items, {"train": 8, "vali": 1, "test": 1}, seed=4) != s
+    nested = split_items(items, {"train": 8, "eval": {"vali": 1, "test": 1}}, seed=0)
+    assert set(nested["eval"]) == {"vali", "test"}
+    assert sum(map(len, [nested["train"], nested["eval"]["vali"], nested["eval"]["test"]])) == 103
+    assert sorted(split_items(items, {"all": 1})["all"]) == items
+    with pytest.raises(ValueError, match="split.train"):
+        split_items(items, {"train": -1})
+
+
+def test_load_ase_file_list_and_db(tmp_path, rng):
+    frames = _frames(6, rng)
+    import ase.db
+    import ase.io
+    ase.io.write(tmp_path / "f.xyz", frames)
+    with ase.db.connect(str(tmp_path / "f.db")) as db:
+        for a in frames:
+            db.write(a)
+    for source in (str(tmp_path / "f.xyz"), frames, str(tmp_path / "f.db")):
+        ds = load_ase(source, shuffle=False)
+        got = list(ds.as_numpy_iterator())
+        assert len(got) == 6
+        np.testing.assert_allclose(got[1][K.COORD], frames[1].positions, rtol=1e-6)
+        np.testing.assert_allclose(got[1][K.F_DATA], frames[1].get_forces(), rtol=1e-5, atol=1e-6)
+        assert got[1][K.E_DATA] == pytest.approx(frames[1].get_potential_energy(), rel=1e-6)
+        assert got[1][K.S_DATA].shape == (3, 3)
+        assert got[1][K.PBC].all()
+
+
+def test_load_ase_errors(tmp_path, rng):
+    empty = tmp_path / "empty.xyz"
+    empty.write_text("")
+    with pytest.raises(DataError, match="empty.xyz: file is empty"):
+        load_ase(str(empty))
+    with pytest.raises(DataError, match="no such file"):
+        load_ase(str(tmp_path / "missing.xyz"))
+    frames = _frames(3, rng)
+    frames[2].calc.results["forces"][1, 0] = np.nan
+    with pytest.raises(DataError, match=r"Atoms 2: non-finite values in 'f_data'"):
+        list(load_ase(frames, shuffle=False))
+    garbage = tmp_path / "bad.xyz"
+    garbage.write_text("3\nnot really\nX 0 0\n")
+    with pytest.raises(DataError, match="bad.xyz"):
+        load_ase(str(garbage))
+
+
+def test_sparse_batch_and_neighbors(rng):
+    frames = _frames(5, rng)
+    ds = load_ase(frames, shuffle=False)
+    batches = list(ds.apply(add_neighbors(3.0)).apply(sparse_batch(3)).as_numpy_iterator())
+    assert [len(b[K.E_DATA]) for b in batches] == [3, 2]
+    b = batches[0]
+    sizes = [len(a) for a in frames[:3]]
+    np.testing.assert_array_equal(b[K.IND_1][:, 0], np.repeat(np.arange(3), sizes))
+    np.testing.assert_allclose(b[K.COORD], np.concatenate([a.positions for a in frames[:3]]), rtol=1e-6)
+    assert b[K.CELL].shape == (3, 3, 3)
+    # pairs are offset into the batch and match each structure's own list
+    expected, offset = [], 0
+    for a in frames[:3]:
+        p, _ = neighbor_list(a.positions, a.cell[:], a.pbc, 3.0)
+        expected.append(p + offset)
+        offset += len(a)
+    np.testing.assert_array_equal(b[K.IND_2], np.concatenate(expected))
+    # neighbor lists on a batch equal those computed per structure
+    late = next(ds.apply(sparse_batch(3)).apply(add_neighbors(3.0)).as_numpy_iterator())
+    np.testing.assert_array_equal(late[K.IND_2], b[K.IND_2])
+    np.testing.assert_allclose(late[K.SHIFT], b[K.SHIFT])
+
+
+def test_load_numpy_and_tfrecord(tmp_path, rng):
+    data = {K.COORD: rng.normal(size=(7, 4, 3)), K.ELEMS: [1, 1, 8, 6], K.E_DATA: rng.normal(size=7),
+            K.F_DATA: rng.normal(size=(7, 4, 3))}
+    ds = load_numpy(data, shuffle=False)
+    first = next(ds.as_numpy_iterator())
+    np.testing.assert_allclose(first[K.COORD], data[K.COORD][0], rtol=1e-6)
+    assert not first[K.PBC].any()
+    n = write_tfrecord(str(tmp_path / "c.tfr"), ds)
+    assert n == 7
+    back = list(load_tfrecord(str(tmp_path / "c.tfr")).as_numpy_iterator())
+    for x, y in zip(back, ds.as_numpy_iterator()):
+        assert set(x) == set(y)
+        for k in x:
+            np.testing.assert_array_equal(x[k], y[k])
+    with pytest.raises(DataError, match="e_data' has 3 frames"):
+        load_numpy({**data, K.E_DATA: np.zeros(3)})
+    with pytest.raises(DataError, match="atomic numbers"):
+        list(load_numpy({**data, K.ELEMS: [0, 1, 1, 1]}))

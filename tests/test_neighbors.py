@@ -1,0 +1,60 @@
+"""The cell-list neighbor list agrees pair by pair with ASE's."""
+import numpy as np
+import pytest
+from ase import Atoms
+from ase.neighborlist import neighbor_list as ase_neighbor_list
+
+from pinn.neighbors import batch_neighbor_list, neighbor_list
+import pinn.neighbors as nbmod
+
+
+def _pairs(i, j, shift):
+    return sorted(zip(np.asarray(i).tolist(), np.asarray(j).tolist(),
+                      map(tuple, np.rint(shift).astype(int).tolist())))
+
+
+def _random_atoms(rng, n, cell_scale, pbc):
+    cell = np.diag(rng.uniform(0.6, 1.4, 3) * cell_scale) + rng.uniform(-0.4, 0.4, (3, 3)) * cell_scale
+    frac = rng.uniform(-0.3, 1.3, (n, 3))  # atoms outside the cell too
+    return Atoms(numbers=np.ones(n, int), positions=frac @ cell, cell=cell, pbc=pbc)
+
+
+@pytest.mark.parametrize("pbc", [(True, True, True), (True, False, True), (False, False, False)])
+@pytest.mark.parametrize("cell_scale,n", [(3.0, 4), (6.0, 20), (12.0, 60)])
+def test_matches_ase(rng, pbc, cell_scale, n):
+    rc = 4.0  # cells of 3 and 6 Å are smaller than 2 rc: several images, self-images
+    for _ in range(3):
+        atoms = _random_atoms(rng, n, cell_scale, pbc)
+        i, j, S = ase_neighbor_list("ijS", atoms, rc)
+        ind_2, shift = neighbor_list(atoms.positions, atoms.cell[:], atoms.pbc, rc)
+        assert _pairs(ind_2[:, 0], ind_2[:, 1], shift) == _pairs(i, j, S)
+        assert np.all(np.diff(ind_2[:, 0]) >= 0), "pairs must be sorted by i"
+        diff = atoms.positions[ind_2[:, 1]] + shift @ atoms.cell[:] - atoms.positions[ind_2[:, 0]]
+        assert np.all(np.linalg.norm(diff, axis=1) < rc)
+
+
+def test_cell_list_equals_brute_force(rng, monkeypatch):
+    atoms = _random_atoms(rng, 150, 14.0, (True, True, True))
+    ref = neighbor_list(atoms.positions, atoms.cell[:], atoms.pbc, 3.5)
+    monkeypatch.setattr(nbmod, "_BRUTE_FORCE_PAIRS", 10 ** 12)
+    brute = neighbor_list(atoms.positions, atoms.cell[:], atoms.pbc, 3.5)
+    assert _pairs(ref[0][:, 0], ref[0][:, 1], ref[1]) == _pairs(brute[0][:, 0], brute[0][:, 1], brute[1])
+
+
+def test_batch_offsets(rng):
+    a = _random_atoms(rng, 5, 5.0, (True, True, True))
+    b = _random_atoms(rng, 7, 6.0, (False, False, False))
+    coord = np.concatenate([a.positions, b.positions])
+    ind_1 = np.array([0] * 5 + [1] * 7)
+    ind_2, shift = batch_neighbor_list(coord, np.stack([a.cell[:], b.cell[:]]), np.stack([a.pbc, b.pbc]), ind_1, 3.0)
+    pa, sa = neighbor_list(a.positions, a.cell[:], a.pbc, 3.0)
+    pb, sb = neighbor_list(b.positions, b.cell[:], b.pbc, 3.0)
+    np.testing.assert_array_equal(ind_2, np.concatenate([pa, pb + 5]))
+    np.testing.assert_array_equal(shift, np.concatenate([sa, sb]))
+
+
+def test_bad_input():
+    with pytest.raises(ValueError, match="singular"):
+        neighbor_list(np.zeros((2, 3)), np.zeros((3, 3)), (True, True, True), 3.0)
+    with pytest.raises(ValueError, match="positive"):
+        neighbor_list(np.zeros((2, 3)), np.eye(3), (False,) * 3, 0.0)

@@ -1,0 +1,53 @@
+import pytest
+import yaml
+
+from pinn.params import ParamsError, read_params, resolve, write_params
+
+BASE = {"model_dir": "m", "network": {"name": "PiNet", "params": {"atom_types": [1, 8]}}}
+
+
+def test_defaults_filled_and_written(tmp_path):
+    p = resolve(BASE)
+    assert p["network"]["params"]["depth"] == 4 and p["model"]["name"] == "potential_model"
+    assert p["model"]["params"]["use_force"] is False and p["precision"] == "float32"
+    write_params(p, tmp_path)
+    assert read_params(tmp_path)["network"] == p["network"]
+    assert yaml.safe_load((tmp_path / "params.yml").read_text())["seed"] == 0
+
+
+@pytest.mark.parametrize("change,message", [
+    ({"network": {"name": "PiNet", "params": {"atom_types": [1], "rcut": 4.0}}}, r"network\.params\.rcut: unknown key"),
+    ({"network": {"name": "PiNet", "params": {"atom_types": [1], "rc": "4"}}}, r"network\.params\.rc: expected float"),
+    ({"network": {"name": "PiNet", "params": {"atom_types": [1], "depth": True}}}, r"network\.params\.depth"),
+    ({"network": {"name": "PiNet", "params": {"atom_types": [1], "rc": -1.0}}}, r"network\.params\.rc: must be positive"),
+    ({"network": {"name": "PiNet", "params": {"atom_types": [0, 1]}}}, r"network\.params\.atom_types"),
+    ({"network": {"name": "PiNet", "params": {"act": "sigmoidish"}}}, r"network\.params\.act: 'sigmoidish' is not one of"),
+    ({"network": {"name": "SchNet"}}, r"network\.name: 'SchNet' is not one of"),
+    ({"model": {"name": "potential_model", "params": {"use_forces": True}}}, r"model\.params\.use_forces: unknown key"),
+    ({"model": {"name": "potential_model", "params": {"use_force": "yes"}}}, r"model\.params\.use_force: expected bool"),
+    ({"precision": "float16"}, r"params\.precision"),
+    ({"extra": 1}, r"params\.extra: unknown key"),
+])
+def test_bad_params_name_the_key(change, message):
+    with pytest.raises(ParamsError, match=message):
+        resolve({**BASE, **change})
+
+
+def test_missing_model_dir():
+    with pytest.raises(ParamsError, match="params.model_dir: required"):
+        resolve({"network": BASE["network"]})
+
+
+def test_legacy_flat_params():
+    legacy = {"model_dir": "m", "network": "pinet",
+              "network_params": {"atom_types": [1, 6], "rc": 4.5, "depth": 3},
+              "model_params": {"learning_rate": 1e-3, "decay_step": 500, "decay_rate": 0.9, "use_force": True}}
+    p = resolve(legacy)
+    assert p["network"]["name"] == "PiNet" and p["network"]["params"]["depth"] == 3
+    assert p["model"]["params"]["decay_step"] == 500 and p["model"]["params"]["use_force"] is True
+
+
+def test_bpnn_sf_spec_checked():
+    bad = {"model_dir": "m", "network": {"name": "bpnn", "params": {"sf_spec": [{"type": "G2", "eta": [1.0]}]}}}
+    with pytest.raises(ParamsError, match="sf_spec"):
+        resolve(bad)

@@ -1,0 +1,127 @@
+"""Physics every network must satisfy: forces = -dE/dx, stress = dE/dε / V, invariances, smooth cutoff."""
+import numpy as np
+import pytest
+from ase import Atoms
+from ase.build import bulk, molecule
+from ase.calculators.lj import LennardJones
+
+from physics import energy, evaluate, make_model
+
+RC = 4.0
+NETWORKS = {
+    "PiNet": {"atom_types": [1, 6, 8, 29, 79], "rc": RC, "depth": 3, "basis_type": "gaussian", "n_basis": 5},
+    "PiNet-poly": {"atom_types": [1, 6, 8, 29, 79], "rc": RC, "depth": 2, "cutoff_type": "polynomial"},
+    "BPNN": {"atom_types": [1, 6, 8, 29, 79], "rc": RC, "nn_spec": [12, 12]},
+}
+
+
+def model_for(name):
+    return make_model(name.split("-")[0], NETWORKS[name])
+
+
+def alloy_cell(rng):
+    atoms = bulk("Cu", "fcc", a=3.7, cubic=True) * (2, 1, 1)
+    atoms.numbers[[1, 4]] = 79
+    atoms.set_cell(atoms.cell[:] @ np.array([[1.0, 0.08, 0.0], [0.0, 1.0, -0.06], [0.05, 0.0, 1.0]]),
+                   scale_atoms=True)
+    atoms.positions += rng.normal(0, 0.15, atoms.positions.shape)
+    return atoms  # 8 atoms, cell shorter than 2 rc along b and c
+
+
+def ethanol(rng):
+    atoms = molecule("CH3CH2OH")
+    atoms.positions += rng.normal(0, 0.05, atoms.positions.shape)
+    return atoms
+
+
+@pytest.fixture(params=list(NETWORKS))
+def name(request):
+    return request.param
+
+
+@pytest.mark.parametrize("system", [alloy_cell, ethanol])
+def test_forces_are_minus_energy_gradient(name, system, rng):
+    model, atoms = model_for(name), system(rng)
+    forces = evaluate(model, atoms, RC)["forces"]
+    h = 1e-5
+    for atom in range(0, len(atoms), 3):
+        for axis in range(3):
+            plus, minus = atoms.copy(), atoms.copy()
+            plus.positions[atom, axis] += h
+            minus.positions[atom, axis] -= h
+            fd = -(energy(model, plus, RC) - energy(model, minus, RC)) / (2 * h)
+            assert forces[atom, axis] == pytest.approx(fd, abs=1e-6, rel=1e-5)
+
+
+def test_stress_is_strain_derivative(name, rng):
+    model, atoms = model_for(name), alloy_cell(rng)
+    stress = evaluate(model, atoms, RC)["stress"][0]
+    volume = atoms.get_volume()
+    h = 1e-5
+    for a in range(3):
+        for b in range(3):
+            eps = np.zeros((3, 3))
+            eps[a, b] = eps[b, a] = h / 2 if a != b else h
+            plus, minus = atoms.copy(), atoms.copy()
+            plus.set_cell(atoms.cell[:] @ (np.eye(3) + eps), scale_atoms=True)
+            minus.set_cell(atoms.cell[:] @ (np.eye(3) - eps), scale_atoms=True)
+            de = (energy(model, plus, RC) - energy(model, minus, RC)) / (2 * h)
+            sym = 0.5 * (stress[a, b] + stress[b, a])
+            assert sym * volume == pytest.approx(de, abs=1e-6, rel=1e-5)
+    np.testing.assert_allclose(stress, stress.T, atol=1e-10)
+
+
+@pytest.mark.parametrize("system", [alloy_cell, ethanol])
+def test_invariances(name, system, rng):
+    model, atoms = model_for(name), system(rng)
+    e0 = energy(model, atoms, RC)
+    f0 = evaluate(model, atoms, RC)["forces"]
+    # rotation (cell rotates with the atoms)
+    rot = atoms.copy()
+    rot.rotate(37, (1, 2, 3), rotate_cell=True)
+    assert energy(model, rot, RC) == pytest.approx(e0, abs=1e-9)
+    # translation
+    moved = atoms.copy()
+    moved.translate((0.3, -1.1, 2.5))
+    assert energy(model, moved, RC) == pytest.approx(e0, abs=1e-9)
+    # permutation of like atoms (and of the whole list)
+    perm = rng.permutation(len(atoms))
+    permuted = atoms[perm]
+    assert energy(model, permuted, RC) == pytest.approx(e0, abs=1e-9)
+    np.testing.assert_allclose(evaluate(model, permuted, RC)["forces"], f0[perm], atol=1e-9)
+    if atoms.pbc.any():
+        # choice of periodic image: move atoms by lattice vectors, unwrapped
+        imaged = atoms.copy()
+        imaged.positions[0] += atoms.cell[0] - 2 * atoms.cell[2]
+        imaged.positions[3] -= atoms.cell[1]
+        assert energy(model, imaged, RC) == pytest.approx(e0, abs=1e-9)
+        # a supercell has twice the energy
+        assert energy(model, atoms * (2, 1, 1), RC) == pytest.approx(2 * e0, rel=1e-9)
+
+
+def test_smooth_at_cutoff(name):
+    model = model_for(name)
+    far = energy(model, Atoms("CO", positions=[(0, 0, 0), (0, 0, 10.0)]), RC)
+    for delta in (1e-2, 1e-3):
+        dimer = Atoms("CO", positions=[(0, 0, 0), (0, 0, RC - delta)])
+        out = evaluate(model, dimer, RC)
+        assert abs(out["energy"][0] - far) < 50 * delta ** 2
+        assert np.abs(out["forces"]).max() < 50 * delta
+    # beyond the cutoff nothing changes
+    outside = energy(model, Atoms("CO", positions=[(0, 0, 0), (0, 0, RC + 1e-6)]), RC)
+    assert outside == pytest.approx(far, abs=1e-12)
+
+
+def test_lj_network_matches_ase(rng):
+    """Energy, forces and stress (sign, Voigt order) against ASE's own LJ on a triclinic cell."""
+    params = {"atom_types": [18], "rc": 7.0, "epsilon": 0.0104, "sigma": 3.4}
+    model = make_model("LJ", params)
+    atoms = bulk("Ar", "fcc", a=5.3, cubic=True) * (2, 2, 2)
+    atoms.set_cell(atoms.cell[:] @ np.array([[1, 0.05, 0], [0, 1, 0.1], [0, 0, 1.02]]), scale_atoms=True)
+    atoms.rattle(0.2, seed=1)
+    atoms.calc = LennardJones(sigma=3.4, epsilon=0.0104, rc=7.0, smooth=False)
+    out = evaluate(model, atoms, 7.0)
+    assert out["energy"][0] == pytest.approx(atoms.get_potential_energy(), rel=1e-12)
+    np.testing.assert_allclose(out["forces"], atoms.get_forces(), atol=1e-12)
+    from ase.stress import full_3x3_to_voigt_6_stress
+    np.testing.assert_allclose(full_3x3_to_voigt_6_stress(out["stress"][0]), atoms.get_stress(), atol=1e-12)
