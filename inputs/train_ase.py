@@ -35,7 +35,7 @@ params = {
                            "basis_type": "polynomial", "n_basis": 4, "cutoff_type": "f1", "act": "tanh"}},
     "model": {"name": "potential_model",
               "params": {"use_force": True, "f_loss_multiplier": 10.0, "fit_e_dress": True,
-                         "learning_rate": 3e-3, "decay_step": 1000, "decay_rate": 0.7,
+                         "learning_rate": 1e-3, "decay_step": 1000, "decay_rate": 0.6,
                          "save_checkpoint_steps": 500, "log_every_n_steps": 250}},
 }
 

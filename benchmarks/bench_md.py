@@ -1,0 +1,53 @@
+"""ASE molecular-dynamics time per step with the pinn calculator.
+
+Usage:  python benchmarks/bench_md.py [ethanol cu108 cu256 cu864]
+
+VelocityVerlet, 0.5 fs, 200 steps, median ms/step after 5 warm-up steps; Cu from
+the perfect lattice at 800 K, ethanol from its equilibrium geometry at 500 K.
+Uses the models that bench_train.py left in bench-data (Cu 256/864 use the cu108 model).
+"""
+import argparse
+import os
+import time
+
+import numpy as np
+from ase import units
+from ase.build import bulk, molecule
+from ase.md.velocitydistribution import MaxwellBoltzmannDistribution
+from ase.md.verlet import VelocityVerlet
+
+from common import DATA, emit, peak_rss_mb
+
+SYSTEMS = {"ethanol": ("ethanol", lambda: molecule("CH3CH2OH"), 500),
+           "cu108": ("cu108", lambda: bulk("Cu", "fcc", a=3.61, cubic=True) * (3, 3, 3), 800),
+           "cu256": ("cu108", lambda: bulk("Cu", "fcc", a=3.61, cubic=True) * (4, 4, 4), 800),
+           "cu864": ("cu108", lambda: bulk("Cu", "fcc", a=3.61, cubic=True) * (6, 6, 6), 800)}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("systems", nargs="*", default=list(SYSTEMS))
+    ap.add_argument("--steps", type=int, default=200)
+    args = ap.parse_args()
+    import pinn
+    for name in args.systems:
+        model_name, build, temperature = SYSTEMS[name]
+        model_dir = os.path.join(DATA, f"{model_name}-model")
+        if not os.path.exists(model_dir):
+            raise SystemExit(f"{model_dir} missing: run benchmarks/bench_train.py {model_name} first")
+        atoms = build()
+        atoms.calc = pinn.get_calc(model_dir)
+        MaxwellBoltzmannDistribution(atoms, temperature_K=temperature, rng=np.random.RandomState(0))
+        md = VelocityVerlet(atoms, 0.5 * units.fs)
+        md.run(5)
+        times = []
+        for _ in range(args.steps):
+            t0 = time.perf_counter()
+            md.run(1)
+            times.append(time.perf_counter() - t0)
+        emit(benchmark="md", system=name, atoms=len(atoms), ms_per_step=round(1000 * float(np.median(times)), 3),
+             peak_rss_mb=round(peak_rss_mb()), model=model_dir)
+
+
+if __name__ == "__main__":
+    main()
