@@ -1,50 +1,106 @@
-"""Write docs/params.md from the params schema (pinn.params, networks, models).
+"""Write docs/params.md from the params schema (pinn.params, pinn.networks, pinn.models).
 
-Usage: python tools/gen_params_doc.py [--check]   (--check: exit 1 if the page is out of date)
+Usage:  python tools/gen_params_doc.py [--check]
+
+Without arguments it (re)writes docs/params.md.  With ``--check`` it writes
+nothing and exits 1 if docs/params.md differs from what it would write (the
+test suite runs this, so a schema change without a regenerated page fails).
 """
 import os
 import sys
 
-from pinn.models import MODELS
-from pinn.networks import NETWORKS
-from pinn.params import TOP_LEVEL, describe
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)  # the checkout's pinn, even when it is not installed
 
-OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs", "params.md")
+from pinn.models import MODELS  # noqa: E402  (the potential model's schema is pinn.models.potential.PARAMS)
+from pinn.networks import NETWORKS  # noqa: E402
+from pinn.params import TOP_LEVEL, describe  # noqa: E402
+
+OUT = os.path.join(ROOT, "docs", "params.md")
 
 INTRO = """# Params reference
 
-*Generated from the schema by `tools/gen_params_doc.py`; do not edit by hand.*
+*Generated from the schema by `tools/gen_params_doc.py`; do not edit by hand
+(run `python tools/gen_params_doc.py` after changing an option).*
 
-A model is configured by one dict (in an input script) or the same structure in YAML:
+A model is configured by one nested dict:
 
 ```python
-params = {'model_dir': 'model', 'precision': 'float32', 'seed': 0,
-          'network': {'name': 'PiNet', 'params': {...}},
-          'model': {'name': 'potential_model', 'params': {...}}}
+params = {
+    'model_dir': 'model',                 # required
+    'network': {'name': 'PiNet',          # required: 'PiNet', 'BPNN' or 'LJ'
+                'params': {'atom_types': [1, 6, 8], 'rc': 4.5}},
+    'model': {'name': 'potential_model',  # the default
+              'params': {'use_force': True}},
+    'precision': 'float32',               # the default
+    'seed': 0,                            # the default
+}
+model = potential_model(params)
 ```
 
-Every key is validated before anything runs: an unknown or ill-typed key raises
-`pinn.params.ParamsError` naming the key path and what is allowed, e.g.
-`model.params.use_forces: unknown key; allowed keys: [...]`. Upstream PiNN's flat form
-(`'network': 'pinet'`, `'network_params': {...}`, `'model_params': {...}`) is accepted and
-normalised. The resolved params, with every default filled in, are written to
-`model_dir/params.yml`, and `potential_model('model_dir')` rebuilds the model from it.
+Network names are case-insensitive (`'pinet'`, `'bpnn'`, `'behler_parrinello'`, `'lj'`
+are accepted) and are stored in their canonical spelling.
+
+**Upstream PiNN's flat form** is accepted and normalised to the nested form before it is
+checked:
+
+```python
+{'model_dir': 'model', 'network': 'pinet', 'network_params': {...}, 'model_params': {...}}
+# becomes
+{'model_dir': 'model', 'network': {'name': 'PiNet', 'params': {...}},
+ 'model': {'name': 'potential_model', 'params': {...}}}
+```
+
+**Validation.** `potential_model(params)` (or `pinn.params.resolve(params)` on its own)
+checks every key before anything is built and fills in every default. An unknown,
+missing or ill-typed key raises `pinn.params.ParamsError` (a `ValueError`) whose message
+starts with the key path, for example:
+
+```
+model.params.use_force: expected bool, got str ('yes')
+model.params.use_forces: unknown key; allowed keys: ['data_resume', 'decay_rate', ...]
+network.params.rc: must be positive (got -1.0)
+network.name: 'schnet' is not one of ['BPNN', 'LJ', 'PiNet']
+params.model_dir: required key is missing (directory for checkpoints, params.yml and logs)
+```
+
+A `float` option also accepts an int, a `list` option also accepts a tuple, and `True`
+/ `False` are refused where a number is expected.
+
+**params.yml.** The resolved params, every default included, are written to
+`model_dir/params.yml` when the model is created. `potential_model('model')` and
+`pinn.get_calc('model')` rebuild the model from that file and the latest checkpoint.
+Creating a model with params whose `network` section differs from the one stored in
+`model_dir` raises a `ValueError`; the `model` section may change between runs (for
+example a new learning rate to continue training), and the new values are written.
+
+The tables below list every option: `key`, accepted types, default and meaning.
 """
 
 
 def render():
     parts = [INTRO, "## Top level\n", describe(TOP_LEVEL)]
     for name, cls in NETWORKS.items():
-        parts += [f"\n## network.params for `{name}`\n", describe(cls.PARAMS)]
+        parts += [f"\n## `network.params` for `{name}`\n", describe(cls.PARAMS)]
     for name, cls in MODELS.items():
-        parts += [f"\n## model.params for `{name}`\n", describe(cls.PARAMS)]
+        parts += [f"\n## `model.params` for `{name}`\n", describe(cls.PARAMS)]
     return "\n".join(parts) + "\n"
 
 
-if __name__ == "__main__":
+def main(argv):
     text = render()
-    if "--check" in sys.argv:
-        current = open(OUT).read() if os.path.exists(OUT) else ""
-        sys.exit(0 if current == text else 1)
-    with open(OUT, "w") as f:
+    if "--check" in argv:
+        current = open(OUT, encoding="utf-8").read() if os.path.exists(OUT) else ""
+        if current != text:
+            print(f"{OUT} is out of date: run python tools/gen_params_doc.py", file=sys.stderr)
+            return 1
+        return 0
+    os.makedirs(os.path.dirname(OUT), exist_ok=True)
+    with open(OUT, "w", encoding="utf-8") as f:
         f.write(text)
+    print(f"wrote {OUT}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
