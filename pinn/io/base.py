@@ -13,12 +13,9 @@ import numpy as np
 import tensorflow as tf
 
 from pinn import keys as K
+from pinn.io.errors import DataError  # noqa: F401  (re-exported)
 
 log = logging.getLogger(__name__)
-
-
-class DataError(ValueError):
-    """Bad input data; the message names the source, the frame and the problem."""
 
 
 def split_items(items, split, shuffle=True, seed=0):
