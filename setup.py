@@ -22,7 +22,9 @@ setup(
     extras_require={
         "cpu": [f"tensorflow-cpu=={TF_VERSION}"],
         "gpu": [f"tensorflow[and-cuda]=={TF_VERSION}"],
-        "test": [f"tensorflow-cpu=={TF_VERSION}", "pytest>=7", "pytest-timeout"],
+        # MDAnalysis(+Tests) and mimicpy 0.2.1 are independent oracles for the trr and .mpt readers
+        "test": [f"tensorflow-cpu=={TF_VERSION}", "pytest>=7", "pytest-timeout", "MDAnalysis==2.11.0",
+                 "MDAnalysisTests==2.11.0", "mimicpy==0.2.1", "pandas<3"],
     },
     entry_points={"console_scripts": ["pinn=pinn.cli:main"]},
 )

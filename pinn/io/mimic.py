@@ -1,0 +1,348 @@
+"""Load the output of MiMiC QM/MM runs: ``.mpt`` topology, GROMACS ``.trr``, CPMD ``ENERGIES``.
+
+See ``docs/mimic.md`` for the physics of what these files contain.  In short:
+
+- elements come from the ``.mpt`` (GROMACS atom order);
+- coordinates and the box come from the ``.trr`` (nm -> Å);
+- the energy of the frame at GROMACS step ``s`` is the ``ENERGIES`` line with
+  ``NFI == s + nfi_offset`` (Hartree -> eV), by default the ``EKS`` column,
+  which in MiMiC is the total QM + MM + QM/MM potential energy;
+- forces come from the ``.trr`` by default (kJ mol⁻¹ nm⁻¹ -> eV/Å), which in a
+  MiMiC run are the MM force-field forces only, or from CPMD's ``FTRAJECTORY``
+  (total QM/MM forces, Hartree/bohr -> eV/Å, mapped from CPMD to GROMACS atom
+  order), or are not loaded.
+
+Everything that can be checked without reading coordinates is checked when
+:func:`load_mimic` is called (headers, atom counts, blocks present, pairing),
+so a bad file fails at once with a message naming it; the frames themselves
+are read lazily while the dataset is iterated.
+"""
+import collections
+import logging
+import os
+
+import numpy as np
+
+from pinn import keys as K
+from pinn import units
+from pinn.io.base import Frame, list_loader
+from pinn.io.cpmd import FTrajectory, gromacs_to_cpmd_order, read_overlaps
+from pinn.io.energies import read_energies
+from pinn.io.errors import DataError
+from pinn.io.mpt import read_mpt
+from pinn.io.ndx import read_ndx
+from pinn.io.trr import TRRFile
+
+log = logging.getLogger(__name__)
+
+FORCE_SOURCES = ("auto", "trr", "ftrajectory", "none")
+
+
+def load_mimic(mpt, trr, energies, split=False, shuffle=True, seed=0, *, energy_column="EKS",
+               nfi_offset=0, forces="auto", ftrajectory=None, cpmd_input=None, cpmd_order=None,
+               select=None, skip_incomplete=False, allow_truncated=False, position_tolerance=1e-3):
+    """Datasets from MiMiC QM/MM runs.
+
+    Args:
+        mpt, trr, energies: one file each, or parallel lists of files (one
+            ``.mpt``, ``.trr`` and CPMD ``ENERGIES`` per run or chunk; an
+            ``.mpt`` may be repeated).
+        split, shuffle, seed: as for the other loaders (see
+            :func:`pinn.io.split_items`); frames of all files are pooled first.
+        energy_column: the ``ENERGIES`` column used as the label (default
+            ``'EKS'``, the potential energy).
+        nfi_offset: the frame at trr step ``s`` takes the energy (and
+            ``FTRAJECTORY`` step) ``NFI == s + nfi_offset``.  0 is MiMiC's
+            alignment; the 2020 loader effectively used 1 for ``nstxout = 1``.
+        forces: ``'auto'`` (``FTRAJECTORY`` when given, else the trr),
+            ``'trr'``, ``'ftrajectory'`` or ``'none'`` (energy only, no
+            ``f_data``).
+        ftrajectory: CPMD ``FTRAJECTORY`` file(s), parallel to ``trr``.
+        cpmd_input: the CPMD input(s) whose ``&MIMIC OVERLAPS`` map QM atoms;
+            one file for all runs or a parallel list.  Needed for
+            ``FTRAJECTORY`` forces unless ``cpmd_order`` is given.
+        cpmd_order: optional explicit map, ``cpmd_order[gromacs_index] =
+            cpmd_index`` (0-based, all atoms), instead of the one derived from
+            OVERLAPS and the ``.mpt`` atom types.
+        select: atoms to keep (coordinates, elements and forces; the energy
+            stays that of the whole system, see the docs): ``None`` (all), a
+            sequence of 0-based GROMACS indices, ``(ndx_file, group_name)``, or
+            ``{'resname': name_or_names}``.
+        skip_incomplete: skip (and count) frames without positions, or
+            without forces when forces come from the trr, instead of failing.
+        allow_truncated: drop an incomplete last trr frame instead of failing.
+        position_tolerance: largest difference (Å) allowed between trr
+            positions and mapped ``FTRAJECTORY`` positions (after removing
+            CPMD's overall translation) before a frame is refused as a
+            mismatched pair; ``None`` disables the check.
+
+    Returns:
+        A ``tf.data.Dataset`` of structures, or a nested dict of them (with
+        ``split``).  Each structure has ``elems``, ``coord`` (Å), ``cell``
+        (Å), ``pbc``, ``e_data`` (eV) and, unless ``forces='none'``,
+        ``f_data`` (eV/Å), as float32.
+
+    Raises:
+        DataError: lists of different lengths, missing or malformed files,
+            atom counts that differ between ``.mpt`` and trr, a frame without
+            positions or forces, a run in which no frame has an energy line;
+            messages name the file and frame.
+    """
+    runs = _runs(mpt, trr, energies, ftrajectory, cpmd_input)
+    if forces not in FORCE_SOURCES:
+        raise DataError(f"load_mimic: forces={forces!r}; allowed: {list(FORCE_SOURCES)}")
+    if forces == "auto":
+        forces = "ftrajectory" if ftrajectory is not None else "trr"
+    if forces == "ftrajectory" and ftrajectory is None:
+        raise DataError("load_mimic: forces='ftrajectory' needs ftrajectory=<FTRAJECTORY file(s)>")
+    reader = _FrameReader(forces, position_tolerance)
+    items, stats = [], collections.Counter()
+    topologies, energy_tables = {}, {}
+    for run in runs:
+        if run.mpt not in topologies:
+            topologies[run.mpt] = read_mpt(run.mpt)
+        topology = topologies[run.mpt]
+        if run.energies not in energy_tables:
+            energy_tables[run.energies] = read_energies(run.energies)
+        table = energy_tables[run.energies]
+        if energy_column not in table:
+            raise DataError(f"{run.energies}: no column {energy_column!r}; columns: {list(table)}")
+        atoms = _selection(select, topology)
+        elems = topology.atomic_numbers[atoms]
+        order = None
+        ftraj = None
+        if forces == "ftrajectory":
+            order = _cpmd_order(run, topology, cpmd_order)
+            ftraj = FTrajectory(run.ftrajectory, topology.natoms)
+        with TRRFile(run.trr, allow_truncated=allow_truncated) as trr:
+            index = trr.index
+        run_id = reader.add_run(run, index, elems, atoms, order, ftraj)
+        items += _pair_frames(run, run_id, index, topology, table[energy_column] * units.HARTREE,
+                              table["NFI"], nfi_offset, forces, ftraj, skip_incomplete, stats)
+    _log_summary(runs, items, stats, forces, energy_column, select)
+    if not items:
+        raise DataError("load_mimic: no frame could be paired with an energy in any run")
+
+    @list_loader
+    def read_mimic_frame(item):
+        return reader.read(item.payload)
+    return read_mimic_frame(items, split=split, shuffle=shuffle, seed=seed)
+
+
+# -- inputs -------------------------------------------------------------------
+
+_Run = collections.namedtuple("_Run", "mpt trr energies ftrajectory cpmd_input")
+
+
+def _as_list(value, what):
+    if value is None:
+        return None
+    if isinstance(value, (str, os.PathLike)):
+        return [os.fspath(value)]
+    try:
+        values = [os.fspath(v) for v in value]
+    except TypeError:
+        raise DataError(f"load_mimic: {what} must be a file name or a list of them, got {value!r}") from None
+    if not values:
+        raise DataError(f"load_mimic: the list of {what} files is empty")
+    return values
+
+
+def _runs(mpt, trr, energies, ftrajectory, cpmd_input):
+    lists = {"mpt": _as_list(mpt, "mpt"), "trr": _as_list(trr, "trr"), "energies": _as_list(energies, "energies"),
+             "ftrajectory": _as_list(ftrajectory, "ftrajectory"), "cpmd_input": _as_list(cpmd_input, "cpmd_input")}
+    n = len(lists["trr"])
+    if lists["cpmd_input"] is not None and len(lists["cpmd_input"]) == 1:
+        lists["cpmd_input"] = lists["cpmd_input"] * n  # one CPMD input for every run
+    lengths = {k: len(v) for k, v in lists.items() if v is not None}
+    if len(set(lengths.values())) != 1:
+        raise DataError(f"load_mimic: the file lists must have equal lengths (one entry per run), got {lengths}")
+    return [_Run(*(lists[k][i] if lists[k] is not None else None for k in _Run._fields)) for i in range(n)]
+
+
+def _selection(select, topology):
+    """0-based GROMACS indices of the selected atoms, sorted, or a slice of all atoms."""
+    n = topology.natoms
+    if select is None:
+        return np.arange(n)
+    if isinstance(select, dict):
+        unknown = set(select) - {"resname"}
+        if unknown:
+            raise DataError(f"load_mimic: select={select!r}: only {{'resname': ...}} is a dict selection")
+        names = select["resname"]
+        names = [names] if isinstance(names, str) else list(names)
+        atoms = np.flatnonzero(np.isin(topology["resname"], names))
+        what = f"residue names {names}"
+    elif isinstance(select, tuple) and len(select) == 2 and isinstance(select[1], str):
+        groups = read_ndx(select[0])
+        if select[1] not in groups:
+            raise DataError(f"{select[0]}: no group [ {select[1]} ]; groups: {list(groups)}")
+        atoms = groups[select[1]]
+        what = f"group [ {select[1]} ] of {select[0]}"
+    else:
+        try:
+            atoms = np.asarray(select, dtype=np.int64).reshape(-1)
+        except (TypeError, ValueError):
+            raise DataError(f"load_mimic: select={select!r} is not an index list, (ndx_file, group) or "
+                            "{'resname': ...}") from None
+        what = "the index list"
+    if len(atoms) == 0:
+        raise DataError(f"{topology.path}: select: {what} matches no atom")
+    if atoms.min() < 0 or atoms.max() >= n:
+        raise DataError(f"{topology.path}: select: {what} refers to atom index {int(atoms.max())}, "
+                        f"but the system has {n} atoms (indices are 0-based)")
+    if len(np.unique(atoms)) != len(atoms):
+        raise DataError(f"{topology.path}: select: {what} lists an atom more than once")
+    return np.sort(atoms)
+
+
+def _cpmd_order(run, topology, explicit):
+    if explicit is not None:
+        order = np.asarray(explicit, dtype=np.int64).reshape(-1)
+        if len(order) != topology.natoms or not np.array_equal(np.sort(order), np.arange(topology.natoms)):
+            raise DataError(f"load_mimic: cpmd_order must be a permutation of 0..{topology.natoms - 1} "
+                            f"(one CPMD index per GROMACS atom of {topology.path})")
+        return order
+    if run.cpmd_input is None:
+        raise DataError("load_mimic: FTRAJECTORY forces need cpmd_input=<CPMD input with &MIMIC OVERLAPS> "
+                        "(or cpmd_order=) to map CPMD atoms to GROMACS atoms")
+    try:
+        return gromacs_to_cpmd_order(topology["type"], read_overlaps(run.cpmd_input))
+    except DataError as err:
+        raise DataError(f"{run.cpmd_input} with {topology.path}: {err}") from None
+
+
+# -- pairing ------------------------------------------------------------------
+
+def _pair_frames(run, run_id, index, topology, energy_ev, nfi, nfi_offset, forces, ftraj, skip_incomplete, stats):
+    """Items (one per usable trr frame) of one run; counts what was skipped in ``stats``."""
+    wrong = np.flatnonzero(index["natoms"] != topology.natoms)
+    if len(wrong):
+        i = int(wrong[0])
+        raise DataError(f"{run.trr}: frame {i} (step {int(index['step'][i])}) has {int(index['natoms'][i])} "
+                        f"atoms, but {run.mpt} has {topology.natoms}")
+    steps = index["step"]
+    # a step written twice (appended restart): the later frame wins
+    _, last_from_end = np.unique(steps[::-1], return_index=True)
+    keep = np.zeros(len(steps), bool)
+    keep[len(steps) - 1 - last_from_end] = True
+    stats["repeated step"] += int((~keep).sum())
+    needed = ["x"] + (["f"] if forces == "trr" else [])
+    for block in needed:
+        missing = keep & (index[f"{block}_size"] == 0)
+        if missing.any() and not skip_incomplete:
+            i = int(np.flatnonzero(missing)[0])
+            what = "positions (x)" if block == "x" else "forces (f)"
+            raise DataError(f"{run.trr}: frame {i} (step {int(steps[i])}) has no {what}; "
+                            f"{int(missing.sum())} of {len(steps)} frames lack them (check nst{block}out, or "
+                            "pass skip_incomplete=True to use only complete frames)")
+        stats[f"no {block}"] += int(missing.sum())
+        keep &= ~missing
+    wanted = steps + nfi_offset
+    where = np.searchsorted(nfi, wanted)
+    has_energy = (where < len(nfi)) & (nfi[np.minimum(where, len(nfi) - 1)] == wanted)
+    if not (has_energy & keep).any() and keep.any():
+        raise DataError(f"{run.energies}: no energy line for any frame of {run.trr}: trr steps "
+                        f"{int(steps.min())}..{int(steps.max())} (+ nfi_offset {nfi_offset}) vs NFI "
+                        f"{int(nfi.min())}..{int(nfi.max())}; are these files from the same run?")
+    stats["no energy"] += int((keep & ~has_energy).sum())
+    stats["no energy steps"] = stats["no energy steps"] or \
+        [int(s) for s in steps[keep & ~has_energy][:5]]
+    keep &= has_energy
+    if ftraj is not None:
+        has_forces = np.isin(wanted, ftraj.steps)
+        stats["no FTRAJECTORY step"] += int((keep & ~has_forces).sum())
+        keep &= has_forces
+        if not keep.any():
+            raise DataError(f"{run.ftrajectory}: no FTRAJECTORY step matches a frame of {run.trr} "
+                            f"(FTRAJECTORY steps {int(ftraj.steps[0])}..{int(ftraj.steps[-1])}, "
+                            f"every {int(np.diff(ftraj.steps).min()) if len(ftraj.steps) > 1 else '-'}; "
+                            "write the trr and FTRAJECTORY at common steps)")
+    return [Frame(f"{run.trr}, frame {i} (step {int(steps[i])})",
+                  (run_id, i, float(energy_ev[where[i]]), int(wanted[i])))
+            for i in np.flatnonzero(keep)]
+
+
+def _log_summary(runs, items, stats, forces, energy_column, select):
+    skipped = []
+    if stats["no energy"]:
+        skipped.append(f"{stats['no energy']} without an energy line (first steps {stats['no energy steps']}; "
+                       "step 0, the initial configuration, never has one)")
+    for key, text in (("no x", "without positions"), ("no f", "without forces"),
+                      ("repeated step", "repeating a step (the later frame is used)"),
+                      ("no FTRAJECTORY step", "without an FTRAJECTORY step")):
+        if stats[key]:
+            skipped.append(f"{stats[key]} {text}")
+    log.info("load_mimic: %d frames from %d run(s); energy %s (Hartree -> eV); forces: %s%s",
+             len(items), len(runs), energy_column,
+             {"trr": "trr (kJ/mol/nm -> eV/Å)", "ftrajectory": "FTRAJECTORY (Hartree/bohr -> eV/Å)",
+              "none": "not loaded"}[forces],
+             "; skipped " + ", ".join(skipped) if skipped else "")
+    if forces == "trr":
+        log.warning("load_mimic: trr forces of a MiMiC run are the GROMACS (MM force-field) forces only, "
+                    "not the gradient of the QM/MM energy %s; see docs/mimic.md before training on them",
+                    energy_column)
+    if select is not None:
+        log.warning("load_mimic: atom selection %r keeps a subset of atoms, but the energy label stays that "
+                    "of the whole QM/MM system; see docs/mimic.md", select)
+
+
+# -- lazy reading -------------------------------------------------------------
+
+class _FrameReader:
+    """Reads paired frames on demand, keeping a few trr files open."""
+
+    MAX_OPEN = 16
+
+    def __init__(self, forces, position_tolerance):
+        self.forces = forces
+        self.position_tolerance = position_tolerance
+        self.runs = []
+        self.open = collections.OrderedDict()
+
+    def add_run(self, run, index, elems, atoms, order, ftraj):
+        self.runs.append((run, index, elems, atoms, order, ftraj))
+        return len(self.runs) - 1
+
+    def _trr(self, run_id):
+        trr = self.open.pop(run_id, None)
+        if trr is None:
+            run, index = self.runs[run_id][:2]
+            trr = TRRFile(run.trr, index=index)
+            if len(self.open) >= self.MAX_OPEN:
+                self.open.popitem(last=False)[1].close()
+        self.open[run_id] = trr
+        return trr
+
+    def read(self, payload):
+        run_id, i, energy, step = payload
+        run, _, elems, atoms, order, ftraj = self.runs[run_id]
+        frame = self._trr(run_id).read_frame(i, blocks=("box", "x", "f") if self.forces == "trr" else ("box", "x"))
+        box = frame["box"] if frame["box"] is not None else np.zeros((3, 3))
+        coord = frame["x"].astype(np.float64) * units.NM
+        cell = box.astype(np.float64) * units.NM
+        periodic = bool(np.any(cell))
+        structure = {K.ELEMS: elems, K.COORD: coord[atoms], K.CELL: cell, K.PBC: np.full(3, periodic),
+                     K.E_DATA: energy}
+        if self.forces == "trr":
+            structure[K.F_DATA] = frame["f"][atoms].astype(np.float64) * units.KJ_PER_MOL_NM
+        elif self.forces == "ftrajectory":
+            positions, _, forces = ftraj.read(step)
+            self._check_positions(run, i, step, positions[order] * units.BOHR, coord, cell, periodic)
+            structure[K.F_DATA] = forces[order][atoms] * units.HARTREE_PER_BOHR
+        return structure
+
+    def _check_positions(self, run, i, step, cpmd, trr, cell, periodic):
+        if self.position_tolerance is None:
+            return
+        shift = cpmd - trr
+        shift -= shift[0]  # CPMD translates the whole system (it centres the QM region)
+        if periodic:
+            frac = np.linalg.solve(cell.T, shift.T).T
+            shift = (frac - np.round(frac)) @ cell
+        worst = float(np.abs(shift).max())
+        if worst > self.position_tolerance:
+            atom = int(np.argmax(np.abs(shift).max(axis=1)))
+            raise DataError(f"{run.ftrajectory}, step {step} vs {run.trr}, frame {i}: positions differ by up to "
+                            f"{worst:.3g} Å (GROMACS atom {atom + 1}) after removing the overall shift; the "
+                            "atom mapping (cpmd_input / cpmd_order) or the step pairing (nfi_offset) is wrong")
