@@ -96,7 +96,7 @@ def load_mimic(mpt, trr, energies, split=False, shuffle=True, seed=0, *, energy_
     if forces == "ftrajectory" and ftrajectory is None:
         raise DataError("load_mimic: forces='ftrajectory' needs ftrajectory=<FTRAJECTORY file(s)>")
     reader = _FrameReader(forces, position_tolerance)
-    items, stats = [], collections.Counter()
+    items, stats = [], _Skipped()
     topologies, energy_tables = {}, {}
     for run in runs:
         if run.mpt not in topologies:
@@ -245,9 +245,9 @@ def _pair_frames(run, run_id, index, topology, energy_ev, nfi, nfi_offset, force
         raise DataError(f"{run.energies}: no energy line for any frame of {run.trr}: trr steps "
                         f"{int(steps.min())}..{int(steps.max())} (+ nfi_offset {nfi_offset}) vs NFI "
                         f"{int(nfi.min())}..{int(nfi.max())}; are these files from the same run?")
-    stats["no energy"] += int((keep & ~has_energy).sum())
-    stats["no energy steps"] = stats["no energy steps"] or \
-        [int(s) for s in steps[keep & ~has_energy][:5]]
+    no_energy = keep & ~has_energy
+    stats["no energy"] += int(no_energy.sum())
+    stats.missing_steps.extend(int(s) for s in steps[no_energy][:5 - len(stats.missing_steps)])
     keep &= has_energy
     if ftraj is not None:
         has_forces = np.isin(wanted, ftraj.steps)
@@ -263,10 +263,18 @@ def _pair_frames(run, run_id, index, topology, energy_ev, nfi, nfi_offset, force
             for i in np.flatnonzero(keep)]
 
 
+class _Skipped(collections.Counter):
+    """Counts of skipped frames by reason, and the first steps that had no energy line."""
+
+    def __init__(self):
+        super().__init__()
+        self.missing_steps = []
+
+
 def _log_summary(runs, items, stats, forces, energy_column, select):
     skipped = []
     if stats["no energy"]:
-        skipped.append(f"{stats['no energy']} without an energy line (first steps {stats['no energy steps']}; "
+        skipped.append(f"{stats['no energy']} without an energy line (first steps {stats.missing_steps}; "
                        "step 0, the initial configuration, never has one)")
     for key, text in (("no x", "without positions"), ("no f", "without forces"),
                       ("repeated step", "repeating a step (the later frame is used)"),
