@@ -52,7 +52,8 @@ INDEX_DTYPE = np.dtype([
     ("step", np.int64), ("time", np.float64), ("lambda", np.float64), ("double", bool),
 ] + [(f"{name}_size", np.int64) for name, _ in BLOCKS])
 
-_MAX_STRING = 1024  # a version string longer than this is a corrupt header
+_MAX_STRING = 64  # a version string longer than this is a corrupt header (GROMACS writes 12 bytes)
+_HEADER_READ = 12 + _MAX_STRING + 4 * len(HEADER_INTS) + 16  # bytes that always hold a whole header
 
 
 def _real_size(ints, natoms, where):
@@ -78,8 +79,8 @@ def read_header(buffer, where, previous_real=None):
     """Decode one frame header.
 
     Args:
-        buffer: bytes starting at the frame (at least the whole header; 92
-            bytes is always enough for standard files).
+        buffer: bytes starting at the frame (at least the whole header: 84
+            bytes in single and 92 in double precision).
         where: text naming the file, frame and byte offset, for errors.
         previous_real: bytes per real of the previous frame, used when a frame
             has no block from which to tell the precision.
@@ -178,11 +179,11 @@ class TRRFile:
         rows, offset, real = [], 0, None
         while offset < size:
             where = f"{self.path}: frame {len(rows)} (byte offset {offset})"
-            head = self._pread(offset, 128)
+            head = self._pread(offset, _HEADER_READ)
             try:
                 ints, header_bytes, real = read_header(head, where, real)
             except DataError:
-                if offset + len(head) >= size and len(head) < 128 and _looks_like_header_start(head):
+                if offset + len(head) >= size and len(head) < _HEADER_READ and _looks_like_header_start(head):
                     if self._truncated(where, allow_truncated, len(rows)):
                         break
                 raise
