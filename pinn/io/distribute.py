@@ -68,7 +68,8 @@ def distribute_data(*file_lists, rank=None, size=None, weights=None):
     owner = balance(weights, size)
     mine = [i for i in range(n) if owner[i] == rank]
     share = [[files[i] for i in mine] for files in lists]
-    names = ", ".join(os.path.basename(os.fspath(f)) for f in _trr_list(lists, mine))
+    named = _trr_files(lists) or lists[0]
+    names = ", ".join(os.path.basename(os.fspath(named[i])) for i in mine)
     log.info("distribute_data: rank %d of %d gets %d of %d file sets (%g of %g %s): %s", rank, size, len(mine), n,
              float(np.sum(weights[mine])), float(np.sum(weights)), unit, names)
     return share
@@ -102,23 +103,24 @@ def balance(weights, size):
     return owner
 
 
-def _trr_list(lists, positions):
+def _trr_files(lists):
+    """The list whose files are all ``.trr`` files, or None."""
     for files in lists:
         if all(os.fspath(f).endswith(".trr") for f in files):
-            return [files[i] for i in positions]
-    return [lists[0][i] for i in positions]
+            return files
+    return None
 
 
 def _weights(lists):
     """Frames per position from the trr list if there is one, else bytes."""
     from pinn.io.trr import TRRFile
-    for files in lists:
-        if all(os.fspath(f).endswith(".trr") for f in files):
-            counts = []
-            for path in files:
-                with TRRFile(path, allow_truncated=True) as trr:
-                    counts.append(len(trr))
-            return np.asarray(counts, dtype=float), "frames"
+    trr_files = _trr_files(lists)
+    if trr_files is not None:
+        counts = []
+        for path in trr_files:
+            with TRRFile(path, allow_truncated=True) as trr:
+                counts.append(len(trr))
+        return np.asarray(counts, dtype=float), "frames"
     sizes = []
     for i in range(len(lists[0])):
         total = 0

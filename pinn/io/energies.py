@@ -37,6 +37,20 @@ LAYOUTS = {
 }
 
 
+def last_occurrence(keys):
+    """Indices of the last occurrence of each distinct key, ordered by key.
+
+    Args:
+        keys: 1-d array (e.g. step numbers of a file a restarted run appended to).
+
+    Returns:
+        (distinct keys sorted, int64 index of the last occurrence of each).
+    """
+    keys = np.asarray(keys)
+    distinct, last_from_end = np.unique(keys[::-1], return_index=True)
+    return distinct, len(keys) - 1 - last_from_end
+
+
 def read_energies(path, columns=None):
     """Read a CPMD ``ENERGIES`` file.
 
@@ -97,9 +111,7 @@ def read_energies(path, columns=None):
         bad = int(np.flatnonzero(nfi != np.round(nfi))[0])
         raise DataError(f"{path}: line {rows[bad][0]}: step number {rows[bad][1][0]!r} is not an integer")
     nfi = nfi.astype(np.int64)
-    # the last line of each step wins: unique over the reversed order keeps the last occurrence
-    steps, last_from_end = np.unique(nfi[::-1], return_index=True)
-    keep = len(nfi) - 1 - last_from_end
+    steps, keep = last_occurrence(nfi)  # the last line of each step wins
     replaced = len(nfi) - len(steps)
     if replaced:
         log.info("%s: %d lines repeat an earlier step (a restarted run appended to the file); "

@@ -27,7 +27,7 @@ from pinn import keys as K
 from pinn import units
 from pinn.io.base import Frame, list_loader
 from pinn.io.cpmd import FTrajectory, gromacs_to_cpmd_order, read_overlaps
-from pinn.io.energies import read_energies
+from pinn.io.energies import last_occurrence, read_energies
 from pinn.io.errors import DataError
 from pinn.io.mpt import read_mpt
 from pinn.io.ndx import read_ndx
@@ -97,7 +97,7 @@ def load_mimic(mpt, trr, energies, split=False, shuffle=True, seed=0, *, energy_
         raise DataError("load_mimic: forces='ftrajectory' needs ftrajectory=<FTRAJECTORY file(s)>")
     reader = _FrameReader(forces, position_tolerance)
     items, stats = [], _Skipped()
-    topologies, energy_tables = {}, {}
+    topologies, energy_tables, selections = {}, {}, {}
     for run in runs:
         if run.mpt not in topologies:
             topologies[run.mpt] = read_mpt(run.mpt)
@@ -107,8 +107,10 @@ def load_mimic(mpt, trr, energies, split=False, shuffle=True, seed=0, *, energy_
         table = energy_tables[run.energies]
         if energy_column not in table:
             raise DataError(f"{run.energies}: no column {energy_column!r}; columns: {list(table)}")
-        atoms = _selection(select, topology)
-        elems = topology.atomic_numbers[atoms]
+        if run.mpt not in selections:  # runs usually share one .mpt: select once
+            atoms = _selection(select, topology)
+            selections[run.mpt] = atoms, topology.atomic_numbers[atoms]
+        atoms, elems = selections[run.mpt]
         order = None
         ftraj = None
         if forces == "ftrajectory":
@@ -223,9 +225,8 @@ def _pair_frames(run, run_id, index, topology, energy_ev, nfi, nfi_offset, force
                         f"atoms, but {run.mpt} has {topology.natoms}")
     steps = index["step"]
     # a step written twice (appended restart): the later frame wins
-    _, last_from_end = np.unique(steps[::-1], return_index=True)
     keep = np.zeros(len(steps), bool)
-    keep[len(steps) - 1 - last_from_end] = True
+    keep[last_occurrence(steps)[1]] = True
     stats["repeated step"] += int((~keep).sum())
     needed = ["x"] + (["f"] if forces == "trr" else [])
     for block in needed:

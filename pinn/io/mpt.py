@@ -20,6 +20,7 @@ The per-atom arrays follow GROMACS atom order: for each ``[ molecules ]``
 entry, the table of its moleculetype repeated ``count`` times.  This is the
 order of the atoms in the run's ``.trr`` files.
 """
+import functools
 import os
 from collections.abc import Mapping
 
@@ -109,7 +110,7 @@ class MPTTopology(Mapping):
     def __len__(self):
         return len(self._columns)
 
-    @property
+    @functools.cached_property
     def atomic_numbers(self):
         """Atomic numbers (int32 array) of the ``'element'`` column.
 
