@@ -1,13 +1,26 @@
-"""Logging set-up: the ``pinn`` logger writes to stderr and to ``model_dir/train.log``."""
+"""Logging set-up: the ``pinn`` logger writes to stderr and to ``model_dir/train.log``.
+
+In a parallel run rank 0 alone writes ``train.log``; every rank's stderr
+lines carry its rank (``pinn[rank 1]``), and ranks other than 0 print only
+warnings and errors so the job's output is not N copies of one log.
+"""
 import logging
 import os
 import sys
 
-_FORMAT = "%(asctime)s pinn %(levelname)s %(message)s"
+
+def _format(rank):
+    tag = "pinn" if rank is None else f"pinn[rank {rank}]"
+    return f"%(asctime)s {tag} %(levelname)s %(message)s"
 
 
-def setup_logging(model_dir=None, level=logging.INFO):
+def setup_logging(model_dir=None, level=logging.INFO, rank=None):
     """Attach a stderr handler (once) and a file handler for ``model_dir`` (once per directory).
+
+    Args:
+        model_dir: directory for ``train.log``; ``None``: stderr only.
+        level: level of the ``pinn`` logger.
+        rank: rank shown in stderr lines of a parallel run (``None``: no tag).
 
     Returns:
         The ``pinn`` logger.
@@ -15,16 +28,18 @@ def setup_logging(model_dir=None, level=logging.INFO):
     logger = logging.getLogger("pinn")
     logger.setLevel(level)
     logger.propagate = False
-    if not any(getattr(h, "_pinn_stream", False) for h in logger.handlers):
+    stream = [h for h in logger.handlers if getattr(h, "_pinn_stream", False)]
+    if not stream:
         handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter(_FORMAT, "%H:%M:%S"))
         handler._pinn_stream = True
         logger.addHandler(handler)
+        stream = [handler]
+    stream[0].setFormatter(logging.Formatter(_format(rank), "%H:%M:%S"))
     if model_dir:
         os.makedirs(model_dir, exist_ok=True)
         path = os.path.abspath(os.path.join(model_dir, "train.log"))
         if not any(getattr(h, "baseFilename", None) == path for h in logger.handlers):
             handler = logging.FileHandler(path)
-            handler.setFormatter(logging.Formatter(_FORMAT))
+            handler.setFormatter(logging.Formatter(_format(None)))
             logger.addHandler(handler)
     return logger

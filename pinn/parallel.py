@@ -1,17 +1,51 @@
 """The one module that talks to Horovod.
 
-A single-process run never imports Horovod: :func:`world` only asks Horovod
-for the rank and size when a Horovod TensorFlow module has already been
-imported and initialised by the program.
+A single-process run never imports Horovod.  The trainer talks to a *world*
+object with one interface and two implementations:
+
+- :class:`SerialWorld` (one process): every reduction is the identity.
+- :class:`HorovodWorld` (``params['parallel'] = True``, made by
+  :func:`parallelize_model`): sums over ranks with Horovod's collectives
+  (Gloo or MPI controller, NCCL on GPUs when Horovod was built with it),
+  broadcasts from rank 0, and says who may write files.
+
+:func:`world` reports the (rank, size) of an initialised Horovod without
+importing it, for code such as :func:`pinn.io.distribute_data`.
 """
 import logging
+import math
 import os
+import socket
 import sys
 
-log = logging.getLogger(__name__)
+from pinn.params import Option, non_negative, positive
+
+log = logging.getLogger("pinn")
 
 #: environment variables through which launchers announce the number of processes
 _LAUNCHER_SIZE_VARS = ("HOROVOD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "SLURM_NTASKS")
+
+#: options of ``params['parallel_params']`` (used when ``params['parallel']`` is true)
+PARAMS = {
+    "lr_scaling": Option(str, "linear", "how the learning rate grows with the number of ranks N: 'linear' (×N), "
+                         "'sqrt' (×√N) or 'none'. When it scales, decay_step and warmup_steps count single-rank "
+                         "steps, so the schedule follows the amount of data seen",
+                         choices=("linear", "sqrt", "none")),
+    "warmup_steps": Option(int, 0, "ramp the learning rate linearly from the single-rank rate to the scaled rate "
+                           "over this many (single-rank) steps", check=non_negative),
+    "compression": Option(str, "none", "compress gradients for the allreduce: 'fp16' halves the bytes sent",
+                          choices=("none", "fp16")),
+    "fusion_threshold_mb": Option((float, None), None, "Horovod's tensor fusion buffer in MB "
+                                  "(HOROVOD_FUSION_THRESHOLD; None: Horovod's default, 128 MB)", check=non_negative),
+    "cycle_time_ms": Option((float, None), None, "Horovod's cycle time in ms (HOROVOD_CYCLE_TIME; None: "
+                            "Horovod's default)", check=positive),
+    "intra_op_threads": Option((int, None), None, "TensorFlow threads per rank on CPU (None: the cores this "
+                               "process may use, shared among the ranks on its node)", check=positive),
+    "single_rank_throughput": Option((float, None), None, "structures/s of a 1-rank run on the same data; when "
+                                     "given, the progress line reports the scaling efficiency", check=positive),
+    "stall_timeout_s": Option(float, 600.0, "end the job with an error when one training step takes longer than "
+                              "this (a rank died or hangs)", check=positive),
+}
 
 
 def world():
@@ -37,3 +71,227 @@ def launcher_size():
         if value.isdigit() and int(value) > 0:
             return int(value)
     return 1
+
+
+def lr_scale(size, scaling):
+    """Factor of the learning rate for ``size`` ranks: ``size`` (linear), ``√size`` (sqrt) or 1 (none)."""
+    return {"linear": float(size), "sqrt": math.sqrt(size), "none": 1.0}[scaling]
+
+
+class SerialWorld:
+    """One process: reductions are the identity, and this process writes everything."""
+
+    rank, size, local_rank, local_size = 0, 1, 0, 1
+    is_chief = True
+    is_parallel = False
+    options = {key: option.default for key, option in PARAMS.items()}
+
+    def allreduce_sum(self, tensors, compress=False):
+        """Sum over ranks of a list of tensors (here: the list itself)."""
+        return list(tensors)
+
+    def allreduce_sum_numpy(self, array):
+        return array
+
+    def allgather_numpy(self, array):
+        """Rows of every rank stacked (here: one row)."""
+        import numpy as np
+        return np.asarray(array)[None]
+
+    def broadcast_variables(self, variables):
+        """Make every rank's variables equal rank 0's (here: nothing to do)."""
+
+    def log_summary(self):
+        """Log the world once (rank 0): size, Horovod build, rank → host/device map (here: nothing)."""
+
+
+class HorovodWorld(SerialWorld):
+    """Many processes joined by Horovod; made by :func:`parallelize_model`."""
+
+    is_parallel = True
+
+    def __init__(self, hvd, options):
+        import tensorflow as tf
+        self._hvd, self._tf = hvd, tf
+        self.options = dict(options)
+        self.rank, self.size = hvd.rank(), hvd.size()
+        self.local_rank, self.local_size = hvd.local_rank(), hvd.local_size()
+        self.is_chief = self.rank == 0
+        self._compression = hvd.Compression.fp16 if options["compression"] == "fp16" else hvd.Compression.none
+
+    def log_summary(self):
+        if not self.is_chief or getattr(self, "_logged", False):
+            return
+        self._logged = True
+        log.info("parallel training on %d rank(s): %s", self.size, self.build)
+        for rank, host, local_rank, device in self.rank_map:
+            log.info("  rank %d: host %s, local rank %d, %s", rank, host, local_rank, device)
+        if self.size == 1:
+            log.warning("*" * 72)
+            log.warning("params['parallel'] is True but this is the only process: nothing runs in parallel. "
+                        "Launch one process per GPU with srun, mpirun or horovodrun (docs/parallel.md).")
+            log.warning("*" * 72)
+
+    def allreduce_sum(self, tensors, compress=False):
+        """Sum over ranks of a list of tensors, in one fused Horovod collective.
+
+        Works eagerly and inside ``tf.function``.  With ``compress`` (used for
+        gradients), floating tensors travel with the configured compression
+        (fp16 halves the bytes; the sum comes back in the original dtype).
+        """
+        tf, hvd = self._tf, self._hvd
+        tensors = [tf.convert_to_tensor(t) for t in tensors]
+        compression = self._compression if compress else hvd.Compression.none
+        return hvd.grouped_allreduce(tensors, op=hvd.Sum, compression=compression)
+
+    def allreduce_sum_numpy(self, array):
+        """Sum over ranks of a float64 NumPy array, uncompressed (exact metrics)."""
+        import numpy as np
+        tf, hvd = self._tf, self._hvd
+        return hvd.allreduce(tf.constant(np.asarray(array, dtype=np.float64)), op=hvd.Sum).numpy()
+
+    def allgather_numpy(self, array):
+        """[size, ...] array of every rank's ``array`` (same shape on all ranks)."""
+        import numpy as np
+        array = np.asarray(array, dtype=np.float64)
+        gathered = self._hvd.allgather(self._tf.constant(array[None])).numpy()
+        return gathered.reshape((self.size,) + array.shape)
+
+    def broadcast_variables(self, variables):
+        """Assign rank 0's values to ``variables`` on every rank (bool variables travel as int8)."""
+        tf, hvd = self._tf, self._hvd
+        plain = [v for v in variables if v.dtype != tf.bool]
+        if plain:
+            hvd.broadcast_variables(plain, root_rank=0)
+        for v in variables:
+            if v.dtype == tf.bool:
+                v.assign(tf.cast(hvd.broadcast(tf.cast(v, tf.int8), root_rank=0), tf.bool))
+
+
+def _configure_horovod_env(options):
+    """Horovod reads its tuning knobs from the environment at ``hvd.init()``."""
+    if options.get("fusion_threshold_mb") is not None:
+        os.environ["HOROVOD_FUSION_THRESHOLD"] = str(int(options["fusion_threshold_mb"] * 1024 * 1024))
+    if options.get("cycle_time_ms") is not None:
+        os.environ["HOROVOD_CYCLE_TIME"] = str(options["cycle_time_ms"])
+
+
+def _pin_devices(hvd, options):
+    """One GPU per process (by local rank); on CPU, this rank's share of the cores.
+
+    Returns:
+        A short text for the rank map: ``'GPU 1'`` or ``'CPU, 4 threads'``.
+    """
+    import tensorflow as tf
+    gpus = tf.config.list_physical_devices("GPU")
+    if gpus:
+        gpu = gpus[hvd.local_rank() % len(gpus)]
+        try:
+            tf.config.set_visible_devices([gpu], "GPU")
+            tf.config.experimental.set_memory_growth(gpu, True)
+        except RuntimeError as err:
+            raise RuntimeError(
+                "parallelize_model: TensorFlow was already running when the model was built, so each rank "
+                "would use every GPU of its node; build the model (potential_model(params)) before any "
+                "TensorFlow work, or call pinn.parallel.init(params) at the top of the script") from err
+        if len(gpus) < hvd.local_size():
+            log.warning("rank %d: %d ranks on this node share %d GPU(s)", hvd.rank(), hvd.local_size(), len(gpus))
+        return gpu.name.replace("/physical_device:", "")
+    threads = options.get("intra_op_threads")
+    if threads is None:
+        available = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+        # a launcher that bound this rank to fewer cores than the node has already gave it its share
+        if available >= (os.cpu_count() or available):
+            available //= max(hvd.local_size(), 1)
+        threads = max(available, 1)
+    try:
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
+        tf.config.threading.set_inter_op_parallelism_threads(max(1, min(2, threads)))
+    except RuntimeError:
+        log.warning("rank %d: TensorFlow was already running, so its thread count could not be set to %d; "
+                    "build the model before any TensorFlow work", hvd.rank(), threads)
+        threads = tf.config.threading.get_intra_op_parallelism_threads() or "default"
+    return f"CPU, {threads} threads"
+
+
+def _build_info(hvd):
+    parts = [name for name, built in (("MPI", hvd.mpi_built()), ("Gloo", hvd.gloo_built()),
+                                      ("NCCL", hvd.nccl_built())) if built]
+    controller = "MPI" if hvd.mpi_enabled() else "Gloo" if hvd.gloo_enabled() else "?"
+    return f"Horovod {getattr(sys.modules.get('horovod'), '__version__', '?')} built with " \
+           f"{'+'.join(parts) or 'nothing'}, controller {controller}"
+
+
+_WORLD = None
+
+
+def init(params=None):
+    """Start Horovod for this process (once): tuning knobs, ``hvd.init()``, device pinning.
+
+    Call it at the top of a parallel script if the script runs TensorFlow
+    before it builds the model; otherwise :func:`parallelize_model` calls it.
+
+    Args:
+        params: resolved params, or ``None`` for the default parallel options.
+
+    Returns:
+        The :class:`HorovodWorld` of this process.
+
+    Raises:
+        RuntimeError: the launcher started several processes but Horovod sees
+            only one (e.g. ``srun`` with a Horovod built without MPI), which
+            would make every process train alone on the same ``model_dir``.
+    """
+    global _WORLD
+    if _WORLD is not None:
+        return _WORLD
+    from pinn.params import validate_section
+    options = validate_section((params or {}).get("parallel_params"), PARAMS, "parallel_params")
+    _configure_horovod_env(options)
+    import horovod.tensorflow as hvd
+    hvd.init()
+    if hvd.size() == 1 and launcher_size() > 1:
+        raise RuntimeError(
+            f"the launcher started {launcher_size()} processes but Horovod sees 1 ({_build_info(hvd)}): "
+            "launch with horovodrun or mpirun, or build Horovod with MPI for srun (see docs/parallel.md)")
+    device = _pin_devices(hvd, options)
+    world_ = HorovodWorld(hvd, options)
+    world_.device = device
+    world_.build = _build_info(hvd)
+    world_.rank_map = _gather_rank_map(world_)
+    _WORLD = world_
+    return world_
+
+
+def _gather_rank_map(world_):
+    """Every rank's (rank, host, local rank, device), gathered on all ranks."""
+    from horovod.tensorflow.functions import allgather_object
+    return allgather_object((world_.rank, socket.gethostname(), world_.local_rank, world_.device))
+
+
+def parallelize_model(params):
+    """Make a model train on all ranks of a Horovod job.
+
+    Called by the model functions (:func:`pinn.models.potential_model`) when
+    ``params['parallel']`` is true, before the model is built.  It starts
+    Horovod (:func:`init`: pins each process to the GPU of its local rank,
+    or gives it its share of the CPU cores) and returns the
+    :class:`HorovodWorld` through which the trainer then
+
+    - writes checkpoints, ``params.yml`` and logs on rank 0 only;
+    - scales the learning rate (``parallel_params.lr_scaling``, with warmup);
+    - broadcasts variables and optimizer state from rank 0 after building,
+      after restoring a checkpoint and after a rollback;
+    - sums gradients over ranks every (accumulated) step with Horovod's
+      grouped allreduce, losses normalised by global counts, so the N-rank
+      update equals the 1-rank update on the union of the N batches;
+    - sums validation errors, agrees on skipping non-finite steps and on
+      stopping after a signal.
+
+    Args:
+        params: resolved params (:func:`pinn.params.resolve`).
+
+    Returns:
+        :class:`HorovodWorld`.
+    """
+    return init(params)

@@ -99,6 +99,9 @@ TOP_LEVEL = {
     "precision": Option(str, "float32", "floating-point precision of the network and training",
                         choices=("float32", "float64")),
     "seed": Option(int, 0, "seed of the weight initialisation"),
+    "parallel": Option(bool, False, "train on all ranks of a Horovod job (one process per GPU, launched with "
+                       "srun, mpirun or horovodrun; see the parallel-training page)"),
+    "parallel_params": Option(dict, {}, "options of parallel training (see below); used when parallel is True"),
 }
 
 
@@ -131,6 +134,7 @@ def resolve(params):
     """
     from pinn.models import MODELS
     from pinn.networks import NETWORKS, canonical_network_name
+    from pinn.parallel import PARAMS as PARALLEL_PARAMS
 
     if not isinstance(params, dict):
         raise ParamsError(f"params: expected a dict, got {type(params).__name__}")
@@ -148,6 +152,7 @@ def resolve(params):
         raise ParamsError(f"model.name: {model['name']!r} is not one of {sorted(MODELS)}")
     out["model"] = {"name": model["name"],
                     "params": validate_section(model["params"], MODELS[model["name"]].PARAMS, "model.params")}
+    out["parallel_params"] = validate_section(out["parallel_params"], PARALLEL_PARAMS, "parallel_params")
     return out
 
 

@@ -45,17 +45,22 @@ if [ ! -f "$stamp" ]; then
 fi
 
 # Horovod, built from source against the installed TensorFlow, cached as a wheel.
-if [ "${PINN_NO_HOROVOD:-0}" != 1 ] && ! python -c 'import horovod.tensorflow' >/dev/null 2>&1; then
+# The flavour says which controllers it has: MPI is added when OpenMPI (mpicxx,
+# mpirun) is installed, and a Horovod built before MPI appeared is rebuilt once.
+horovod_flavour="gloo"
+if command -v mpicxx >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1; then horovod_flavour="gloo-mpi"; fi
+if [ -n "${HOROVOD_GPU_OPERATIONS:-}" ]; then horovod_flavour="$horovod_flavour-gpu$HOROVOD_GPU_OPERATIONS"; fi
+horovod_stamp="$PINN_VENV/.pinn-horovod-$horovod_flavour"
+if [ "${PINN_NO_HOROVOD:-0}" != 1 ] &&
+   { [ ! -f "$horovod_stamp" ] || ! python -c 'import horovod.tensorflow' >/dev/null 2>&1; }; then
   tfver=$(python -c 'import tensorflow as tf; print(tf.__version__)' 2>/dev/null)
-  flavour="gloo"
+  flavour="$horovod_flavour"
   build_env=(HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_PYTORCH=1
              HOROVOD_WITHOUT_MXNET=1 CMAKE_POLICY_VERSION_MINIMUM=3.5)
-  if command -v mpicxx >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1; then
-    flavour="gloo-mpi"; build_env+=(HOROVOD_WITH_MPI=1)
-  else
-    build_env+=(HOROVOD_WITHOUT_MPI=1)
-  fi
-  if [ -n "${HOROVOD_GPU_OPERATIONS:-}" ]; then flavour="$flavour-gpu$HOROVOD_GPU_OPERATIONS"; fi
+  case "$flavour" in
+    *mpi*) build_env+=(HOROVOD_WITH_MPI=1) ;;
+    *) build_env+=(HOROVOD_WITHOUT_MPI=1) ;;
+  esac
   wheeldir="$PINN_CACHE/wheels/horovod-$HOROVOD_VERSION-tf$tfver-py$(python -c 'import sys; print("%d%d" % sys.version_info[:2])')-$flavour"
   if ! ls "$wheeldir"/horovod-*.whl >/dev/null 2>&1; then
     _log "building Horovod $HOROVOD_VERSION ($flavour) against TensorFlow $tfver; this takes 2-7 minutes once"
@@ -65,7 +70,10 @@ if [ "${PINN_NO_HOROVOD:-0}" != 1 ] && ! python -c 'import horovod.tensorflow' >
       python -m pip wheel --no-deps --no-build-isolation --no-cache-dir \
       -w "$wheeldir" "horovod==$HOROVOD_VERSION"
   fi
-  python -m pip install -q "$wheeldir"/horovod-*.whl
+  python -m pip install -q --force-reinstall --no-deps "$wheeldir"/horovod-*.whl
+  python -m pip install -q 'cloudpickle' 'psutil' 'pyyaml' 'packaging'
+  rm -f "$PINN_VENV"/.pinn-horovod-*
+  touch "$horovod_stamp"
   horovodrun --check-build >&2 || true
 fi
 set +eo pipefail

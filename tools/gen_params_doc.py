@@ -14,6 +14,7 @@ sys.path.insert(0, ROOT)  # the checkout's pinn, even when it is not installed
 
 from pinn.models import MODELS  # noqa: E402  (the potential model's schema is pinn.models.potential.PARAMS)
 from pinn.networks import NETWORKS  # noqa: E402
+from pinn.parallel import PARAMS as PARALLEL_PARAMS  # noqa: E402
 from pinn.params import TOP_LEVEL, describe  # noqa: E402
 
 OUT = os.path.join(ROOT, "docs", "params.md")
@@ -79,7 +80,9 @@ The tables below list every option: `key`, accepted types, default and meaning.
 
 
 def render():
-    parts = [INTRO, "## Top level\n", describe(TOP_LEVEL)]
+    parts = [INTRO, "## Top level\n", describe(TOP_LEVEL),
+             "\n## `parallel_params`\n", "Used when `parallel` is True; see [parallel training](parallel.md).\n",
+             describe(PARALLEL_PARAMS)]
     for name, cls in NETWORKS.items():
         parts += [f"\n## `network.params` for `{name}`\n", describe(cls.PARAMS)]
     for name, cls in MODELS.items():

@@ -15,6 +15,7 @@ import tensorflow as tf
 
 from pinn import keys as K
 from pinn.params import Option, non_negative, positive
+from pinn.trainer import TRAINING_PARAMS
 
 PARAMS = {
     "use_force": Option(bool, False, "train on forces as well as energies"),
@@ -29,17 +30,13 @@ PARAMS = {
     "e_dress": Option(dict, {}, "per-element energy offsets {atomic number: eV} added to the network energy"),
     "fit_e_dress": Option(bool, False, "before training, fit e_dress by least squares to the training energies "
                           "minus the initial network energies"),
-    "fit_e_dress_batches": Option(int, 100, "number of training batches used to fit e_dress", check=positive),
-    "learning_rate": Option(float, 3e-4, "Adam learning rate", check=positive),
-    "decay_step": Option(int, 10000, "steps per decay of the learning rate", check=positive),
-    "decay_rate": Option(float, 0.96, "factor of the exponential decay per decay_step", check=positive),
-    "max_grad_norm": Option((float, None), 10.0, "clip gradients to this global norm (None: no clipping)"),
-    "save_checkpoint_steps": Option(int, 1000, "write a checkpoint every that many steps", check=positive),
-    "keep_checkpoint_max": Option(int, 5, "number of checkpoints kept", check=positive),
-    "log_every_n_steps": Option(int, 100, "progress line every that many steps", check=positive),
-    "data_resume": Option(str, "skip", "on resume, 'skip' the batches already trained on (exact for a "
-                          "seeded pipeline) or start the input again ('none')", choices=("skip", "none")),
+    "fit_e_dress_batches": Option(int, 100, "number of training batches (per rank) used to fit e_dress",
+                                  check=positive),
+    **TRAINING_PARAMS,
 }
+
+#: loss terms in their fixed order; energy always, forces / stress when enabled
+LOSS_TERMS = ("energy", "forces", "stress")
 
 
 def pair_geometry(tensors):
@@ -129,6 +126,49 @@ class PotentialModel(tf.Module):
                                      tf.zeros_like(virial))
         return out
 
+    def loss_term_names(self):
+        """The enabled loss terms, in the order of :data:`LOSS_TERMS`."""
+        p = self.params
+        return [t for t in LOSS_TERMS if t == "energy" or p[{"forces": "use_force", "stress": "use_stress"}[t]]]
+
+    def loss_weights(self):
+        """Multiplier of each loss term."""
+        p = self.params
+        return {"energy": p["e_loss_multiplier"], "forces": p["f_loss_multiplier"], "stress": p["s_loss_multiplier"]}
+
+    def loss_counts(self, tensors):
+        """Number of values in each enabled loss term (depends on the data only).
+
+        Returns:
+            dict term → count (float64 scalar): structures for ``energy``,
+            force components for ``forces``, 9 × periodic structures for ``stress``.
+        """
+        counts = {"energy": tf.cast(tf.shape(tensors[K.CELL])[0], tf.float64)}
+        if self.params["use_force"]:
+            counts["forces"] = tf.cast(tf.size(tensors[K.COORD]), tf.float64)
+        if self.params["use_stress"]:
+            counts["stress"] = 9.0 * tf.reduce_sum(tf.cast(tf.reduce_any(tensors[K.PBC], axis=1), tf.float64))
+        return counts
+
+    def loss_sums(self, tensors, pred):
+        """Sum of squared errors of each enabled loss term (same keys as :meth:`loss_counts`)."""
+        p = self.params
+        dtype = pred["energy"].dtype
+        n_struct = tf.shape(pred["energy"])[0]
+        e_err = pred["energy"] - tf.cast(tensors[K.E_DATA], dtype)
+        if p["use_e_per_atom"]:
+            n_atoms = tf.math.unsorted_segment_sum(tf.ones_like(tensors[K.ELEMS], dtype), tensors[K.IND_1][:, 0],
+                                                   n_struct)
+            e_err = e_err / n_atoms
+        sums = {"energy": tf.reduce_sum(e_err ** 2)}
+        if p["use_force"]:
+            sums["forces"] = tf.reduce_sum((pred["forces"] - tf.cast(tensors[K.F_DATA], dtype)) ** 2)
+        if p["use_stress"]:
+            periodic = tf.cast(tf.reduce_any(tensors[K.PBC], axis=1), dtype)
+            s_err = (pred["stress"] - tf.cast(tensors[K.S_DATA], dtype)) * periodic[:, None, None]
+            sums["stress"] = tf.reduce_sum(s_err ** 2)
+        return sums
+
     def loss_terms(self, tensors, pred):
         """Squared-error sums and their counts, per loss term.
 
@@ -138,28 +178,13 @@ class PotentialModel(tf.Module):
             Σ_term multiplier · sum / count; keeping sums and counts apart lets
             a parallel run normalise by global counts.
         """
-        p = self.params
         dtype = pred["energy"].dtype
-        n_struct = tf.shape(pred["energy"])[0]
-        e_err = pred["energy"] - tf.cast(tensors[K.E_DATA], dtype)
-        if p["use_e_per_atom"]:
-            n_atoms = tf.math.unsorted_segment_sum(tf.ones_like(tensors[K.ELEMS], dtype), tensors[K.IND_1][:, 0],
-                                                   n_struct)
-            e_err = e_err / n_atoms
-        terms = {"energy": (tf.reduce_sum(e_err ** 2), tf.cast(n_struct, dtype))}
-        if p["use_force"]:
-            f_err = pred["forces"] - tf.cast(tensors[K.F_DATA], dtype)
-            terms["forces"] = (tf.reduce_sum(f_err ** 2), tf.cast(tf.size(f_err), dtype))
-        if p["use_stress"]:
-            periodic = tf.cast(tf.reduce_any(tensors[K.PBC], axis=1), dtype)
-            s_err = (pred["stress"] - tf.cast(tensors[K.S_DATA], dtype)) * periodic[:, None, None]
-            terms["stress"] = (tf.reduce_sum(s_err ** 2), 9.0 * tf.reduce_sum(periodic))
-        return terms
+        sums, counts = self.loss_sums(tensors, pred), self.loss_counts(tensors)
+        return {t: (sums[t], tf.cast(counts[t], dtype)) for t in sums}
 
     def combine_loss(self, terms):
         """Σ_term multiplier · sum / count (a count of 0 contributes nothing)."""
-        weights = {"energy": self.params["e_loss_multiplier"], "forces": self.params["f_loss_multiplier"],
-                   "stress": self.params["s_loss_multiplier"]}
+        weights = self.loss_weights()
         return tf.add_n([weights[t] * tf.math.divide_no_nan(s, c) for t, (s, c) in terms.items()])
 
     def error_sums(self, tensors, pred):
@@ -175,29 +200,36 @@ class PotentialModel(tf.Module):
             out["S"] = _abs_sq_count(tf.boolean_mask(pred["stress"] - tf.cast(tensors[K.S_DATA], dtype), periodic))
         return out
 
-    def fit_dress(self, batches):
+    def fit_dress(self, batches, reduce=None):
         """Least-squares per-element offsets from ``batches`` (numpy dicts with ``elems``, ``ind_1``, ``e_data``;
         the trainer passes the energies minus the untrained network's prediction).
 
         Solves min ||C x − E|| with C the element counts per structure, so the
-        network learns only what the offsets cannot explain; elements that
-        always appear in fixed proportions get the minimum-norm split.
+        network learns only what the offsets cannot explain, through the
+        normal equations CᵀC x = CᵀE: their sums over ranks (``reduce``) give
+        every rank the fit to all ranks' structures.  Elements that always
+        appear in fixed proportions get the minimum-norm split (pseudo-inverse).
+
+        Args:
+            batches: list of NumPy batch dicts.
+            reduce: function summing a float64 array over ranks (``None``: one process).
 
         Returns:
             dict atomic number → offset (eV); also stored in ``e_dress``.
         """
         table = np.full(max(self.atom_types) + 1, -1)
         table[self.atom_types] = np.arange(len(self.atom_types))
-        rows, energies = [], []
+        n_types = len(self.atom_types)
+        normal = np.zeros((n_types, n_types + 1))  # [CᵀC | CᵀE]
         for b in batches:
             idx = table[b[K.ELEMS]]
             struct = b[K.IND_1][:, 0]
-            counts = np.zeros((len(b[K.E_DATA]), len(self.atom_types)))
+            counts = np.zeros((len(b[K.E_DATA]), n_types))
             np.add.at(counts, (struct, idx), 1.0)
-            rows.append(counts)
-            energies.append(b[K.E_DATA])
-        counts, energies = np.concatenate(rows), np.concatenate(energies)
-        solution = np.linalg.lstsq(counts, energies, rcond=None)[0]
+            normal += counts.T @ np.column_stack([counts, np.asarray(b[K.E_DATA], np.float64)])
+        if reduce is not None:
+            normal = reduce(normal)
+        solution = np.linalg.pinv(normal[:, :n_types], rcond=1e-12, hermitian=True) @ normal[:, n_types]
         self.e_dress.assign(solution)
         self.dress_fitted.assign(True)
         return {z: float(x) for z, x in zip(self.atom_types, solution)}

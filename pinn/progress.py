@@ -1,0 +1,82 @@
+"""Progress lines of a training run: loss, errors, throughput and the communication share."""
+import time
+
+import numpy as np
+
+UNITS = {"E": "eV", "F": "eV/Å", "S": "eV/Å³"}
+
+
+def errors_from_sums(sums):
+    """MAE and RMSE from error sums.
+
+    Args:
+        sums: dict metric (``'E'``, ``'F'``, ``'S'``) → (Σ|err|, Σerr², count).
+
+    Returns:
+        dict ``'E_MAE'``, ``'E_RMSE'``, ... (units of the metric) for metrics with a count.
+    """
+    out = {}
+    for key, (abs_sum, sq_sum, count) in sums.items():
+        if count:
+            out[f"{key}_MAE"] = float(abs_sum / count)
+            out[f"{key}_RMSE"] = float(np.sqrt(sq_sum / count))
+    return out
+
+
+class Meter:
+    """Accumulates, between two progress lines, the loss and error sums of all ranks
+    (already summed) and this rank's structures, step time and communication time."""
+
+    def __init__(self):
+        self.t0 = time.perf_counter()
+        self.loss, self.n_steps, self.n_struct, self.local_struct = 0.0, 0, 0.0, 0
+        self.comm_s = 0.0
+        self.sums = {}
+
+    def add(self, loss, sums, n_struct, local_struct=0, comm_s=0.0):
+        """One step: global ``loss``, ``sums`` (metric → 3 numbers) and structures, this rank's
+        structures and seconds spent communicating."""
+        self.loss += float(loss)
+        self.n_steps += 1
+        self.n_struct += float(n_struct)
+        self.local_struct += int(local_struct)
+        self.comm_s += comm_s
+        for key, values in sums.items():
+            self.sums[key] = self.sums.get(key, np.zeros(3)) + np.asarray(values, dtype=np.float64)
+
+    def elapsed(self):
+        return time.perf_counter() - self.t0
+
+    def rank_figures(self):
+        """[this rank's structures/s, share of the time spent communicating]."""
+        elapsed = max(self.elapsed(), 1e-9)
+        return np.array([self.local_struct / elapsed, self.comm_s / elapsed])
+
+    def summary(self):
+        """``loss … E_RMSE … eV F_RMSE … eV/Å N structures/s`` (all ranks together)."""
+        elapsed = max(self.elapsed(), 1e-9)
+        parts = [f"loss {self.loss / max(self.n_steps, 1):.4g}"]
+        parts += [f"{k} {v:.4g} {UNITS[k[0]]}" for k, v in errors_from_sums(self.sums).items()
+                  if k.endswith("RMSE")]
+        parts.append(f"{self.n_struct / elapsed:.0f} structures/s")
+        return " ".join(parts)
+
+
+def scaling_line(figures, single_rank_throughput=None):
+    """The per-rank part of a parallel progress line.
+
+    Args:
+        figures: [n_ranks, 2] array of (structures/s, communication share) per rank.
+        single_rank_throughput: structures/s of a 1-rank run, when known.
+
+    Returns:
+        e.g. ``ranks: 512, 498 structures/s; communication 12%, 14%; efficiency 93% of 2 × 543``.
+    """
+    rates = ", ".join(f"{r:.0f}" for r in figures[:, 0])
+    comm = ", ".join(f"{100 * c:.0f}%" for c in figures[:, 1])
+    line = f"ranks: {rates} structures/s; communication {comm}"
+    if single_rank_throughput:
+        n = len(figures)
+        efficiency = figures[:, 0].sum() / (n * single_rank_throughput)
+        line += f"; efficiency {100 * efficiency:.0f}% of {n} × {single_rank_throughput:g}"
+    return line

@@ -1,0 +1,166 @@
+"""A parallel training script for the tests in test_parallel.py: the same file runs with 1 process and with N.
+
+Usage:  python parallel_train.py WORKDIR TAG [--steps N] [--lr X] [--decay-step N] [--nan-steps ...] ...
+        horovodrun -np 2 --gloo python parallel_train.py ...   /   mpirun -np 2 python parallel_train.py ...
+
+Every step s has one "union" batch of EMT Cu/Au structures of different sizes,
+cut into 2 unequal parts; with 2 ranks rank r trains on part r, with 1 process
+on both parts (the union).  So a 2-rank run and a 1-process run see the same
+structures at every step and must end with the same weights.  Validation is
+cut into unequal shares the same way.  ``--nan-steps`` put a NaN energy into
+part 1 (rank 1) of those steps.
+
+Each rank writes WORKDIR/TAG.rank{r}.npz with its variables, validation
+metrics and every write it made inside model_dir (seen by an audit hook and
+by wrapping the checkpoint writer), and WORKDIR/TAG.rank{r}.pid.
+"""
+import argparse
+import json
+import os
+import sys
+
+import numpy as np
+
+parser = argparse.ArgumentParser()
+parser.add_argument("workdir")
+parser.add_argument("tag")
+parser.add_argument("--steps", type=int, default=20)
+parser.add_argument("--lr", type=float, default=1e-3)
+parser.add_argument("--decay-step", type=int, default=20)
+parser.add_argument("--lr-scaling", default="linear")
+parser.add_argument("--nan-steps", type=int, nargs="*", default=[])
+parser.add_argument("--accumulate", type=int, default=1)
+parser.add_argument("--save-every", type=int, default=10)
+parser.add_argument("--stall-timeout", type=float, default=600.0)
+parser.add_argument("--model-dir", default=None)
+args = parser.parse_args()
+
+MODEL_DIR = os.path.abspath(args.model_dir or os.path.join(args.workdir, "model"))
+writes = []
+
+
+def audit(event, event_args):
+    """Record file writes inside model_dir made from Python on this rank."""
+    if event == "open":
+        path, mode, flags = event_args
+        writing = (mode is not None and any(c in str(mode) for c in "wax+")) or \
+                  (mode is None and isinstance(flags, int) and flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT))
+        if writing and isinstance(path, (str, bytes)) and os.path.abspath(os.fsdecode(path)).startswith(MODEL_DIR):
+            writes.append(f"open {os.fsdecode(path)}")
+    elif event in ("os.rename", "os.replace", "os.remove", "os.mkdir"):
+        path = os.fsdecode(event_args[0]) if isinstance(event_args[0], (str, bytes)) else ""
+        if os.path.abspath(path).startswith(MODEL_DIR):
+            writes.append(f"{event} {path}")
+
+
+sys.addaudithook(audit)
+
+import tensorflow as tf  # noqa: E402
+from ase.build import bulk  # noqa: E402
+from ase.calculators.emt import EMT  # noqa: E402
+
+from pinn import keys as K  # noqa: E402
+from pinn.io.batch import batch_from_atoms  # noqa: E402
+from pinn.models import potential_model  # noqa: E402
+
+RC = 4.0
+_save = tf.train.CheckpointManager.save
+
+
+def _recording_save(self, *a, **kw):
+    writes.append("CheckpointManager.save")
+    return _save(self, *a, **kw)
+
+
+tf.train.CheckpointManager.save = _recording_save
+
+params = {
+    "model_dir": MODEL_DIR,
+    "network": {"name": "PiNet", "params": {"atom_types": [29, 79], "rc": RC, "depth": 2, "pp_nodes": [8],
+                                            "pi_nodes": [8], "ii_nodes": [8], "out_nodes": [8], "n_basis": 4}},
+    "model": {"name": "potential_model",
+              "params": {"use_force": True, "use_stress": True, "fit_e_dress": True, "fit_e_dress_batches": 3,
+                         "f_loss_multiplier": 10.0, "s_loss_multiplier": 100.0, "learning_rate": args.lr,
+                         "decay_step": args.decay_step, "decay_rate": 0.5, "log_every_n_steps": 5,
+                         "save_checkpoint_steps": args.save_every, "max_nonfinite_steps": 3,
+                         "accumulate_batches": args.accumulate}},
+    "parallel": True,
+    "parallel_params": {"lr_scaling": args.lr_scaling, "stall_timeout_s": args.stall_timeout},
+}
+model = potential_model(params)  # starts Horovod (before any other TensorFlow work)
+rank, size = model.world.rank, model.world.size
+with open(os.path.join(args.workdir, f"{args.tag}.rank{rank}.pid"), "w") as f:
+    f.write(str(os.getpid()))
+
+
+def structure(seed):
+    """An EMT-labelled periodic Cu/Au cell of 4, 8 or 12 atoms, strained and rattled."""
+    rng = np.random.RandomState(seed)
+    atoms = bulk("Cu", "fcc", a=3.7, cubic=True).repeat((1 + seed % 3, 1, 1))
+    atoms.numbers[rng.rand(len(atoms)) < 0.3] = 79
+    atoms.set_cell(atoms.cell[:] @ (np.eye(3) + 0.02 * rng.randn(3, 3)), scale_atoms=True)
+    atoms.rattle(0.1, seed=seed)
+    atoms.calc = EMT()
+    return atoms, atoms.get_potential_energy(), atoms.get_forces(), atoms.get_stress(voigt=False)
+
+
+def batch(structures, nan=False):
+    out = batch_from_atoms([s[0] for s in structures], RC)
+    out[K.E_DATA] = np.array([s[1] for s in structures], np.float32)
+    out[K.F_DATA] = np.concatenate([s[2] for s in structures]).astype(np.float32)
+    out[K.S_DATA] = np.stack([s[3] for s in structures]).astype(np.float32)
+    if nan:
+        out[K.E_DATA][-1] = np.nan
+    return out
+
+
+def parts(first_seed, sizes):
+    """Structures cut into consecutive parts of the given sizes."""
+    seeds = np.cumsum([0] + list(sizes)) + first_seed
+    return [[structure(s) for s in range(seeds[i], seeds[i + 1])] for i in range(len(sizes))]
+
+
+def my_share(chunks):
+    """Rank r of 2 gets chunk r; a single process gets all chunks in order (the union)."""
+    return [s for i, chunk in enumerate(chunks) for s in chunk if size == 1 or i == rank]
+
+
+POOL = {}
+
+
+def step_batch(step):
+    if step not in POOL:
+        POOL[step] = parts(1000 * step, (2 + step % 3, 1 + (step * 7) % 4))
+    chunks = POOL[step]
+    nan = step in args.nan_steps and (size == 1 or rank == 1)
+    return batch(my_share(chunks), nan=nan)
+
+
+spec = {k: tf.TensorSpec((None,) + v.shape[1:], tf.as_dtype(v.dtype)) for k, v in step_batch(0).items()}
+
+
+def train_input():
+    def gen():
+        step = 0
+        while True:
+            yield step_batch(step)
+            step += 1
+    return tf.data.Dataset.from_generator(gen, output_signature=spec)
+
+
+validation = parts(10 ** 6, (5, 3))
+
+
+def vali_input():
+    share = my_share(validation)
+    batches = [batch(share[i:i + 2]) for i in range(0, len(share), 2)]
+    return tf.data.Dataset.from_generator(lambda: iter(batches), output_signature=spec)
+
+
+model.train(train_input, max_steps=args.steps)
+metrics = model.evaluate(vali_input)
+np.savez(os.path.join(args.workdir, f"{args.tag}.rank{rank}.npz"),
+         weights=np.array([v.numpy() for v in model.model.variables], dtype=object),
+         optimizer=np.array([v.numpy() for v in model.optimizer.variables], dtype=object),
+         step=int(model.step), lr=float(model.current_learning_rate()), size=size,
+         metrics=json.dumps(metrics), writes=json.dumps(writes))

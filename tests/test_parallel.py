@@ -1,0 +1,209 @@
+"""Parallel training on real Horovod ranks (horovodrun --gloo and mpirun), compared with one process.
+
+The training script is tests/parallel_train.py, run unchanged with 1 process
+and with 2.  No part of Horovod is mocked.
+"""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCRIPT = os.path.join(HERE, "parallel_train.py")
+ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+           PYTHONUNBUFFERED="1")
+
+
+def _horovod_has(controller):
+    try:
+        out = subprocess.run([sys.executable, "-c", "import horovod.tensorflow as h; "
+                              f"print(h.{controller}_built())"], capture_output=True, text=True, env=ENV, timeout=120)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return out.stdout.strip().endswith("True")
+
+
+LAUNCHERS = {
+    "horovodrun-gloo": (lambda: shutil.which("horovodrun") and _horovod_has("gloo"),
+                        ["horovodrun", "-np", "2", "--gloo"]),
+    "mpirun": (lambda: shutil.which("mpirun") and _horovod_has("mpi"),
+               ["mpirun", "-np", "2", "--oversubscribe", "--bind-to", "none"]),
+}
+CONTROLLER = {"horovodrun-gloo": "controller Gloo", "mpirun": "controller MPI"}
+
+
+@pytest.fixture(params=sorted(LAUNCHERS))
+def launcher(request):
+    available, command = LAUNCHERS[request.param]
+    if not available():
+        pytest.skip(f"{request.param}: launcher or Horovod controller not installed")
+    return request.param, command
+
+
+def _run(command, workdir, tag, *args, timeout=600):
+    run = subprocess.run(command + [sys.executable, SCRIPT, str(workdir), tag, *args], env=ENV, cwd=workdir,
+                         capture_output=True, text=True, timeout=timeout)
+    return run, run.stdout + run.stderr
+
+
+def _load(workdir, tag, rank):
+    out = np.load(os.path.join(workdir, f"{tag}.rank{rank}.npz"), allow_pickle=True)
+    return {"weights": [np.asarray(w, dtype=float) for w in out["weights"]],
+            "optimizer": [np.asarray(w, dtype=float) for w in out["optimizer"]],
+            "step": int(out["step"]), "lr": float(out["lr"]), "size": int(out["size"]),
+            "metrics": json.loads(str(out["metrics"])), "writes": json.loads(str(out["writes"]))}
+
+
+NAN_STEPS = ["--nan-steps", "7", "12", "13", "14"]  # one skip, then three in a row: a rollback to step 10
+
+
+@pytest.fixture(scope="module")
+def one_process(tmp_path_factory):
+    """The reference: one process (parallel=True, alone) on the union batches.  The 2-rank runs scale the
+    learning rate linearly (×2, decay twice as fast per step), so the reference is given 2× the rate and
+    half the decay step."""
+    workdir = tmp_path_factory.mktemp("one")
+    run, output = _run([], workdir, "one", "--steps", "20", "--lr", "2e-3", "--decay-step", "10", *NAN_STEPS)
+    assert run.returncode == 0, output[-4000:]
+    return _load(workdir, "one", 0), output
+
+
+def test_one_process_asked_to_be_parallel_says_so(one_process):
+    result, output = one_process
+    assert result["size"] == 1
+    assert "this is the only process: nothing runs in parallel" in output
+
+
+def test_two_ranks_equal_one_process_on_the_union(launcher, one_process, tmp_path):
+    """20 steps in two launches (a restart at step 10), unequal batches, a NaN on rank 1 and a rollback:
+    both ranks end bitwise equal to each other and equal to the 1-process run to float32 rounding."""
+    name, command = launcher
+    reference, _ = one_process
+    common = ["--lr", "1e-3", "--decay-step", "20", *NAN_STEPS]
+    first, out1 = _run(command, tmp_path, "two", "--steps", "10", *common)
+    assert first.returncode == 0, out1[-4000:]
+    second, out2 = _run(command, tmp_path, "two", "--steps", "20", *common)
+    assert second.returncode == 0, out2[-4000:]
+    ranks = [_load(tmp_path, "two", r) for r in range(2)]
+    assert [r["size"] for r in ranks] == [2, 2] and [r["step"] for r in ranks] == [20, 20]
+    for key in ("weights", "optimizer"):
+        for a, b in zip(ranks[0][key], ranks[1][key]):
+            np.testing.assert_array_equal(a, b)
+    for a, b in zip(ranks[0]["weights"], reference["weights"]):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    for a, b in zip(ranks[0]["optimizer"], reference["optimizer"]):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+    # the learning rate: 1e-3 × 2 ranks × 0.5^(2·20/20) × 0.5 (the rollback) on both sides
+    assert ranks[0]["lr"] == pytest.approx(2.5e-4, rel=1e-6) and reference["lr"] == pytest.approx(2.5e-4, rel=1e-6)
+    # validation: 8 structures cut 5 + 3; every rank reports the numbers of the whole set
+    assert ranks[0]["metrics"] == ranks[1]["metrics"]
+    for key, value in reference["metrics"].items():
+        assert ranks[0]["metrics"][key] == pytest.approx(value, rel=1e-5), key
+    # rank 1 wrote nothing into model_dir; rank 0 wrote params.yml, the log and checkpoints
+    assert ranks[1]["writes"] == []
+    assert "CheckpointManager.save" in ranks[0]["writes"]
+    assert any(w.endswith("params.yml.tmp") for w in ranks[0]["writes"])
+    # what the log says
+    assert CONTROLLER[name] in out1 and "rank 1: host" in out1
+    assert "step 8: non-finite loss or gradient (from rank 1); update skipped on all ranks" in out1
+    assert "restored" in out2 and "(step 10)" in out2
+    assert "rolled back to" in out2 and "ckpt-10" in out2
+    assert "structures/s; communication" in out2
+    log = open(tmp_path / "model" / "train.log").read()
+    assert "step 20/20" in log and "pinn[rank 1]" not in log
+
+
+def _wait_for(predicate, timeout, what):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _start_long_run(command, workdir, tag, *args):
+    proc = subprocess.Popen(command + [sys.executable, SCRIPT, str(workdir), tag, "--steps", "100000",
+                                       "--save-every", "100000", *args],
+                            env=ENV, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    log = workdir / "model" / "train.log"
+    _wait_for(lambda: log.exists() and "step 10/" in log.read_text() or proc.poll() is not None, 300,
+              "10 training steps")
+    assert proc.poll() is None, proc.stdout.read()[-4000:]
+    pid = int((workdir / f"{tag}.rank1.pid").read_text())
+    return proc, pid, log
+
+
+def _latest_step(model_dir):
+    import tensorflow as tf
+    latest = tf.train.latest_checkpoint(str(model_dir))
+    return int(latest.rsplit("-", 1)[1]), latest
+
+
+def test_sigterm_writes_a_checkpoint_and_the_next_launch_resumes(launcher, tmp_path):
+    name, command = launcher
+    proc, pid1, log = _start_long_run(command, tmp_path, "term")
+    os.kill(pid1, signal.SIGTERM)  # one rank only: the ranks must agree among themselves
+    output, _ = proc.communicate(timeout=120)
+    assert proc.returncode != 0
+    assert "received SIGTERM" in output
+    text = log.read_text()
+    assert "stopped by" in text and "launch the same command again" in text, text[-3000:]
+    stopped_at, latest = _latest_step(tmp_path / "model")
+    assert f"at step {stopped_at};" in text
+    # every rank left quietly through the same door (horovodrun's own traceback about the exit code aside)
+    ranks_output = "\n".join(line for line in output.splitlines() if line.startswith("[")) \
+        if name.startswith("horovodrun") else output
+    assert "Traceback" not in ranks_output, output[-4000:]
+    resumed, out = _run(command, tmp_path, "term", "--steps", str(stopped_at + 5))
+    assert resumed.returncode == 0, out[-4000:]
+    assert f"(step {stopped_at})" in out and f"step {stopped_at + 5}/{stopped_at + 5}" in out
+    ranks = [_load(tmp_path, "term", r) for r in range(2)]
+    for a, b in zip(ranks[0]["weights"], ranks[1]["weights"]):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_killed_rank_ends_the_job_in_bounded_time(launcher, tmp_path):
+    name, command = launcher
+    proc, pid1, log = _start_long_run(command, tmp_path, "kill", "--stall-timeout", "60")
+    t0 = time.monotonic()
+    os.kill(pid1, signal.SIGKILL)
+    output, _ = proc.communicate(timeout=180)
+    elapsed = time.monotonic() - t0
+    assert proc.returncode != 0
+    assert elapsed < 120, f"the job took {elapsed:.0f} s to end after a rank died"
+    # rank 0's checkpoint is whole and loads
+    step, latest = _latest_step(tmp_path / "model")
+    from pinn.models import potential_model
+    model = potential_model(str(tmp_path / "model"))
+    assert int(model.step) == step
+
+
+def test_a_launcher_without_horovod_ranks_is_refused(tmp_path):
+    """srun (here: its environment) started 2 processes but Horovod sees 1: refuse, do not train twice."""
+    env = dict(ENV, SLURM_NTASKS="2")
+    run = subprocess.run([sys.executable, SCRIPT, str(tmp_path), "alone", "--steps", "1"], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode != 0
+    assert "the launcher started 2 processes but Horovod sees 1" in run.stderr
+    assert not (tmp_path / "model" / "checkpoint").exists()
+
+
+def test_a_serial_run_never_imports_horovod(alloy_xyz, tmp_path):
+    code = (
+        "import sys\n"
+        "from pinn.io import load_ase, sparse_batch\n"
+        "from pinn.models import potential_model\n"
+        f"m = potential_model({{'model_dir': {str(tmp_path / 'm')!r}, 'network': {{'name': 'LJ', "
+        "'params': {'atom_types': [29, 79], 'rc': 4.0}}})\n"
+        f"m.train(lambda: load_ase({alloy_xyz!r}).repeat().apply(sparse_batch(4)), 3)\n"
+        "m.evaluate(lambda: load_ase(" + repr(alloy_xyz) + ").take(4).apply(sparse_batch(4)))\n"
+        "assert not [k for k in sys.modules if k.startswith('horovod')], 'horovod was imported'\n")
+    run = subprocess.run([sys.executable, "-c", code], env=ENV, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
