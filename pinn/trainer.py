@@ -275,6 +275,10 @@ class Trainer:
         with StopSignals() as signals, Watchdog(timeout, self._last_checkpoint_text) as watchdog:
             try:
                 self._loop(iter(dataset), max_steps, k, signals, watchdog)
+            except KeyboardInterrupt:
+                log.warning("interrupted at step %d: writing a checkpoint", int(self.step))
+                self.save()
+                raise
             except (tf.errors.UnknownError, tf.errors.InternalError, tf.errors.AbortedError) as err:
                 if not self.world.is_parallel or "Horovod" not in str(err):
                     raise

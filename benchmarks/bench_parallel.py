@@ -1,0 +1,113 @@
+"""Data-parallel scaling: 1 rank with all threads against N ranks with their share, same data and global batch.
+
+Usage:  python benchmarks/bench_parallel.py [cu108|ethanol] [--np 2] [--steps 300] [--warmup 50] [--batch 32]
+
+Runs the reference configuration three ways and prints one JSON line each,
+then a summary line:
+
+- ``1 rank``: one process (``parallel`` off), TensorFlow's default threads (all cores);
+- ``N ranks (gloo)``: ``horovodrun -np N --gloo``, batch/N per rank, each rank its share of the cores;
+- ``N ranks (mpi)``: ``mpirun -np N``, the same, when Horovod has MPI.
+
+Throughput is structures per second over the measured steps (after warm-up),
+from the trainer's own progress line; the communication share is the part of
+each rank's step spent in the allreduce of loss counts and gradients
+(waiting for the slower rank included).  Parallel efficiency = N-rank
+throughput / 1-rank throughput on the same cores.
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+
+def worker(args):
+    import ase.io
+    from common import REFERENCE_MODEL, REFERENCE_NETWORK, dataset_path
+
+    from pinn.io import load_ase, sparse_batch
+    from pinn.models import potential_model
+    path = dataset_path(args.dataset)
+    types = sorted(set(ase.io.read(path, 0).numbers.tolist()))
+    mp = dict(REFERENCE_MODEL, data_resume="none", log_every_n_steps=args.steps - args.warmup)
+    params = {"model_dir": args.model_dir, "parallel": args.parallel,
+              "network": {"name": "PiNet", "params": dict(REFERENCE_NETWORK, atom_types=types)},
+              "model": {"name": "potential_model", "params": mp},
+              "parallel_params": {"lr_scaling": "none"}}
+    model = potential_model(params)
+    rank, size = model.world.rank, model.world.size
+    splits = load_ase(path, split={"train": 9, "val": 1}, seed=0)
+    per_rank = args.batch // size
+    train = lambda: (splits["train"].shard(size, rank).cache().repeat().shuffle(1000, seed=rank)
+                     .apply(sparse_batch(per_rank)))
+    model.train(train, max_steps=args.warmup)
+    model.train(train, max_steps=args.steps)
+    if rank == 0:
+        log = open(os.path.join(args.model_dir, "train.log")).read()
+        line = [l for l in log.splitlines() if f"step {args.steps}/{args.steps}" in l][-1]
+        total = float(re.search(r"([\d.]+) structures/s", line).group(1))
+        comm = re.search(r"communication ([\d%, ]+)", line)
+        shares = [float(x) / 100 for x in re.findall(r"(\d+)%", comm.group(1))] if comm else [0.0]
+        print("RESULT " + json.dumps({"structures_per_s": total, "comm_share": shares, "ranks": size,
+                                      "batch_per_rank": per_rank}), flush=True)
+
+
+def run(command, args, model_dir, parallel):
+    cmd = command + [sys.executable, os.path.abspath(__file__), "--worker", args.dataset, "--steps", str(args.steps),
+                     "--warmup", str(args.warmup), "--batch", str(args.batch), "--model-dir", model_dir] + \
+        (["--parallel"] if parallel else [])
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    found = [l for l in (out.stdout + out.stderr).splitlines() if "RESULT " in l]
+    if out.returncode != 0 or not found:
+        print((out.stdout + out.stderr)[-3000:], file=sys.stderr)
+        return None
+    return json.loads(found[-1].split("RESULT ", 1)[1])
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("dataset", nargs="?", default="cu108")
+    ap.add_argument("--np", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--warmup", type=int, default=50)
+    ap.add_argument("--batch", type=int, default=32, help="global batch (structures per step, all ranks)")
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--parallel", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--model-dir", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        return worker(args)
+    from common import REFERENCE_NETWORK, emit
+    results = {}
+    launchers = [("1 rank", [], False),
+                 (f"{args.np} ranks (gloo)", ["horovodrun", "-np", str(args.np), "--gloo"], True)]
+    if shutil.which("mpirun"):
+        launchers.append((f"{args.np} ranks (mpi)", ["mpirun", "-np", str(args.np), "--bind-to", "none"], True))
+    for name, command, parallel in launchers:
+        with tempfile.TemporaryDirectory() as tmp:
+            result = run(command, args, os.path.join(tmp, "model"), parallel)
+        if result is None:
+            print(f"{name}: failed", file=sys.stderr)
+            continue
+        results[name] = result
+        emit(benchmark="parallel", dataset=args.dataset, run=name, global_batch=args.batch,
+             measured_steps=args.steps - args.warmup, **result)
+    base = results.get("1 rank")
+    for name, result in results.items():
+        if base and name != "1 rank":
+            emit(benchmark="parallel-summary", dataset=args.dataset, run=name,
+                 parallel_efficiency=round(result["structures_per_s"] / base["structures_per_s"], 3),
+                 comm_share=result["comm_share"], network=REFERENCE_NETWORK,
+                 note="efficiency: N-rank / 1-rank structures/s on the same cores and global batch")
+
+
+if __name__ == "__main__":
+    main()

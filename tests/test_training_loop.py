@@ -1,0 +1,126 @@
+"""The training step's contract in one process: accumulation, the schedule, non-finite steps, stop signals."""
+import logging
+import os
+import signal
+
+import ase.io
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from pinn import keys as K
+from pinn.guards import PREEMPTED_EXIT_CODE, TrainingPreempted
+from pinn.io.batch import batch_from_atoms
+from pinn.models import potential_model
+from pinn.schedule import LearningRate
+from pinn.trainer import TrainingDiverged
+
+RC = 4.5
+NET = {"atom_types": [29, 79], "rc": RC, "depth": 2, "pp_nodes": [8], "pi_nodes": [8], "ii_nodes": [8],
+       "out_nodes": [8]}
+
+
+def _params(model_dir, **model_params):
+    mp = {"use_force": True, "use_stress": True, "learning_rate": 3e-3, "f_loss_multiplier": 10.0,
+          "log_every_n_steps": 5, "save_checkpoint_steps": 5}
+    mp.update(model_params)
+    return {"model_dir": str(model_dir), "network": {"name": "PiNet", "params": NET},
+            "model": {"name": "potential_model", "params": mp}}
+
+
+def _batch(frames, nan=False):
+    out = batch_from_atoms(frames, RC)
+    out[K.E_DATA] = np.array([a.get_potential_energy() for a in frames], np.float32)
+    out[K.F_DATA] = np.concatenate([a.get_forces() for a in frames]).astype(np.float32)
+    out[K.S_DATA] = np.stack([a.get_stress(voigt=False) for a in frames]).astype(np.float32)
+    if nan:
+        out[K.E_DATA][0] = np.nan
+    return out
+
+
+def _dataset(batches):
+    spec = {k: tf.TensorSpec((None,) + v.shape[1:], tf.as_dtype(v.dtype)) for k, v in batches[0].items()}
+    return lambda: tf.data.Dataset.from_generator(lambda: iter(batches), output_signature=spec)
+
+
+def _weights(model):
+    return [v.numpy() for v in model.model.trainable_variables]
+
+
+def test_accumulated_batches_equal_their_union(alloy_xyz, tmp_path):
+    """k = 2 batches of 3 and 1 structures per step give the update of one batch of all 4."""
+    frames = ase.io.read(alloy_xyz, ":40")
+    parts, unions = [], []
+    for i in range(10):
+        a, b = frames[4 * i:4 * i + 3], frames[4 * i + 3:4 * i + 4]
+        parts += [_batch(a), _batch(b)]
+        unions.append(_batch(a + b))
+    accumulated = potential_model(_params(tmp_path / "k2", accumulate_batches=2))
+    accumulated.train(_dataset(parts), max_steps=10)
+    union = potential_model(_params(tmp_path / "k1"))
+    union.train(_dataset(unions), max_steps=10)
+    assert int(accumulated.step) == int(union.step) == 10
+    for a, b in zip(_weights(accumulated), _weights(union)):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+    # the untrained and trained weights differ by far more than that
+    fresh = potential_model(_params(tmp_path / "fresh"))
+    assert max(np.abs(a - b).max() for a, b in zip(_weights(fresh), _weights(union))) > 1e-3
+
+
+def test_learning_rate_scaling_and_warmup():
+    """lr(step) = lr0 · ramp · rate^(step·k/decay_step), k = N when the rate is scaled."""
+    linear = LearningRate(1e-3, 100, 0.5, size=4, scaling="linear")
+    assert float(linear(0)) == pytest.approx(4e-3)
+    assert float(linear(25)) == pytest.approx(2e-3)  # 25 steps of 4 ranks = 100 single-rank steps
+    sqrt = LearningRate(1e-3, 100, 0.5, size=4, scaling="sqrt")
+    assert float(sqrt(0)) == pytest.approx(2e-3) and float(sqrt(25)) == pytest.approx(1e-3)
+    none = LearningRate(1e-3, 100, 0.5, size=4, scaling="none")
+    assert float(none(0)) == pytest.approx(1e-3) and float(none(100)) == pytest.approx(5e-4)
+    warm = LearningRate(1e-3, 10 ** 9, 0.5, size=4, scaling="linear", warmup_steps=100)
+    assert [float(warm(s)) for s in (0, 5, 25, 50)] == pytest.approx([1e-3, 1.6e-3, 4e-3, 4e-3], rel=1e-5)
+    one = LearningRate(1e-3, 100, 0.5, size=1, scaling="linear", warmup_steps=100)
+    assert float(one(0)) == pytest.approx(1e-3) and float(one(100)) == pytest.approx(5e-4)
+    assert "every 25 steps" in linear.describe()
+
+
+def test_non_finite_steps_are_skipped_then_rolled_back_then_refused(alloy_xyz, tmp_path, caplog):
+    frames = ase.io.read(alloy_xyz, ":40")
+    good = [_batch(frames[2 * i:2 * i + 2]) for i in range(6)]
+    bad = [_batch(frames[12 + 2 * i:14 + 2 * i], nan=True) for i in range(14)]
+    model = potential_model(_params(tmp_path / "m", max_nonfinite_steps=2, max_rollbacks=2))
+    with caplog.at_level(logging.WARNING, logger="pinn"):
+        with pytest.raises(TrainingDiverged, match="non-finite after 2 rollbacks"):
+            model.train(_dataset(good + bad), max_steps=100)
+    # steps 1-6 good, 7-8 skipped: the rollback returns to ckpt-5 (the latest), and the second one
+    # too (ckpt-10 is written after it), so the weights are those after 5 good steps
+    reference = potential_model(_params(tmp_path / "ref"))
+    reference.train(_dataset(good), max_steps=5)
+    for a, b in zip(_weights(model), _weights(reference)):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-8)
+    assert float(model.lr_factor) == pytest.approx(0.25)
+    text = caplog.text
+    assert text.count("rolled back to") == 2 and "update skipped on all ranks (2 in a row)" in text
+
+
+def test_sigterm_writes_a_checkpoint_and_exits_with_75(alloy_xyz, tmp_path):
+    frames = ase.io.read(alloy_xyz, ":40")
+    batches = [_batch(frames[2 * i:2 * i + 2]) for i in range(20)]
+    spec = {k: tf.TensorSpec((None,) + v.shape[1:], tf.as_dtype(v.dtype)) for k, v in batches[0].items()}
+
+    def gen():
+        for i, b in enumerate(batches):
+            if i == 7:
+                os.kill(os.getpid(), signal.SIGTERM)  # as Slurm would, in the middle of the run
+            yield b
+
+    model = potential_model(_params(tmp_path / "m", save_checkpoint_steps=1000))
+    with pytest.raises(TrainingPreempted) as stop:
+        model.train(lambda: tf.data.Dataset.from_generator(gen, output_signature=spec), max_steps=20)
+    assert stop.value.code == PREEMPTED_EXIT_CODE and stop.value.signal_name == "SIGTERM"
+    stopped_at = stop.value.step
+    assert 1 <= stopped_at < 20  # the input runs a few batches ahead of training
+    assert tf.train.latest_checkpoint(str(tmp_path / "m")).endswith(f"ckpt-{stopped_at}")
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # the handler is gone after train()
+    resumed = potential_model(str(tmp_path / "m"))
+    assert int(resumed.step) == stopped_at
+    assert "stopped by SIGTERM at step" in open(tmp_path / "m" / "train.log").read()
