@@ -265,8 +265,8 @@ class Trainer:
         k = self.mp["accumulate_batches"]
         skip = start * k if self.mp["data_resume"] == "skip" else 0
         dataset = self._input(input_fn, skip=skip)
-        if self._step_fns is None:
-            self._step_fns = self._make_step_fns(dataset.element_spec)
+        if self._step_fns is None or self._step_fns[0] != dataset.element_spec:
+            self._step_fns = (dataset.element_spec, self._make_step_fns(dataset.element_spec))
         if self.is_chief and not self.manager.latest_checkpoint:
             self.save()  # something to roll back to
         log.info("training %s from step %d to %d on %d rank(s); %s; model_dir %s", self.params["network"]["name"],
@@ -292,7 +292,7 @@ class Trainer:
         return f"the last checkpoint is {latest}" if latest else "see rank 0's log for the last checkpoint"
 
     def _loop(self, iterator, max_steps, k, signals, watchdog):
-        local_counts, local_gradients, reduce_and_apply, unpack = self._step_fns
+        local_counts, local_gradients, reduce_and_apply, unpack = self._step_fns[1]
         world, mp = self.world, self.mp
         every = mp["log_every_n_steps"]
         meter = Meter()

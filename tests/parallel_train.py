@@ -32,6 +32,8 @@ parser.add_argument("--nan-steps", type=int, nargs="*", default=[])
 parser.add_argument("--accumulate", type=int, default=1)
 parser.add_argument("--save-every", type=int, default=10)
 parser.add_argument("--stall-timeout", type=float, default=600.0)
+parser.add_argument("--compression", default="none")
+parser.add_argument("--fusion-mb", type=float, default=None)
 parser.add_argument("--model-dir", default=None)
 args = parser.parse_args()
 
@@ -85,7 +87,8 @@ params = {
                          "save_checkpoint_steps": args.save_every, "max_nonfinite_steps": 3,
                          "accumulate_batches": args.accumulate}},
     "parallel": True,
-    "parallel_params": {"lr_scaling": args.lr_scaling, "stall_timeout_s": args.stall_timeout},
+    "parallel_params": {"lr_scaling": args.lr_scaling, "stall_timeout_s": args.stall_timeout,
+                        "compression": args.compression, "fusion_threshold_mb": args.fusion_mb},
 }
 model = potential_model(params)  # starts Horovod (before any other TensorFlow work)
 rank, size = model.world.rank, model.world.size

@@ -147,8 +147,10 @@ def _latest_step(model_dir):
 
 
 def test_sigterm_writes_a_checkpoint_and_the_next_launch_resumes(launcher, tmp_path):
+    """Also runs with 2 accumulated batches per step, fp16 gradient compression and a 1 MB fusion buffer."""
     name, command = launcher
-    proc, pid1, log = _start_long_run(command, tmp_path, "term")
+    options = ["--accumulate", "2", "--compression", "fp16", "--fusion-mb", "1"]
+    proc, pid1, log = _start_long_run(command, tmp_path, "term", *options)
     os.kill(pid1, signal.SIGTERM)  # one rank only: the ranks must agree among themselves
     output, _ = proc.communicate(timeout=120)
     assert proc.returncode != 0
@@ -161,7 +163,7 @@ def test_sigterm_writes_a_checkpoint_and_the_next_launch_resumes(launcher, tmp_p
     ranks_output = "\n".join(line for line in output.splitlines() if line.startswith("[")) \
         if name.startswith("horovodrun") else output
     assert "Traceback" not in ranks_output, output[-4000:]
-    resumed, out = _run(command, tmp_path, "term", "--steps", str(stopped_at + 5))
+    resumed, out = _run(command, tmp_path, "term", "--steps", str(stopped_at + 5), *options)
     assert resumed.returncode == 0, out[-4000:]
     assert f"(step {stopped_at})" in out and f"step {stopped_at + 5}/{stopped_at + 5}" in out
     ranks = [_load(tmp_path, "term", r) for r in range(2)]

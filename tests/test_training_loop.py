@@ -1,5 +1,4 @@
 """The training step's contract in one process: accumulation, the schedule, non-finite steps, stop signals."""
-import logging
 import os
 import signal
 
@@ -83,14 +82,13 @@ def test_learning_rate_scaling_and_warmup():
     assert "every 25 steps" in linear.describe()
 
 
-def test_non_finite_steps_are_skipped_then_rolled_back_then_refused(alloy_xyz, tmp_path, caplog):
+def test_non_finite_steps_are_skipped_then_rolled_back_then_refused(alloy_xyz, tmp_path):
     frames = ase.io.read(alloy_xyz, ":40")
     good = [_batch(frames[2 * i:2 * i + 2]) for i in range(6)]
     bad = [_batch(frames[12 + 2 * i:14 + 2 * i], nan=True) for i in range(14)]
     model = potential_model(_params(tmp_path / "m", max_nonfinite_steps=2, max_rollbacks=2))
-    with caplog.at_level(logging.WARNING, logger="pinn"):
-        with pytest.raises(TrainingDiverged, match="non-finite after 2 rollbacks"):
-            model.train(_dataset(good + bad), max_steps=100)
+    with pytest.raises(TrainingDiverged, match="non-finite after 2 rollbacks"):
+        model.train(_dataset(good + bad), max_steps=100)
     # steps 1-6 good, 7-8 skipped: the rollback returns to ckpt-5 (the latest), and the second one
     # too (ckpt-10 is written after it), so the weights are those after 5 good steps
     reference = potential_model(_params(tmp_path / "ref"))
@@ -98,11 +96,12 @@ def test_non_finite_steps_are_skipped_then_rolled_back_then_refused(alloy_xyz, t
     for a, b in zip(_weights(model), _weights(reference)):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-8)
     assert float(model.lr_factor) == pytest.approx(0.25)
-    text = caplog.text
+    text = open(tmp_path / "m" / "train.log").read()
     assert text.count("rolled back to") == 2 and "update skipped on all ranks (2 in a row)" in text
 
 
-def test_sigterm_writes_a_checkpoint_and_exits_with_75(alloy_xyz, tmp_path):
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGUSR1"])
+def test_a_stop_signal_writes_a_checkpoint_and_exits_with_75(signame, alloy_xyz, tmp_path):
     frames = ase.io.read(alloy_xyz, ":40")
     batches = [_batch(frames[2 * i:2 * i + 2]) for i in range(20)]
     spec = {k: tf.TensorSpec((None,) + v.shape[1:], tf.as_dtype(v.dtype)) for k, v in batches[0].items()}
@@ -110,17 +109,40 @@ def test_sigterm_writes_a_checkpoint_and_exits_with_75(alloy_xyz, tmp_path):
     def gen():
         for i, b in enumerate(batches):
             if i == 7:
-                os.kill(os.getpid(), signal.SIGTERM)  # as Slurm would, in the middle of the run
+                os.kill(os.getpid(), getattr(signal, signame))  # as Slurm would, in the middle of the run
             yield b
 
     model = potential_model(_params(tmp_path / "m", save_checkpoint_steps=1000))
     with pytest.raises(TrainingPreempted) as stop:
         model.train(lambda: tf.data.Dataset.from_generator(gen, output_signature=spec), max_steps=20)
-    assert stop.value.code == PREEMPTED_EXIT_CODE and stop.value.signal_name == "SIGTERM"
+    assert stop.value.code == PREEMPTED_EXIT_CODE and stop.value.signal_name == signame
     stopped_at = stop.value.step
     assert 1 <= stopped_at < 20  # the input runs a few batches ahead of training
     assert tf.train.latest_checkpoint(str(tmp_path / "m")).endswith(f"ckpt-{stopped_at}")
-    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # the handler is gone after train()
+    assert signal.getsignal(getattr(signal, signame)) == signal.SIG_DFL  # the handler is gone after train()
     resumed = potential_model(str(tmp_path / "m"))
     assert int(resumed.step) == stopped_at
-    assert "stopped by SIGTERM at step" in open(tmp_path / "m" / "train.log").read()
+    assert f"stopped by {signame} at step" in open(tmp_path / "m" / "train.log").read()
+
+
+def test_the_watchdog_ends_a_stalled_process():
+    """A step that never finishes (a dead peer in a collective) ends the process with status 70 and a message."""
+    import subprocess
+    import sys
+    code = ("import time\n"
+            "from pinn.logs import setup_logging\n"
+            "from pinn.guards import Watchdog\n"
+            "setup_logging()\n"
+            "with Watchdog(1.0, lambda: 'the last checkpoint is X') as dog:\n"
+            "    dog.beat()\n"
+            "    time.sleep(30)\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 70
+    assert "no training step finished in" in run.stderr and "the last checkpoint is X" in run.stderr
+
+
+def test_scaling_line():
+    from pinn.progress import scaling_line
+    figures = np.array([[512.0, 0.12], [498.0, 0.14]])
+    assert scaling_line(figures) == "ranks: 512, 498 structures/s; communication 12%, 14%"
+    assert scaling_line(figures, 543.0).endswith("efficiency 93% of 2 × 543")
