@@ -211,7 +211,7 @@ def _pin_devices(hvd, options):
         log.warning("rank %d: TensorFlow was already running, so its thread count could not be set to %d; "
                     "build the model before any TensorFlow work", hvd.rank(), threads)
         threads = tf.config.threading.get_intra_op_parallelism_threads() or "default"
-    return f"CPU, {threads} threads"
+    return f"CPU, {threads} intra-op thread(s)"
 
 
 def _build_info(hvd):

@@ -299,7 +299,6 @@ class Trainer:
         streak = rollbacks = skipped = 0
         step = int(self.step)
         while step < max_steps:
-            t0 = time.perf_counter()
             batches = []
             for _ in range(k):
                 try:
