@@ -49,3 +49,71 @@ def make_alloy_dataset(path, n_frames=400, seed=0):
     import ase.io
     ase.io.write(path, alloy_frames(n_frames, seed), format="extxyz")
     return path
+
+
+#: Lennard-Jones argon (eV, Å), the physical reference of the MiMiC demo
+ARGON_LJ = {"sigma": 3.405, "epsilon": 0.0103, "rc": 7.5}
+
+
+def make_mimic_demo(directory, n_runs=8, n_frames=40, seed=0, stride=10):
+    """Write MiMiC-format output of argon runs: ``argon.mpt``, ``run{i}.trr`` and ``run{i}.ENERGIES``.
+
+    Each run is Langevin MD (2 fs) of 32 Lennard-Jones argon atoms (fcc,
+    periodic; ASE's smooth LJ calculator with :data:`ARGON_LJ`) at its own
+    temperature between 40 and 120 K and density.  As in a MiMiC run, the
+    ``.trr`` (single precision) holds positions (nm), box (nm) and forces
+    (kJ mol⁻¹ nm⁻¹) every ``stride`` steps, and ``ENERGIES`` one line per step
+    with the potential energy in Hartree (EKS) and NFI equal to the trr step.
+    A starting structure for MD, ``argon.xyz``, is written too.  Deterministic
+    for a seed.
+
+    Returns:
+        dict with lists ``mpt``, ``trr``, ``energies`` (one entry per run) and ``start``.
+    """
+    import os
+
+    import ase.io
+    from ase import units as ase_units
+    from ase.build import bulk
+    from ase.calculators.lj import LennardJones
+    from ase.md.langevin import Langevin
+    from ase.md.velocitydistribution import MaxwellBoltzmannDistribution
+
+    from pinn import units
+    from pinn.io.energies import write_energies
+    from pinn.io.mpt import write_mpt
+    from pinn.io.trr import write_trr
+
+    os.makedirs(directory, exist_ok=True)
+    rng = np.random.RandomState(seed)
+    mpt = os.path.join(directory, "argon.mpt")
+    write_mpt(mpt, [("AR", 32)], {"AR": {"number": [1], "type": ["Ar"], "resid": [1], "resname": ["AR"],
+                                         "name": ["Ar"], "charge": [0.0], "element": ["Ar"], "mass": [39.948]}})
+    out = {"mpt": [], "trr": [], "energies": []}
+    for run in range(n_runs):
+        temperature = 40.0 + 80.0 * run / max(n_runs - 1, 1)
+        atoms = bulk("Ar", "fcc", a=rng.uniform(5.30, 5.60), cubic=True) * (2, 2, 2)
+        atoms.calc = LennardJones(smooth=True, **ARGON_LJ)
+        MaxwellBoltzmannDistribution(atoms, temperature_K=temperature, rng=rng)
+        md = Langevin(atoms, 2.0 * ase_units.fs, temperature_K=temperature, friction=0.01 / ase_units.fs,
+                      fixcm=False, rng=rng)
+        md.run(100)  # equilibration
+        frames, nfi, eks, temps, kin = [], [], [], [], []
+        for step in range(1, n_frames * stride + 1):
+            md.run(1)
+            nfi.append(step)
+            eks.append(atoms.get_potential_energy() / units.HARTREE)
+            kin.append(atoms.get_kinetic_energy() / units.HARTREE)
+            temps.append(atoms.get_temperature())
+            if step % stride == 0:
+                frames.append({"step": step, "x": atoms.positions / units.NM, "box": atoms.cell[:] / units.NM,
+                               "f": atoms.get_forces() / units.KJ_PER_MOL_NM})
+        trr = write_trr(os.path.join(directory, f"run{run}.trr"), frames)
+        energies = write_energies(os.path.join(directory, f"run{run}.ENERGIES"), nfi, eks, temps, kin)
+        out["mpt"].append(mpt)
+        out["trr"].append(trr)
+        out["energies"].append(energies)
+    start = bulk("Ar", "fcc", a=5.45, cubic=True) * (3, 3, 3)
+    out["start"] = os.path.join(directory, "argon.xyz")
+    ase.io.write(out["start"], start)
+    return out

@@ -18,6 +18,8 @@ import os
 import socket
 import sys
 
+import numpy as np
+
 from pinn.params import Option, non_negative, positive
 
 log = logging.getLogger("pinn")
@@ -95,7 +97,6 @@ class SerialWorld:
 
     def allgather_numpy(self, array):
         """Rows of every rank stacked (here: one row)."""
-        import numpy as np
         return np.asarray(array)[None]
 
     def broadcast_variables(self, variables):
@@ -103,6 +104,10 @@ class SerialWorld:
 
     def log_summary(self):
         """Log the world once (rank 0): size, Horovod build, rank → host/device map (here: nothing)."""
+
+    def barrier(self):
+        """Wait until every rank has come here (e.g. until rank 0 has written files)."""
+        self.allreduce_sum_numpy(np.zeros(1))
 
 
 class HorovodWorld(SerialWorld):
@@ -146,13 +151,11 @@ class HorovodWorld(SerialWorld):
 
     def allreduce_sum_numpy(self, array):
         """Sum over ranks of a float64 NumPy array, uncompressed (exact metrics)."""
-        import numpy as np
         tf, hvd = self._tf, self._hvd
         return hvd.allreduce(tf.constant(np.asarray(array, dtype=np.float64)), op=hvd.Sum).numpy()
 
     def allgather_numpy(self, array):
         """[size, ...] array of every rank's ``array`` (same shape on all ranks)."""
-        import numpy as np
         array = np.asarray(array, dtype=np.float64)
         gathered = self._hvd.allgather(self._tf.constant(array[None])).numpy()
         return gathered.reshape((self.size,) + array.shape)

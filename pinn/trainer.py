@@ -381,7 +381,7 @@ class Trainer:
         step = int(self.step)
         path = self.save()
         # a barrier: no rank exits (and makes the launcher kill the others) before the checkpoint is whole
-        self.world.allreduce_sum_numpy(np.zeros(1))
+        self.world.barrier()
         if self.is_chief:
             log.warning("stopped by %s at step %d; checkpoint %s written; launch the same command again to "
                         "resume from it", signal_name, step, path)

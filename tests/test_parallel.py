@@ -195,17 +195,3 @@ def test_a_launcher_without_horovod_ranks_is_refused(tmp_path):
     assert run.returncode != 0
     assert "the launcher started 2 processes but Horovod sees 1" in run.stderr
     assert not (tmp_path / "model" / "checkpoint").exists()
-
-
-def test_a_serial_run_never_imports_horovod(alloy_xyz, tmp_path):
-    code = (
-        "import sys\n"
-        "from pinn.io import load_ase, sparse_batch\n"
-        "from pinn.models import potential_model\n"
-        f"m = potential_model({{'model_dir': {str(tmp_path / 'm')!r}, 'network': {{'name': 'LJ', "
-        "'params': {'atom_types': [29, 79], 'rc': 4.0}}})\n"
-        f"m.train(lambda: load_ase({alloy_xyz!r}).repeat().apply(sparse_batch(4)), 3)\n"
-        "m.evaluate(lambda: load_ase(" + repr(alloy_xyz) + ").take(4).apply(sparse_batch(4)))\n"
-        "assert not [k for k in sys.modules if k.startswith('horovod')], 'horovod was imported'\n")
-    run = subprocess.run([sys.executable, "-c", code], env=ENV, capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr[-3000:]

@@ -120,3 +120,27 @@ def read_energies(path, columns=None):
     for col, name in enumerate(columns[1:], 1):
         out[name] = table[keep, col]
     return out
+
+
+def write_energies(path, nfi, eks, temperature=None, kinetic=None, tcpu=0.0):
+    """Write an 8-column CPMD ``ENERGIES`` file in CPMD's format (``I10,F12.8,F9.3,3F18.10,E15.6,F9.2``).
+
+    Args:
+        path: file to write (replaced).
+        nfi: step numbers.
+        eks: potential energies, Hartree (EKS).
+        temperature: ionic temperatures, K (default 0).
+        kinetic: ionic kinetic energies, Hartree, so that ECLASSIC = EKS + kinetic (default 0).
+        tcpu: seconds per step for the last column.
+
+    Returns:
+        ``path``.
+    """
+    nfi = np.asarray(nfi, dtype=np.int64)
+    eks = np.asarray(eks, dtype=np.float64)
+    temperature = np.zeros(len(nfi)) if temperature is None else np.asarray(temperature, dtype=np.float64)
+    kinetic = np.zeros(len(nfi)) if kinetic is None else np.asarray(kinetic, dtype=np.float64)
+    with open(path, "w") as f:
+        for n, e, t, k in zip(nfi, eks, temperature, kinetic):
+            f.write(f"{n:10d}{0.0:12.8f}{t:9.3f}{e:18.10f}{e + k:18.10f}{e + k:18.10f}{0.0:15.6E}{tcpu:9.2f}\n")
+    return path

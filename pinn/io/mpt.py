@@ -247,3 +247,54 @@ def read_mpt(path):
     if bad:
         raise DataError(f"{path}: negative molecule counts {bad}")
     return MPTTopology(path, molecules, tables, dict(zip(keys, values)))
+
+
+def write_mpt(path, molecules, moleculetypes, repeating=None):
+    """Write a MiMiCPy ``.mpt`` topology (the layout :func:`read_mpt` reads and mimicpy 0.1–0.2 write).
+
+    Args:
+        path: file to write (replaced).
+        molecules: ``[(name, count), ...]`` in ``[ molecules ]`` order.
+        moleculetypes: dict name → atom table of one molecule, a dict of
+            equal-length sequences ``number`` (1-based), ``type``, ``resid``,
+            ``resname``, ``name``, ``charge`` (e), ``element``, ``mass`` (g/mol).
+        repeating: dict name → name of the stored moleculetype it reuses.
+
+    Returns:
+        ``path``.
+    """
+    import struct
+    out = bytearray()
+
+    def uint(value):
+        out.extend(struct.pack(">I", value))
+
+    def string(text):
+        data = str(text).encode("utf-8")
+        uint(len(data))
+        out.extend(data + b"\0" * (-len(data) % 4))
+
+    def numbers(values, fmt):
+        for value in values:
+            uint(1)
+            out.extend(struct.pack(fmt, value))
+        uint(0)
+
+    repeating = repeating or {}
+    string(",".join(name for name, _ in molecules))
+    numbers([int(count) for _, count in molecules], ">i")
+    string(",".join(repeating))
+    string(",".join(repeating.values()))
+    for name, table in moleculetypes.items():
+        string(name)
+        numbers([int(v) for v in table["number"]], ">i")
+        string(",".join(map(str, table["type"])))
+        numbers([int(v) for v in table["resid"]], ">i")
+        string(",".join(map(str, table["resname"])))
+        string(",".join(map(str, table["name"])))
+        numbers([float(v) for v in table["charge"]], ">f")
+        string(",".join(map(str, table["element"])))
+        numbers([float(v) for v in table["mass"]], ">f")
+    with open(path, "wb") as f:
+        f.write(bytes(out))
+    return path
