@@ -1,0 +1,44 @@
+# Sourced by the job scripts in scripts/: loads the environment and defines pinn_srun.
+#
+# Variables (set them before sbatch, or edit the job script):
+#   PINN_MODULES     modules to load, e.g. "modenv/ml Horovod/0.28.1-... PyYAML"; skipped
+#                    where there is no `module` command (a workstation, CI)
+#   PINN_VENV        a virtual environment to activate (scripts/install_cluster.sh makes one)
+#   PINN_SRUN_MPI    srun's --mpi plugin (default pmix: Horovod's MPI controller needs it)
+#   PINN_CPU_BIND    srun's --cpu-bind (default cores: each rank on its --cpus-per-task cores)
+#   PINN_SRUN_ARGS   more srun options
+# Each rank runs with OMP_NUM_THREADS = --cpus-per-task; pinn gives TensorFlow the cores
+# the rank is bound to and pins it to the GPU of its local rank.
+
+if [ -n "${PINN_MODULES:-}" ]; then
+  if command -v module >/dev/null 2>&1; then
+    # shellcheck disable=SC2086
+    module load $PINN_MODULES || { echo "pinn: module load $PINN_MODULES failed" >&2; exit 1; }
+  else
+    echo "pinn: no 'module' command here; skipping module load $PINN_MODULES" >&2
+  fi
+fi
+if [ -n "${PINN_VENV:-}" ]; then
+  # shellcheck disable=SC1091
+  . "$PINN_VENV/bin/activate"
+fi
+export OMP_NUM_THREADS=${SLURM_CPUS_PER_TASK:-${OMP_NUM_THREADS:-1}}
+export TF_CPP_MIN_LOG_LEVEL=${TF_CPP_MIN_LOG_LEVEL:-2}
+export PYTHONUNBUFFERED=1
+cd "${SLURM_SUBMIT_DIR:-.}" || exit 1
+echo "pinn: job ${SLURM_JOB_ID:-?} on ${SLURM_JOB_NODELIST:-$(hostname)}: ${SLURM_NTASKS:-1} task(s), " \
+     "${SLURM_CPUS_PER_TASK:-?} cpu(s) per task, python $(command -v python)" >&2
+
+pinn_srun() {
+  # shellcheck disable=SC2086
+  srun --mpi="${PINN_SRUN_MPI:-pmix}" --cpu-bind="${PINN_CPU_BIND:-cores}" ${PINN_SRUN_ARGS:-} "$@"
+}
+
+pinn_report_exit() {
+  case "$1" in
+    0) echo "pinn: training finished" >&2 ;;
+    75) echo "pinn: stopped by the walltime/preemption signal after writing a checkpoint; submit again to resume" >&2 ;;
+    70) echo "pinn: a rank stalled (stall_timeout_s); see the log of each rank" >&2 ;;
+    *) echo "pinn: training failed with status $1; see the log above" >&2 ;;
+  esac
+}

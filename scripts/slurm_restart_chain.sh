@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# A restart chain: train until the walltime signal, checkpoint, resubmit this job; repeat
+# until the input script finishes (status 0) or fails (any status but 75).
+#
+#   sbatch scripts/slurm_restart_chain.sh [INPUT_SCRIPT] [ARGS...]
+#
+# 300 s before the walltime Slurm sends SIGUSR1 to every task (--signal=USR1@300); pinn's
+# trainer agrees across ranks, rank 0 writes a checkpoint, and all ranks exit with 75. This
+# script then submits itself again with the same arguments (plus PINN_SBATCH_ARGS, for
+# options given on the first sbatch command line), and the next job resumes from the
+# checkpoint. PINN_MAX_CHAIN (default 20) bounds the number of jobs.
+#SBATCH --job-name=pinn-chain
+#SBATCH --nodes=1
+#SBATCH --ntasks-per-node=4
+#SBATCH --cpus-per-task=6
+#SBATCH --gres=gpu:4
+#SBATCH --time=04:00:00
+#SBATCH --signal=USR1@300
+#SBATCH --output=pinn-%j.out
+
+PINN_MODULES=${PINN_MODULES:-"modenv/ml Horovod/0.28.1-foss-2022a-TensorFlow-2.11.0-CUDA-11.7.0 PyYAML"}
+PINN_VENV=${PINN_VENV:-}
+PINN_MAX_CHAIN=${PINN_MAX_CHAIN:-20}
+PINN_CHAIN_INDEX=${PINN_CHAIN_INDEX:-1}
+
+here=${SLURM_SUBMIT_DIR:-$(pwd)}
+# shellcheck source=scripts/pinn_env.sh
+. "$here/scripts/pinn_env.sh"
+
+echo "pinn: restart chain, job $PINN_CHAIN_INDEX of at most $PINN_MAX_CHAIN" >&2
+pinn_srun python "${@:-inputs/train_mimic_parallel.py}"
+status=$?
+pinn_report_exit "$status"
+if [ "$status" -eq 75 ]; then
+  if [ "$PINN_CHAIN_INDEX" -ge "$PINN_MAX_CHAIN" ]; then
+    echo "pinn: PINN_MAX_CHAIN=$PINN_MAX_CHAIN jobs done; not resubmitting" >&2
+    exit 75
+  fi
+  next=$((PINN_CHAIN_INDEX + 1))
+  # shellcheck disable=SC2086
+  PINN_CHAIN_INDEX=$next sbatch --export=ALL ${PINN_SBATCH_ARGS:-} "$here/scripts/slurm_restart_chain.sh" "$@" ||
+    { echo "pinn: resubmission failed" >&2; exit 1; }
+  echo "pinn: resubmitted as job $next of the chain" >&2
+  exit 0
+fi
+exit "$status"

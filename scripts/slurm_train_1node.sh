@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Train in parallel on one node with several GPUs: one task (rank) per GPU.
+#
+#   sbatch scripts/slurm_train_1node.sh [INPUT_SCRIPT] [ARGS...]
+#   (default input: inputs/train_mimic_parallel.py)
+#
+# Edit the #SBATCH lines and the module names below for your cluster. Each rank
+# gets its GPU from pinn (by local rank) and its share of the CPU cores.
+#SBATCH --job-name=pinn-train
+#SBATCH --nodes=1
+#SBATCH --ntasks-per-node=4
+#SBATCH --cpus-per-task=6
+#SBATCH --gres=gpu:4
+#SBATCH --time=24:00:00
+#SBATCH --signal=USR1@300
+#SBATCH --output=pinn-%j.out
+
+# --- environment: modules (skipped where there is no `module` command) ------------------
+PINN_MODULES=${PINN_MODULES:-"modenv/ml Horovod/0.28.1-foss-2022a-TensorFlow-2.11.0-CUDA-11.7.0 PyYAML"}
+# or a venv made by scripts/install_cluster.sh:
+PINN_VENV=${PINN_VENV:-}
+
+here=${SLURM_SUBMIT_DIR:-$(pwd)}
+# shellcheck source=scripts/pinn_env.sh
+. "$here/scripts/pinn_env.sh"
+
+input=${1:-inputs/train_mimic_parallel.py}
+shift || true
+pinn_srun python "$input" "$@"
+status=$?
+pinn_report_exit "$status"
+exit "$status"

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Train in parallel on several nodes with several GPUs each: one task (rank) per GPU.
+#
+#   sbatch scripts/slurm_train_multinode.sh [INPUT_SCRIPT] [ARGS...]
+#
+# Ranks talk over MPI (Horovod's MPI controller; NCCL for GPU allreduces when
+# Horovod was built with it). The model directory must be on a file system all
+# nodes see only for the data: checkpoints are written by rank 0 alone.
+#SBATCH --job-name=pinn-train
+#SBATCH --nodes=4
+#SBATCH --ntasks-per-node=4
+#SBATCH --cpus-per-task=6
+#SBATCH --gres=gpu:4
+#SBATCH --time=24:00:00
+#SBATCH --signal=USR1@300
+#SBATCH --output=pinn-%j.out
+
+PINN_MODULES=${PINN_MODULES:-"modenv/ml Horovod/0.28.1-foss-2022a-TensorFlow-2.11.0-CUDA-11.7.0 PyYAML"}
+PINN_VENV=${PINN_VENV:-}
+# Horovod: larger fusion buffer for inter-node allreduces (also params['parallel_params'])
+export HOROVOD_FUSION_THRESHOLD=${HOROVOD_FUSION_THRESHOLD:-67108864}
+
+here=${SLURM_SUBMIT_DIR:-$(pwd)}
+# shellcheck source=scripts/pinn_env.sh
+. "$here/scripts/pinn_env.sh"
+
+input=${1:-inputs/train_mimic_parallel.py}
+shift || true
+pinn_srun python "$input" "$@"
+status=$?
+pinn_report_exit "$status"
+exit "$status"

@@ -1,0 +1,190 @@
+"""The HPC launch path with the real tools: the MiMiC input script under horovodrun and mpirun,
+and the project's Slurm job scripts under a real single-node Slurm started here.
+
+Run on its own with  ./run_tests.sh -m hpc
+The Slurm cluster (slurmctld, slurmd and munged from Debian's slurm-wlm and munge) is
+private to the test: its own config, key, socket, ports and state directory, stopped by
+the pids in its pid files.  See ../shared/SLURM_CI.md for the recipe.
+"""
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+INPUT = os.path.join(ROOT, "inputs", "train_mimic_parallel.py")
+ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+           PYTHONUNBUFFERED="1", PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
+
+pytestmark = pytest.mark.hpc
+
+
+def _horovod_has(controller):
+    out = subprocess.run([sys.executable, "-c", f"import horovod.tensorflow as h; print(h.{controller}_built())"],
+                         capture_output=True, text=True, env=ENV, timeout=120)
+    return out.stdout.strip().endswith("True")
+
+
+@pytest.fixture(scope="module")
+def mimic_data(tmp_path_factory):
+    """The argon MiMiC demo data, small: 4 runs of 20 frames."""
+    from pinn.demo import make_mimic_demo
+    directory = tmp_path_factory.mktemp("mimic")
+    make_mimic_demo(str(directory), n_runs=4, n_frames=20)
+    return str(directory)
+
+
+@pytest.mark.parametrize("launcher", ["horovodrun-gloo", "mpirun"])
+def test_mimic_input_script_on_two_ranks(launcher, mimic_data, tmp_path):
+    if launcher == "mpirun":
+        if not (shutil.which("mpirun") and _horovod_has("mpi")):
+            pytest.skip("OpenMPI or Horovod's MPI controller not installed")
+        command = ["mpirun", "-np", "2", "--oversubscribe", "--bind-to", "none"]
+    else:
+        command = ["horovodrun", "-np", "2", "--gloo"]
+    run = subprocess.run(command + [sys.executable, INPUT, mimic_data, str(tmp_path / "model"), "30"], env=ENV,
+                         cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    output = run.stdout + run.stderr
+    assert run.returncode == 0, output[-4000:]
+    assert "parallel training on 2 rank(s)" in output
+    assert "validation: E_MAE" in output and "(step 30, 2 rank(s))" in output
+    assert "rank 0 of 2 gets 2 of 4 file sets" in output
+
+
+# ---------------------------------------------------------------------------------------------- Slurm
+SLURM_CONF = """ClusterName=pinntest
+SlurmctldHost={host}
+SlurmctldPort={ctld_port}
+SlurmdPort={d_port}
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+AuthInfo=socket={tmp}/munge.socket
+StateSaveLocation={tmp}/state
+SlurmdSpoolDir={tmp}/spool
+SlurmctldPidFile={tmp}/slurmctld.pid
+SlurmdPidFile={tmp}/slurmd.pid
+SlurmctldLogFile={tmp}/slurmctld.log
+SlurmdLogFile={tmp}/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SwitchType=switch/none
+MpiDefault=pmix
+SchedulerType=sched/backfill
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+ReturnToService=2
+JobAcctGatherType=jobacct_gather/none
+NodeName={host} CPUs={cpus} RealMemory=4000 State=UNKNOWN
+PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
+"""
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait(predicate, timeout, what):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory):
+    """A private single-node Slurm: yields the environment for sbatch/squeue/scancel."""
+    tools = ("munged", "slurmctld", "slurmd", "sbatch")
+    if not all(shutil.which(t) for t in tools) or os.geteuid() != 0:
+        pytest.skip("Slurm and munge (Debian slurm-wlm, munge) and root are needed")
+    if not (shutil.which("mpirun") and _horovod_has("mpi")):
+        pytest.skip("srun needs Horovod's MPI controller (OpenMPI installed when Horovod was built)")
+    tmp = tmp_path_factory.mktemp("slurm")
+    for sub in ("state", "spool"):
+        (tmp / sub).mkdir()
+    key = tmp / "munge.key"
+    key.write_bytes(os.urandom(1024))
+    key.chmod(0o400)
+    pids = []
+    try:
+        subprocess.run(["munged", "--force", f"--socket={tmp}/munge.socket", f"--key-file={key}",
+                        f"--pid-file={tmp}/munged.pid", f"--log-file={tmp}/munged.log",
+                        f"--seed-file={tmp}/munged.seed"], check=True, timeout=30)
+        pids.append(tmp / "munged.pid")
+        host = socket.gethostname().split(".")[0]
+        conf = tmp / "slurm.conf"
+        conf.write_text(SLURM_CONF.format(host=host, tmp=tmp, ctld_port=_free_port(), d_port=_free_port(),
+                                          cpus=os.cpu_count()))
+        env = dict(ENV, SLURM_CONF=str(conf))
+        for daemon in ("slurmctld", "slurmd"):
+            subprocess.run([daemon, "-f", str(conf)], check=True, env=env, timeout=60)
+            pids.append(tmp / f"{daemon}.pid")
+        _wait(lambda: "idle" in subprocess.run(["sinfo", "-h", "-o", "%T"], env=env, capture_output=True,
+                                               text=True).stdout, 60, "the Slurm node to be idle")
+        yield env
+    finally:
+        for pid_file in reversed(pids):
+            try:
+                os.kill(int(pid_file.read_text().split()[0]), signal.SIGTERM)
+            except (OSError, ValueError):
+                pass
+
+
+def _sbatch(env, script, *args, sbatch_args=(), wait=False):
+    command = ["sbatch", "--parsable", "--ntasks=2", "--ntasks-per-node=2", "--cpus-per-task=1", "--gres=none",
+               "--time=20", *sbatch_args] + (["--wait"] if wait else []) + [script, *args]
+    run = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    return run, run.stdout.strip().split(";")[0]
+
+
+def test_sbatch_of_the_job_script_trains_on_two_ranks(slurm, mimic_data, tmp_path):
+    model_dir = tmp_path / "model"
+    out = tmp_path / "job-%j.out"
+    run, job = _sbatch(slurm, "scripts/slurm_train_1node.sh", INPUT, mimic_data, str(model_dir), "30",
+                       sbatch_args=[f"--output={out}"], wait=True)
+    log = (tmp_path / f"job-{job}.out").read_text() if job else ""
+    assert run.returncode == 0, run.stdout + run.stderr + log[-4000:]
+    assert "skipping module load" in log  # no `module` command on this machine
+    assert "parallel training on 2 rank(s)" in log and "controller MPI" in log
+    assert "(step 30, 2 rank(s))" in log and "pinn: training finished" in log
+    # the checkpoint drives the ASE calculator
+    import ase.io
+    import pinn
+    atoms = ase.io.read(os.path.join(mimic_data, "argon.xyz"))
+    atoms.calc = pinn.get_calc(str(model_dir))
+    assert atoms.get_forces().shape == (len(atoms), 3)
+    assert abs(atoms.get_potential_energy()) < 100.0
+
+
+def test_restart_chain_resubmits_after_the_walltime_signal(slurm, mimic_data, tmp_path):
+    """USR1 (what --signal=USR1@300 sends before the walltime) reaches the tasks of job 1: it checkpoints,
+    exits with 75 and resubmits itself; job 2 resumes from the checkpoint and finishes."""
+    model_dir = tmp_path / "model"
+    out = tmp_path / "chain-%j.out"
+    env = dict(slurm, PINN_SBATCH_ARGS=f"--ntasks=2 --ntasks-per-node=2 --cpus-per-task=1 --gres=none "
+                                       f"--time=20 --output={out}")
+    run, first = _sbatch(env, "scripts/slurm_restart_chain.sh", INPUT, mimic_data, str(model_dir), "400",
+                         sbatch_args=[f"--output={out}"])
+    assert run.returncode == 0, run.stdout + run.stderr
+    train_log = model_dir / "train.log"
+    _wait(lambda: train_log.exists() and "step 100/" in train_log.read_text(), 600, "100 steps of job 1")
+    subprocess.run(["scancel", "--signal=USR1", first], env=env, check=True)
+    _wait(lambda: subprocess.run(["squeue", "-h"], env=env, capture_output=True, text=True).stdout.strip() == ""
+          and "pinn: training finished" in "".join(p.read_text() for p in tmp_path.glob("chain-*.out")),
+          900, "the chain to finish")
+    logs = {p.name: p.read_text() for p in tmp_path.glob("chain-*.out")}
+    first_log = logs.pop(f"chain-{first}.out")
+    assert "stopped by SIGUSR1" in train_log.read_text()
+    assert "resubmitted as job 2 of the chain" in first_log, first_log[-3000:]
+    (second_log,) = logs.values()
+    assert "restart chain, job 2" in second_log and "restored" in second_log
+    assert "(step 400, 2 rank(s))" in second_log
