@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# The main job: set up the environment (once), make the EMT demo data, train a
-# PiNet potential with forces, report validation/test errors, run NVE MD with it.
-# Idempotent: a second run reuses the environment, the data and the model.
+# The main job: set up the environment (once), write MiMiC-format demo data (Lennard-Jones
+# argon MD as .mpt + .trr + CPMD ENERGIES), train a PiNet potential on 2 ranks
+# (distribute_data + load_mimic + parallel training with Horovod), report validation and
+# test errors, and run NVE MD with the trained model through the ASE calculator.
+# Idempotent: a second run reuses the environment, the data and the model (training
+# continues from the last checkpoint up to PINN_DEMO_STEPS).
 set -euo pipefail
 cd "$(dirname "$0")"
 . tools/env.sh
 export TF_CPP_MIN_LOG_LEVEL=${TF_CPP_MIN_LOG_LEVEL:-2}
-python inputs/train_ase.py demo/alloy.xyz demo/model "${PINN_DEMO_STEPS:-3000}"
-python inputs/md_ase.py demo/model 500
+ranks=${PINN_DEMO_RANKS:-2}
+horovodrun -np "$ranks" --gloo python inputs/train_mimic_parallel.py demo/mimic demo/mimic-model "${PINN_DEMO_STEPS:-2000}"
+python inputs/md_ase.py demo/mimic-model 500 demo/mimic/argon.xyz 60

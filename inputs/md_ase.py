@@ -1,14 +1,16 @@
 """Molecular dynamics with a trained model through the ASE calculator.
 
-Usage:  python inputs/md_ase.py [MODEL_DIR] [N_STEPS]
+Usage:  python inputs/md_ase.py [MODEL_DIR] [N_STEPS] [STRUCTURE] [TEMPERATURE_K]
 
-Runs NVE (velocity Verlet, 1 fs) for a 3x3x3 CuAu fcc cell (108 atoms) started
-at 300 K, prints energies along the way, the total-energy drift and the time
-per step.
+Runs NVE (velocity Verlet, 1 fs) from STRUCTURE (any ASE-readable file; by
+default a 3x3x3 CuAu fcc cell of 108 atoms) started at TEMPERATURE_K (default
+300 K), prints energies along the way, the total-energy drift and the time per
+step.  The argon MiMiC demo:  python inputs/md_ase.py demo/mimic-model 500 demo/mimic/argon.xyz 60
 """
 import sys
 import time
 
+import ase.io
 import numpy as np
 from ase import units
 from ase.build import bulk
@@ -19,11 +21,16 @@ import pinn
 
 model_dir = sys.argv[1] if len(sys.argv) > 1 else "demo/model"
 n_steps = int(sys.argv[2]) if len(sys.argv) > 2 else 500
+structure = sys.argv[3] if len(sys.argv) > 3 else None
+temperature = float(sys.argv[4]) if len(sys.argv) > 4 else 300.0
 
-atoms = bulk("Cu", "fcc", a=3.75, cubic=True) * (3, 3, 3)
-atoms.numbers[np.random.RandomState(0).rand(len(atoms)) < 0.3] = 79
+if structure:
+    atoms = ase.io.read(structure)
+else:
+    atoms = bulk("Cu", "fcc", a=3.75, cubic=True) * (3, 3, 3)
+    atoms.numbers[np.random.RandomState(0).rand(len(atoms)) < 0.3] = 79
 atoms.calc = pinn.get_calc(model_dir)
-MaxwellBoltzmannDistribution(atoms, temperature_K=300, rng=np.random.RandomState(1))
+MaxwellBoltzmannDistribution(atoms, temperature_K=temperature, rng=np.random.RandomState(1))
 md = VelocityVerlet(atoms, 1.0 * units.fs)
 
 e0 = atoms.get_total_energy()

@@ -163,6 +163,11 @@ def test_sbatch_of_the_job_script_trains_on_two_ranks(slurm, mimic_data, tmp_pat
     atoms.calc = pinn.get_calc(str(model_dir))
     assert atoms.get_forces().shape == (len(atoms), 3)
     assert abs(atoms.get_potential_energy()) < 100.0
+    # and MD through the input script
+    md = subprocess.run([sys.executable, os.path.join(ROOT, "inputs", "md_ase.py"), str(model_dir), "100",
+                         os.path.join(mimic_data, "argon.xyz"), "60"], env=ENV, capture_output=True, text=True,
+                        timeout=300)
+    assert md.returncode == 0 and "NVE 100 steps of 108 atoms" in md.stdout, md.stdout + md.stderr[-3000:]
 
 
 def test_restart_chain_resubmits_after_the_walltime_signal(slurm, mimic_data, tmp_path):
