@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from pinn.io.cpmd import FTrajectory, gromacs_to_cpmd_order, read_overlaps
-from pinn.io.energies import read_energies
+from pinn.io.energies import read_energies, write_energies
 from pinn.io.errors import DataError
-from pinn.io.mpt import read_mpt
+from pinn.io.mpt import read_mpt, write_mpt
 from pinn.io.ndx import read_ndx
-from pinn.io.trr import TRRFile
+from pinn.io.trr import TRRFile, write_trr
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
 GMX = os.path.join(DATA, "gromacs")
@@ -281,3 +281,46 @@ def test_ftrajectory_index_restart_and_errors(tmp_path, caplog):
         ftraj.read(9)
     with pytest.raises(DataError, match=r"step 1 \(from line 1\) has 4 atom lines, expected 5"):
         FTrajectory(path, natoms=5)
+
+
+# ------------------------------------------------------------------------------------------ writers
+def test_write_mpt_is_byte_identical_to_mimicpy_and_mimicpy_reads_it(tmp_path):
+    """write_mpt of what read_mpt read gives back the mimicpy-written bytes; mimicpy reads a new file."""
+    for name in ("argon.mpt", "mixed.mpt", "acetone_water.mpt"):
+        source = read_mpt(os.path.join(MIMIC, name))
+        out = write_mpt(str(tmp_path / name), source.molecules, source.moleculetypes, source.repeating)
+        assert open(out, "rb").read() == open(os.path.join(MIMIC, name), "rb").read(), name
+    mimicpy = pytest.importorskip("mimicpy")
+    table = {"number": [1, 2], "type": ["OW", "HW"], "resid": [1, 1], "resname": ["SOL", "SOL"],
+             "name": ["OW", "HW1"], "charge": [-0.8, 0.4], "element": ["O", "H"], "mass": [15.999, 1.008]}
+    path = write_mpt(str(tmp_path / "new.mpt"), [("SOL", 3), ("WAT", 1)], {"SOL": table}, {"WAT": "SOL"})
+    theirs = mimicpy.Mpt.from_file(path)
+    assert theirs.number_of_atoms == 8 and list(theirs["element"]) == ["O", "H"] * 4
+    np.testing.assert_allclose(np.asarray(theirs["charge"], float), [-0.8, 0.4] * 4, rtol=1e-6)
+
+
+@pytest.mark.parametrize("double", [False, True])
+def test_write_trr_reads_back_in_mdanalysis(double, tmp_path):
+    rng = np.random.RandomState(3)
+    frames = [{"step": 10 * i, "x": rng.rand(5, 3), "f": rng.randn(5, 3) * 100, "box": np.diag([2.0, 2.5, 3.0])}
+              for i in range(4)]
+    frames[2]["v"] = rng.randn(5, 3)  # a frame with one more block
+    path = write_trr(str(tmp_path / "w.trr"), frames, double=double)
+    assert_same_as_mdanalysis(path)
+    with TRRFile(path) as trr:
+        assert [f["step"] for f in trr] == [0, 10, 20, 30]
+        for frame, written in zip(trr, frames):
+            assert frame["double"] == double
+            np.testing.assert_allclose(frame["x"], written["x"], rtol=1e-6 if not double else 1e-15)
+            np.testing.assert_allclose(frame["f"], written["f"], rtol=1e-6 if not double else 1e-15)
+
+
+def test_write_energies_reads_back(tmp_path):
+    eks = np.array([-17.123456789, -17.2, -16.9])
+    path = write_energies(str(tmp_path / "ENERGIES"), [1, 2, 3], eks, temperature=[10.0, 20.0, 30.0],
+                          kinetic=[0.001, 0.002, 0.003])
+    table = read_energies(path)
+    np.testing.assert_array_equal(table["NFI"], [1, 2, 3])
+    np.testing.assert_allclose(table["EKS"], eks, atol=1e-10)
+    np.testing.assert_allclose(table["ECLASSIC"], eks + [0.001, 0.002, 0.003], atol=1e-10)
+    np.testing.assert_allclose(table["TEMPP"], [10.0, 20.0, 30.0])
