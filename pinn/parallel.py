@@ -183,7 +183,7 @@ def _pin_devices(hvd, options):
     """One GPU per process (by local rank); on CPU, this rank's share of the cores.
 
     Returns:
-        A short text for the rank map: ``'GPU 1'`` or ``'CPU, 4 threads'``.
+        A short text for the rank map: ``'GPU:1'`` or ``'CPU, 4 intra-op thread(s)'``.
     """
     import tensorflow as tf
     gpus = tf.config.list_physical_devices("GPU")
