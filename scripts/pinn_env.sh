@@ -34,6 +34,17 @@ pinn_srun() {
   srun --mpi="${PINN_SRUN_MPI:-pmix}" --cpu-bind="${PINN_CPU_BIND:-cores}" ${PINN_SRUN_ARGS:-} "$@"
 }
 
+pinn_train() {
+  # srun the input script (default inputs/train_mimic_parallel.py) with its arguments on all
+  # tasks, say what its exit status means, and return it
+  local input=${1:-inputs/train_mimic_parallel.py}
+  [ $# -gt 0 ] && shift
+  pinn_srun python "$input" "$@"
+  local status=$?
+  pinn_report_exit "$status"
+  return "$status"
+}
+
 pinn_report_exit() {
   case "$1" in
     0) echo "pinn: training finished" >&2 ;;

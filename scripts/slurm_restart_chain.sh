@@ -28,9 +28,8 @@ here=${SLURM_SUBMIT_DIR:-$(pwd)}
 . "$here/scripts/pinn_env.sh"
 
 echo "pinn: restart chain, job $PINN_CHAIN_INDEX of at most $PINN_MAX_CHAIN" >&2
-pinn_srun python "${@:-inputs/train_mimic_parallel.py}"
+pinn_train "$@"
 status=$?
-pinn_report_exit "$status"
 if [ "$status" -eq 75 ]; then
   if [ "$PINN_CHAIN_INDEX" -ge "$PINN_MAX_CHAIN" ]; then
     echo "pinn: PINN_MAX_CHAIN=$PINN_MAX_CHAIN jobs done; not resubmitting" >&2

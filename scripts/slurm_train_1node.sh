@@ -24,9 +24,4 @@ here=${SLURM_SUBMIT_DIR:-$(pwd)}
 # shellcheck source=scripts/pinn_env.sh
 . "$here/scripts/pinn_env.sh"
 
-input=${1:-inputs/train_mimic_parallel.py}
-shift || true
-pinn_srun python "$input" "$@"
-status=$?
-pinn_report_exit "$status"
-exit "$status"
+pinn_train "$@"

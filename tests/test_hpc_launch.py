@@ -12,22 +12,13 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 
 import pytest
+from launching import ENV, horovod_has, wait_for
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 INPUT = os.path.join(ROOT, "inputs", "train_mimic_parallel.py")
-ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-           PYTHONUNBUFFERED="1", PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
-
 pytestmark = pytest.mark.hpc
-
-
-def _horovod_has(controller):
-    out = subprocess.run([sys.executable, "-c", f"import horovod.tensorflow as h; print(h.{controller}_built())"],
-                         capture_output=True, text=True, env=ENV, timeout=120)
-    return out.stdout.strip().endswith("True")
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +33,7 @@ def mimic_data(tmp_path_factory):
 @pytest.mark.parametrize("launcher", ["horovodrun-gloo", "mpirun"])
 def test_mimic_input_script_on_two_ranks(launcher, mimic_data, tmp_path):
     if launcher == "mpirun":
-        if not (shutil.which("mpirun") and _horovod_has("mpi")):
+        if not (shutil.which("mpirun") and horovod_has("mpi")):
             pytest.skip("OpenMPI or Horovod's MPI controller not installed")
         command = ["mpirun", "-np", "2", "--oversubscribe", "--bind-to", "none"]
     else:
@@ -91,22 +82,13 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def _wait(predicate, timeout, what):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if predicate():
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-
-
 @pytest.fixture(scope="module")
 def slurm(tmp_path_factory):
     """A private single-node Slurm: yields the environment for sbatch/squeue/scancel."""
     tools = ("munged", "slurmctld", "slurmd", "sbatch")
     if not all(shutil.which(t) for t in tools) or os.geteuid() != 0:
         pytest.skip("Slurm and munge (Debian slurm-wlm, munge) and root are needed")
-    if not (shutil.which("mpirun") and _horovod_has("mpi")):
+    if not (shutil.which("mpirun") and horovod_has("mpi")):
         pytest.skip("srun needs Horovod's MPI controller (OpenMPI installed when Horovod was built)")
     tmp = tmp_path_factory.mktemp("slurm")
     for sub in ("state", "spool"):
@@ -128,7 +110,7 @@ def slurm(tmp_path_factory):
         for daemon in ("slurmctld", "slurmd"):
             subprocess.run([daemon, "-f", str(conf)], check=True, env=env, timeout=60)
             pids.append(tmp / f"{daemon}.pid")
-        _wait(lambda: "idle" in subprocess.run(["sinfo", "-h", "-o", "%T"], env=env, capture_output=True,
+        wait_for(lambda: "idle" in subprocess.run(["sinfo", "-h", "-o", "%T"], env=env, capture_output=True,
                                                text=True).stdout, 60, "the Slurm node to be idle")
         yield env
     finally:
@@ -181,9 +163,9 @@ def test_restart_chain_resubmits_after_the_walltime_signal(slurm, mimic_data, tm
                          sbatch_args=[f"--output={out}"])
     assert run.returncode == 0, run.stdout + run.stderr
     train_log = model_dir / "train.log"
-    _wait(lambda: train_log.exists() and "step 100/" in train_log.read_text(), 600, "100 steps of job 1")
+    wait_for(lambda: train_log.exists() and "step 100/" in train_log.read_text(), 600, "100 steps of job 1")
     subprocess.run(["scancel", "--signal=USR1", first], env=env, check=True)
-    _wait(lambda: subprocess.run(["squeue", "-h"], env=env, capture_output=True, text=True).stdout.strip() == ""
+    wait_for(lambda: subprocess.run(["squeue", "-h"], env=env, capture_output=True, text=True).stdout.strip() == ""
           and "pinn: training finished" in "".join(p.read_text() for p in tmp_path.glob("chain-*.out")),
           900, "the chain to finish")
     logs = {p.name: p.read_text() for p in tmp_path.glob("chain-*.out")}

@@ -13,26 +13,14 @@ import time
 
 import numpy as np
 import pytest
+from launching import ENV, horovod_has, wait_for
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "parallel_train.py")
-ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-           PYTHONUNBUFFERED="1")
-
-
-def _horovod_has(controller):
-    try:
-        out = subprocess.run([sys.executable, "-c", "import horovod.tensorflow as h; "
-                              f"print(h.{controller}_built())"], capture_output=True, text=True, env=ENV, timeout=120)
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return out.stdout.strip().endswith("True")
-
-
 LAUNCHERS = {
-    "horovodrun-gloo": (lambda: shutil.which("horovodrun") and _horovod_has("gloo"),
+    "horovodrun-gloo": (lambda: shutil.which("horovodrun") and horovod_has("gloo"),
                         ["horovodrun", "-np", "2", "--gloo"]),
-    "mpirun": (lambda: shutil.which("mpirun") and _horovod_has("mpi"),
+    "mpirun": (lambda: shutil.which("mpirun") and horovod_has("mpi"),
                ["mpirun", "-np", "2", "--oversubscribe", "--bind-to", "none"]),
 }
 CONTROLLER = {"horovodrun-gloo": "controller Gloo", "mpirun": "controller MPI"}
@@ -119,21 +107,12 @@ def test_two_ranks_equal_one_process_on_the_union(launcher, one_process, tmp_pat
     assert "step 20/20" in log and "pinn[rank 1]" not in log
 
 
-def _wait_for(predicate, timeout, what):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if predicate():
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def _start_long_run(command, workdir, tag, *args):
     proc = subprocess.Popen(command + [sys.executable, SCRIPT, str(workdir), tag, "--steps", "100000",
                                        "--save-every", "100000", *args],
                             env=ENV, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     log = workdir / "model" / "train.log"
-    _wait_for(lambda: log.exists() and "step 10/" in log.read_text() or proc.poll() is not None, 300,
+    wait_for(lambda: log.exists() and "step 10/" in log.read_text() or proc.poll() is not None, 300,
               "10 training steps")
     assert proc.poll() is None, proc.stdout.read()[-4000:]
     pid = int((workdir / f"{tag}.rank1.pid").read_text())
