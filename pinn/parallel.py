@@ -122,10 +122,11 @@ class HorovodWorld(SerialWorld):
         self.rank, self.size = hvd.rank(), hvd.size()
         self.local_rank, self.local_size = hvd.local_rank(), hvd.local_size()
         self.is_chief = self.rank == 0
+        self._logged = False
         self._compression = hvd.Compression.fp16 if options["compression"] == "fp16" else hvd.Compression.none
 
     def log_summary(self):
-        if not self.is_chief or getattr(self, "_logged", False):
+        if not self.is_chief or self._logged:
             return
         self._logged = True
         log.info("parallel training on %d rank(s): %s", self.size, self.build)

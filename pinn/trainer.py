@@ -239,8 +239,9 @@ class Trainer:
             residual[K.E_DATA] = residual[K.E_DATA] - predict(b).numpy()
             batches.append(residual)
         dress = self.model.fit_dress(batches, reduce=self.world.allreduce_sum_numpy)
-        n_struct = self.world.allreduce_sum_numpy(np.array([sum(len(b[K.E_DATA]) for b in batches)]))[0]
-        log.info("fitted e_dress on %d structures: %s", n_struct,
+        n_batches, n_struct = self.world.allreduce_sum_numpy(
+            np.array([len(batches), sum(len(b[K.E_DATA]) for b in batches)]))
+        log.info("fitted e_dress on %d batches (%d structures, repeats counted): %s", n_batches, n_struct,
                  ", ".join(f"Z={z}: {v:.6f} eV" for z, v in dress.items()))
 
     def train(self, input_fn, max_steps):

@@ -51,7 +51,8 @@ def distribute_data(*file_lists, rank=None, size=None, weights=None):
         size = world_size if size is None else size
         if world_size == 1 and parallel.launcher_size() > 1:
             log.warning("distribute_data: the launcher started %d processes but Horovod is not initialised, "
-                        "so every process gets all files; call hvd.init() before distribute_data",
+                        "so every process gets all files; build the model with params['parallel'] = True (or call "
+                        "pinn.parallel.init(params)) before distribute_data",
                         parallel.launcher_size())
     if not 0 <= rank < size:
         raise DataError(f"distribute_data: rank {rank} is not in 0..{size - 1}")
