@@ -3,7 +3,7 @@ import time
 
 import numpy as np
 
-UNITS = {"E": "eV", "F": "eV/Å", "S": "eV/Å³"}
+from pinn.metrics import UNITS
 
 
 def errors_from_sums(sums):
