@@ -18,13 +18,15 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.9,<3.12",
     packages=find_packages(include=["pinn", "pinn.*"]),
-    install_requires=["numpy<2", "ase>=3.22", "pyyaml>=5"],
+    install_requires=["numpy<2", "ase>=3.22", "pyyaml>=5", "matplotlib>=3.5"],
     extras_require={
         "cpu": [f"tensorflow-cpu=={TF_VERSION}"],
         "gpu": [f"tensorflow[and-cuda]=={TF_VERSION}"],
         # MDAnalysis(+Tests) and mimicpy 0.2.1 are independent oracles for the trr and .mpt readers
         "test": [f"tensorflow-cpu=={TF_VERSION}", "pytest>=7", "pytest-timeout", "MDAnalysis==2.11.0",
-                 "MDAnalysisTests==2.11.0", "mimicpy==0.2.1", "pandas<3"],
+                 "MDAnalysisTests==2.11.0", "mimicpy==0.2.1", "pandas<3",
+                 # the documentation site, built in strict mode by tests/test_docs.py
+                 "mkdocs>=1.5,<2", "mkdocs-material>=9,<10", "mkdocstrings[python]>=0.24"],
     },
     entry_points={"console_scripts": ["pinn=pinn.cli:main"]},
 )
