@@ -99,6 +99,10 @@ class SerialWorld:
         """Rows of every rank stacked (here: one row)."""
         return np.asarray(array)[None]
 
+    def concat_rows_numpy(self, array):
+        """Every rank's rows of ``array`` concatenated in rank order (float64; here: the array itself)."""
+        return np.asarray(array, dtype=np.float64)
+
     def broadcast_variables(self, variables):
         """Make every rank's variables equal rank 0's (here: nothing to do)."""
 
@@ -160,6 +164,10 @@ class HorovodWorld(SerialWorld):
         array = np.asarray(array, dtype=np.float64)
         gathered = self._hvd.allgather(self._tf.constant(array[None])).numpy()
         return gathered.reshape((self.size,) + array.shape)
+
+    def concat_rows_numpy(self, array):
+        """Every rank's rows of ``array`` (first dimensions may differ) concatenated in rank order (float64)."""
+        return self._hvd.allgather(self._tf.constant(np.asarray(array, dtype=np.float64))).numpy()
 
     def broadcast_variables(self, variables):
         """Assign rank 0's values to ``variables`` on every rank (bool variables travel as int8)."""

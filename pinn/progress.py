@@ -52,6 +52,12 @@ class Meter:
         elapsed = max(self.elapsed(), 1e-9)
         return np.array([self.local_struct / elapsed, self.comm_s / elapsed])
 
+    def figures(self):
+        """Mean loss, MAE/RMSE of each metric and structures/s (all ranks) since this meter started."""
+        elapsed = max(self.elapsed(), 1e-9)
+        return {"loss": self.loss / max(self.n_steps, 1), **errors_from_sums(self.sums),
+                "structures_per_s": self.n_struct / elapsed}
+
     def summary(self):
         """``loss … E_RMSE … eV F_RMSE … eV/Å N structures/s`` (all ranks together)."""
         elapsed = max(self.elapsed(), 1e-9)
@@ -80,3 +86,51 @@ def scaling_line(figures, single_rank_throughput=None):
         efficiency = figures[:, 0].sum() / (n * single_rank_throughput)
         line += f"; efficiency {100 * efficiency:.0f}% of {n} × {single_rank_throughput:g}"
     return line
+
+
+class ProgressBar:
+    """A one-line progress bar redrawn in place on a terminal; silent when output goes to a file.
+
+    Args:
+        stream: where to draw (default ``sys.stderr``).
+        enabled: ``True``/``False``, or ``None`` to draw only when ``stream`` is a terminal.
+        min_interval_s: least time between two redraws.
+    """
+
+    def __init__(self, stream=None, enabled=None, min_interval_s=0.2):
+        import sys
+        self.stream = stream or sys.stderr
+        self.enabled = bool(self.stream.isatty()) if enabled is None else enabled
+        self.min_interval_s = min_interval_s
+        self._last = 0.0
+        self._drawn = False
+        self._t0 = time.perf_counter()
+        self._step0 = None
+
+    def update(self, step, total, text=""):
+        """Redraw (at most every ``min_interval_s``): step/total, a bar, the rate, the time left and ``text``."""
+        if not self.enabled:
+            return
+        now = time.perf_counter()
+        if self._step0 is None:
+            self._step0, self._t0 = step, now
+        if now - self._last < self.min_interval_s and step < total:
+            return
+        self._last = now
+        done = min(step / total, 1.0) if total else 0.0
+        width = 24
+        bar = "#" * int(done * width) + "-" * (width - int(done * width))
+        rate = (step - self._step0) / max(now - self._t0, 1e-9)
+        left = (total - step) / rate if rate > 0 else float("nan")
+        eta = time.strftime("%H:%M:%S", time.gmtime(left)) if np.isfinite(left) else "--:--:--"
+        self.stream.write(f"\r\x1b[K{step}/{total} [{bar}] {100 * done:3.0f}% {rate:.1f} steps/s "
+                          f"left {eta} {text}")
+        self.stream.flush()
+        self._drawn = True
+
+    def clear(self):
+        """Erase the bar (before a log line is printed)."""
+        if self._drawn:
+            self.stream.write("\r\x1b[K")
+            self.stream.flush()
+            self._drawn = False

@@ -1,18 +1,32 @@
-"""The learning-rate schedule: exponential decay, scaled with the number of ranks, with warmup.
+"""Schedules of a training run: the learning rate and the loss weights, as functions of the step.
 
-    lr(step) = lr0 · ramp(s) · decay_rate^(s / decay_step),   s = step · k
+Learning rate, with s = step · k single-rank steps::
 
-``k`` is the number of single-rank steps one step stands for: the number of
-ranks N when the rate is scaled with N (every step then sees N batches), 1
-otherwise.  ``ramp`` grows linearly from 1 to the scale factor (N for
-``linear``, √N for ``sqrt``) over ``warmup_steps`` single-rank steps, and is
-the scale factor without warmup.  So with scaling on, ``decay_step`` and
-``warmup_steps`` keep their meaning (an amount of data) whatever N is, and
-the user edits no step counts when moving from 1 rank to N.
+    lr(step) = lr0 · warmup(s) · shape(s) · ramp(s)
+
+- ``shape``: ``exponential`` decay_rate^(s / decay_step); ``step``
+  decay_rate^(number of ``lr_boundaries`` passed, or ⌊s / decay_step⌋ without
+  boundaries); ``cosine`` from 1 down to ``lr_min_factor`` over the steps
+  after the warmup, f + (1 − f)·½(1 + cos(π·t)); ``constant`` 1.
+- ``warmup``: linear from 1/W to 1 over the first W = ``lr_warmup_steps`` steps.
+- ``k`` is the number of single-rank steps one step stands for: the number of
+  ranks N when the rate is scaled with N (every step then sees N batches), 1
+  otherwise.  ``ramp`` grows linearly from 1 to the scale factor (N for
+  ``linear``, √N for ``sqrt``) over ``parallel_params.warmup_steps``
+  single-rank steps, and is the scale factor without that warmup.
+
+So with scaling on, every step count of a schedule keeps its meaning (an
+amount of data) whatever N is, and the user edits no step counts when moving
+from 1 rank to N.  A schedule depends on the step alone, so a resumed run
+continues it exactly.
 """
+import math
+
 import tensorflow as tf
 
 from pinn.parallel import lr_scale
+
+LR_SCHEDULES = ("exponential", "step", "cosine", "constant")
 
 
 class LearningRate:
@@ -20,31 +34,115 @@ class LearningRate:
 
     Args:
         learning_rate: the single-rank rate lr0.
-        decay_step, decay_rate: exponential decay per ``decay_step`` single-rank steps.
+        schedule: one of :data:`LR_SCHEDULES`.
+        decay_step, decay_rate: exponential / step decay per ``decay_step`` single-rank steps.
+        boundaries: single-rank steps at which the ``step`` schedule multiplies by ``decay_rate``.
+        min_factor: final rate of the ``cosine`` schedule as a fraction of lr0.
+        total_steps: single-rank steps over which the cosine falls (warmup included); ``None``: not
+            known yet (the rate stays at lr0 until the trainer sets it from ``max_steps``).
+        warmup_steps: single-rank steps of the linear warmup from lr0/W to lr0 (0: none).
         size: number of ranks N.
         scaling: ``'linear'``, ``'sqrt'`` or ``'none'``.
-        warmup_steps: single-rank steps of the linear ramp (0: none).
+        parallel_warmup_steps: single-rank steps of the ramp from lr0 to the scaled rate.
     """
 
-    def __init__(self, learning_rate, decay_step, decay_rate, size=1, scaling="none", warmup_steps=0):
+    def __init__(self, learning_rate, schedule="exponential", decay_step=10000, decay_rate=0.96, boundaries=(),
+                 min_factor=0.0, total_steps=None, warmup_steps=0, size=1, scaling="none",
+                 parallel_warmup_steps=0):
+        if schedule not in LR_SCHEDULES:
+            raise ValueError(f"learning-rate schedule {schedule!r} is not one of {list(LR_SCHEDULES)}")
         self.base = float(learning_rate)
+        self.schedule = schedule
         self.decay_step = float(decay_step)
         self.decay_rate = float(decay_rate)
+        self.boundaries = sorted(float(b) for b in boundaries)
+        self.min_factor = float(min_factor)
+        self.total_steps = float(total_steps or 0)
+        self.warmup_steps = float(warmup_steps)
         self.scale = lr_scale(size, scaling)
         self.steps_per_step = float(size) if scaling != "none" else 1.0
-        self.warmup_steps = float(warmup_steps)
+        self.parallel_warmup_steps = float(parallel_warmup_steps)
+
+    def single_rank_steps(self, step):
+        """The step as float64 single-rank steps."""
+        return tf.cast(step, tf.float64) * self.steps_per_step
+
+    def shape(self, s):
+        """The schedule's factor at ``s`` single-rank steps (float64 tensor)."""
+        rate = tf.constant(self.decay_rate, tf.float64)
+        if self.schedule == "exponential":
+            return tf.pow(rate, s / self.decay_step)
+        if self.schedule == "step":
+            if self.boundaries:
+                passed = tf.reduce_sum(tf.cast(s >= tf.constant(self.boundaries, tf.float64), tf.float64))
+            else:
+                passed = tf.floor(s / self.decay_step)
+            return tf.pow(rate, passed)
+        if self.schedule == "cosine" and self.total_steps > 0:
+            span = max(self.total_steps - self.warmup_steps, 1.0)
+            t = tf.clip_by_value((s - self.warmup_steps) / span, 0.0, 1.0)
+            return self.min_factor + (1.0 - self.min_factor) * 0.5 * (1.0 + tf.cos(math.pi * t))
+        return tf.constant(1.0, tf.float64)  # constant, or a cosine of unknown length
 
     def __call__(self, step):
-        s = tf.cast(step, tf.float64) * self.steps_per_step
-        rate = self.base * tf.pow(tf.constant(self.decay_rate, tf.float64), s / self.decay_step)
+        s = self.single_rank_steps(step)
+        rate = self.base * self.shape(s)
         if self.warmup_steps > 0:
-            ramp = 1.0 + (self.scale - 1.0) * tf.minimum(s / self.warmup_steps, 1.0)
+            rate = rate * tf.minimum((s + self.steps_per_step) / self.warmup_steps, 1.0)
+        if self.parallel_warmup_steps > 0:
+            ramp = 1.0 + (self.scale - 1.0) * tf.minimum(s / self.parallel_warmup_steps, 1.0)
         else:
             ramp = tf.constant(self.scale, tf.float64)
         return tf.cast(rate * ramp, tf.float32)
 
     def describe(self):
-        """One line for the log: the scaled rate and the decay in steps of this run."""
-        return (f"learning rate {self.base:g} × {self.scale:g} = {self.base * self.scale:g}, decay ×{self.decay_rate:g} "
-                f"every {self.decay_step / self.steps_per_step:g} steps"
-                + (f", warmup over {self.warmup_steps / self.steps_per_step:g} steps" if self.warmup_steps else ""))
+        """One line for the log: the scaled rate and the schedule in steps of this run."""
+        per = self.steps_per_step
+        text = f"learning rate {self.base:g} × {self.scale:g} = {self.base * self.scale:g}, "
+        if self.schedule == "exponential":
+            text += f"decay ×{self.decay_rate:g} every {self.decay_step / per:g} steps"
+        elif self.schedule == "step":
+            at = ", ".join(f"{b / per:g}" for b in self.boundaries) if self.boundaries else \
+                f"every {self.decay_step / per:g}"
+            text += f"×{self.decay_rate:g} at steps {at}"
+        elif self.schedule == "cosine":
+            text += f"cosine to {self.min_factor:g}× by step {self.total_steps / per:g}"
+        else:
+            text += "constant"
+        if self.warmup_steps:
+            text += f", warmup over {self.warmup_steps / per:g} steps"
+        if self.parallel_warmup_steps:
+            text += f", scaling ramp over {self.parallel_warmup_steps / per:g} steps"
+        return text
+
+
+def piecewise_linear(x, points):
+    """Linear interpolation through ``points`` [[x0, y0], [x1, y1], ...] (x increasing), constant outside.
+
+    Args:
+        x: float64 scalar tensor.
+        points: list of [x, y] pairs.
+
+    Returns:
+        float64 scalar tensor.
+    """
+    value = tf.constant(float(points[0][1]), tf.float64)
+    for (x0, y0), (x1, y1) in zip(points[:-1], points[1:]):
+        value += (float(y1) - float(y0)) * tf.clip_by_value((x - float(x0)) / max(float(x1) - float(x0), 1e-12),
+                                                            0.0, 1.0)
+    return value
+
+
+def check_weight_schedule(value):
+    """Params check of ``loss_weight_schedule``: {term: [[step, weight], ...]} with increasing steps."""
+    for term, points in value.items():
+        if not isinstance(points, list) or not points or not all(
+                isinstance(p, (list, tuple)) and len(p) == 2 and all(isinstance(v, (int, float)) for v in p)
+                for p in points):
+            return f"{term}: expected a non-empty list of [step, weight] pairs"
+        steps = [p[0] for p in points]
+        if steps != sorted(steps) or len(set(steps)) != len(steps):
+            return f"{term}: steps must increase"
+        if any(p[1] < 0 for p in points):
+            return f"{term}: weights must not be negative"
+    return None

@@ -14,9 +14,21 @@ script against, in plain TensorFlow 2, for one process or many (Horovod, see
 
 The N-rank update therefore equals the 1-rank update on the union of the N
 batches.  Checkpoints (``tf.train.Checkpoint``: model, optimizer, step,
-learning-rate factor) are written by rank 0 alone; resume is exact (step,
-optimizer state, energy offsets and, for a seeded pipeline, the data position).
+learning-rate factor, weight average, early-stopping state) are written by
+rank 0 alone, the latest ``keep_checkpoint_max`` in ``model_dir`` and the best
+by the validation metric in ``model_dir/best``; resume is exact (step,
+optimizer state, weight average, schedule position, energy offsets and, for a
+seeded pipeline, the data position).
+
+With an ``eval_fn``, the validation input is evaluated every
+``eval_every_n_steps`` (with the averaged weights when ``ema_decay`` is set);
+the figures go to the log, ``metrics.jsonl`` and TensorBoard, the
+predictions to ``eval_predictions.npz`` (see :mod:`pinn.metrics`), and
+training stops early after ``early_stopping_patience`` evaluations without
+improvement.
 """
+import contextlib
+import json
 import logging
 import os
 import time
@@ -25,23 +37,48 @@ import numpy as np
 import tensorflow as tf
 
 from pinn import keys as K
+from pinn.ema import WeightAverage
 from pinn.guards import StopSignals, TrainingPreempted, Watchdog
 from pinn.io.batch import add_neighbors
 from pinn.logs import setup_logging
+from pinn.metrics import MAX_PARITY_ROWS, write_eval_predictions
 from pinn.networks import get_network
 from pinn.parallel import SerialWorld
-from pinn.params import Option, positive, read_params, resolve, write_params
-from pinn.progress import Meter, errors_from_sums, scaling_line
-from pinn.schedule import LearningRate
+from pinn.params import Option, ParamsError, non_negative, positive, read_params, resolve, write_params
+from pinn.progress import Meter, ProgressBar, errors_from_sums, scaling_line
+from pinn.recorder import RunRecorder
+from pinn.schedule import LR_SCHEDULES, LearningRate
 
 log = logging.getLogger("pinn")
 
 #: training-loop options shared by all models (``model.params``)
+def _fraction(value):
+    return None if 0 < value < 1 else "must be in (0, 1)"
+
+
+def _step_list(value):
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value) or value != sorted(value):
+        return "must be a list of increasing positive step numbers"
+    return None
+
+
 TRAINING_PARAMS = {
     "learning_rate": Option(float, 3e-4, "Adam learning rate (of one rank; see parallel_params.lr_scaling)",
                             check=positive),
-    "decay_step": Option(int, 10000, "steps per decay of the learning rate", check=positive),
-    "decay_rate": Option(float, 0.96, "factor of the exponential decay per decay_step", check=positive),
+    "lr_schedule": Option(str, "exponential", "shape of the learning rate over the steps (see the training page)",
+                          choices=LR_SCHEDULES),
+    "decay_step": Option(int, 10000, "steps per decay of the 'exponential' and 'step' schedules", check=positive),
+    "decay_rate": Option(float, 0.96, "factor of the decay per decay_step (or per boundary)", check=positive),
+    "lr_boundaries": Option(list, [], "steps at which the 'step' schedule multiplies the rate by decay_rate "
+                            "([]: every decay_step)", check=_step_list),
+    "lr_cosine_steps": Option((int, None), None, "length of the 'cosine' schedule in steps (None: the max_steps of "
+                              "the train() call)", check=positive),
+    "lr_min_factor": Option(float, 0.0, "final rate of the 'cosine' schedule as a fraction of learning_rate",
+                            check=lambda v: None if 0 <= v <= 1 else "must be in [0, 1]"),
+    "lr_warmup_steps": Option(int, 0, "linear warmup of the rate over this many steps (0: none)", check=non_negative),
+    "ema_decay": Option((float, None), None, "exponential moving average of the weights with this decay (e.g. "
+                        "0.999): evaluation and inference use the average, training goes on from the raw weights "
+                        "(None: off)", check=_fraction),
     "max_grad_norm": Option((float, None), 10.0, "clip gradients to this global norm (None: no clipping)"),
     "accumulate_batches": Option(int, 1, "batches per step: their gradients are summed (one allreduce in a "
                                  "parallel run) and the loss is normalised over all of them", check=positive),
@@ -53,10 +90,23 @@ TRAINING_PARAMS = {
                             check=positive),
     "save_checkpoint_steps": Option(int, 1000, "write a checkpoint every that many steps", check=positive),
     "keep_checkpoint_max": Option(int, 5, "number of checkpoints kept", check=positive),
+    "eval_every_n_steps": Option((int, None), None, "evaluate the eval_fn input every that many steps (None: at "
+                                 "every checkpoint)", check=positive),
+    "early_stopping_metric": Option(str, "loss", "validation figure that picks the best checkpoint and drives early "
+                                    "stopping: 'loss' or an error such as 'F_RMSE', 'E_MAE', 'D_RMSE'"),
+    "early_stopping_patience": Option((int, None), None, "stop after this many evaluations without improvement "
+                                      "(None: never stop early)", check=positive),
+    "early_stopping_min_delta": Option(float, 0.0, "an improvement must lower the metric by more than this "
+                                       "(units of the metric)", check=non_negative),
     "log_every_n_steps": Option(int, 100, "progress line every that many steps", check=positive),
+    "progress_bar": Option(str, "auto", "progress bar on stderr: 'auto' (when stderr is a terminal), 'on', 'off'",
+                           choices=("auto", "on", "off")),
+    "tensorboard": Option(bool, True, "write TensorBoard summaries to model_dir/tensorboard (rank 0)"),
     "data_resume": Option(str, "skip", "on resume, 'skip' the batches already trained on (exact for a "
                           "seeded pipeline) or start the input again ('none')", choices=("skip", "none")),
 }
+
+BEST_DIR = "best"
 
 
 class TrainingDiverged(FloatingPointError):
@@ -73,16 +123,18 @@ class Trainer:
         world: :class:`pinn.parallel.SerialWorld` (default) or the
             :class:`pinn.parallel.HorovodWorld` from
             :func:`pinn.parallel.parallelize_model`.
+        checkpoint: which checkpoint to restore: ``None`` or ``'last'`` (the
+            latest in ``model_dir``), ``'best'`` (the best by the validation
+            metric, in ``model_dir/best``) or a checkpoint path.
 
     ``input_fn`` is a function with no arguments returning a
     ``tf.data.Dataset`` of sparse batches (see :func:`pinn.io.sparse_batch`);
     neighbor lists are added when the batches have none.  In a parallel run
     each rank's ``input_fn`` should give that rank's share of the data
     (:func:`pinn.io.distribute_data`, or ``dataset.shard(size, rank)``).
-    The latest checkpoint in ``model_dir`` is restored on construction.
     """
 
-    def __init__(self, params, model_cls, world=None):
+    def __init__(self, params, model_cls, world=None, checkpoint=None):
         if isinstance(params, (str, os.PathLike)):
             params = read_params(params)
         self.params = resolve(params)
@@ -102,28 +154,47 @@ class Trainer:
         self.model = model_cls(self.network, self.mp, self.params["network"]["params"]["atom_types"], self.dtype)
         self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
         self.lr_factor = tf.Variable(1.0, dtype=tf.float32, trainable=False, name="lr_factor")
-        options = self.world.options
-        self.learning_rate = LearningRate(self.mp["learning_rate"], self.mp["decay_step"], self.mp["decay_rate"],
-                                          self.world.size, options["lr_scaling"], options["warmup_steps"])
+        self.best_metric = tf.Variable(np.inf, dtype=tf.float64, trainable=False, name="best_metric")
+        self.evals_since_best = tf.Variable(0, dtype=tf.int64, trainable=False, name="evals_since_best")
+        self.learning_rate = self._schedule(self.mp["lr_cosine_steps"])
         self.optimizer = tf.keras.optimizers.Adam(learning_rate=self.current_learning_rate)
         self.optimizer.build(self.model.trainable_variables)  # slots exist before a restore or broadcast
-        self.checkpoint = tf.train.Checkpoint(model=self.model, optimizer=self.optimizer, step=self.step,
-                                              lr_factor=self.lr_factor)
-        self.manager = tf.train.CheckpointManager(self.checkpoint, self.model_dir,
-                                                  max_to_keep=self.mp["keep_checkpoint_max"],
-                                                  checkpoint_name="ckpt") if self.is_chief else None
+        self.ema = WeightAverage(self.model.trainable_variables, self.mp["ema_decay"]) if self.mp["ema_decay"] \
+            else None
+        parts = dict(model=self.model, optimizer=self.optimizer, step=self.step, lr_factor=self.lr_factor,
+                     best_metric=self.best_metric, evals_since_best=self.evals_since_best)
+        if self.ema is not None:
+            parts["weight_average"] = self.ema
+        self.checkpoint = tf.train.Checkpoint(**parts)
+        self.manager = self.best_manager = None
+        if self.is_chief:
+            self.manager = tf.train.CheckpointManager(self.checkpoint, self.model_dir,
+                                                      max_to_keep=self.mp["keep_checkpoint_max"],
+                                                      checkpoint_name="ckpt")
+            self.best_manager = tf.train.CheckpointManager(self.checkpoint, os.path.join(self.model_dir, BEST_DIR),
+                                                           max_to_keep=1, checkpoint_name="ckpt")
         self._check_stored_params()
-        if self.is_chief and self.manager.latest_checkpoint:
-            self.checkpoint.restore(self.manager.latest_checkpoint).expect_partial()
-            log.info("restored %s (step %d)", self.manager.latest_checkpoint, int(self.step))
+        self.restored = self._restore(checkpoint) if self.is_chief else None
         self._broadcast_state()
         self._step_fns = None
+        self._averaged = False  # the trainable variables hold the average (inside averaged_weights)
+        self._frozen = False
+        self.bar = None
 
     def current_learning_rate(self):
         """The learning rate of the next update (float32 tensor)."""
         return self.learning_rate(self.step) * self.lr_factor
 
     # ------------------------------------------------------------------ setup
+    def _schedule(self, total_steps):
+        """The learning-rate schedule of this run; ``total_steps`` (steps of this run) sets a cosine's length."""
+        mp, options = self.mp, self.world.options
+        steps_per_step = self.world.size if options["lr_scaling"] != "none" else 1
+        return LearningRate(mp["learning_rate"], mp["lr_schedule"], mp["decay_step"], mp["decay_rate"],
+                            mp["lr_boundaries"], mp["lr_min_factor"],
+                            total_steps * steps_per_step if total_steps else None, mp["lr_warmup_steps"],
+                            self.world.size, options["lr_scaling"], options["warmup_steps"])
+
     def _check_stored_params(self):
         if not self.is_chief:
             return
@@ -135,12 +206,52 @@ class Trainer:
                                  f"use another model_dir or the stored params")
         write_params(self.params, self.model_dir)
 
+    def _restore(self, which):
+        """Restore the requested checkpoint (rank 0); returns its path or ``None`` for a fresh model."""
+        if which in (None, "last"):
+            path = self.manager.latest_checkpoint
+        elif which == "best":
+            path = self.best_manager.latest_checkpoint
+            if path is None:
+                raise ValueError(f"{self.model_dir}: no best checkpoint (train with an eval_fn to keep one)")
+        else:
+            path = os.fspath(which)
+            if not tf.io.gfile.exists(path + ".index"):
+                raise ValueError(f"{path}: no such checkpoint (expected {path}.index)")
+        if path:
+            self.checkpoint.restore(path).expect_partial()
+            log.info("restored %s (step %d)", path, int(self.step))
+        return path
+
     def _state_variables(self):
-        return list(self.model.variables) + list(self.optimizer.variables) + [self.step, self.lr_factor]
+        extra = list(self.ema.variables) if self.ema is not None else []
+        return (list(self.model.variables) + list(self.optimizer.variables) + extra
+                + [self.step, self.lr_factor, self.best_metric, self.evals_since_best])
 
     def _broadcast_state(self):
-        """Every rank takes rank 0's model, optimizer state, step and learning-rate factor."""
+        """Every rank takes rank 0's model, optimizer state, weight average, step and schedule state."""
         self.world.broadcast_variables(self._state_variables())
+
+    @contextlib.contextmanager
+    def averaged_weights(self):
+        """Within this block the model holds the averaged weights (``ema_decay``; otherwise the raw ones)."""
+        if self.ema is None or self._averaged:
+            yield
+            return
+        self.ema.swap(self.model.trainable_variables)
+        self._averaged = True
+        try:
+            yield
+        finally:
+            self.ema.swap(self.model.trainable_variables)
+            self._averaged = False
+
+    def freeze_averaged_weights(self):
+        """Put the averaged weights in the model for good (inference only: :meth:`train` then refuses)."""
+        if self.ema is not None and not self._averaged:
+            self.ema.swap(self.model.trainable_variables)
+            self._averaged = True
+        self._frozen = True
 
     def _input(self, input_fn, skip=0):
         dataset = input_fn()
@@ -155,24 +266,16 @@ class Trainer:
             dataset = dataset.apply(add_neighbors(self.rc))
         return dataset.prefetch(tf.data.AUTOTUNE)
 
-    def _metric_keys(self, spec, forces, stress):
-        keys = ["E"] if K.E_DATA in spec else []
-        if forces and K.F_DATA in spec:
-            keys.append("F")
-        if stress and K.S_DATA in spec:
-            keys.append("S")
-        return keys
-
     # --------------------------------------------------------------- training
     def _make_step_fns(self, spec):
         """The three traced pieces of a step: local loss counts, local gradients, reduce-and-apply."""
         model, mp, world = self.model, self.mp, self.world
         variables = model.trainable_variables
         terms = model.loss_term_names()
-        weights = model.loss_weights()
-        forces, stress = mp["use_force"], mp["use_stress"]
-        metric_keys = self._metric_keys(spec, forces, stress)
+        outputs = model.train_outputs()
+        metric_keys = model.metric_keys(spec, outputs)
         one_hot_rank = tf.one_hot(world.rank, world.size, dtype=self.dtype)
+        schedule_position = self.learning_rate.single_rank_steps
 
         @tf.function(input_signature=[spec])
         def local_counts(batch):
@@ -181,10 +284,12 @@ class Trainer:
 
         @tf.function(input_signature=[spec, tf.TensorSpec([len(terms)], tf.float64)])
         def local_gradients(batch, global_counts):
+            weights = model.loss_weights(schedule_position(self.step))
             with tf.GradientTape() as tape:
-                pred = model.predict(batch, forces=forces, stress=stress)
+                pred = model.predict(batch, **outputs)
                 sums = model.loss_sums(batch, pred)
-                loss = tf.add_n([weights[t] * tf.math.divide_no_nan(sums[t], tf.cast(global_counts[i], self.dtype))
+                loss = tf.add_n([tf.cast(weights[t], self.dtype)
+                                 * tf.math.divide_no_nan(sums[t], tf.cast(global_counts[i], self.dtype))
                                  for i, t in enumerate(terms)])
             grads = [tf.convert_to_tensor(g) if g is not None else tf.zeros_like(v)
                      for g, v in zip(tape.gradient(loss, variables), variables)]
@@ -211,6 +316,8 @@ class Trainer:
                 if mp["max_grad_norm"]:
                     clipped, _ = tf.clip_by_global_norm(grads, mp["max_grad_norm"])
                 self.optimizer.apply_gradients(zip(clipped, variables))
+                if self.ema is not None:
+                    self.ema.update(variables)
                 return tf.constant(True)
 
             applied = tf.cond(finite, apply, lambda: tf.constant(False))
@@ -244,8 +351,36 @@ class Trainer:
         log.info("fitted e_dress on %d batches (%d structures, repeats counted): %s", n_batches, n_struct,
                  ", ".join(f"Z={z}: {v:.6f} eV" for z, v in dress.items()))
 
-    def train(self, input_fn, max_steps):
-        """Train until the global step reaches ``max_steps`` (or an input ends).
+    def _steps_per_epoch(self, input_fn, k):
+        """Steps in one pass over every rank's input (the shortest rank's, in whole steps of ``k`` batches)."""
+        dataset = input_fn()
+        cardinality = int(dataset.cardinality())
+        if cardinality == tf.data.INFINITE_CARDINALITY:
+            raise ValueError("max_epochs: input_fn repeats forever; remove .repeat() so that one pass of it is "
+                             "an epoch (train repeats it), or give max_steps instead")
+        if cardinality < 0:
+            log.info("counting the batches of one epoch")
+            cardinality = int(dataset.reduce(np.int64(0), lambda n, _: n + 1))
+        per_rank = self.world.allgather_numpy(np.array([cardinality]))[:, 0]
+        steps = int(per_rank.min()) // k
+        if steps == 0:
+            raise ValueError(f"max_epochs: an epoch has {int(per_rank.min())} batches on the shortest rank, fewer "
+                             f"than accumulate_batches = {k}")
+        if per_rank.max() != per_rank.min():
+            log.info("ranks hold %d to %d batches per epoch: an epoch is %d steps (the shortest rank's)",
+                     per_rank.min(), per_rank.max(), steps)
+        return steps
+
+    def train(self, input_fn, max_steps=None, max_epochs=None, eval_fn=None):
+        """Train until the global step reaches ``max_steps`` or ``max_epochs`` (or an input ends, or early stopping).
+
+        Args:
+            input_fn: function returning the training ``tf.data.Dataset`` of sparse batches.
+            max_steps: last global step (counted over resumes).
+            max_epochs: train this many passes over ``input_fn`` (which must then be finite; it is
+                repeated here).  With both, the smaller limit wins.
+            eval_fn: function returning the validation dataset, evaluated every
+                ``eval_every_n_steps`` and at the end (best checkpoint, early stopping).
 
         Returns:
             ``self`` (like the estimator API).
@@ -256,27 +391,51 @@ class Trainer:
             TrainingDiverged: the loss stayed non-finite through ``max_rollbacks`` rollbacks.
             RuntimeError: a collective operation failed (another rank died).
         """
+        if self._frozen:
+            raise RuntimeError("this model holds averaged weights for inference (freeze_averaged_weights); "
+                               "build a new one from model_dir to train")
+        if max_steps is None and max_epochs is None:
+            raise ValueError("train: give max_steps or max_epochs")
+        k = self.mp["accumulate_batches"]
+        steps_per_epoch = None
+        if max_epochs is not None:
+            steps_per_epoch = self._steps_per_epoch(input_fn, k)
+            by_epochs = int(round(max_epochs * steps_per_epoch))
+            max_steps = by_epochs if max_steps is None else min(max_steps, by_epochs)
+            epoch_input, n_batches = input_fn, steps_per_epoch * k
+            input_fn = lambda: epoch_input().take(n_batches).repeat()  # noqa: E731
         start = int(self.step)
         if start >= max_steps:
             log.info("step %d already reaches max_steps %d: nothing to train", start, max_steps)
             return self
-        if self.mp["fit_e_dress"] and not bool(self.model.dress_fitted):
+        if self.mp["lr_schedule"] == "cosine" and not self.mp["lr_cosine_steps"]:
+            self.learning_rate = self._schedule(max_steps)
+            self._step_fns = None
+        if self.mp.get("fit_e_dress") and not bool(self.model.dress_fitted):
             self._fit_dress(input_fn)
             self._broadcast_state()
-        k = self.mp["accumulate_batches"]
         skip = start * k if self.mp["data_resume"] == "skip" else 0
         dataset = self._input(input_fn, skip=skip)
         if self._step_fns is None or self._step_fns[0] != dataset.element_spec:
             self._step_fns = (dataset.element_spec, self._make_step_fns(dataset.element_spec))
         if self.is_chief and not self.manager.latest_checkpoint:
             self.save()  # something to roll back to
-        log.info("training %s from step %d to %d on %d rank(s); %s; model_dir %s", self.params["network"]["name"],
-                 start, max_steps, self.world.size, self.learning_rate.describe(), self.model_dir)
+        length = f"{max_steps} ({max_steps / steps_per_epoch:g} epochs of {steps_per_epoch} steps)" \
+            if steps_per_epoch else f"{max_steps}"
+        log.info("training %s from step %d to %s on %d rank(s); %s%s; model_dir %s", self.params["network"]["name"],
+                 start, length, self.world.size, self.learning_rate.describe(),
+                 f"; weight average with decay {self.mp['ema_decay']:g}" if self.ema is not None else "",
+                 self.model_dir)
         timeout = self.world.options["stall_timeout_s"] if self.world.is_parallel else None
+        enabled = {"auto": None, "on": True, "off": False}[self.mp["progress_bar"]]
+        self.bar = ProgressBar(enabled=enabled if self.is_chief else False)
+        recorder = RunRecorder(self.model_dir, enabled=self.is_chief, tensorboard=self.mp["tensorboard"])
+        run = _Run(max_steps, steps_per_epoch, eval_fn, recorder)
         with StopSignals() as signals, Watchdog(timeout, self._last_checkpoint_text) as watchdog:
             try:
-                self._loop(iter(dataset), max_steps, k, signals, watchdog)
+                self._loop(iter(dataset), run, k, signals, watchdog)
             except KeyboardInterrupt:
+                self.bar.clear()
                 log.warning("interrupted at step %d: writing a checkpoint", int(self.step))
                 self.save()
                 raise
@@ -286,19 +445,29 @@ class Trainer:
                 raise RuntimeError(f"rank {self.world.rank}: a collective operation failed at step "
                                    f"{int(self.step)}, most likely because another rank died; "
                                    f"{self._last_checkpoint_text()}") from err
+            finally:
+                self.bar.clear()
+                recorder.close()
         return self
 
     def _last_checkpoint_text(self):
         latest = self.manager.latest_checkpoint if self.manager else None
         return f"the last checkpoint is {latest}" if latest else "see rank 0's log for the last checkpoint"
 
-    def _loop(self, iterator, max_steps, k, signals, watchdog):
+    def _log(self, level, message, *args):
+        self.bar.clear()
+        log.log(level, message, *args)
+
+    def _loop(self, iterator, run, k, signals, watchdog):
         local_counts, local_gradients, reduce_and_apply, unpack = self._step_fns[1]
         world, mp = self.world, self.mp
         every = mp["log_every_n_steps"]
+        eval_every = mp["eval_every_n_steps"] or mp["save_checkpoint_steps"]
+        max_steps = run.max_steps
         meter = Meter()
         streak = rollbacks = skipped = 0
         step = int(self.step)
+        last_eval = None
         while step < max_steps:
             batches = []
             for _ in range(k):
@@ -313,9 +482,10 @@ class Trainer:
             agreed = world.allreduce_sum_numpy(np.concatenate([counts, flags]))
             t2 = time.perf_counter()
             if agreed[-1] > 0:
+                self.bar.clear()
                 self._preempted(signals.received or "a stop signal on another rank")
             if agreed[-2] > 0:
-                log.info("an input ended at step %d before max_steps %d", step, max_steps)
+                self._log(logging.INFO, "an input ended at step %d before max_steps %d", step, max_steps)
                 break
             global_counts = tf.constant(agreed[:-2])
             grads, stats = local_gradients(batches[0], global_counts)
@@ -342,8 +512,8 @@ class Trainer:
                 skipped += 1
                 where = f" (from rank {', '.join(str(r) for r in np.flatnonzero(bad_ranks))})" \
                     if world.is_parallel and bad_ranks.any() else ""
-                log.warning("step %d: non-finite loss or gradient%s; update skipped on all ranks (%d in a row)",
-                            step, where, streak)
+                self._log(logging.WARNING, "step %d: non-finite loss or gradient%s; update skipped on all ranks "
+                          "(%d in a row)", step, where, streak)
                 if streak >= mp["max_nonfinite_steps"]:
                     rollbacks += 1
                     if rollbacks > mp["max_rollbacks"]:
@@ -351,30 +521,90 @@ class Trainer:
                                                f"rollbacks; lower model.params.learning_rate or check the data")
                     self._rollback()
                     streak = 0
+            self.bar.update(step, max_steps, f"loss {float(loss):.4g}")
             if step % every == 0 or step >= max_steps:
-                self._progress(step, max_steps, meter, skipped)
+                self._progress(run, step, meter, skipped)
                 meter, skipped = Meter(), 0
+            stop = False
+            if run.eval_fn is not None and (step % eval_every == 0 or step >= max_steps):
+                stop = self._validate(run, step)
+                last_eval = step
             if step % mp["save_checkpoint_steps"] == 0:
                 self.save()
+            if stop:
+                break
+        if run.eval_fn is not None and last_eval != step and step > 0:
+            self._validate(run, step)
         self.save()
 
-    def _progress(self, step, max_steps, meter, skipped):
+    def _progress(self, run, step, meter, skipped):
         figures = self.world.allgather_numpy(meter.rank_figures()) if self.world.is_parallel else None
-        line = f"step {step}/{max_steps} {meter.summary()} lr {float(self.current_learning_rate()):.3g}"
+        lr = float(self.current_learning_rate())
+        epoch = run.epoch(step)
+        where = f"step {step}/{run.max_steps}" + (f" epoch {epoch:.2f}" if epoch is not None else "")
+        line = f"{where} {meter.summary()} lr {lr:.3g}"
         if skipped:
             line += f" ({skipped} non-finite steps skipped)"
         if figures is not None:
             line += "; " + scaling_line(figures, self.world.options["single_rank_throughput"])
-        log.info(line)
+        self._log(logging.INFO, line)
+        if meter.n_steps:
+            run.recorder.record("train", step, {"lr": lr, **meter.figures()}, epoch)
+
+    def _validate(self, run, step):
+        """Evaluate the validation input; keep the best checkpoint; return whether to stop early."""
+        mp = self.mp
+        result, arrays = self._evaluate(run.eval_fn, parity=True)
+        metric = mp["early_stopping_metric"]
+        if metric not in result:
+            available = sorted(k for k in result if k != "global_step")
+            raise ParamsError(f"model.params.early_stopping_metric: {metric!r} is not measured on the eval input; "
+                              f"available: {available}")
+        value = result[metric]
+        improved = bool(np.isfinite(value) and value < float(self.best_metric) - mp["early_stopping_min_delta"])
+        if improved:
+            self.best_metric.assign(value)
+            self.evals_since_best.assign(0)
+        else:
+            self.evals_since_best.assign_add(1)
+        epoch = run.epoch(step)
+        figures = {k: v for k, v in result.items() if k != "global_step"}
+        text = " ".join(f"{k} {v:.4g}" for k, v in figures.items())
+        self._log(logging.INFO, "evaluation at step %d: %s%s", step, text,
+                  " (best so far)" if improved else f" (best {metric} {float(self.best_metric):.4g}, "
+                  f"{int(self.evals_since_best)} evaluation(s) ago)")
+        run.recorder.record("eval", step, {**figures, "best": improved}, epoch)
+        if self.is_chief:
+            if arrays:
+                write_eval_predictions(self.model_dir, {"step": np.array(step), **arrays})
+            if improved:
+                self._save_best(step, metric, value)
+        patience = mp["early_stopping_patience"]
+        if patience is not None and int(self.evals_since_best) >= patience:
+            self._log(logging.INFO, "early stopping at step %d: %s has not improved by more than %g in %d "
+                      "evaluations (best %.4g); the best checkpoint is in %s", step, metric,
+                      mp["early_stopping_min_delta"], patience, float(self.best_metric),
+                      os.path.join(self.model_dir, BEST_DIR))
+            return True
+        return False
+
+    def _save_best(self, step, metric, value):
+        path = self.best_manager.save(checkpoint_number=step)
+        info = {"step": int(step), "metric": metric, "value": float(value), "checkpoint": os.path.basename(path)}
+        with open(os.path.join(self.model_dir, BEST_DIR, "best.json"), "w") as f:
+            json.dump(info, f)
 
     def _rollback(self):
-        """Back to the latest checkpoint's model and optimizer state (step and data position go on),
+        """Back to the latest checkpoint's model, optimizer and weight average (step and data position go on),
         with the learning rate multiplied by ``rollback_lr_factor``."""
         factor = float(self.lr_factor) * self.mp["rollback_lr_factor"]
         if self.is_chief:
             path = self.manager.latest_checkpoint
-            tf.train.Checkpoint(model=self.model, optimizer=self.optimizer).restore(path).expect_partial()
-            log.warning("rolled back to %s; learning rate × %g from now on", path, factor)
+            parts = dict(model=self.model, optimizer=self.optimizer)
+            if self.ema is not None:
+                parts["weight_average"] = self.ema
+            tf.train.Checkpoint(**parts).restore(path).expect_partial()
+            self._log(logging.WARNING, "rolled back to %s; learning rate × %g from now on", path, factor)
         self.lr_factor.assign(factor)
         self._broadcast_state()
 
@@ -405,44 +635,80 @@ class Trainer:
 
     # ------------------------------------------------------------- evaluation
     def evaluate(self, input_fn):
-        """Errors on a finite input, summed over all ranks' inputs.
+        """Errors on a finite input, summed over all ranks' inputs (averaged weights when ``ema_decay`` is set).
 
         Returns:
-            dict with ``E_MAE``, ``E_RMSE`` (eV) and, when labels exist,
-            ``F_MAE``, ``F_RMSE`` (eV/Å), ``S_MAE``, ``S_RMSE`` (eV/Å³), plus
-            ``loss`` and ``global_step``.  In a parallel run every rank gets the
-            same numbers: sums and counts are added over ranks (each rank's
-            input should be its own share of the data).
+            dict with ``loss``, ``global_step`` and, for each quantity with
+            labels, ``<Q>_MAE`` and ``<Q>_RMSE``: ``E`` (eV), ``F`` (eV/Å),
+            ``S`` (eV/Å³) for the potential model, ``D`` (e·Å), ``Q`` (e) for
+            the dipole model.  In a parallel run every rank gets the same
+            numbers: sums and counts are added over ranks (each rank's input
+            should be its own share of the data).
         """
+        return self._evaluate(input_fn)[0]
+
+    def _evaluate(self, input_fn, parity=False):
+        """(metrics, parity arrays or ``None``); see :meth:`evaluate` and :mod:`pinn.metrics`."""
         dataset = self._input(input_fn)
         spec = dataset.element_spec
-        want_f, want_s = K.F_DATA in spec, K.S_DATA in spec
-        terms = list(self.model.loss_term_names())
-        metric_keys = self._metric_keys(spec, want_f, want_s)
+        model = self.model
+        outputs = model.eval_outputs(spec)
+        terms = list(model.loss_term_names())
+        metric_keys = model.metric_keys(spec, outputs)
 
         @tf.function(input_signature=[spec])
         def eval_step(batch):
-            pred = self.model.predict(batch, forces=want_f, stress=want_s)
-            loss_terms = self.model.loss_terms(batch, pred)
-            errors = self.model.error_sums(batch, pred)
+            pred = model.predict(batch, **outputs)
+            loss_terms = model.loss_terms(batch, pred)
+            errors = model.error_sums(batch, pred)
             return tf.concat([tf.cast(tf.stack(loss_terms[t]), tf.float64) for t in terms]
-                             + [tf.cast(tf.stack(errors[k]), tf.float64) for k in metric_keys], axis=0)
+                             + [tf.cast(tf.stack(errors[k]), tf.float64) for k in metric_keys], axis=0), pred
 
         total = np.zeros(2 * len(terms) + 3 * len(metric_keys))
-        for batch in dataset:
-            total += eval_step(batch).numpy()
+        collected = {}
+        with self.averaged_weights():
+            for batch in dataset:
+                sums, pred = eval_step(batch)
+                total += sums.numpy()
+                if parity:
+                    batch_np = {k: v.numpy() for k, v in batch.items()}
+                    for key, value in model.parity_arrays(batch_np, {k: v.numpy() for k, v in pred.items()}).items():
+                        collected.setdefault(key, []).append(value)
         total = self.world.allreduce_sum_numpy(total)
-        weights = self.model.loss_weights()
-        loss = sum(weights[t] * total[2 * i] / total[2 * i + 1] for i, t in enumerate(terms) if total[2 * i + 1])
+        weights = model.loss_weights(self.learning_rate.single_rank_steps(self.step))
+        loss = sum(float(weights[t]) * total[2 * i] / total[2 * i + 1] for i, t in enumerate(terms)
+                   if total[2 * i + 1])
         offset = 2 * len(terms)
         result = errors_from_sums({key: total[offset + 3 * i: offset + 3 * i + 3] for i, key in enumerate(metric_keys)})
         result["loss"] = float(loss)
         result["global_step"] = int(self.step)
-        return result
+        return result, (self._gather_parity(collected) if parity else None)
+
+    def _gather_parity(self, collected):
+        """Concatenate the parity arrays of every batch and rank (per-atom rows subsampled)."""
+        empty = self.world.allreduce_sum_numpy(np.array([float(not collected)]))[0]
+        if empty:
+            if self.is_chief:
+                log.warning("a rank has no validation batches: no eval_predictions.npz this time")
+            return None
+        arrays = {key: np.concatenate(parts) for key, parts in sorted(collected.items())}
+        limit = MAX_PARITY_ROWS // self.world.size
+        rng = np.random.default_rng(0)
+        for prefix in ("forces", "charges"):
+            keys = [key for key in arrays if key.startswith(prefix + "_")]
+            if keys and len(arrays[keys[0]]) > limit:
+                rows = np.sort(rng.choice(len(arrays[keys[0]]), limit, replace=False))
+                for key in keys:
+                    arrays[key] = arrays[key][rows]
+        return {key: self.world.concat_rows_numpy(value) for key, value in arrays.items()}
 
     def predict(self, input_fn):
-        """Yield one dict per structure of this rank's input: ``energy`` (eV), ``forces``
-        [n_atoms, 3] (eV/Å), ``stress`` [3, 3] (eV/Å³, periodic structures) and ``elems``."""
+        """Yield one dict per structure of this rank's input (averaged weights when ``ema_decay`` is set).
+
+        The potential model gives ``energy`` (eV), ``forces`` [n_atoms, 3]
+        (eV/Å), ``stress`` [3, 3] (eV/Å³, periodic structures) and ``elems``;
+        the dipole model ``dipole`` [3] (e·Å), ``charges`` [n_atoms] (e) and ``elems``.
+        """
         dataset = self._input(input_fn)
 
         @tf.function(input_signature=[dataset.element_spec])
@@ -450,13 +716,20 @@ class Trainer:
             return self.model.predict(batch)
 
         for batch in dataset:
-            pred = {k: v.numpy() for k, v in predict_step(batch).items()}
-            ind_1 = batch[K.IND_1].numpy()[:, 0]
-            pbc = batch[K.PBC].numpy()
-            elems = batch[K.ELEMS].numpy()
-            for s in range(len(pred["energy"])):
-                atoms = ind_1 == s
-                out = {"energy": pred["energy"][s], "forces": pred["forces"][atoms], "elems": elems[atoms]}
-                if pbc[s].any():
-                    out["stress"] = pred["stress"][s]
-                yield out
+            with self.averaged_weights():
+                pred = {k: v.numpy() for k, v in predict_step(batch).items()}
+            yield from self.model.structure_outputs({k: v.numpy() for k, v in batch.items()}, pred)
+
+
+class _Run:
+    """What one ``train()`` call needs besides the model: its length, epochs, validation input and recorder."""
+
+    def __init__(self, max_steps, steps_per_epoch, eval_fn, recorder):
+        self.max_steps = max_steps
+        self.steps_per_epoch = steps_per_epoch
+        self.eval_fn = eval_fn
+        self.recorder = recorder
+
+    def epoch(self, step):
+        """Epochs trained at ``step`` (``None`` when training is not counted in epochs)."""
+        return step / self.steps_per_epoch if self.steps_per_epoch else None

@@ -68,16 +68,17 @@ def test_accumulated_batches_equal_their_union(alloy_xyz, tmp_path):
 
 def test_learning_rate_scaling_and_warmup():
     """lr(step) = lr0 · ramp · rate^(step·k/decay_step), k = N when the rate is scaled."""
-    linear = LearningRate(1e-3, 100, 0.5, size=4, scaling="linear")
+    linear = LearningRate(1e-3, decay_step=100, decay_rate=0.5, size=4, scaling="linear")
     assert float(linear(0)) == pytest.approx(4e-3)
     assert float(linear(25)) == pytest.approx(2e-3)  # 25 steps of 4 ranks = 100 single-rank steps
-    sqrt = LearningRate(1e-3, 100, 0.5, size=4, scaling="sqrt")
+    sqrt = LearningRate(1e-3, decay_step=100, decay_rate=0.5, size=4, scaling="sqrt")
     assert float(sqrt(0)) == pytest.approx(2e-3) and float(sqrt(25)) == pytest.approx(1e-3)
-    none = LearningRate(1e-3, 100, 0.5, size=4, scaling="none")
+    none = LearningRate(1e-3, decay_step=100, decay_rate=0.5, size=4, scaling="none")
     assert float(none(0)) == pytest.approx(1e-3) and float(none(100)) == pytest.approx(5e-4)
-    warm = LearningRate(1e-3, 10 ** 9, 0.5, size=4, scaling="linear", warmup_steps=100)
+    warm = LearningRate(1e-3, decay_step=10 ** 9, decay_rate=0.5, size=4, scaling="linear",
+                        parallel_warmup_steps=100)
     assert [float(warm(s)) for s in (0, 5, 25, 50)] == pytest.approx([1e-3, 1.6e-3, 4e-3, 4e-3], rel=1e-5)
-    one = LearningRate(1e-3, 100, 0.5, size=1, scaling="linear", warmup_steps=100)
+    one = LearningRate(1e-3, decay_step=100, decay_rate=0.5, size=1, scaling="linear", parallel_warmup_steps=100)
     assert float(one(0)) == pytest.approx(1e-3) and float(one(100)) == pytest.approx(5e-4)
     assert "every 25 steps" in linear.describe()
 

@@ -14,8 +14,8 @@ import numpy as np
 import tensorflow as tf
 
 from pinn import keys as K
+from pinn.models.base import COMMON_PARAMS, Model, abs_sq_count, cast_floats
 from pinn.params import Option, non_negative, positive
-from pinn.trainer import TRAINING_PARAMS
 
 PARAMS = {
     "use_force": Option(bool, False, "train on forces as well as energies"),
@@ -32,11 +32,8 @@ PARAMS = {
                           "minus the initial network energies"),
     "fit_e_dress_batches": Option(int, 100, "number of training batches (per rank) used to fit e_dress",
                                   check=positive),
-    **TRAINING_PARAMS,
+    **COMMON_PARAMS,
 }
-
-#: loss terms in their fixed order; energy always, forces / stress when enabled
-LOSS_TERMS = ("energy", "forces", "stress")
 
 
 def pair_geometry(tensors):
@@ -52,7 +49,7 @@ def pair_geometry(tensors):
     return out
 
 
-class PotentialModel(tf.Module):
+class PotentialModel(Model):
     """Network + energy offsets → energy, forces, stress; and the training loss.
 
     Args:
@@ -63,11 +60,13 @@ class PotentialModel(tf.Module):
     """
 
     PARAMS = PARAMS
+    #: loss terms in their fixed order; energy always, forces / stress when enabled
+    LOSS_TERMS = ("energy", "forces", "stress")
+    WEIGHT_KEYS = {"energy": "e_loss_multiplier", "forces": "f_loss_multiplier", "stress": "s_loss_multiplier"}
 
     def __init__(self, network, params, atom_types, dtype=tf.float32, name="potential"):
-        super().__init__(name=name)
+        super().__init__(params, name=name)
         self.network = network
-        self.params = dict(params)
         self.dtype = dtype
         self.atom_types = [int(z) for z in atom_types]
         dress = np.zeros(len(self.atom_types))
@@ -100,7 +99,7 @@ class PotentialModel(tf.Module):
             structures) when asked for.
         """
         n_struct = tf.shape(tensors[K.CELL])[0]
-        tensors = {k: (tf.cast(v, self.dtype) if v.dtype.is_floating else v) for k, v in tensors.items()}
+        tensors = cast_floats(tensors, self.dtype)
         with tf.GradientTape(watch_accessed_variables=False) as tape:
             geo = pair_geometry(tensors)
             tape.watch(geo[K.DIFF])
@@ -126,15 +125,26 @@ class PotentialModel(tf.Module):
                                      tf.zeros_like(virial))
         return out
 
-    def loss_term_names(self):
-        """The enabled loss terms, in the order of :data:`LOSS_TERMS`."""
+    def enabled_terms(self):
         p = self.params
-        return [t for t in LOSS_TERMS if t == "energy" or p[{"forces": "use_force", "stress": "use_stress"}[t]]]
+        return {"energy"} | ({"forces"} if p["use_force"] else set()) | ({"stress"} if p["use_stress"] else set())
 
-    def loss_weights(self):
-        """Multiplier of each loss term."""
-        p = self.params
-        return {"energy": p["e_loss_multiplier"], "forces": p["f_loss_multiplier"], "stress": p["s_loss_multiplier"]}
+    def train_outputs(self):
+        """Keyword arguments of :meth:`predict` in a training step."""
+        return {"forces": self.params["use_force"], "stress": self.params["use_stress"]}
+
+    def eval_outputs(self, spec):
+        """Keyword arguments of :meth:`predict` when evaluating data with element spec ``spec``."""
+        return {"forces": K.F_DATA in spec, "stress": K.S_DATA in spec}
+
+    def metric_keys(self, spec, outputs):
+        """Error metrics (``E``, ``F``, ``S``) available for data ``spec`` and predict options ``outputs``."""
+        keys = ["E"] if K.E_DATA in spec else []
+        if outputs["forces"] and K.F_DATA in spec:
+            keys.append("F")
+        if outputs["stress"] and K.S_DATA in spec:
+            keys.append("S")
+        return keys
 
     def loss_counts(self, tensors):
         """Number of values in each enabled loss term (depends on the data only).
@@ -151,7 +161,7 @@ class PotentialModel(tf.Module):
         return counts
 
     def loss_sums(self, tensors, pred):
-        """Sum of squared errors of each enabled loss term (same keys as :meth:`loss_counts`)."""
+        """Sum of the penalties (squared or Huber) of each enabled loss term (keys of :meth:`loss_counts`)."""
         p = self.params
         dtype = pred["energy"].dtype
         n_struct = tf.shape(pred["energy"])[0]
@@ -160,45 +170,53 @@ class PotentialModel(tf.Module):
             n_atoms = tf.math.unsorted_segment_sum(tf.ones_like(tensors[K.ELEMS], dtype), tensors[K.IND_1][:, 0],
                                                    n_struct)
             e_err = e_err / n_atoms
-        sums = {"energy": tf.reduce_sum(e_err ** 2)}
+        sums = {"energy": tf.reduce_sum(self.penalty(e_err, "energy"))}
         if p["use_force"]:
-            sums["forces"] = tf.reduce_sum((pred["forces"] - tf.cast(tensors[K.F_DATA], dtype)) ** 2)
+            sums["forces"] = tf.reduce_sum(self.penalty(pred["forces"] - tf.cast(tensors[K.F_DATA], dtype), "forces"))
         if p["use_stress"]:
             periodic = tf.cast(tf.reduce_any(tensors[K.PBC], axis=1), dtype)
             s_err = (pred["stress"] - tf.cast(tensors[K.S_DATA], dtype)) * periodic[:, None, None]
-            sums["stress"] = tf.reduce_sum(s_err ** 2)
+            sums["stress"] = tf.reduce_sum(self.penalty(s_err, "stress"))
         return sums
-
-    def loss_terms(self, tensors, pred):
-        """Squared-error sums and their counts, per loss term.
-
-        Returns:
-            dict term → (sum of squared errors, number of values): ``energy``
-            always, ``forces`` / ``stress`` when enabled.  The loss is
-            Σ_term multiplier · sum / count; keeping sums and counts apart lets
-            a parallel run normalise by global counts.
-        """
-        dtype = pred["energy"].dtype
-        sums, counts = self.loss_sums(tensors, pred), self.loss_counts(tensors)
-        return {t: (sums[t], tf.cast(counts[t], dtype)) for t in sums}
-
-    def combine_loss(self, terms):
-        """Σ_term multiplier · sum / count (a count of 0 contributes nothing)."""
-        weights = self.loss_weights()
-        return tf.add_n([weights[t] * tf.math.divide_no_nan(s, c) for t, (s, c) in terms.items()])
 
     def error_sums(self, tensors, pred):
         """Sums for MAE/RMSE metrics: dict metric → (Σ|err|, Σerr², count) for E, F, S when labels exist."""
         dtype = pred["energy"].dtype
         out = {}
         if K.E_DATA in tensors:
-            out["E"] = _abs_sq_count(pred["energy"] - tf.cast(tensors[K.E_DATA], dtype))
+            out["E"] = abs_sq_count(pred["energy"] - tf.cast(tensors[K.E_DATA], dtype))
         if K.F_DATA in tensors and "forces" in pred:
-            out["F"] = _abs_sq_count(pred["forces"] - tf.cast(tensors[K.F_DATA], dtype))
+            out["F"] = abs_sq_count(pred["forces"] - tf.cast(tensors[K.F_DATA], dtype))
         if K.S_DATA in tensors and "stress" in pred:
             periodic = tf.reduce_any(tensors[K.PBC], axis=1)
-            out["S"] = _abs_sq_count(tf.boolean_mask(pred["stress"] - tf.cast(tensors[K.S_DATA], dtype), periodic))
+            out["S"] = abs_sq_count(tf.boolean_mask(pred["stress"] - tf.cast(tensors[K.S_DATA], dtype), periodic))
         return out
+
+    def parity_arrays(self, batch, pred):
+        """Labels and predictions of one evaluated batch (NumPy) for parity plots (see :mod:`pinn.metrics`)."""
+        out = {}
+        n_struct = len(pred["energy"])
+        if K.E_DATA in batch:
+            out["energy_ref"] = np.asarray(batch[K.E_DATA], np.float64)
+            out["energy_pred"] = np.asarray(pred["energy"], np.float64)
+            out["n_atoms"] = np.bincount(np.asarray(batch[K.IND_1])[:, 0], minlength=n_struct).astype(np.float64)
+        if K.F_DATA in batch and "forces" in pred:
+            out["forces_ref"] = np.asarray(batch[K.F_DATA], np.float64)
+            out["forces_pred"] = np.asarray(pred["forces"], np.float64)
+        return out
+
+    def structure_outputs(self, batch, pred):
+        """Split a predicted batch (NumPy) into one dict per structure: ``energy`` (eV), ``forces``
+        [n_atoms, 3] (eV/Å), ``stress`` [3, 3] (eV/Å³, periodic structures) and ``elems``."""
+        ind_1 = np.asarray(batch[K.IND_1])[:, 0]
+        pbc = np.asarray(batch[K.PBC])
+        elems = np.asarray(batch[K.ELEMS])
+        for s in range(len(pred["energy"])):
+            atoms = ind_1 == s
+            out = {"energy": pred["energy"][s], "forces": pred["forces"][atoms], "elems": elems[atoms]}
+            if pbc[s].any():
+                out["stress"] = pred["stress"][s]
+            yield out
 
     def fit_dress(self, batches, reduce=None):
         """Least-squares per-element offsets from ``batches`` (numpy dicts with ``elems``, ``ind_1``, ``e_data``;
@@ -233,10 +251,6 @@ class PotentialModel(tf.Module):
         self.e_dress.assign(solution)
         self.dress_fitted.assign(True)
         return {z: float(x) for z, x in zip(self.atom_types, solution)}
-
-
-def _abs_sq_count(err):
-    return (tf.reduce_sum(tf.abs(err)), tf.reduce_sum(err ** 2), tf.cast(tf.size(err), err.dtype))
 
 
 def _atomic_number(z):

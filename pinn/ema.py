@@ -1,0 +1,49 @@
+"""Exponential moving average of the trainable weights.
+
+    w̄ ← d·w̄ + (1 − d)·w,   d = min(ema_decay, (1 + n) / (10 + n))
+
+after the n-th applied update (the second term lets the average follow the
+fast early changes instead of remembering the random initialisation).  The
+average lives in its own variables, checkpointed apart from the raw weights:
+training always continues from the raw weights, evaluation and inference use
+the average (:meth:`WeightAverage.swap`).
+"""
+import tensorflow as tf
+
+
+class WeightAverage(tf.Module):
+    """Shadow copies of ``variables`` and their update count.
+
+    Args:
+        variables: the trainable variables to average (not tracked here, so a
+            checkpoint of this module holds the averages alone).
+        decay: ``ema_decay`` in (0, 1).
+    """
+
+    def __init__(self, variables, decay, name="weight_average"):
+        super().__init__(name=name)
+        self.decay = float(decay)
+        self.shadow = [tf.Variable(v, trainable=False, name=f"average_{i}") for i, v in enumerate(variables)]
+        self.updates = tf.Variable(0, dtype=tf.int64, trainable=False, name="updates")
+
+    def update(self, variables):
+        """One update of the averages towards ``variables`` (call after each applied step)."""
+        self.updates.assign_add(1)
+        n = tf.cast(self.updates, tf.float64)
+        decay = tf.minimum(tf.constant(self.decay, tf.float64), (1.0 + n) / (10.0 + n))
+        for average, v in zip(self.shadow, variables):
+            d = tf.cast(decay, v.dtype)
+            average.assign(d * average + (1.0 - d) * v)
+
+    def reset(self, variables):
+        """Start the averages at ``variables`` (after an initialisation that training did not make)."""
+        for average, v in zip(self.shadow, variables):
+            average.assign(v)
+        self.updates.assign(0)
+
+    def swap(self, variables):
+        """Exchange the values of ``variables`` and their averages (twice: back as before)."""
+        for average, v in zip(self.shadow, variables):
+            raw = tf.identity(v)
+            v.assign(average)
+            average.assign(raw)

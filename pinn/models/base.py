@@ -1,0 +1,130 @@
+"""What every model shares: loss terms with weights (fixed or scheduled), MSE or Huber penalties, error sums.
+
+A model declares its loss terms in order (``LOSS_TERMS``), the params key of
+each term's multiplier (``WEIGHT_KEYS``) and which terms are on
+(:meth:`Model.enabled_terms`).  The loss of a batch is
+
+    L = Σ_term w_term(step) · Σ penalty(err) / (number of values)
+
+with penalty(e) = e² (``loss_type: mse``) or, for ``huber``, e² when |e| ≤ δ
+and 2δ|e| − δ² beyond (the same as MSE for small errors, linear for outliers).
+Sums and counts are kept apart so a parallel run can normalise by the global
+counts (see :mod:`pinn.trainer`).
+"""
+import tensorflow as tf
+
+from pinn.params import Option, ParamsError
+from pinn.schedule import check_weight_schedule, piecewise_linear
+from pinn.trainer import TRAINING_PARAMS
+
+#: loss options shared by all models (``model.params``)
+LOSS_PARAMS = {
+    "loss_type": Option(str, "mse", "penalty of each error: 'mse' (squared) or 'huber' (squared up to "
+                        "huber_delta, linear beyond)", choices=("mse", "huber")),
+    "huber_delta": Option((float, dict), 1.0, "δ of the Huber loss in the units of each quantity; a number for "
+                          "all terms or {term: δ}"),
+    "loss_weight_schedule": Option(dict, {}, "{term: [[step, weight], ...]}: the weight of a loss term "
+                                   "interpolated linearly between the given steps (steps counted as for "
+                                   "decay_step); replaces that term's multiplier", check=check_weight_schedule),
+}
+
+COMMON_PARAMS = {**LOSS_PARAMS, **TRAINING_PARAMS}
+
+
+class Model(tf.Module):
+    """Base of the models: loss weights, penalties and error sums.
+
+    Subclasses set ``LOSS_TERMS``, ``WEIGHT_KEYS``, ``PARAMS`` and implement
+    ``enabled_terms``, ``predict``, ``train_outputs``, ``eval_outputs``,
+    ``metric_keys``, ``loss_counts``, ``loss_sums``, ``error_sums``,
+    ``parity_arrays`` and ``structure_outputs``.
+    """
+
+    LOSS_TERMS = ()
+    WEIGHT_KEYS = {}
+
+    def __init__(self, params, name):
+        super().__init__(name=name)
+        self.params = dict(params)
+        self._check_loss_params()
+
+    def enabled_terms(self):
+        """Set of the loss terms that are on."""
+        raise NotImplementedError
+
+    def _check_loss_params(self):
+        terms = set(self.enabled_terms())
+        for key in self.params["loss_weight_schedule"]:
+            if key not in terms:
+                raise ParamsError(f"model.params.loss_weight_schedule.{key}: not a loss term of this model "
+                                  f"and settings; terms: {self.loss_term_names()}")
+        delta = self.params["huber_delta"]
+        deltas = delta.values() if isinstance(delta, dict) else [delta]
+        if isinstance(delta, dict):
+            for key in delta:
+                if key not in self.LOSS_TERMS:
+                    raise ParamsError(f"model.params.huber_delta.{key}: not a loss term; terms: {list(self.LOSS_TERMS)}")
+        if any(not isinstance(d, (int, float)) or d <= 0 for d in deltas):
+            raise ParamsError(f"model.params.huber_delta: must be positive (got {delta!r})")
+
+    def loss_term_names(self):
+        """The enabled loss terms, in the order of ``LOSS_TERMS``."""
+        enabled = self.enabled_terms()
+        return [t for t in self.LOSS_TERMS if t in enabled]
+
+    def loss_weights(self, s=None):
+        """Weight of each enabled loss term.
+
+        Args:
+            s: position in the schedule (float64 tensor, single-rank steps);
+                ``None``: the fixed multipliers.
+
+        Returns:
+            dict term → weight (float, or float64 tensor for a scheduled term).
+        """
+        schedule = self.params["loss_weight_schedule"]
+        out = {}
+        for term in self.loss_term_names():
+            if term in schedule and s is not None:
+                out[term] = piecewise_linear(s, schedule[term])
+            elif term in schedule:
+                out[term] = float(schedule[term][0][1])
+            else:
+                out[term] = self.params[self.WEIGHT_KEYS[term]]
+        return out
+
+    def penalty(self, err, term):
+        """Elementwise penalty of errors ``err`` of loss term ``term`` (see the module docstring)."""
+        if self.params["loss_type"] == "mse":
+            return err ** 2
+        delta = self.params["huber_delta"]
+        delta = tf.cast(delta.get(term, 1.0) if isinstance(delta, dict) else delta, err.dtype)
+        size = tf.abs(err)
+        return tf.where(size <= delta, err ** 2, 2.0 * delta * size - delta ** 2)
+
+    def loss_terms(self, tensors, pred):
+        """Penalty sums and their counts, per enabled loss term.
+
+        Returns:
+            dict term → (sum of penalties, number of values).  The loss is
+            Σ_term weight · sum / count; keeping sums and counts apart lets a
+            parallel run normalise by global counts.
+        """
+        dtype = self.dtype
+        sums, counts = self.loss_sums(tensors, pred), self.loss_counts(tensors)
+        return {t: (sums[t], tf.cast(counts[t], dtype)) for t in sums}
+
+    def combine_loss(self, terms, s=None):
+        """Σ_term weight · sum / count (a count of 0 contributes nothing)."""
+        weights = self.loss_weights(s)
+        return tf.add_n([tf.cast(weights[t], s_.dtype) * tf.math.divide_no_nan(s_, c) for t, (s_, c) in terms.items()])
+
+
+def abs_sq_count(err):
+    """(Σ|err|, Σerr², number of values) of an error tensor: the sums behind MAE and RMSE."""
+    return (tf.reduce_sum(tf.abs(err)), tf.reduce_sum(err ** 2), tf.cast(tf.size(err), err.dtype))
+
+
+def cast_floats(tensors, dtype):
+    """A copy of a batch dict with every floating tensor cast to ``dtype``."""
+    return {k: (tf.cast(v, dtype) if v.dtype.is_floating else v) for k, v in tensors.items()}
