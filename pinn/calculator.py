@@ -1,8 +1,11 @@
 """ASE calculator for trained pinn models.
 
-``calc = pinn.get_calc('model_dir')`` (or a model object in memory) gives
-energy (eV), forces (eV/Å) and, for periodic cells, stress (eV/Å³, ASE's sign
-convention and Voigt order xx, yy, zz, yz, xz, xy).  The model function is a
+``calc = pinn.get_calc('model_dir')`` (or a model object in memory) gives,
+for a potential model, energy (eV), forces (eV/Å) and, for periodic cells,
+stress (eV/Å³, ASE's sign convention and Voigt order xx, yy, zz, yz, xz, xy);
+for a dipole model, ``dipole`` (e·Å) and ``charges`` (e)
+(``atoms.get_dipole_moment()``, ``atoms.get_charges()``).  A model trained
+with ``ema_decay`` predicts with its averaged weights.  The model function is a
 ``tf.function`` with a fixed input signature: it is traced once, not per MD
 step; the neighbor list is computed in NumPy for each call.
 """
@@ -18,13 +21,16 @@ from pinn.io.batch import batch_from_atoms
 class PiNNCalc(Calculator):
     """ASE calculator wrapping a trained model (see :func:`get_calc`)."""
 
-    implemented_properties = ["energy", "free_energy", "forces", "stress"]
+    implemented_properties = ["energy", "free_energy", "forces", "stress", "dipole", "charges"]
 
     def __init__(self, model, **kwargs):
         super().__init__(**kwargs)
         self.trainer = model
         self.rc = model.rc
-        self.e_unit = model.mp["e_unit"]
+        self.is_potential = "e_unit" in model.mp
+        self.implemented_properties = ["energy", "free_energy", "forces", "stress"] if self.is_potential \
+            else ["dipole", "charges"]
+        self.e_unit = model.mp.get("e_unit", 1.0)
         self.atom_types = set(model.params["network"]["params"]["atom_types"])
         dtype = model.dtype
         spec = {K.ELEMS: tf.TensorSpec([None], tf.int32), K.COORD: tf.TensorSpec([None, 3], dtype),
@@ -35,6 +41,11 @@ class PiNNCalc(Calculator):
         self._predict = tf.function(lambda tensors: model.model.predict(tensors), input_signature=[spec])
 
     def calculate(self, atoms=None, properties=("energy",), system_changes=all_changes):
+        missing = [p for p in properties if p not in self.implemented_properties]
+        if missing:
+            kind = "potential" if self.is_potential else "dipole"
+            raise PropertyNotImplementedError(f"a {kind} model does not give {missing}; it gives "
+                                              f"{self.implemented_properties}")
         super().calculate(atoms, properties, system_changes)
         atoms = self.atoms
         if "stress" in properties and not atoms.pbc.any():
@@ -44,7 +55,12 @@ class PiNNCalc(Calculator):
             from ase.data import chemical_symbols
             raise ValueError(f"atoms contain elements {sorted(chemical_symbols[z] for z in unknown)} "
                              f"that the model does not know (atom_types {sorted(self.atom_types)})")
-        pred = self._predict(batch_from_atoms(atoms, self.rc, self._np_dtype))
+        with self.trainer.averaged_weights():
+            pred = self._predict(batch_from_atoms(atoms, self.rc, self._np_dtype))
+        if not self.is_potential:
+            self.results["dipole"] = pred["dipole"][0].numpy().astype(np.float64)
+            self.results["charges"] = pred["charges"].numpy().astype(np.float64)
+            return
         energy = float(pred["energy"][0]) * self.e_unit
         self.results["energy"] = energy
         self.results["free_energy"] = energy
@@ -54,12 +70,15 @@ class PiNNCalc(Calculator):
                 * self.e_unit
 
 
-def get_calc(model, **kwargs):
+def get_calc(model, checkpoint=None, **kwargs):
     """ASE calculator for a model directory or a model object.
 
     Args:
         model: a model directory (holding ``params.yml`` and a checkpoint) or
-            the object returned by :func:`pinn.models.potential_model`.
+            the object returned by :func:`pinn.models.potential_model` or
+            :func:`pinn.models.dipole_model`.
+        checkpoint: for a model directory, ``None``/``'last'``, ``'best'``
+            or a checkpoint path.
 
     Returns:
         :class:`PiNNCalc`.
@@ -67,11 +86,10 @@ def get_calc(model, **kwargs):
     from pinn.trainer import Trainer
     if not isinstance(model, Trainer):
         import os
-        from pinn.models import MODELS
-        from pinn.params import read_params
-        params = read_params(model)
-        trainer = Trainer(params, MODELS[params["model"]["name"]])
-        if not trainer.manager.latest_checkpoint:
+        from pinn.models import get_model
+        trainer = get_model(model, checkpoint=checkpoint)
+        if not trainer.restored:
             raise ValueError(f"{os.fspath(model)}: no checkpoint to load (train the model first)")
+        trainer.freeze_averaged_weights()
         model = trainer
     return PiNNCalc(model, **kwargs)

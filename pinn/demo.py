@@ -117,3 +117,70 @@ def make_mimic_demo(directory, n_runs=8, n_frames=40, seed=0, stride=10):
     out["start"] = os.path.join(directory, "argon.xyz")
     ase.io.write(out["start"], start)
     return out
+
+
+#: charge-equilibration parameters (Rappé & Goddard 1991): electronegativity χ and hardness J, eV
+QEQ = {1: (4.528, 13.890), 6: (5.343, 10.126), 8: (8.741, 13.364)}
+#: Coulomb constant, eV·Å/e²
+COULOMB = 14.399645
+#: width of the shielded Coulomb interaction 1/sqrt(r² + a²) of the demo's charge model, Å
+QEQ_SHIELDING = 2.0
+
+
+def qeq_charges(atoms):
+    """Charges of a neutral molecule or cluster by charge equilibration (the dipole demo's reference).
+
+    Minimises Σ χ_i q_i + ½ Σ J_i q_i² + Σ_{i<j} k q_i q_j / sqrt(r_ij² + a²) under Σ q_i = 0
+    (a linear system with a Lagrange multiplier).  Charges depend on the whole
+    geometry, so a network has something real to learn.
+
+    Args:
+        atoms: ``ase.Atoms`` of H, C and O (open boundaries).
+
+    Returns:
+        charges [n_atoms] (e).
+    """
+    n = len(atoms)
+    chi, hardness = np.array([QEQ[z] for z in atoms.numbers]).T
+    r = atoms.get_all_distances()
+    matrix = np.zeros((n + 1, n + 1))
+    matrix[:n, :n] = COULOMB / np.sqrt(r ** 2 + QEQ_SHIELDING ** 2)
+    matrix[np.arange(n), np.arange(n)] = hardness
+    matrix[:n, n] = matrix[n, :n] = 1.0
+    solution = np.linalg.solve(matrix, np.concatenate([-chi, [0.0]]))
+    return solution[:n]
+
+
+def water_dipole_frames(n_frames=200, seed=0, max_molecules=3, box=6.0):
+    """Clusters of 1 to ``max_molecules`` distorted water molecules with QEq charges and their dipole.
+
+    Returns:
+        list of ``ase.Atoms`` whose calculator holds ``charges`` (e) and ``dipole`` (e·Å).
+    """
+    from ase import Atoms
+    from ase.build import molecule
+    from ase.calculators.singlepoint import SinglePointCalculator
+    rng = np.random.default_rng(seed)
+    frames = []
+    for _ in range(n_frames):
+        cluster = Atoms()
+        for _ in range(rng.integers(1, max_molecules + 1)):
+            for _attempt in range(50):
+                water = molecule("H2O")
+                water.rotate(rng.uniform(0, 360), rng.normal(size=3) + 1e-9, center="COP")
+                water.positions += rng.normal(0, 0.06, (3, 3)) + rng.uniform(0, box, 3)
+                if len(cluster) == 0 or np.min(np.linalg.norm(
+                        cluster.positions[:, None] - water.positions[None], axis=-1)) > 2.2:
+                    cluster += water
+                    break
+        charges = qeq_charges(cluster)
+        cluster.calc = SinglePointCalculator(cluster, charges=charges, dipole=charges @ cluster.positions)
+        frames.append(cluster)
+    return frames
+
+
+def make_dipole_dataset(path, n_frames=200, seed=0):
+    """Write :func:`water_dipole_frames` to ``path`` (extended XYZ) and return ``path``."""
+    import ase.io
+    ase.io.write(path, water_dipole_frames(n_frames, seed), format="extxyz")
+    return path

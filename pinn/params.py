@@ -105,7 +105,7 @@ TOP_LEVEL = {
 }
 
 
-def _legacy(params):
+def legacy(params):
     """Normalise upstream PiNN's flat params to the nested form."""
     params = dict(params)
     if isinstance(params.get("network"), str) or "network_params" in params:
@@ -138,7 +138,7 @@ def resolve(params):
 
     if not isinstance(params, dict):
         raise ParamsError(f"params: expected a dict, got {type(params).__name__}")
-    out = validate_section(_legacy(params), TOP_LEVEL, "params")
+    out = validate_section(legacy(params), TOP_LEVEL, "params")
     net = validate_section(out["network"], {"name": Option(str, REQUIRED, "network name"),
                                             "params": Option(dict, {}, "network options")}, "network")
     name = canonical_network_name(net["name"])

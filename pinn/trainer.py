@@ -177,6 +177,7 @@ class Trainer:
         self.restored = self._restore(checkpoint) if self.is_chief else None
         self._broadcast_state()
         self._step_fns = None
+        self._traced_fns = {}
         self._averaged = False  # the trainable variables hold the average (inside averaged_weights)
         self._frozen = False
         self.bar = None
@@ -656,14 +657,7 @@ class Trainer:
         terms = list(model.loss_term_names())
         metric_keys = model.metric_keys(spec, outputs)
 
-        @tf.function(input_signature=[spec])
-        def eval_step(batch):
-            pred = model.predict(batch, **outputs)
-            loss_terms = model.loss_terms(batch, pred)
-            errors = model.error_sums(batch, pred)
-            return tf.concat([tf.cast(tf.stack(loss_terms[t]), tf.float64) for t in terms]
-                             + [tf.cast(tf.stack(errors[k]), tf.float64) for k in metric_keys], axis=0), pred
-
+        eval_step = self._traced("eval", spec, lambda: self._make_eval_step(spec, outputs, terms, metric_keys))
         total = np.zeros(2 * len(terms) + 3 * len(metric_keys))
         collected = {}
         with self.averaged_weights():
@@ -683,6 +677,25 @@ class Trainer:
         result["loss"] = float(loss)
         result["global_step"] = int(self.step)
         return result, (self._gather_parity(collected) if parity else None)
+
+    def _traced(self, kind, spec, make):
+        """A traced function of ``kind`` for batches of ``spec``, made once by ``make()`` and reused."""
+        key = (kind, repr(spec))
+        if key not in self._traced_fns:
+            self._traced_fns[key] = make()
+        return self._traced_fns[key]
+
+    def _make_eval_step(self, spec, outputs, terms, metric_keys):
+        model = self.model
+
+        @tf.function(input_signature=[spec])
+        def eval_step(batch):
+            pred = model.predict(batch, **outputs)
+            loss_terms = model.loss_terms(batch, pred)
+            errors = model.error_sums(batch, pred)
+            return tf.concat([tf.cast(tf.stack(loss_terms[t]), tf.float64) for t in terms]
+                             + [tf.cast(tf.stack(errors[k]), tf.float64) for k in metric_keys], axis=0), pred
+        return eval_step
 
     def _gather_parity(self, collected):
         """Concatenate the parity arrays of every batch and rank (per-atom rows subsampled)."""
@@ -710,11 +723,9 @@ class Trainer:
         the dipole model ``dipole`` [3] (e·Å), ``charges`` [n_atoms] (e) and ``elems``.
         """
         dataset = self._input(input_fn)
-
-        @tf.function(input_signature=[dataset.element_spec])
-        def predict_step(batch):
-            return self.model.predict(batch)
-
+        spec = dataset.element_spec
+        predict_step = self._traced("predict", spec,
+                                    lambda: tf.function(self.model.predict, input_signature=[spec]))
         for batch in dataset:
             with self.averaged_weights():
                 pred = {k: v.numpy() for k, v in predict_step(batch).items()}

@@ -7,7 +7,9 @@ Every step s has one "union" batch of EMT Cu/Au structures of different sizes,
 cut into 2 unequal parts; with 2 ranks rank r trains on part r, with 1 process
 on both parts (the union).  So a 2-rank run and a 1-process run see the same
 structures at every step and must end with the same weights.  Validation is
-cut into unequal shares the same way.  ``--nan-steps`` put a NaN energy into
+cut into unequal shares the same way; it is also evaluated during training
+(every 5 steps: metrics.jsonl, eval_predictions.npz, the best checkpoint),
+with a weight average (``ema_decay``).  ``--nan-steps`` put a NaN energy into
 part 1 (rank 1) of those steps.
 
 Each rank writes WORKDIR/TAG.rank{r}.npz with its variables, validation
@@ -85,7 +87,8 @@ params = {
                          "f_loss_multiplier": 10.0, "s_loss_multiplier": 100.0, "learning_rate": args.lr,
                          "decay_step": args.decay_step, "decay_rate": 0.5, "log_every_n_steps": 5,
                          "save_checkpoint_steps": args.save_every, "max_nonfinite_steps": 3,
-                         "accumulate_batches": args.accumulate}},
+                         "accumulate_batches": args.accumulate, "ema_decay": 0.9, "eval_every_n_steps": 5,
+                         "tensorboard": False}},
     "parallel": True,
     "parallel_params": {"lr_scaling": args.lr_scaling, "stall_timeout_s": args.stall_timeout,
                         "compression": args.compression, "fusion_threshold_mb": args.fusion_mb},
@@ -160,10 +163,11 @@ def vali_input():
     return tf.data.Dataset.from_generator(lambda: iter(batches), output_signature=spec)
 
 
-model.train(train_input, max_steps=args.steps)
+model.train(train_input, max_steps=args.steps, eval_fn=vali_input)
 metrics = model.evaluate(vali_input)
 np.savez(os.path.join(args.workdir, f"{args.tag}.rank{rank}.npz"),
          weights=np.array([v.numpy() for v in model.model.variables], dtype=object),
+         average=np.array([v.numpy() for v in model.ema.shadow], dtype=object),
          optimizer=np.array([v.numpy() for v in model.optimizer.variables], dtype=object),
          step=int(model.step), lr=float(model.current_learning_rate()), size=size,
          metrics=json.dumps(metrics), writes=json.dumps(writes))

@@ -43,6 +43,7 @@ def _run(command, workdir, tag, *args, timeout=600):
 def _load(workdir, tag, rank):
     out = np.load(os.path.join(workdir, f"{tag}.rank{rank}.npz"), allow_pickle=True)
     return {"weights": [np.asarray(w, dtype=float) for w in out["weights"]],
+            "average": [np.asarray(w, dtype=float) for w in out["average"]],
             "optimizer": [np.asarray(w, dtype=float) for w in out["optimizer"]],
             "step": int(out["step"]), "lr": float(out["lr"]), "size": int(out["size"]),
             "metrics": json.loads(str(out["metrics"])), "writes": json.loads(str(out["writes"]))}
@@ -59,11 +60,15 @@ def one_process(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("one")
     run, output = _run([], workdir, "one", "--steps", "20", "--lr", "2e-3", "--decay-step", "10", *NAN_STEPS)
     assert run.returncode == 0, output[-4000:]
-    return _load(workdir, "one", 0), output
+    return _load(workdir, "one", 0), output, workdir
+
+
+def reference_dir(one_process):
+    return one_process[2] / "model"
 
 
 def test_one_process_asked_to_be_parallel_says_so(one_process):
-    result, output = one_process
+    result, output, _ = one_process
     assert result["size"] == 1
     assert "this is the only process: nothing runs in parallel" in output
 
@@ -72,7 +77,7 @@ def test_two_ranks_equal_one_process_on_the_union(launcher, one_process, tmp_pat
     """20 steps in two launches (a restart at step 10), unequal batches, a NaN on rank 1 and a rollback:
     both ranks end bitwise equal to each other and equal to the 1-process run to float32 rounding."""
     name, command = launcher
-    reference, _ = one_process
+    reference = one_process[0]
     common = ["--lr", "1e-3", "--decay-step", "20", *NAN_STEPS]
     first, out1 = _run(command, tmp_path, "two", "--steps", "10", *common)
     assert first.returncode == 0, out1[-4000:]
@@ -80,11 +85,12 @@ def test_two_ranks_equal_one_process_on_the_union(launcher, one_process, tmp_pat
     assert second.returncode == 0, out2[-4000:]
     ranks = [_load(tmp_path, "two", r) for r in range(2)]
     assert [r["size"] for r in ranks] == [2, 2] and [r["step"] for r in ranks] == [20, 20]
-    for key in ("weights", "optimizer"):
+    for key in ("weights", "optimizer", "average"):
         for a, b in zip(ranks[0][key], ranks[1][key]):
             np.testing.assert_array_equal(a, b)
-    for a, b in zip(ranks[0]["weights"], reference["weights"]):
-        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    for key in ("weights", "average"):
+        for a, b in zip(ranks[0][key], reference[key]):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
     for a, b in zip(ranks[0]["optimizer"], reference["optimizer"]):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
     # the learning rate: 1e-3 × 2 ranks × 0.5^(2·20/20) × 0.5 (the rollback) on both sides
@@ -93,6 +99,21 @@ def test_two_ranks_equal_one_process_on_the_union(launcher, one_process, tmp_pat
     assert ranks[0]["metrics"] == ranks[1]["metrics"]
     for key, value in reference["metrics"].items():
         assert ranks[0]["metrics"][key] == pytest.approx(value, rel=1e-5), key
+    # validation during training: the same records and predictions as the 1-process run, rank 0's files only
+    from pinn.metrics import read_eval_predictions, read_metrics
+    evals = read_metrics(tmp_path / "model", "eval")
+    reference_evals = read_metrics(reference_dir(one_process), "eval")
+    assert [e["step"] for e in evals] == [e["step"] for e in reference_evals] == [5, 10, 15, 20]
+    for mine, theirs in zip(evals, reference_evals):
+        assert mine["best"] == theirs["best"]
+        for key in ("loss", "E_RMSE", "F_RMSE", "S_RMSE"):
+            assert mine[key] == pytest.approx(theirs[key], rel=1e-4), key
+    predictions, reference_predictions = (read_eval_predictions(d) for d in (tmp_path / "model",
+                                                                                reference_dir(one_process)))
+    assert predictions["energy_ref"].shape == (8,) and predictions["forces_ref"].shape[1] == 3
+    for key, value in reference_predictions.items():
+        np.testing.assert_allclose(predictions[key], value, rtol=1e-4, atol=1e-5, err_msg=key)
+    assert (tmp_path / "model" / "best" / "best.json").exists()
     # rank 1 wrote nothing into model_dir; rank 0 wrote params.yml, the log and checkpoints
     assert ranks[1]["writes"] == []
     assert "CheckpointManager.save" in ranks[0]["writes"]

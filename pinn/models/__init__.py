@@ -1,12 +1,13 @@
 """Models: a network plus the physics and loss of what it predicts.
 
-``potential_model(params)`` returns a trainable model object with the
-estimator-like API ``train(input_fn, max_steps)``, ``evaluate(input_fn)``,
-``predict(input_fn)``.
+``potential_model(params)`` and ``dipole_model(params)`` return a trainable
+model object with the estimator-like API ``train(input_fn, max_steps)``,
+``evaluate(input_fn)``, ``predict(input_fn)``.
 """
+from pinn.models.dipole import DipoleModel
 from pinn.models.potential import PotentialModel
 
-MODELS = {"potential_model": PotentialModel}
+MODELS = {"potential_model": PotentialModel, "dipole_model": DipoleModel}
 
 
 def potential_model(params):
@@ -26,17 +27,59 @@ def potential_model(params):
     return _build(params, PotentialModel)
 
 
-def _build(params, model_cls):
+def dipole_model(params):
+    """Build (or restore from ``params['model_dir']``) a dipole model: atomic charges and the dipole.
+
+    Same use as :func:`potential_model` (``parallel``, a model directory);
+    ``params['model']['name']`` is ``'dipole_model'``.
+
+    Returns:
+        :class:`pinn.trainer.Trainer` wrapping a :class:`DipoleModel`.
+    """
+    return _build(params, DipoleModel)
+
+
+def get_model(params, checkpoint=None):
+    """The model named in the params (or in ``model_dir/params.yml``), e.g. for evaluation or MD.
+
+    Args:
+        params: params dict or model directory.
+        checkpoint: ``None``/``'last'``, ``'best'`` or a checkpoint path (see :class:`pinn.trainer.Trainer`).
+
+    Returns:
+        :class:`pinn.trainer.Trainer`.
+    """
     from pinn.params import read_params, resolve
+    import os
+    name = (read_params(params) if isinstance(params, (str, os.PathLike)) else resolve(params))["model"]["name"]
+    return _build(params, MODELS[name], checkpoint)
+
+
+def _build(params, model_cls, checkpoint=None):
+    from pinn.params import ParamsError, legacy, read_params, resolve
     from pinn.trainer import Trainer
     import os
+    expected = {cls: name for name, cls in MODELS.items()}[model_cls]
     from_model_dir = isinstance(params, (str, os.PathLike))
-    params = read_params(params) if from_model_dir else resolve(params)
+    if from_model_dir:
+        params = read_params(params)
+        if params["model"]["name"] != expected:
+            raise ValueError(f"{params['model_dir']}: holds a {params['model']['name']}, not a {expected}")
+    else:
+        if isinstance(params, dict) and "model_params" in params and "model" not in params:
+            params = {**params, "model": expected}
+        params = legacy(params) if isinstance(params, dict) else params
+        model = params.get("model", {}) if isinstance(params, dict) else None
+        if isinstance(model, dict):
+            if model.get("name", expected) != expected:
+                raise ParamsError(f"model.name: {model['name']!r}, but {expected}() was called")
+            params = {**params, "model": {**model, "name": expected}}
+        params = resolve(params)
     world = None
     if params["parallel"] and not from_model_dir:
         from pinn.parallel import parallelize_model
         world = parallelize_model(params)
-    return Trainer(params, model_cls, world)
+    return Trainer(params, model_cls, world, checkpoint)
 
 
-__all__ = ["potential_model", "PotentialModel", "MODELS"]
+__all__ = ["potential_model", "dipole_model", "get_model", "PotentialModel", "DipoleModel", "MODELS"]
