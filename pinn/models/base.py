@@ -11,6 +11,8 @@ and 2δ|e| − δ² beyond (the same as MSE for small errors, linear for outlier
 Sums and counts are kept apart so a parallel run can normalise by the global
 counts (see :mod:`pinn.trainer`).
 """
+import copy
+
 import tensorflow as tf
 
 from pinn.params import Option, ParamsError
@@ -45,7 +47,8 @@ class Model(tf.Module):
 
     def __init__(self, params, name):
         super().__init__(name=name)
-        self.params = dict(params)
+        # a private deep copy, set past TensorFlow's attribute tracking (which would wrap its lists)
+        object.__setattr__(self, "params", copy.deepcopy(dict(params)))
         self._check_loss_params()
 
     def enabled_terms(self):
