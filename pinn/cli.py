@@ -1,0 +1,256 @@
+"""The ``pinn`` command: train, convert, eval, report, log.
+
+Each command is a thin layer over the library (:mod:`pinn.runconfig`,
+:mod:`pinn.io`, :mod:`pinn.trainer`, :mod:`pinn.report`, :mod:`pinn.metrics`).
+Exit status: 0 success, 1 an error (one line on stderr naming the file or
+key), 2 bad command-line arguments, 75 training stopped by a signal after
+writing a checkpoint (launch it again to resume).
+"""
+import argparse
+import csv
+import json
+import os
+import sys
+
+EXIT_ERROR = 1
+
+DESCRIPTION = """Train and use PiNN-style neural-network potentials and dipole models.
+
+commands:
+  train     train from a YAML run file or an input script
+  convert   write data (ASE-readable files or MiMiC runs) to TFRecord caches, optionally split
+  eval      errors of a trained model on data (a table, or JSON)
+  report    learning curves and parity plots (PNG) and a text summary of a model directory
+  log       the metrics a training run recorded (a table, or CSV)
+
+Run `pinn COMMAND --help` for the options of each."""
+
+
+def _parser():
+    parser = argparse.ArgumentParser(prog="pinn", description=DESCRIPTION,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    train = commands.add_parser("train", help="train from a YAML run file or an input script",
+                                description="Train a model.  A .yml/.yaml file holds the params of an input "
+                                "script plus `data` and `train` sections (see docs/cli.md); a .py file is run as "
+                                "an input script, with the remaining arguments as its sys.argv.  In a parallel "
+                                "run, launch `pinn train` itself with srun, mpirun or horovodrun.")
+    train.add_argument("config", help="run file (.yml, .yaml) or input script (.py)")
+    train.add_argument("--model-dir", help="override model_dir of a run file")
+    train.add_argument("--max-steps", type=int, help="override train.max_steps of a run file")
+    train.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments of an input script")
+
+    convert = commands.add_parser("convert", help="write data to TFRecord caches",
+                                  description="Read structures (any ASE-readable file, or MiMiC files with "
+                                  "--mpt/--trr/--energies) and write OUTPUT.tfr, or OUTPUT.<part>.tfr per part "
+                                  "of --split, each with its .yml spec; `pinn train` and load_tfrecord read them.")
+    convert.add_argument("inputs", nargs="*", help="ASE-readable files")
+    convert.add_argument("-o", "--output", required=True, help="output name without .tfr")
+    convert.add_argument("--split", help="parts and ratios, e.g. train=8,eval=2")
+    convert.add_argument("--seed", type=int, default=0, help="seed of the split (default 0)")
+    convert.add_argument("--mpt", nargs="+", help="MiMiC topology file(s)")
+    convert.add_argument("--trr", nargs="+", help="GROMACS trr file(s), one per run")
+    convert.add_argument("--energies", nargs="+", help="CPMD ENERGIES file(s), one per run")
+    convert.add_argument("--precision", choices=("float32", "float64"), default="float32")
+
+    evaluate = commands.add_parser("eval", help="errors of a trained model on data",
+                                   description="Evaluate a model directory on data (ASE-readable files or .tfr "
+                                   "caches): MAE and RMSE of every labelled quantity.")
+    evaluate.add_argument("model_dir")
+    evaluate.add_argument("data", nargs="+", help="ASE-readable files or .tfr caches")
+    evaluate.add_argument("--checkpoint", default="last", help="'last' (default), 'best' or a checkpoint path")
+    evaluate.add_argument("--batch-size", type=int, default=32)
+    evaluate.add_argument("--json", action="store_true", help="print the metrics as JSON")
+
+    report = commands.add_parser("report", help="learning curves, parity plots and a summary of a model directory",
+                                 description="Write learning_curves.png, parity.png and summary.txt from the "
+                                 "metrics.jsonl and eval_predictions.npz of a model directory.")
+    report.add_argument("model_dir")
+    report.add_argument("-o", "--output", help="directory for the report (default MODEL_DIR/report)")
+
+    logs = commands.add_parser("log", help="the metrics a training run recorded",
+                               description="Print the training and validation records of MODEL_DIR/metrics.jsonl.")
+    logs.add_argument("model_dir")
+    logs.add_argument("--kind", choices=("train", "eval", "all"), default="all")
+    logs.add_argument("--last", type=int, help="only the last N records")
+    logs.add_argument("--csv", help="write the records to this CSV file instead of printing them")
+    return parser
+
+
+def main(argv=None):
+    """Entry point of the ``pinn`` command; returns the exit status."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    from pinn.io.errors import DataError
+    from pinn.params import ParamsError
+    try:
+        return COMMANDS[args.command](args)
+    except (ParamsError, DataError, ValueError, FileNotFoundError) as err:
+        message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        print(f"pinn {args.command}: error: {message}", file=sys.stderr)
+        return EXIT_ERROR
+
+
+def _train(args):
+    path = args.config
+    if path.endswith(".py"):
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"{path}: no such input script")
+        import runpy
+        sys.argv = [path] + [a for a in args.script_args if a != "--"]
+        runpy.run_path(path, run_name="__main__")
+        return 0
+    if not path.endswith((".yml", ".yaml")):
+        raise ValueError(f"{path}: expected a run file (.yml, .yaml) or an input script (.py)")
+    if args.script_args:
+        raise ValueError(f"unexpected arguments {args.script_args} (they are for input scripts)")
+    from pinn.runconfig import run_training
+    model, metrics = run_training(path, model_dir=args.model_dir, max_steps=args.max_steps)
+    if metrics is not None and model.is_chief:
+        print(_metrics_table(metrics))
+    return 0
+
+
+def _parse_split(text):
+    split = {}
+    for part in text.split(","):
+        name, _, ratio = part.partition("=")
+        try:
+            value = float(ratio)
+        except ValueError:
+            value = -1
+        if not name or value <= 0:
+            raise ValueError(f"--split: expected name=ratio pairs such as train=8,eval=2, got {text!r}")
+        split[name.strip()] = value
+    return split
+
+
+def _convert(args):
+    from pinn.io import load_ase, load_mimic, write_tfrecord
+    from pinn.logs import setup_logging
+    setup_logging()
+    split = _parse_split(args.split) if args.split else False
+    mimic = [args.mpt, args.trr, args.energies]
+    if any(mimic):
+        if not all(mimic):
+            raise ValueError("MiMiC data need --mpt, --trr and --energies together")
+        if args.inputs:
+            raise ValueError("give ASE-readable files or MiMiC files (--mpt/--trr/--energies), not both")
+        mpt = args.mpt * len(args.trr) if len(args.mpt) == 1 else args.mpt
+        data = load_mimic(mpt, args.trr, args.energies, split=split, seed=args.seed)
+    else:
+        if not args.inputs:
+            raise ValueError("no input files (give ASE-readable files or --mpt/--trr/--energies)")
+        sources = args.inputs[0] if len(args.inputs) == 1 else _atoms_of(args.inputs)
+        data = load_ase(sources, split=split, seed=args.seed)
+    parts = data if isinstance(data, dict) else {None: data}
+    for name, dataset in _flatten(parts):
+        if args.precision == "float64":
+            import tensorflow as tf
+            dataset = dataset.map(lambda s: {k: tf.cast(v, tf.float64) if v.dtype.is_floating else v
+                                             for k, v in s.items()})
+        path = f"{args.output}.{name}.tfr" if name else f"{args.output}.tfr"
+        count = write_tfrecord(path, dataset)
+        print(f"{path}: {count} structures")
+    return 0
+
+
+def _flatten(parts, prefix=""):
+    for name, value in parts.items():
+        full = f"{prefix}{name}" if name is not None else None
+        if isinstance(value, dict):
+            yield from _flatten(value, f"{full}.")
+        else:
+            yield full, value
+
+
+def _atoms_of(files):
+    import ase.io
+    return [atoms for f in files for atoms in ase.io.read(f, ":")]
+
+
+def _evaluate(args):
+    from pinn.io import sparse_batch
+    from pinn.models import get_model
+    from pinn.runconfig import load_structures
+    if not os.path.isdir(args.model_dir):
+        raise FileNotFoundError(f"{args.model_dir}: no such model directory")
+    model = get_model(args.model_dir, checkpoint=None if args.checkpoint == "last" else args.checkpoint)
+    if not model.restored:
+        raise ValueError(f"{args.model_dir}: no checkpoint to evaluate (train the model first)")
+    dataset = load_structures(args.data)
+    metrics = model.evaluate(lambda: dataset.apply(sparse_batch(args.batch_size)))
+    if args.json:
+        print(json.dumps({**metrics, "checkpoint": model.restored}))
+    else:
+        averaged = " (averaged weights)" if model.ema is not None else ""
+        print(f"model {args.model_dir}: checkpoint {os.path.basename(model.restored)}, step {metrics['global_step']}"
+              f"{averaged}\ndata: {', '.join(args.data)}\n")
+        print(_metrics_table(metrics))
+    return 0
+
+
+def _metrics_table(metrics):
+    """A text table of MAE and RMSE per quantity, with units."""
+    from pinn.metrics import NAMES, UNITS
+    rows = [("quantity", "MAE", "RMSE", "unit")]
+    for key in UNITS:
+        if f"{key}_MAE" in metrics:
+            rows.append((NAMES[key], f"{metrics[f'{key}_MAE']:.6g}", f"{metrics[f'{key}_RMSE']:.6g}", UNITS[key]))
+    rows.append(("loss", f"{metrics['loss']:.6g}", "", ""))
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
+
+
+def _report(args):
+    from pinn.report import write_report
+    result = write_report(args.model_dir, args.output)
+    print(result["text"])
+    return 0
+
+
+def _log(args):
+    from pinn.metrics import read_metrics
+    if not os.path.isdir(args.model_dir):
+        raise FileNotFoundError(f"{args.model_dir}: no such model directory")
+    records = read_metrics(args.model_dir, None if args.kind == "all" else args.kind)
+    if not records:
+        raise ValueError(f"{args.model_dir}: no metrics recorded (no metrics.jsonl, or no {args.kind} records)")
+    if args.last:
+        records = records[-args.last:]
+    columns = ["kind", "step", "epoch", "loss"]
+    for record in records:
+        columns += [k for k in record if k not in columns and k not in ("time", "best")]
+    columns.append("best")
+    if args.csv:
+        with open(args.csv, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=["time"] + columns, extrasaction="ignore")
+            writer.writeheader()
+            writer.writerows(records)
+        print(f"{args.csv}: {len(records)} records")
+        return 0
+    rows = [columns] + [[_cell(r.get(c)) for c in columns] for r in records]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(columns))]
+    for row in rows:
+        print("  ".join(cell.rjust(w) for cell, w in zip(row, widths)))
+    return 0
+
+
+def _cell(value):
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "*" if value else ""
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+COMMANDS = {"train": _train, "convert": _convert, "eval": _evaluate, "report": _report, "log": _log}
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,209 @@
+"""A training run described by one YAML file: the model params plus ``data`` and ``train`` sections.
+
+``pinn train params.yml`` reads such a file.  Every key an input script puts
+in its ``params`` dict is allowed at the top level (``model_dir``,
+``network``, ``model``, ``parallel``, ...); two more sections say what to
+train on and for how long::
+
+    data:
+      train: water.xyz            # ASE-readable file(s), or TFRecord caches (.tfr) from `pinn convert`
+      split: {train: 8, eval: 2}  # optional: cut `train` into the training and validation parts
+      eval: vali.tfr              # optional, instead of split
+      batch_size: 16
+    train:
+      max_steps: 5000             # or max_epochs
+
+MiMiC data go under ``data.mimic`` (``mpt``, ``trr``, ``energies`` and any
+other :func:`pinn.io.load_mimic` option) instead of ``data.train``.  With
+``parallel: true`` every rank takes its share: whole MiMiC runs through
+:func:`pinn.io.distribute_data`, other data by ``Dataset.shard``.
+"""
+import os
+
+import yaml
+
+from pinn.params import Option, ParamsError, non_negative, positive, validate_section
+
+DATA_PARAMS = {
+    "train": Option((str, list, None), None, "training data: a file ASE reads, a TFRecord cache (.tfr) written by "
+                    "pinn convert, or a list of them"),
+    "eval": Option((str, list, None), None, "validation data (same forms as train)"),
+    "mimic": Option((dict, None), None, "MiMiC QM/MM files instead of train: {mpt, trr, energies} (files or "
+                    "parallel lists) and any other load_mimic option"),
+    "split": Option((dict, None), None, "cut the data into parts by ratio, e.g. {train: 8, eval: 2}; the part "
+                    "named train is trained on, the part named eval validates"),
+    "batch_size": Option(int, 16, "structures per batch (per rank)", check=positive),
+    "shuffle_buffer": Option(int, 1000, "size of the shuffle buffer of the training data (0: no shuffle)",
+                             check=non_negative),
+    "seed": Option(int, 0, "seed of the split and of the shuffle"),
+}
+TRAIN_PARAMS = {
+    "max_steps": Option((int, None), None, "train until this global step", check=positive),
+    "max_epochs": Option((float, None), None, "train this many passes over the training data", check=positive),
+}
+SECTIONS = {"data": DATA_PARAMS, "train": TRAIN_PARAMS}
+
+
+def read_config(path):
+    """Read a run file.
+
+    Args:
+        path: YAML file.
+
+    Returns:
+        (params, data, train): the model params dict (validated when the model
+        is built) and the resolved ``data`` and ``train`` sections.
+
+    Raises:
+        ParamsError: naming the file and the bad key.
+    """
+    if not os.path.exists(path):
+        raise ParamsError(f"{path}: no such file")
+    with open(path) as f:
+        try:
+            config = yaml.safe_load(f)
+        except yaml.YAMLError as err:
+            raise ParamsError(f"{path}: not valid YAML ({err})".replace("\n", " ")) from err
+    if not isinstance(config, dict):
+        raise ParamsError(f"{path}: expected a mapping of params at the top level")
+    sections = {}
+    for name, schema in SECTIONS.items():
+        try:
+            sections[name] = validate_section(config.pop(name, None), schema, name)
+        except ParamsError as err:
+            raise ParamsError(f"{path}: {err}") from None
+    data, train = sections["data"], sections["train"]
+    if (data["train"] is None) == (data["mimic"] is None):
+        raise ParamsError(f"{path}: data: give either data.train (files) or data.mimic (MiMiC files)")
+    if data["split"] is not None and "train" not in data["split"]:
+        raise ParamsError(f"{path}: data.split: needs a part named train (got {sorted(data['split'])})")
+    if data["split"] is not None and data["eval"] is not None:
+        raise ParamsError(f"{path}: data: give data.eval or a split with an eval part, not both")
+    if train["max_steps"] is None and train["max_epochs"] is None:
+        raise ParamsError(f"{path}: train: give max_steps or max_epochs")
+    base = os.path.dirname(os.path.abspath(path))
+    return _relative_to(config, base), _data_relative_to(data, base), train
+
+
+def _relative_to(params, base):
+    if isinstance(params.get("model_dir"), str) and not os.path.isabs(params["model_dir"]):
+        params["model_dir"] = os.path.normpath(os.path.join(base, params["model_dir"]))
+    return params
+
+
+def _data_relative_to(data, base):
+    """File names in the data section are relative to the run file's directory."""
+    def fix(value):
+        if isinstance(value, str):
+            return value if os.path.isabs(value) else os.path.normpath(os.path.join(base, value))
+        if isinstance(value, list):
+            return [fix(v) for v in value]
+        return value
+    data = dict(data)
+    for key in ("train", "eval"):
+        data[key] = fix(data[key])
+    if data["mimic"]:
+        data["mimic"] = {k: (fix(v) if k in ("mpt", "trr", "energies", "ftrajectory", "cpmd_input") else v)
+                         for k, v in data["mimic"].items()}
+    return data
+
+
+def load_structures(source):
+    """A dataset of structures from a file name or list: ``.tfr`` caches or anything ASE reads."""
+    from pinn.io import load_ase, load_tfrecord
+    files = [source] if isinstance(source, (str, os.PathLike)) else list(source)
+    if not files:
+        raise ParamsError("data: an empty list of files")
+    datasets = [load_tfrecord(f) if os.fspath(f).endswith(".tfr") else load_ase(f, shuffle=False) for f in files]
+    dataset = datasets[0]
+    for more in datasets[1:]:
+        dataset = dataset.concatenate(more)
+    return dataset
+
+
+def datasets(data, world):
+    """(train, eval or ``None``) datasets of structures for this rank."""
+    from pinn.io import distribute_data, load_ase, load_mimic
+    split = data["split"]
+    if data["mimic"] is not None:
+        mimic = dict(data["mimic"])
+        missing = [k for k in ("mpt", "trr", "energies") if k not in mimic]
+        if missing:
+            raise ParamsError(f"data.mimic: missing {missing}")
+        files = [mimic.pop(k) for k in ("mpt", "trr", "energies")]
+        if world.is_parallel:
+            files = distribute_data(*files, rank=world.rank, size=world.size)
+        parts = load_mimic(*files, split=split or False, seed=data["seed"], **mimic)
+        sharded = False
+    elif split is not None:
+        sources = data["train"]
+        if any(os.fspath(f).endswith(".tfr") for f in ([sources] if isinstance(sources, str) else sources)):
+            raise ParamsError("data.split: a TFRecord cache is split when written (pinn convert --split); give "
+                              "data.train and data.eval instead")
+        parts = load_ase(sources if isinstance(sources, str) else _atoms_of(sources), split=split, seed=data["seed"])
+        sharded = world.is_parallel
+    else:
+        parts = {"train": load_structures(data["train"]),
+                 "eval": load_structures(data["eval"]) if data["eval"] is not None else None}
+        sharded = world.is_parallel
+    if not isinstance(parts, dict):
+        parts = {"train": parts}
+    train, evaluation = parts["train"], parts.get("eval")
+    if sharded:
+        train = train.shard(world.size, world.rank)
+        evaluation = evaluation.shard(world.size, world.rank) if evaluation is not None else None
+    return train, evaluation
+
+
+def _atoms_of(files):
+    import ase.io
+    return [atoms for f in files for atoms in ase.io.read(f, ":")]
+
+
+def input_fns(data, train_section, world):
+    """(train_fn, eval_fn or ``None``): input functions of sparse batches for :meth:`Trainer.train`."""
+    from pinn.io import sparse_batch
+    train, evaluation = datasets(data, world)
+    size, buffer, seed = data["batch_size"], data["shuffle_buffer"], data["seed"]
+    by_epochs = train_section["max_epochs"] is not None
+
+    def train_fn():
+        dataset = train.cache()
+        if not by_epochs:
+            dataset = dataset.repeat()
+        if buffer:
+            dataset = dataset.shuffle(buffer, seed=seed + world.rank)
+        return dataset.apply(sparse_batch(size))
+
+    eval_fn = (lambda: evaluation.apply(sparse_batch(size))) if evaluation is not None else None
+    return train_fn, eval_fn
+
+
+def run_training(path, model_dir=None, max_steps=None):
+    """Train the model a run file describes (see the module docstring).
+
+    Args:
+        path: YAML run file.
+        model_dir: overrides ``model_dir`` of the file.
+        max_steps: overrides ``train.max_steps`` of the file.
+
+    Returns:
+        (model, metrics): the trained :class:`pinn.trainer.Trainer` and the
+        final validation metrics (``None`` without validation data).
+    """
+    from pinn.models import get_model
+    params, data, train_section = read_config(path)
+    if model_dir is not None:
+        params["model_dir"] = model_dir
+    if max_steps is not None:
+        train_section = {**train_section, "max_steps": max_steps}
+    if "model_dir" not in params:
+        raise ParamsError(f"{path}: params.model_dir: required key is missing (or give --model-dir)")
+    model = get_model(params)  # starts Horovod first when parallel
+    train_fn, eval_fn = input_fns(data, train_section, model.world)
+    model.train(train_fn, max_steps=train_section["max_steps"], max_epochs=train_section["max_epochs"],
+                eval_fn=eval_fn)
+    return model, (model.evaluate(eval_fn) if eval_fn is not None else None)
+
+
+__all__ = ["read_config", "run_training", "input_fns", "load_structures", "DATA_PARAMS", "TRAIN_PARAMS"]

@@ -1,0 +1,150 @@
+"""The `pinn` command: every subcommand on small data, and bad arguments."""
+import csv
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import yaml
+
+from pinn.cli import main
+from pinn.demo import make_dipole_dataset
+
+NET = {"atom_types": [1, 8], "rc": 4.0, "depth": 2, "pp_nodes": [8], "pi_nodes": [8], "ii_nodes": [8],
+       "out_nodes": [8]}
+
+
+def _run_file(directory, **changes):
+    config = {"model_dir": "model", "network": {"name": "PiNet", "params": NET},
+              "model": {"name": "dipole_model",
+                        "params": {"use_charge": True, "learning_rate": 3e-3, "log_every_n_steps": 20,
+                                   "eval_every_n_steps": 20, "progress_bar": "off"}},
+              "data": {"train": "water.xyz", "split": {"train": 8, "eval": 2}, "batch_size": 16},
+              "train": {"max_epochs": 10}}
+    for key, value in changes.items():
+        config[key] = value
+    path = directory / "run.yml"
+    path.write_text(yaml.safe_dump(config))
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    """A directory with water.xyz and a dipole model trained by `pinn train run.yml`."""
+    directory = tmp_path_factory.mktemp("cli")
+    make_dipole_dataset(str(directory / "water.xyz"), n_frames=100, seed=0)
+    assert main(["train", _run_file(directory)]) == 0
+    return directory
+
+
+def test_train_from_a_run_file(workdir, capsys):
+    model = workdir / "model"  # relative to the run file
+    assert (model / "ckpt-50.index").exists()  # 80 training structures, batches of 16: 5 steps × 10 epochs
+    evals = [json.loads(line) for line in (model / "metrics.jsonl").read_text().splitlines()
+             if json.loads(line)["kind"] == "eval"]
+    assert [e["step"] for e in evals] == [20, 40, 50]
+    assert evals[-1]["D_RMSE"] < evals[0]["D_RMSE"]
+
+
+def test_train_bad_run_files(tmp_path, capsys):
+    (tmp_path / "water.xyz").write_text("")
+    cases = [
+        ({"train": {}}, "train: give max_steps or max_epochs"),
+        ({"data": {"batch_size": 4}}, "give either data.train (files) or data.mimic"),
+        ({"data": {"train": "water.xyz", "bogus": 1}}, "data.bogus: unknown key"),
+        ({"model": {"name": "dipole_model", "params": {"use_force": True}}}, "model.params.use_force: unknown key"),
+        ({"data": {"train": "missing.xyz", "batch_size": 4}}, "missing.xyz: no such file"),
+    ]
+    for changes, message in cases:
+        path = _run_file(tmp_path, **changes)
+        assert main(["train", path]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith("pinn train: error:") and message in err and err.count("\n") == 1, err
+    assert main(["train", str(tmp_path / "nothing.yml")]) == 1
+    assert "nothing.yml: no such file" in capsys.readouterr().err
+    assert main(["train", str(tmp_path / "params.txt")]) == 1
+    assert "expected a run file" in capsys.readouterr().err
+
+
+def test_train_runs_an_input_script_with_its_arguments(tmp_path):
+    script = tmp_path / "input.py"
+    script.write_text("import sys, json\njson.dump(sys.argv[1:], open(sys.argv[1], 'w'))\n")
+    out = tmp_path / "argv.json"
+    assert main(["train", str(script), str(out), "7"]) == 0
+    assert json.loads(out.read_text()) == [str(out), "7"]
+
+
+def test_convert_eval_and_bad_arguments(workdir, tmp_path, capsys):
+    prefix = str(tmp_path / "water")
+    assert main(["convert", str(workdir / "water.xyz"), "-o", prefix, "--split", "train=3,eval=1"]) == 0
+    out = capsys.readouterr().out
+    assert "water.train.tfr: 75 structures" in out and "water.eval.tfr: 25 structures" in out
+    assert main(["eval", str(workdir / "model"), prefix + ".eval.tfr", "--json"]) == 0
+    metrics = json.loads(capsys.readouterr().out)
+    assert metrics["global_step"] == 50 and 0 < metrics["D_RMSE"] < 1 and metrics["checkpoint"].endswith("ckpt-50")
+    # the same structures read from the xyz file give the same numbers
+    import ase.io
+    ase.io.write(tmp_path / "eval.xyz", [a for a in _tfr_atoms(prefix + ".eval.tfr")])
+    assert main(["eval", str(workdir / "model"), str(tmp_path / "eval.xyz"), "--json"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert again["D_RMSE"] == pytest.approx(metrics["D_RMSE"], rel=1e-5)
+    assert main(["eval", str(workdir / "model"), prefix + ".eval.tfr", "--checkpoint", "best"]) == 0
+    table = capsys.readouterr().out
+    assert "dipole" in table and "e·Å" in table and "charges" in table
+    # errors: one line, exit 1; usage errors exit 2
+    assert main(["eval", str(tmp_path / "nomodel"), prefix + ".eval.tfr"]) == 1
+    assert "nomodel: no such model directory" in capsys.readouterr().err
+    assert main(["convert", "-o", prefix]) == 1
+    assert "no input files" in capsys.readouterr().err
+    assert main(["convert", str(workdir / "water.xyz"), "-o", prefix, "--split", "train:8"]) == 1
+    assert "--split: expected name=ratio pairs" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:
+        main(["eval", str(workdir / "model")])
+    assert exit_info.value.code == 2
+
+
+def _tfr_atoms(path):
+    from ase import Atoms
+    from ase.calculators.singlepoint import SinglePointCalculator
+    from pinn.io import load_tfrecord
+    for s in load_tfrecord(path):
+        atoms = Atoms(numbers=s["elems"].numpy(), positions=s["coord"].numpy())
+        atoms.calc = SinglePointCalculator(atoms, dipole=s["d_data"].numpy(), charges=s["q_data"].numpy())
+        yield atoms
+
+
+def test_report_and_log(workdir, tmp_path, capsys):
+    assert main(["report", str(workdir / "model"), "-o", str(tmp_path / "report")]) == 0
+    out = capsys.readouterr().out
+    assert "dipole RMSE" in out
+    from matplotlib.image import imread
+    for name in ("learning_curves.png", "parity.png"):
+        image = imread(tmp_path / "report" / name)
+        assert image.shape[0] > 200 and np.ptp(image[..., :3]) > 0.5  # a drawing, not a blank
+    assert main(["log", str(workdir / "model"), "--kind", "eval"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[:4] == ["kind", "step", "epoch", "loss"] and len(lines) == 4
+    assert main(["log", str(workdir / "model"), "--csv", str(tmp_path / "m.csv"), "--last", "2"]) == 0
+    with open(tmp_path / "m.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 2 and rows[-1]["kind"] == "eval" and float(rows[-1]["D_RMSE"]) > 0
+    assert main(["report", str(tmp_path)]) == 1
+    assert "has not been trained" in capsys.readouterr().err
+    assert main(["log", str(tmp_path)]) == 1
+    assert "no metrics recorded" in capsys.readouterr().err
+
+
+def test_console_script_help_and_exit_codes():
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    bin_dir = os.path.dirname(sys.executable)
+    pinn = os.path.join(bin_dir, "pinn")
+    help_text = subprocess.run([pinn, "--help"], capture_output=True, text=True, env=env)
+    assert help_text.returncode == 0
+    for command in ("train", "convert", "eval", "report", "log"):
+        assert command in help_text.stdout
+    sub = subprocess.run([pinn, "train", "--help"], capture_output=True, text=True, env=env)
+    assert sub.returncode == 0 and "run file" in sub.stdout
+    bad = subprocess.run([pinn, "frobnicate"], capture_output=True, text=True, env=env)
+    assert bad.returncode == 2 and "invalid choice" in bad.stderr
