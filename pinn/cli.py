@@ -106,8 +106,14 @@ def _train(args):
         return 0
     if not path.endswith((".yml", ".yaml")):
         raise ValueError(f"{path}: expected a run file (.yml, .yaml) or an input script (.py)")
-    if args.script_args:
-        raise ValueError(f"unexpected arguments {args.script_args} (they are for input scripts)")
+    if args.script_args:  # options given after the run file
+        late = argparse.ArgumentParser(prog="pinn train", add_help=False)
+        late.add_argument("--model-dir", default=args.model_dir)
+        late.add_argument("--max-steps", type=int, default=args.max_steps)
+        parsed, unknown = late.parse_known_args(args.script_args)
+        if unknown:
+            raise ValueError(f"unexpected arguments {unknown} (only input scripts take arguments)")
+        args.model_dir, args.max_steps = parsed.model_dir, parsed.max_steps
     from pinn.runconfig import run_training
     model, metrics = run_training(path, model_dir=args.model_dir, max_steps=args.max_steps)
     if metrics is not None and model.is_chief:

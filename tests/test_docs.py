@@ -38,8 +38,15 @@ API_OBJECTS = {
                  ("pinn.io.energies.read_energies", "pinn/io/energies.py", "read_energies"),
                  ("pinn.io.ndx.read_ndx", "pinn/io/ndx.py", "read_ndx")],
     "models": [("pinn.models.potential_model", "pinn/models/__init__.py", "potential_model"),
-               ("pinn.models.potential.PotentialModel", "pinn/models/potential.py", "PotentialModel")],
-    "trainer": [("pinn.trainer.Trainer", "pinn/trainer.py", "Trainer")],
+               ("pinn.models.potential.PotentialModel", "pinn/models/potential.py", "PotentialModel"),
+               ("pinn.models.dipole_model", "pinn/models/__init__.py", "dipole_model"),
+               ("pinn.models.dipole.DipoleModel", "pinn/models/dipole.py", "DipoleModel")],
+    "trainer": [("pinn.trainer.Trainer", "pinn/trainer.py", "Trainer"),
+                ("pinn.schedule.LearningRate", "pinn/schedule.py", "LearningRate"),
+                ("pinn.ema.WeightAverage", "pinn/ema.py", "WeightAverage")],
+    "report": [("pinn.report.write_report", "pinn/report.py", "write_report")],
+    "cli": [("pinn.cli.main", "pinn/cli.py", "main"),
+            ("pinn.runconfig.run_training", "pinn/runconfig.py", "run_training")],
     "parallel": [("pinn.parallel.init", "pinn/parallel.py", "init")],
     "networks": [("pinn.networks.pinet.PiNet", "pinn/networks/pinet.py", "PiNet"),
                  ("pinn.networks.bpnn.BPNN", "pinn/networks/bpnn.py", "BPNN"),
@@ -106,7 +113,8 @@ def _summary(source_file, name):
         if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name == name:
             doc = ast.get_docstring(node)
             assert doc, f"{source_file}: {name} has no docstring"
-            return doc.strip().splitlines()[0]
+            # the site drops the Sphinx role prefix (tools/mkdocs_hooks.py): ":func:`x`" shows as "x"
+            return re.sub(r":(?:func|class|mod|meth|attr|data|exc|obj):", "", doc.strip().splitlines()[0])
     raise AssertionError(f"{source_file}: no top-level {name}")
 
 

@@ -47,6 +47,25 @@ def test_mimic_input_script_on_two_ranks(launcher, mimic_data, tmp_path):
     assert "rank 0 of 2 gets 2 of 4 file sets" in output
 
 
+def test_dipole_input_script_on_two_ranks(tmp_path):
+    """inputs/train_dipole.py unchanged on 2 Horovod ranks: validation, early-stopping state and the report."""
+    if not (shutil.which("horovodrun") and horovod_has("gloo")):
+        pytest.skip("horovodrun or Horovod's Gloo controller not installed")
+    from pinn.demo import make_dipole_dataset
+    data = make_dipole_dataset(str(tmp_path / "water.xyz"), n_frames=200, seed=0)
+    script = os.path.join(ROOT, "inputs", "train_dipole.py")
+    run = subprocess.run(["horovodrun", "-np", "2", "--gloo", sys.executable, script, data, "model", "4"], env=ENV,
+                         cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    output = run.stdout + run.stderr
+    assert run.returncode == 0, output[-4000:]
+    assert "parallel training on 2 rank(s)" in output
+    assert "validation: D_MAE" in output and "2 rank(s))" in output
+    from pinn.metrics import read_metrics
+    evals = read_metrics(tmp_path / "model", "eval")
+    assert evals and evals[-1]["D_RMSE"] < evals[0]["D_RMSE"]
+    assert (tmp_path / "model" / "eval_predictions.npz").exists() and (tmp_path / "model" / "best").is_dir()
+
+
 # ---------------------------------------------------------------------------------------------- Slurm
 SLURM_CONF = """ClusterName=pinntest
 SlurmctldHost={host}

@@ -20,6 +20,34 @@ def test_train_then_md(alloy_xyz, tmp_path):
     assert "NVE 100 steps of 108 atoms" in log
 
 
+def test_dipole_input_then_calculator(tmp_path):
+    from pinn.demo import make_dipole_dataset
+    data = make_dipole_dataset(str(tmp_path / "water.xyz"), n_frames=120, seed=0)
+    log = _run([os.path.join(ROOT, "inputs", "train_dipole.py"), data, "model", "3"], tmp_path)
+    assert "validation: D_MAE" in log and "1 rank(s))" in log
+    import ase.io
+    from pinn import get_calc
+    atoms = ase.io.read(data, 0)
+    atoms.calc = get_calc(str(tmp_path / "model"))
+    assert atoms.get_dipole_moment().shape == (3,) and abs(atoms.get_charges().sum()) < 1e-5
+
+
+def test_yaml_params_example_with_pinn_train(alloy_xyz, tmp_path):
+    """inputs/params_example.yml as shipped (its paths point at ../demo from its own directory)."""
+    import shutil
+    (tmp_path / "inputs").mkdir()
+    (tmp_path / "demo").mkdir()
+    shutil.copy(os.path.join(ROOT, "inputs", "params_example.yml"), tmp_path / "inputs")
+    shutil.copy(alloy_xyz, tmp_path / "demo" / "alloy.xyz")
+    pinn = os.path.join(os.path.dirname(sys.executable), "pinn")
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    out = subprocess.run([pinn, "train", "inputs/params_example.yml", "--max-steps", "30"], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "forces" in out.stdout and "eV/Å" in out.stdout  # the final metrics table
+    assert (tmp_path / "demo" / "yaml-model" / "ckpt-30.index").exists()
+
+
 def test_single_process_does_not_import_horovod(alloy_xyz, tmp_path):
     script = (
         "import sys\n"

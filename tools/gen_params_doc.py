@@ -16,6 +16,7 @@ from pinn.models import MODELS  # noqa: E402  (the potential model's schema is p
 from pinn.networks import NETWORKS  # noqa: E402
 from pinn.parallel import PARAMS as PARALLEL_PARAMS  # noqa: E402
 from pinn.params import TOP_LEVEL, describe  # noqa: E402
+from pinn.runconfig import DATA_PARAMS, TRAIN_PARAMS  # noqa: E402
 
 OUT = os.path.join(ROOT, "docs", "params.md")
 
@@ -87,6 +88,9 @@ def render():
         parts += [f"\n## `network.params` for `{name}`\n", describe(cls.PARAMS)]
     for name, cls in MODELS.items():
         parts += [f"\n## `model.params` for `{name}`\n", describe(cls.PARAMS)]
+    parts += ["\n## Run files: `data`\n", "Sections of a YAML run file for `pinn train` only; see the "
+              "[command line](cli.md).\n", describe(DATA_PARAMS),
+              "\n## Run files: `train`\n", describe(TRAIN_PARAMS)]
     return "\n".join(parts) + "\n"
 
 
