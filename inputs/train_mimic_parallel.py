@@ -36,7 +36,8 @@ params = {
     "model": {"name": "potential_model",
               "params": {"use_force": True, "f_loss_multiplier": 10.0, "fit_e_dress": True,
                          "learning_rate": 1e-3, "decay_step": 2000, "decay_rate": 0.5,
-                         "save_checkpoint_steps": 500, "log_every_n_steps": 100}},
+                         "save_checkpoint_steps": 500, "log_every_n_steps": 100,
+                         "eval_every_n_steps": 250, "ema_decay": 0.99}},
     "parallel": True,
     "parallel_params": {"lr_scaling": "linear", "warmup_steps": 100},
 }
@@ -73,7 +74,8 @@ train = lambda: data["train"].cache().repeat().shuffle(1000, seed=world.rank).ap
 vali = lambda: data["vali"].apply(sparse_batch(8))
 test = lambda: data["test"].apply(sparse_batch(8))
 
-model.train(input_fn=train, max_steps=max_steps)
+# validation every eval_every_n_steps: metrics.jsonl, the best checkpoint, parity data for `pinn report`
+model.train(input_fn=train, max_steps=max_steps, eval_fn=vali)
 for name, input_fn in (("validation", vali), ("test", test)):
     m = model.evaluate(input_fn=input_fn)  # sums over all ranks: the same numbers everywhere
     if world.is_chief:
