@@ -180,7 +180,7 @@ class Trainer:
         self._traced_fns = {}
         self._averaged = False  # the trainable variables hold the average (inside averaged_weights)
         self._frozen = False
-        self.bar = None
+        self.bar = ProgressBar(enabled=False)
 
     def current_learning_rate(self):
         """The learning rate of the next update (float32 tensor)."""

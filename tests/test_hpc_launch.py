@@ -47,6 +47,33 @@ def test_mimic_input_script_on_two_ranks(launcher, mimic_data, tmp_path):
     assert "rank 0 of 2 gets 2 of 4 file sets" in output
 
 
+def test_pinn_train_run_file_with_mimic_data_on_two_ranks(mimic_data, tmp_path):
+    """`horovodrun -np 2 pinn train run.yml` with data.mimic and parallel: true: whole runs per rank."""
+    if not (shutil.which("horovodrun") and horovod_has("gloo")):
+        pytest.skip("horovodrun or Horovod's Gloo controller not installed")
+    import yaml
+    runs = [os.path.join(mimic_data, f"run{i}") for i in range(4)]
+    config = {"model_dir": "model", "parallel": True,
+              "network": {"name": "PiNet", "params": {"atom_types": [18], "rc": 6.0, "depth": 2, "pp_nodes": [8],
+                                                      "pi_nodes": [8], "ii_nodes": [8], "out_nodes": [8]}},
+              "model": {"params": {"use_force": True, "fit_e_dress": True, "eval_every_n_steps": 10,
+                                   "log_every_n_steps": 10, "progress_bar": "off"}},
+              "data": {"mimic": {"mpt": [os.path.join(mimic_data, "argon.mpt")] * 4, "trr": [r + ".trr" for r in runs],
+                                 "energies": [r + ".ENERGIES" for r in runs], "forces": "trr"},
+                       "split": {"train": 3, "eval": 1}, "batch_size": 4},
+              "train": {"max_steps": 20}}
+    (tmp_path / "run.yml").write_text(yaml.safe_dump(config))
+    pinn = os.path.join(os.path.dirname(sys.executable), "pinn")
+    run = subprocess.run(["horovodrun", "-np", "2", "--gloo", pinn, "train", "run.yml"], env=ENV, cwd=tmp_path,
+                         capture_output=True, text=True, timeout=600)
+    output = run.stdout + run.stderr
+    assert run.returncode == 0, output[-4000:]
+    assert "parallel training on 2 rank(s)" in output and "rank 0 of 2 gets 2 of 4 file sets" in output
+    assert output.count("quantity  MAE") == 1  # the final table, printed by rank 0 only
+    from pinn.metrics import read_metrics
+    assert [e["step"] for e in read_metrics(tmp_path / "model", "eval")] == [10, 20]
+
+
 def test_dipole_input_script_on_two_ranks(tmp_path):
     """inputs/train_dipole.py unchanged on 2 Horovod ranks: validation, early-stopping state and the report."""
     if not (shutil.which("horovodrun") and horovod_has("gloo")):
@@ -54,7 +81,8 @@ def test_dipole_input_script_on_two_ranks(tmp_path):
     from pinn.demo import make_dipole_dataset
     data = make_dipole_dataset(str(tmp_path / "water.xyz"), n_frames=200, seed=0)
     script = os.path.join(ROOT, "inputs", "train_dipole.py")
-    run = subprocess.run(["horovodrun", "-np", "2", "--gloo", sys.executable, script, data, "model", "4"], env=ENV,
+    # 160 training structures, 80 per rank, batches of 16: 5 steps an epoch; 24 epochs: evaluations at 100, 120
+    run = subprocess.run(["horovodrun", "-np", "2", "--gloo", sys.executable, script, data, "model", "24"], env=ENV,
                          cwd=tmp_path, capture_output=True, text=True, timeout=600)
     output = run.stdout + run.stderr
     assert run.returncode == 0, output[-4000:]
@@ -62,7 +90,7 @@ def test_dipole_input_script_on_two_ranks(tmp_path):
     assert "validation: D_MAE" in output and "2 rank(s))" in output
     from pinn.metrics import read_metrics
     evals = read_metrics(tmp_path / "model", "eval")
-    assert evals and evals[-1]["D_RMSE"] < evals[0]["D_RMSE"]
+    assert [e["step"] for e in evals] == [100, 120] and evals[-1]["D_RMSE"] < evals[0]["D_RMSE"]
     assert (tmp_path / "model" / "eval_predictions.npz").exists() and (tmp_path / "model" / "best").is_dir()
 
 
