@@ -222,6 +222,11 @@ class Trainer:
         if path:
             self.checkpoint.restore(path).expect_partial()
             log.info("restored %s (step %d)", path, int(self.step))
+            if self.ema is not None and not tf.train.load_checkpoint(path).has_tensor(
+                    "weight_average/updates/.ATTRIBUTES/VARIABLE_VALUE"):
+                self.ema.reset(self.model.trainable_variables)
+                log.info("%s holds no weight average (trained without ema_decay): the average starts at its "
+                         "weights", path)
         return path
 
     def _state_variables(self):

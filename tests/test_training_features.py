@@ -210,3 +210,17 @@ def test_progress_bar_draws_only_on_a_terminal():
         bar.clear()
     assert screen.getvalue().count("\r\x1b[K") == 11 and "10/10 [########################] 100%" in screen.getvalue()
     assert file.getvalue() == ""
+
+
+def test_weight_average_switched_on_for_a_model_trained_without(alloy_xyz, tmp_path):
+    """A checkpoint without an average: the average starts at its weights, not at a fresh initialisation."""
+    train, vali = _inputs(alloy_xyz)
+    plain = potential_model(_params(tmp_path / "m"))
+    plain.train(lambda: train().repeat(), max_steps=10)
+    before = plain.evaluate(vali)
+    params = _params(tmp_path / "m", ema_decay=0.99)
+    averaged = potential_model(params)
+    for a, b in zip(averaged.ema.shadow, averaged.model.trainable_variables):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    assert averaged.evaluate(vali)["F_RMSE"] == pytest.approx(before["F_RMSE"], rel=1e-6)
+    assert "holds no weight average" in (tmp_path / "m" / "train.log").read_text()
