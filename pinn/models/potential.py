@@ -118,7 +118,8 @@ class PotentialModel(Model):
             struct_of_pair = tf.gather(tensors[K.IND_1][:, 0], ind_2[:, 0])
             virial = tf.math.unsorted_segment_sum(tf.einsum("pa,pb->pab", geo[K.DIFF], g),
                                                   struct_of_pair, n_struct)
-            volume = tf.abs(tf.linalg.det(tensors[K.CELL]))
+            cell = tensors[K.CELL]  # |a · (b × c)|: the determinant, in ops XLA compiles
+            volume = tf.abs(tf.reduce_sum(cell[:, 0] * tf.linalg.cross(cell[:, 1], cell[:, 2]), axis=1))
             periodic = tf.reduce_any(tensors[K.PBC], axis=1) if K.PBC in tensors else volume > 0
             safe_volume = tf.where(periodic, volume, tf.ones_like(volume))
             out["stress"] = tf.where(periodic[:, None, None], virial / safe_volume[:, None, None],
