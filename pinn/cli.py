@@ -14,6 +14,16 @@ import sys
 
 EXIT_ERROR = 1
 
+
+def _positive_int(text):
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
 DESCRIPTION = """Train and use PiNN-style neural-network potentials and dipole models.
 
 commands:
@@ -38,7 +48,7 @@ def _parser():
                                 "run, launch `pinn train` itself with srun, mpirun or horovodrun.")
     train.add_argument("config", help="run file (.yml, .yaml) or input script (.py)")
     train.add_argument("--model-dir", help="override model_dir of a run file")
-    train.add_argument("--max-steps", type=int, help="override train.max_steps of a run file")
+    train.add_argument("--max-steps", type=_positive_int, help="override train.max_steps of a run file")
     train.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments of an input script")
 
     convert = commands.add_parser("convert", help="write data to TFRecord caches",
@@ -60,7 +70,7 @@ def _parser():
     evaluate.add_argument("model_dir")
     evaluate.add_argument("data", nargs="+", help="ASE-readable files or .tfr caches")
     evaluate.add_argument("--checkpoint", default="last", help="'last' (default), 'best' or a checkpoint path")
-    evaluate.add_argument("--batch-size", type=int, default=32)
+    evaluate.add_argument("--batch-size", type=_positive_int, default=32)
     evaluate.add_argument("--json", action="store_true", help="print the metrics as JSON")
 
     report = commands.add_parser("report", help="learning curves, parity plots and a summary of a model directory",
@@ -73,7 +83,7 @@ def _parser():
                                description="Print the training and validation records of MODEL_DIR/metrics.jsonl.")
     logs.add_argument("model_dir")
     logs.add_argument("--kind", choices=("train", "eval", "all"), default="all")
-    logs.add_argument("--last", type=int, help="only the last N records")
+    logs.add_argument("--last", type=_positive_int, help="only the last N records")
     logs.add_argument("--csv", help="write the records to this CSV file instead of printing them")
     return parser
 
@@ -109,7 +119,7 @@ def _train(args):
     if args.script_args:  # options given after the run file
         late = argparse.ArgumentParser(prog="pinn train", add_help=False)
         late.add_argument("--model-dir", default=args.model_dir)
-        late.add_argument("--max-steps", type=int, default=args.max_steps)
+        late.add_argument("--max-steps", type=_positive_int, default=args.max_steps)
         parsed, unknown = late.parse_known_args(args.script_args)
         if unknown:
             raise ValueError(f"unexpected arguments {unknown} (only input scripts take arguments)")

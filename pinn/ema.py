@@ -42,8 +42,21 @@ class WeightAverage(tf.Module):
         self.updates.assign(0)
 
     def swap(self, variables):
-        """Exchange the values of ``variables`` and their averages (twice: back as before)."""
-        for average, v in zip(self.shadow, variables):
-            raw = tf.identity(v)
-            v.assign(average)
-            average.assign(raw)
+        """Exchange the values of ``variables`` and their averages (twice: back as before).
+
+        One traced call for all variables, so an interrupt cannot leave a half-swapped model.
+        """
+        if getattr(self, "_swap_fn", None) is None:
+            live = list(variables)
+
+            def exchange():
+                raws = [tf.identity(v) for v in live]
+                with tf.control_dependencies(raws):
+                    for average, v, raw in zip(self.shadow, live, raws):
+                        v.assign(tf.identity(average))
+                        average.assign(raw)
+            object.__setattr__(self, "_swap_fn", tf.function(exchange))
+            object.__setattr__(self, "_swap_vars", live)
+        if [id(v) for v in variables] != [id(v) for v in self._swap_vars]:
+            raise ValueError("WeightAverage.swap: other variables than the first swap's")
+        self._swap_fn()

@@ -75,10 +75,12 @@ def read_config(path):
     data, train = sections["data"], sections["train"]
     if (data["train"] is None) == (data["mimic"] is None):
         raise ParamsError(f"{path}: data: give either data.train (files) or data.mimic (MiMiC files)")
-    if data["split"] is not None and "train" not in data["split"]:
-        raise ParamsError(f"{path}: data.split: needs a part named train (got {sorted(data['split'])})")
-    if data["split"] is not None and data["eval"] is not None:
-        raise ParamsError(f"{path}: data: give data.eval or a split with an eval part, not both")
+    split = data["split"]
+    if split is not None and ("train" not in split or set(split) - {"train", "eval"}):
+        raise ParamsError(f"{path}: data.split: parts must be train and, optionally, eval (got {sorted(split)})")
+    if data["eval"] is not None and (split is not None or data["mimic"] is not None):
+        raise ParamsError(f"{path}: data.eval: give validation data as data.eval (with data.train) or as the eval "
+                          f"part of data.split, not both; MiMiC validation data come from data.split")
     if train["max_steps"] is None and train["max_epochs"] is None:
         raise ParamsError(f"{path}: train: give max_steps or max_epochs")
     base = os.path.dirname(os.path.abspath(path))

@@ -56,6 +56,13 @@ def _fraction(value):
     return None if 0 < value < 1 else "must be in (0, 1)"
 
 
+def _metric_name(value):
+    import re
+    if value == "loss" or re.fullmatch(r"[EFSDQ]_(MAE|RMSE)", value):
+        return None
+    return "must be 'loss' or <quantity>_MAE / <quantity>_RMSE with quantity E, F, S, D or Q (e.g. 'F_RMSE')"
+
+
 def _step_list(value):
     if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value) or value != sorted(value):
         return "must be a list of increasing positive step numbers"
@@ -93,7 +100,9 @@ TRAINING_PARAMS = {
     "eval_every_n_steps": Option((int, None), None, "evaluate the eval_fn input every that many steps (None: at "
                                  "every checkpoint)", check=positive),
     "early_stopping_metric": Option(str, "loss", "validation figure that picks the best checkpoint and drives early "
-                                    "stopping: 'loss' or an error such as 'F_RMSE', 'E_MAE', 'D_RMSE'"),
+                                    "stopping: 'loss' or an error such as 'F_RMSE', 'E_MAE', 'D_RMSE' (with a "
+                                    "loss_weight_schedule, pick an error: the loss changes with the weights)",
+                                    check=_metric_name),
     "early_stopping_patience": Option((int, None), None, "stop after this many evaluations without improvement "
                                       "(None: never stop early)", check=positive),
     "early_stopping_min_delta": Option(float, 0.0, "an improvement must lower the metric by more than this "
@@ -157,7 +166,7 @@ class Trainer:
         self.best_metric = tf.Variable(np.inf, dtype=tf.float64, trainable=False, name="best_metric")
         self.evals_since_best = tf.Variable(0, dtype=tf.int64, trainable=False, name="evals_since_best")
         self.learning_rate = self._schedule(self.mp["lr_cosine_steps"])
-        self.optimizer = tf.keras.optimizers.Adam(learning_rate=self.current_learning_rate)
+        self.optimizer = tf.keras.optimizers.Adam(learning_rate=float(self.current_learning_rate()))
         self.optimizer.build(self.model.trainable_variables)  # slots exist before a restore or broadcast
         self.ema = WeightAverage(self.model.trainable_variables, self.mp["ema_decay"]) if self.mp["ema_decay"] \
             else None
@@ -173,8 +182,7 @@ class Trainer:
                                                       checkpoint_name="ckpt")
             self.best_manager = tf.train.CheckpointManager(self.checkpoint, os.path.join(self.model_dir, BEST_DIR),
                                                            max_to_keep=1, checkpoint_name="ckpt")
-        self._check_stored_params()
-        self.restored = self._restore(checkpoint) if self.is_chief else None
+        self.restored = self._restore_on_chief(checkpoint)
         self._broadcast_state()
         self._step_fns = None
         self._traced_fns = {}
@@ -206,6 +214,36 @@ class Trainer:
                 raise ValueError(f"{path}: the network in model_dir differs from the given params; "
                                  f"use another model_dir or the stored params")
         write_params(self.params, self.model_dir)
+
+    def _restore_on_chief(self, which):
+        """Check the stored params and restore on rank 0; a failure there raises on every rank (no hang)."""
+        error, path = None, None
+        if self.is_chief:
+            try:
+                self._check_stored_params()
+                path = self._restore(which)
+                self._reset_best_if_metric_changed()
+            except ValueError as err:
+                error = err
+        if self.world.is_parallel and self.world.allreduce_sum_numpy(np.array([float(error is not None)]))[0]:
+            if error is None:
+                raise ValueError(f"rank 0 could not set up {self.model_dir} (see its error)")
+        if error is not None:
+            raise error
+        return path
+
+    def _reset_best_if_metric_changed(self):
+        """A best value of another early_stopping_metric (an earlier run's) does not count."""
+        path = os.path.join(self.model_dir, BEST_DIR, "best.json")
+        if not os.path.exists(path):
+            return
+        with open(path) as f:
+            stored = json.load(f).get("metric")
+        if stored != self.mp["early_stopping_metric"]:
+            log.info("early_stopping_metric is now %s (was %s): the best value starts afresh",
+                     self.mp["early_stopping_metric"], stored)
+            self.best_metric.assign(np.inf)
+            self.evals_since_best.assign(0)
 
     def _restore(self, which):
         """Restore the requested checkpoint (rank 0); returns its path or ``None`` for a fresh model."""
@@ -276,6 +314,10 @@ class Trainer:
     def _make_step_fns(self, spec):
         """The three traced pieces of a step: local loss counts, local gradients, reduce-and-apply."""
         model, mp, world = self.model, self.mp, self.world
+        missing = model.missing_labels(spec)
+        if missing:
+            raise ValueError(f"the model trains on {missing} but the training data have no "
+                             f"{[model.LABELS[t] for t in missing]} (see model.params)")
         variables = model.trainable_variables
         terms = model.loss_term_names()
         outputs = model.train_outputs()
@@ -321,6 +363,9 @@ class Trainer:
                 clipped = grads
                 if mp["max_grad_norm"]:
                     clipped, _ = tf.clip_by_global_norm(grads, mp["max_grad_norm"])
+                # Keras keeps a learning rate given as a function as a variable of its first value:
+                # the schedule reaches the update only through this assignment
+                self.optimizer.learning_rate.assign(self.current_learning_rate())
                 self.optimizer.apply_gradients(zip(clipped, variables))
                 if self.ema is not None:
                     self.ema.update(variables)
@@ -410,6 +455,11 @@ class Trainer:
             max_steps = by_epochs if max_steps is None else min(max_steps, by_epochs)
             epoch_input, n_batches = input_fn, steps_per_epoch * k
             input_fn = lambda: epoch_input().take(n_batches).repeat()  # noqa: E731
+        if eval_fn is None and self.mp["early_stopping_patience"] is not None:
+            log.warning("early_stopping_patience is set but train() got no eval_fn: no early stopping")
+        if eval_fn is not None and self.mp["early_stopping_metric"] == "loss" and self.mp["loss_weight_schedule"]:
+            log.warning("early_stopping_metric 'loss' with a loss_weight_schedule: the loss changes with the weights; "
+                        "an error metric such as 'F_RMSE' picks the best checkpoint more reliably")
         start = int(self.step)
         if start >= max_steps:
             log.info("step %d already reaches max_steps %d: nothing to train", start, max_steps)
@@ -632,6 +682,9 @@ class Trainer:
         """
         if not self.is_chief:
             return None
+        if self._averaged:
+            raise RuntimeError("save: the model holds its averaged weights (inference only); a checkpoint "
+                               "stores the raw weights")
         latest = self.manager.latest_checkpoint
         if latest and latest.endswith(f"-{int(self.step)}"):
             return latest
@@ -659,7 +712,8 @@ class Trainer:
         spec = dataset.element_spec
         model = self.model
         outputs = model.eval_outputs(spec)
-        terms = list(model.loss_term_names())
+        missing = model.missing_labels(spec)
+        terms = [t for t in model.loss_term_names() if t not in missing]  # loss over the labelled terms
         metric_keys = model.metric_keys(spec, outputs)
 
         eval_step = self._traced("eval", spec, lambda: self._make_eval_step(spec, outputs, terms, metric_keys))

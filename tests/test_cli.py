@@ -56,6 +56,7 @@ def test_train_bad_run_files(tmp_path, capsys):
         ({"data": {"train": "water.xyz", "bogus": 1}}, "data.bogus: unknown key"),
         ({"model": {"name": "dipole_model", "params": {"use_force": True}}}, "model.params.use_force: unknown key"),
         ({"data": {"train": "missing.xyz", "batch_size": 4}}, "missing.xyz: no such file"),
+        ({"data": {"train": "water.xyz", "split": {"train": 8, "vali": 2}}}, "data.split: parts must be train and"),
     ]
     for changes, message in cases:
         path = _run_file(tmp_path, **changes)
@@ -100,9 +101,11 @@ def test_convert_eval_and_bad_arguments(workdir, tmp_path, capsys):
     assert "no input files" in capsys.readouterr().err
     assert main(["convert", str(workdir / "water.xyz"), "-o", prefix, "--split", "train:8"]) == 1
     assert "--split: expected name=ratio pairs" in capsys.readouterr().err
-    with pytest.raises(SystemExit) as exit_info:
-        main(["eval", str(workdir / "model")])
-    assert exit_info.value.code == 2
+    for bad in (["eval", str(workdir / "model")], ["eval", str(workdir / "model"), "x.tfr", "--batch-size", "0"],
+                ["log", str(workdir / "model"), "--last", "0"]):
+        with pytest.raises(SystemExit) as exit_info:
+            main(bad)
+        assert exit_info.value.code == 2
 
 
 def _tfr_atoms(path):

@@ -224,3 +224,34 @@ def test_weight_average_switched_on_for_a_model_trained_without(alloy_xyz, tmp_p
         np.testing.assert_array_equal(a.numpy(), b.numpy())
     assert averaged.evaluate(vali)["F_RMSE"] == pytest.approx(before["F_RMSE"], rel=1e-6)
     assert "holds no weight average" in (tmp_path / "m" / "train.log").read_text()
+
+
+def test_the_optimizer_follows_the_schedule(alloy_xyz, tmp_path):
+    """Each update uses lr(step): Keras would otherwise keep the first value of a learning-rate function."""
+    train, _ = _inputs(alloy_xyz)
+    model = potential_model(_params(tmp_path / "m", lr_schedule="step", lr_boundaries=[4], decay_rate=0.1,
+                                    lr_warmup_steps=2, fit_e_dress=False))
+    observed = []
+    for step in range(1, 7):  # one update per call; the rate it used stays in the optimizer
+        model.train(lambda: train().repeat(), max_steps=step)
+        observed.append(float(model.optimizer.learning_rate.numpy()))
+    # step 0: warmup 1/2 of 3e-3; step 1: 3e-3; steps 2, 3: 3e-3; from step 4: × 0.1
+    assert observed == pytest.approx([1.5e-3, 3e-3, 3e-3, 3e-3, 3e-4, 3e-4], rel=1e-5)
+
+
+def test_labels_missing_from_the_data(alloy_xyz, tmp_path):
+    """Evaluating a force-trained model on energy-only data works; training on it is refused clearly."""
+    train, vali = _inputs(alloy_xyz)
+    model = potential_model(_params(tmp_path / "m"))
+    model.train(lambda: train().repeat(), max_steps=3)
+    energies_only = lambda: vali().map(lambda b: {k: v for k, v in b.items() if k != "f_data"})  # noqa: E731
+    result = model.evaluate(energies_only)
+    assert "E_RMSE" in result and "F_RMSE" not in result and np.isfinite(result["loss"])
+    with pytest.raises(ValueError, match=r"trains on \['forces'\] but the training data have no \['f_data'\]"):
+        model.train(lambda: energies_only().repeat(), max_steps=6)
+    with pytest.raises(ParamsError, match="early_stopping_metric: must be 'loss' or"):
+        potential_model(_params(tmp_path / "x", early_stopping_metric="F_rmse"))
+    frozen = get_model(str(tmp_path / "m"))
+    frozen.freeze_averaged_weights()
+    with pytest.raises(RuntimeError, match="inference"):
+        frozen.train(lambda: train().repeat(), max_steps=10)

@@ -36,7 +36,7 @@ COMMON_PARAMS = {**LOSS_PARAMS, **TRAINING_PARAMS}
 class Model(tf.Module):
     """Base of the models: loss weights, penalties and error sums.
 
-    Subclasses set ``LOSS_TERMS``, ``WEIGHT_KEYS``, ``PARAMS`` and implement
+    Subclasses set ``LOSS_TERMS``, ``WEIGHT_KEYS``, ``LABELS`` (term → data key), ``PARAMS`` and implement
     ``enabled_terms``, ``predict``, ``train_outputs``, ``eval_outputs``,
     ``metric_keys``, ``loss_counts``, ``loss_sums``, ``error_sums``,
     ``parity_arrays`` and ``structure_outputs``.
@@ -44,6 +44,7 @@ class Model(tf.Module):
 
     LOSS_TERMS = ()
     WEIGHT_KEYS = {}
+    LABELS = {}
 
     def __init__(self, params, name):
         super().__init__(name=name)
@@ -117,10 +118,9 @@ class Model(tf.Module):
         sums, counts = self.loss_sums(tensors, pred), self.loss_counts(tensors)
         return {t: (sums[t], tf.cast(counts[t], dtype)) for t in sums}
 
-    def combine_loss(self, terms, s=None):
-        """Σ_term weight · sum / count (a count of 0 contributes nothing)."""
-        weights = self.loss_weights(s)
-        return tf.add_n([tf.cast(weights[t], s_.dtype) * tf.math.divide_no_nan(s_, c) for t, (s_, c) in terms.items()])
+    def missing_labels(self, spec):
+        """Enabled loss terms whose labels data with element spec ``spec`` lack."""
+        return [t for t in self.loss_term_names() if self.LABELS[t] not in spec]
 
 
 def abs_sq_count(err):

@@ -42,6 +42,7 @@ class DipoleModel(Model):
     PARAMS = PARAMS
     LOSS_TERMS = ("dipole", "charges")
     WEIGHT_KEYS = {"dipole": "d_loss_multiplier", "charges": "q_loss_multiplier"}
+    LABELS = {"dipole": K.D_DATA, "charges": K.Q_DATA}
 
     def __init__(self, network, params, atom_types, dtype=tf.float32, name="dipole"):
         if not (params["use_dipole"] or params["use_charge"]):
@@ -98,12 +99,10 @@ class DipoleModel(Model):
         return counts
 
     def loss_sums(self, tensors, pred):
-        """Sum of the penalties of each enabled loss term (keys of :meth:`loss_counts`)."""
+        """Sum of the penalties of each enabled loss term whose labels the batch has."""
         sums = {}
-        for term, label in (("dipole", K.D_DATA), ("charges", K.Q_DATA)):
-            if term in self.enabled_terms():
-                if label not in tensors:
-                    raise ValueError(f"the dipole model trains on {term} but the data have no {label!r}")
+        for term, label in self.LABELS.items():
+            if term in self.enabled_terms() and label in tensors:
                 err = pred[term] - tf.cast(tensors[label], pred[term].dtype)
                 sums[term] = tf.reduce_sum(self.penalty(err, term))
         return sums

@@ -63,6 +63,7 @@ class PotentialModel(Model):
     #: loss terms in their fixed order; energy always, forces / stress when enabled
     LOSS_TERMS = ("energy", "forces", "stress")
     WEIGHT_KEYS = {"energy": "e_loss_multiplier", "forces": "f_loss_multiplier", "stress": "s_loss_multiplier"}
+    LABELS = {"energy": K.E_DATA, "forces": K.F_DATA, "stress": K.S_DATA}
 
     def __init__(self, network, params, atom_types, dtype=tf.float32, name="potential"):
         super().__init__(params, name=name)
@@ -162,8 +163,10 @@ class PotentialModel(Model):
         return counts
 
     def loss_sums(self, tensors, pred):
-        """Sum of the penalties (squared or Huber) of each enabled loss term (keys of :meth:`loss_counts`)."""
+        """Sum of the penalties (squared or Huber) of each enabled loss term whose labels the batch has."""
         p = self.params
+        if K.E_DATA not in tensors:
+            return {}
         dtype = pred["energy"].dtype
         n_struct = tf.shape(pred["energy"])[0]
         e_err = pred["energy"] - tf.cast(tensors[K.E_DATA], dtype)
@@ -172,9 +175,9 @@ class PotentialModel(Model):
                                                    n_struct)
             e_err = e_err / n_atoms
         sums = {"energy": tf.reduce_sum(self.penalty(e_err, "energy"))}
-        if p["use_force"]:
+        if p["use_force"] and K.F_DATA in tensors:
             sums["forces"] = tf.reduce_sum(self.penalty(pred["forces"] - tf.cast(tensors[K.F_DATA], dtype), "forces"))
-        if p["use_stress"]:
+        if p["use_stress"] and K.S_DATA in tensors:
             periodic = tf.cast(tf.reduce_any(tensors[K.PBC], axis=1), dtype)
             s_err = (pred["stress"] - tf.cast(tensors[K.S_DATA], dtype)) * periodic[:, None, None]
             sums["stress"] = tf.reduce_sum(self.penalty(s_err, "stress"))
