@@ -27,7 +27,8 @@ class PiNNCalc(Calculator):
         super().__init__(**kwargs)
         self.trainer = model
         self.rc = model.rc
-        self.is_potential = "e_unit" in model.mp
+        from pinn.models.potential import PotentialModel
+        self.is_potential = isinstance(model.model, PotentialModel)
         self.implemented_properties = ["energy", "free_energy", "forces", "stress"] if self.is_potential \
             else ["dipole", "charges"]
         self.e_unit = model.mp.get("e_unit", 1.0)
@@ -84,6 +85,9 @@ def get_calc(model, checkpoint=None, **kwargs):
         :class:`PiNNCalc`.
     """
     from pinn.trainer import Trainer
+    if isinstance(model, Trainer) and checkpoint is not None:
+        raise ValueError("get_calc: checkpoint= selects a checkpoint of a model directory; a model object is "
+                         "used with its current weights")
     if not isinstance(model, Trainer):
         import os
         from pinn.models import get_model

@@ -205,7 +205,10 @@ def run_training(path, model_dir=None, max_steps=None):
     train_fn, eval_fn = input_fns(data, train_section, model.world)
     model.train(train_fn, max_steps=train_section["max_steps"], max_epochs=train_section["max_epochs"],
                 eval_fn=eval_fn)
-    return model, (model.evaluate(eval_fn) if eval_fn is not None else None)
+    if eval_fn is None:
+        return model, None
+    last = model.last_validation  # the validation at the last step has just been done
+    return model, (last if last and last["global_step"] == int(model.step) else model.evaluate(eval_fn))
 
 
 __all__ = ["read_config", "run_training", "input_fns", "load_structures", "DATA_PARAMS", "TRAIN_PARAMS"]

@@ -7,7 +7,7 @@ script against, in plain TensorFlow 2, for one process or many (Horovod, see
 1. take ``accumulate_batches`` batches; sum their loss counts (structures,
    force components, ...) over all ranks, together with the "input ended"
    and "stop signal received" flags, so every rank decides alike;
-2. per batch, gradients of Σ_term w_t · (squared-error sum) / (global count),
+2. per batch, gradients of Σ_term w_t · (penalty sum: squared or Huber) / (global count),
    summed over the batches (``tf.function``, traced once);
 3. sum gradients and statistics over ranks, skip the update on every rank if
    anything is non-finite, clip and apply Adam.
@@ -189,6 +189,7 @@ class Trainer:
         self._averaged = False  # the trainable variables hold the average (inside averaged_weights)
         self._frozen = False
         self.bar = ProgressBar(enabled=False)
+        self.last_validation = None  # metrics of the latest validation during train()
 
     def current_learning_rate(self):
         """The learning rate of the next update (float32 tensor)."""
@@ -630,6 +631,7 @@ class Trainer:
                   " (best so far)" if improved else f" (best {metric} {float(self.best_metric):.4g}, "
                   f"{int(self.evals_since_best)} evaluation(s) ago)")
         run.recorder.record("eval", step, {**figures, "best": improved}, epoch)
+        self.last_validation = result
         if self.is_chief:
             if arrays:
                 write_eval_predictions(self.model_dir, {"step": np.array(step), **arrays})

@@ -251,6 +251,9 @@ def test_labels_missing_from_the_data(alloy_xyz, tmp_path):
         model.train(lambda: energies_only().repeat(), max_steps=6)
     with pytest.raises(ParamsError, match="early_stopping_metric: must be 'loss' or"):
         potential_model(_params(tmp_path / "x", early_stopping_metric="F_rmse"))
+    from pinn.calculator import get_calc
+    with pytest.raises(ValueError, match="checkpoint= selects a checkpoint of a model directory"):
+        get_calc(model, checkpoint="best")
     frozen = get_model(str(tmp_path / "m"))
     frozen.freeze_averaged_weights()
     with pytest.raises(RuntimeError, match="inference"):

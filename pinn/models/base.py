@@ -76,12 +76,11 @@ class Model(tf.Module):
         enabled = self.enabled_terms()
         return [t for t in self.LOSS_TERMS if t in enabled]
 
-    def loss_weights(self, s=None):
+    def loss_weights(self, s):
         """Weight of each enabled loss term.
 
         Args:
-            s: position in the schedule (float64 tensor, single-rank steps);
-                ``None``: the fixed multipliers.
+            s: position in the schedule (float64 tensor, single-rank steps).
 
         Returns:
             dict term → weight (float, or float64 tensor for a scheduled term).
@@ -89,10 +88,8 @@ class Model(tf.Module):
         schedule = self.params["loss_weight_schedule"]
         out = {}
         for term in self.loss_term_names():
-            if term in schedule and s is not None:
+            if term in schedule:
                 out[term] = piecewise_linear(s, schedule[term])
-            elif term in schedule:
-                out[term] = float(schedule[term][0][1])
             else:
                 out[term] = self.params[self.WEIGHT_KEYS[term]]
         return out
