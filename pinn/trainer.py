@@ -313,7 +313,8 @@ class Trainer:
 
     # --------------------------------------------------------------- training
     def _make_step_fns(self, spec):
-        """The three traced pieces of a step: local loss counts, local gradients, reduce-and-apply."""
+        """The traced pieces of a step: local loss counts, local gradients, reduce-and-apply, and the
+        whole step in one function (used by one process with one batch per step)."""
         model, mp, world = self.model, self.mp, self.world
         missing = model.missing_labels(spec)
         if missing:
@@ -326,13 +327,11 @@ class Trainer:
         one_hot_rank = tf.one_hot(world.rank, world.size, dtype=self.dtype)
         schedule_position = self.learning_rate.single_rank_steps
 
-        @tf.function(input_signature=[spec])
-        def local_counts(batch):
+        def counts_of(batch):
             counts = model.loss_counts(batch)
             return tf.stack([counts[t] for t in terms])
 
-        @tf.function(input_signature=[spec, tf.TensorSpec([len(terms)], tf.float64)])
-        def local_gradients(batch, global_counts):
+        def gradients_of(batch, global_counts):
             weights = model.loss_weights(schedule_position(self.step))
             with tf.GradientTape() as tape:
                 pred = model.predict(batch, **outputs)
@@ -349,6 +348,28 @@ class Trainer:
                               + [one_hot_rank * tf.cast(tf.logical_not(finite), self.dtype)], axis=0)
             return grads, stats
 
+        def apply(grads):
+            clipped = grads
+            if mp["max_grad_norm"]:
+                clipped, _ = tf.clip_by_global_norm(grads, mp["max_grad_norm"])
+            # Keras keeps a learning rate given as a function as a variable of its first value:
+            # the schedule reaches the update only through this assignment
+            self.optimizer.learning_rate.assign(self.current_learning_rate())
+            self.optimizer.apply_gradients(zip(clipped, variables))
+            if self.ema is not None:
+                self.ema.update(variables)
+            return tf.constant(True)
+
+        def apply_if_finite(grads, stats):
+            finite = tf.logical_and(tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in grads]),
+                                    tf.reduce_all(tf.math.is_finite(stats[:2])))
+            finite = tf.logical_and(finite, tf.reduce_sum(stats[-world.size:]) == 0)
+            applied = tf.cond(finite, lambda: apply(grads), lambda: tf.constant(False))
+            self.step.assign_add(1)
+            return applied, stats
+
+        local_counts = tf.function(counts_of, input_signature=[spec])
+        local_gradients = tf.function(gradients_of, input_signature=[spec, tf.TensorSpec([len(terms)], tf.float64)])
         grad_specs = [tf.TensorSpec(v.shape, v.dtype) for v in variables]
         n_stats = 2 + 3 * len(metric_keys) + world.size
 
@@ -356,31 +377,19 @@ class Trainer:
         def reduce_and_apply(grads, stats):
             grads = world.allreduce_sum(grads, compress=True)
             stats = world.allreduce_sum([stats])[0]
-            finite = tf.logical_and(tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in grads]),
-                                    tf.reduce_all(tf.math.is_finite(stats[:2])))
-            finite = tf.logical_and(finite, tf.reduce_sum(stats[-world.size:]) == 0)
+            return apply_if_finite(grads, stats)
 
-            def apply():
-                clipped = grads
-                if mp["max_grad_norm"]:
-                    clipped, _ = tf.clip_by_global_norm(grads, mp["max_grad_norm"])
-                # Keras keeps a learning rate given as a function as a variable of its first value:
-                # the schedule reaches the update only through this assignment
-                self.optimizer.learning_rate.assign(self.current_learning_rate())
-                self.optimizer.apply_gradients(zip(clipped, variables))
-                if self.ema is not None:
-                    self.ema.update(variables)
-                return tf.constant(True)
-
-            applied = tf.cond(finite, apply, lambda: tf.constant(False))
-            self.step.assign_add(1)
-            return applied, stats
+        @tf.function(input_signature=[spec])
+        def whole_step(batch):
+            """One process, one batch per step: the step in one graph (one call, no host round trips)."""
+            grads, stats = gradients_of(batch, counts_of(batch))
+            return apply_if_finite(grads, stats)
 
         def unpack(stats):
             sums = {k: stats[2 + 3 * i: 5 + 3 * i] for i, k in enumerate(metric_keys)}
             return stats[0], stats[1], sums, stats[-world.size:]
 
-        return local_counts, local_gradients, reduce_and_apply, unpack
+        return local_counts, local_gradients, reduce_and_apply, unpack, whole_step
 
     def _fit_dress(self, input_fn):
         """Fit e_dress to what the freshly initialised network leaves unexplained (over all ranks),
@@ -515,8 +524,38 @@ class Trainer:
         self.bar.clear()
         log.log(level, message, *args)
 
+    def _split_step(self, batches, k, signals, step, max_steps):
+        """A step in pieces: agree on loss counts (and stop flags) over ranks, local gradients over the
+        ``k`` batches, then reduce-and-apply (not waited for).  Returns ``(applied, stats, (t2, t3))``
+        with the times after the agreement and after the local compute, or ``(None, None, None)``
+        when an input ended on any rank."""
+        local_counts, local_gradients, reduce_and_apply = self._step_fns[1][:3]
+        world = self.world
+        counts = sum(local_counts(b).numpy() for b in batches) if batches else \
+            np.zeros(len(self.model.loss_term_names()))
+        flags = [float(len(batches) < k), float(signals.received is not None)]
+        agreed = world.allreduce_sum_numpy(np.concatenate([counts, flags]))
+        t2 = time.perf_counter()
+        if agreed[-1] > 0:
+            self.bar.clear()
+            self._preempted(signals.received or "a stop signal on another rank")
+        if agreed[-2] > 0:
+            self._log(logging.INFO, "an input ended at step %d before max_steps %d", step, max_steps)
+            return None, None, None
+        global_counts = tf.constant(agreed[:-2])
+        grads, stats = local_gradients(batches[0], global_counts)
+        for b in batches[1:]:
+            more_grads, more_stats = local_gradients(b, global_counts)
+            grads = [g + h for g, h in zip(grads, more_grads)]
+            stats = stats + more_stats
+        if world.is_parallel:
+            stats.numpy()  # wait for this rank's compute before timing the communication
+        t3 = time.perf_counter()
+        applied, stats = reduce_and_apply(grads, stats)
+        return applied, stats, (t2, t3)
+
     def _loop(self, iterator, run, k, signals, watchdog):
-        local_counts, local_gradients, reduce_and_apply, unpack = self._step_fns[1]
+        unpack, whole_step = self._step_fns[1][3:]
         world, mp = self.world, self.mp
         every = mp["log_every_n_steps"]
         eval_every = mp["eval_every_n_steps"] or mp["save_checkpoint_steps"]
@@ -533,34 +572,26 @@ class Trainer:
                 except StopIteration:
                     break
             t1 = time.perf_counter()
-            counts = sum(local_counts(b).numpy() for b in batches) if batches else \
-                np.zeros(len(self.model.loss_term_names()))
-            flags = [float(len(batches) < k), float(signals.received is not None)]
-            agreed = world.allreduce_sum_numpy(np.concatenate([counts, flags]))
-            t2 = time.perf_counter()
-            if agreed[-1] > 0:
-                self.bar.clear()
-                self._preempted(signals.received or "a stop signal on another rank")
-            if agreed[-2] > 0:
-                self._log(logging.INFO, "an input ended at step %d before max_steps %d", step, max_steps)
-                break
-            global_counts = tf.constant(agreed[:-2])
-            grads, stats = local_gradients(batches[0], global_counts)
-            for b in batches[1:]:
-                more_grads, more_stats = local_gradients(b, global_counts)
-                grads = [g + h for g, h in zip(grads, more_grads)]
-                stats = stats + more_stats
-            if world.is_parallel:
-                stats.numpy()  # wait for this rank's compute before timing the communication
-            t3 = time.perf_counter()
-            applied, stats = reduce_and_apply(grads, stats)
+            if not world.is_parallel and k == 1:
+                if signals.received is not None:
+                    self.bar.clear()
+                    self._preempted(signals.received)
+                if not batches:
+                    self._log(logging.INFO, "an input ended at step %d before max_steps %d", step, max_steps)
+                    break
+                applied, stats = whole_step(batches[0])
+            else:
+                applied, stats, times = self._split_step(batches, k, signals, step, max_steps)
+                if applied is None:
+                    break
             applied, stats = bool(applied), stats.numpy()
-            t4 = time.perf_counter()
+            comm = 0.0
+            if world.is_parallel:  # the agreement on counts and the reduction
+                comm = (times[0] - t1) + (time.perf_counter() - times[1])
             watchdog.beat()
             step = int(self.step)
             loss, n_struct, sums, bad_ranks = unpack(stats)
             local_struct = sum(int(b[K.CELL].shape[0]) for b in batches)
-            comm = (t2 - t1) + (t4 - t3) if world.is_parallel else 0.0
             if applied:
                 streak = 0
                 meter.add(loss, sums, n_struct, local_struct, comm)

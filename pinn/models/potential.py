@@ -42,7 +42,7 @@ def pair_geometry(tensors):
     coord = tensors[K.COORD]
     cell_of_pair = tf.gather(tensors[K.CELL], tf.gather(tensors[K.IND_1][:, 0], ind_2[:, 0]))
     diff = (tf.gather(coord, ind_2[:, 1]) - tf.gather(coord, ind_2[:, 0])
-            + tf.einsum("pa,pab->pb", tensors[K.SHIFT], cell_of_pair))
+            + tf.reduce_sum(tensors[K.SHIFT][:, :, None] * cell_of_pair, axis=1))  # shift @ cell, per pair
     out = dict(tensors)
     out[K.DIFF] = diff
     out[K.DIST] = tf.norm(diff, axis=1)
@@ -117,7 +117,7 @@ class PotentialModel(Model):
                              - tf.math.unsorted_segment_sum(g, ind_2[:, 1], n_atoms))
         if stress:
             struct_of_pair = tf.gather(tensors[K.IND_1][:, 0], ind_2[:, 0])
-            virial = tf.math.unsorted_segment_sum(tf.einsum("pa,pb->pab", geo[K.DIFF], g),
+            virial = tf.math.unsorted_segment_sum(geo[K.DIFF][:, :, None] * g[:, None, :],
                                                   struct_of_pair, n_struct)
             cell = tensors[K.CELL]  # |a · (b × c)|: the determinant, in ops XLA compiles
             volume = tf.abs(tf.reduce_sum(cell[:, 0] * tf.linalg.cross(cell[:, 1], cell[:, 2]), axis=1))

@@ -52,11 +52,32 @@ class GCBlock(tf.Module):
         self.ii = FeedForward(self.n_pi, p["ii_nodes"], rng, p["act"], use_bias=False, dtype=dtype, name="ii")
         self.n_out = self.ii.n_out
 
+    def _pair_layers(self, prop, ind_2):
+        """The PI feed-forward net on [P_i, P_j] for every pair, [n_pairs, n_pi * n_basis].
+
+        Its first layer is linear before the activation, [P_i, P_j] W = P_i W_i + P_j W_j, so
+        both products are taken per atom and gathered per pair: the same numbers as the
+        net on the concatenated pair properties, with the first matmul over atoms
+        instead of (about 10-50x more) pairs.
+        """
+        layers = self.pi_hidden.layers + [self.pi_out]
+        first = layers[0]
+        n_prop, n_out = prop.shape[-1], first.kernel.shape[-1]
+        # [2 n_prop, n_out] -> [n_prop, 2 n_out]: columns for P_i, then for P_j
+        kernel = tf.reshape(tf.transpose(tf.reshape(first.kernel, [2, n_prop, n_out]), [1, 0, 2]),
+                            [n_prop, 2 * n_out])
+        per_atom = tf.matmul(prop, kernel)
+        x = tf.gather(per_atom[:, :n_out], ind_2[:, 0]) + tf.gather(per_atom[:, n_out:], ind_2[:, 1])
+        x = first.act(x + first.bias)
+        for layer in layers[1:]:
+            x = layer(x)
+        return x
+
     def __call__(self, prop, ind_2, basis):
         prop = self.pp(prop)
-        pair = tf.concat([tf.gather(prop, ind_2[:, 0]), tf.gather(prop, ind_2[:, 1])], axis=1)
-        weights = tf.reshape(self.pi_out(self.pi_hidden(pair)), [-1, self.n_pi, self.n_basis])
-        inter = tf.einsum("pcb,pb->pc", weights, basis)
+        weights = tf.reshape(self._pair_layers(prop, ind_2), [-1, self.n_pi, self.n_basis])
+        # a broadcast product and sum: per-pair einsum/batch-matmul kernels cost 5x more on CPU
+        inter = tf.reduce_sum(weights * basis[:, None, :], axis=2)
         inter = self.ii(inter)
         return tf.math.unsorted_segment_sum(inter, ind_2[:, 0], tf.shape(prop)[0])
 
