@@ -127,16 +127,43 @@ def test_lj_network_matches_ase(rng):
     np.testing.assert_allclose(full_3x3_to_voigt_6_stress(out["stress"][0]), atoms.get_stress(), atol=1e-12)
 
 
-@pytest.mark.parametrize("pi_nodes", [[16, 12], [12]])
-def test_pinet_pair_net_equals_concatenated_form(rng, pi_nodes):
-    """The PI net is evaluated per atom and gathered per pair (a speed-up): it must equal
-    the net applied to the concatenated pair properties [P_i, P_j], as in the paper."""
+@pytest.mark.parametrize("pi_nodes", [[16, 12], [10, 16, 12], [12]])
+def test_pinet_pair_interactions_equal_the_plain_form(rng, pi_nodes):
+    """PiNet's PI step is evaluated in a cheaper order (first layer per atom, contraction per
+    basis function): it must equal the net on the concatenated pair properties [P_i, P_j]
+    followed by the basis sum, as in the paper."""
     import tensorflow as tf
     model = make_model("PiNet", dict(NETWORKS["PiNet"], pi_nodes=pi_nodes))
     block = model.network.blocks[0]
     prop = tf.constant(rng.normal(size=(7, block.pp.n_out)))
     ind_2 = tf.constant(np.array([[0, 1], [1, 0], [2, 6], [6, 2], [3, 3], [5, 4]], np.int32))
-    fast = block._pair_layers(prop, ind_2).numpy()
+    basis = tf.constant(rng.uniform(size=(6, block.n_basis)))
+    fast = block.pair_interactions(prop, ind_2, basis).numpy()
     pair = tf.concat([tf.gather(prop, ind_2[:, 0]), tf.gather(prop, ind_2[:, 1])], axis=1)
-    plain = block.pi_out(block.pi_hidden(pair)).numpy()
+    weights = tf.reshape(block.pi_out(block.pi_hidden(pair)), [-1, block.n_pi, block.n_basis])
+    plain = tf.reduce_sum(weights * basis[:, None, :], axis=2).numpy()
+    assert np.abs(plain).max() > 0.1
     np.testing.assert_allclose(fast, plain, rtol=1e-12, atol=1e-12)
+
+
+def test_scatter_sum_gradients_match_tensorflow(rng):
+    """scatter_sum has its own gradient (a plain gather): first and second derivatives must
+    equal those through tf.math.unsorted_segment_sum (forces in a loss need the second)."""
+    import tensorflow as tf
+    from pinn.networks.layers import scatter_sum
+    values = tf.constant(rng.normal(size=(9, 3)))
+    ids = tf.constant(np.array([0, 2, 2, 4, 1, 0, 4, 4, 3], np.int32))
+    weights = tf.constant(rng.normal(size=(5, 3)))
+
+    def derivatives(op):
+        with tf.GradientTape() as outer:
+            outer.watch(values)
+            with tf.GradientTape() as inner:
+                inner.watch(values)
+                y = tf.reduce_sum(weights * tf.sin(op(values ** 3, ids, 5)))
+            g = inner.gradient(y, values)
+            z = tf.reduce_sum(g ** 2)
+        return y.numpy(), g.numpy(), outer.gradient(z, values).numpy()
+
+    for ours, theirs in zip(derivatives(scatter_sum), derivatives(tf.math.unsorted_segment_sum)):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-12, atol=1e-12)

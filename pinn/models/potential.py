@@ -15,6 +15,7 @@ import tensorflow as tf
 
 from pinn import keys as K
 from pinn.models.base import COMMON_PARAMS, Model, abs_sq_count, cast_floats
+from pinn.networks.layers import scatter_sum
 from pinn.params import Option, non_negative, positive
 
 PARAMS = {
@@ -84,7 +85,7 @@ class PotentialModel(Model):
         atomic = self.network(tensors)[:, 0] * self.params["e_scale"]
         idx = self.network.element_index(tensors[K.ELEMS])
         atomic = atomic + tf.gather(self.e_dress, idx)
-        return tf.math.unsorted_segment_sum(atomic, tensors[K.IND_1][:, 0], n_struct)
+        return scatter_sum(atomic, tensors[K.IND_1][:, 0], n_struct)
 
     def predict(self, tensors, forces=True, stress=True):
         """Energy, forces and stress of a sparse batch.
@@ -113,8 +114,7 @@ class PotentialModel(Model):
         ind_2 = tensors[K.IND_2]
         if forces:
             n_atoms = tf.shape(tensors[K.COORD])[0]
-            out["forces"] = (tf.math.unsorted_segment_sum(g, ind_2[:, 0], n_atoms)
-                             - tf.math.unsorted_segment_sum(g, ind_2[:, 1], n_atoms))
+            out["forces"] = scatter_sum(g, ind_2[:, 0], n_atoms) - scatter_sum(g, ind_2[:, 1], n_atoms)
         if stress:
             struct_of_pair = tf.gather(tensors[K.IND_1][:, 0], ind_2[:, 0])
             virial = tf.math.unsorted_segment_sum(geo[K.DIFF][:, :, None] * g[:, None, :],

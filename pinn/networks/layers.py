@@ -119,3 +119,26 @@ class ElementIndex(tf.Module):
             idx, message=f"structure contains an element that is not in atom_types {self.atom_types}")
         with tf.control_dependencies([check]):
             return tf.identity(idx)
+
+
+@tf.custom_gradient
+def scatter_sum(values, ids, n):
+    """Sum rows of ``values`` into ``n`` rows: ``out[k] = sum of values[p] with ids[p] = k``.
+
+    The same as ``tf.math.unsorted_segment_sum`` for ids in [0, n), with a cheaper
+    gradient: a plain gather of the incoming gradient.  (TensorFlow's gradient also
+    handles negative ids, with a mask, a select and two full-size temporaries per
+    call.)  The gradient is itself differentiable, so forces in a training loss
+    (second derivatives) go through it.
+
+    Args:
+        values: [n_items, ...] tensor.
+        ids: [n_items] int32 row indices, all in [0, n).
+        n: number of output rows (int32 scalar).
+
+    Returns:
+        [n, ...] tensor.
+    """
+    def grad(upstream):
+        return tf.gather(upstream, ids), None, None
+    return tf.math.unsorted_segment_sum(values, ids, n), grad
