@@ -9,7 +9,7 @@ Running it again continues from the last checkpoint in MODEL_DIR.
 import os
 import sys
 
-from pinn.io import load_ase, sparse_batch
+from pinn.io import add_neighbors, load_ase, sparse_batch
 from pinn.models import potential_model
 
 data_file = sys.argv[1] if len(sys.argv) > 1 else "demo/alloy.xyz"
@@ -23,7 +23,9 @@ if not os.path.exists(data_file) and data_file == "demo/alloy.xyz":
     make_alloy_dataset(data_file, n_frames=400, seed=0)
 
 dataset = lambda: load_ase(data_file, split={"train": 8, "vali": 1, "test": 1}, seed=0)
-train = lambda: dataset()["train"].cache().repeat().shuffle(1000, seed=0).apply(sparse_batch(16))
+# neighbor lists once per structure, before the cache (not at every step)
+train = lambda: (dataset()["train"].apply(add_neighbors(4.5)).cache().repeat().shuffle(1000, seed=0)
+                 .apply(sparse_batch(16)))
 vali = lambda: dataset()["vali"].apply(sparse_batch(16))
 test = lambda: dataset()["test"].apply(sparse_batch(16))
 

@@ -12,7 +12,7 @@ Running it again continues from the last checkpoint in MODEL_DIR.
 import os
 import sys
 
-from pinn.io import load_ase, sparse_batch
+from pinn.io import add_neighbors, load_ase, sparse_batch
 from pinn.models import dipole_model
 from pinn.parallel import launcher_size
 
@@ -49,7 +49,9 @@ world.barrier()  # the other ranks wait for the data
 
 data = load_ase(data_file, split={"train": 8, "vali": 1, "test": 1}, seed=0)
 shard = lambda d: d.shard(world.size, world.rank)  # noqa: E731  (each rank its share; the whole set on 1)
-train = lambda: shard(data["train"]).cache().shuffle(1000, seed=world.rank).apply(sparse_batch(16))
+# neighbor lists once per structure, before the cache (not at every epoch)
+train = lambda: (shard(data["train"]).apply(add_neighbors(model.rc)).cache().shuffle(1000, seed=world.rank)
+                 .apply(sparse_batch(16)))
 vali = lambda: shard(data["vali"]).apply(sparse_batch(16))
 test = lambda: shard(data["test"]).apply(sparse_batch(16))
 

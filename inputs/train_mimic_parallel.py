@@ -20,7 +20,7 @@ import glob
 import os
 import sys
 
-from pinn.io import distribute_data, load_mimic, sparse_batch
+from pinn.io import add_neighbors, distribute_data, load_mimic, sparse_batch
 from pinn.models import potential_model
 
 data_dir = sys.argv[1] if len(sys.argv) > 1 else "demo/mimic"
@@ -70,7 +70,9 @@ world.barrier()  # the other ranks wait for the data
 mpt, trr, energies = distribute_data(*find_runs(data_dir))
 # the demo's trr forces are exact LJ forces; in real MiMiC output they are MM-only (docs/mimic.md)
 data = load_mimic(mpt, trr, energies, split={"train": 8, "vali": 1, "test": 1}, seed=0, forces="trr")
-train = lambda: data["train"].cache().repeat().shuffle(1000, seed=world.rank).apply(sparse_batch(8))
+# neighbor lists once per structure, before the cache (not at every step)
+train = lambda: (data["train"].apply(add_neighbors(model.rc)).cache().repeat().shuffle(1000, seed=world.rank)
+                 .apply(sparse_batch(8)))
 vali = lambda: data["vali"].apply(sparse_batch(8))
 test = lambda: data["test"].apply(sparse_batch(8))
 

@@ -5,9 +5,15 @@ for a potential model, energy (eV), forces (eV/Å) and, for periodic cells,
 stress (eV/Å³, ASE's sign convention and Voigt order xx, yy, zz, yz, xz, xy);
 for a dipole model, ``dipole`` (e·Å) and ``charges`` (e)
 (``atoms.get_dipole_moment()``, ``atoms.get_charges()``).  A model trained
-with ``ema_decay`` predicts with its averaged weights.  The model function is a
-``tf.function`` with a fixed input signature: it is traced once, not per MD
-step; the neighbor list is computed in NumPy for each call.
+with ``ema_decay`` predicts with its averaged weights.
+
+Speed (for MD): the model function is a ``tf.function`` with a fixed input signature,
+traced once, not per step.  For PiNet and LJ it is compiled with XLA (``jit=True``): the
+batch is padded to a few bucket sizes (:mod:`pinn.padding`; the padding contributes exactly
+zero), so a run compiles a few times, a few seconds each, and then reuses the code.  The
+neighbor list is a Verlet list (:class:`pinn.neighbors.VerletNeighbors`) with a ``skin``:
+rebuilt only when an atom has moved more than skin/2, filtered to the cutoff at every
+step, so the pairs are exactly those within the cutoff.
 """
 import numpy as np
 import tensorflow as tf
@@ -16,14 +22,16 @@ from ase.stress import full_3x3_to_voigt_6_stress
 
 from pinn import keys as K
 from pinn.io.batch import batch_from_atoms
+from pinn.neighbors import VerletNeighbors
+from pinn.padding import pad_batch, unpad
 
 
 class PiNNCalc(Calculator):
-    """ASE calculator wrapping a trained model (see :func:`get_calc`)."""
+    """ASE calculator wrapping a trained model (see :func:`get_calc` for the arguments)."""
 
     implemented_properties = ["energy", "free_energy", "forces", "stress", "dipole", "charges"]
 
-    def __init__(self, model, **kwargs):
+    def __init__(self, model, jit=None, skin=0.5, **kwargs):
         super().__init__(**kwargs)
         self.trainer = model
         self.rc = model.rc
@@ -39,7 +47,20 @@ class PiNNCalc(Calculator):
                 K.IND_1: tf.TensorSpec([None, 1], tf.int32), K.IND_2: tf.TensorSpec([None, 2], tf.int32),
                 K.SHIFT: tf.TensorSpec([None, 3], dtype)}
         self._np_dtype = dtype.as_numpy_dtype
-        self._predict = tf.function(lambda tensors: model.model.predict(tensors), input_signature=[spec])
+        network = model.model.network
+        self.jit = bool(getattr(network, "JIT_COMPATIBLE", False)) if jit is None else bool(jit)
+        self._pad_element = int(model.params["network"]["params"]["atom_types"][0])
+        self.neighbors = VerletNeighbors(self.rc, skin)
+        self._predict = tf.function(lambda tensors: model.model.predict(tensors), input_signature=[spec],
+                                    jit_compile=self.jit)
+
+    def _run_model(self, atoms):
+        """Predictions for ``atoms`` (NumPy), through the padded, compiled function when ``jit``."""
+        batch = batch_from_atoms(atoms, self.rc, self._np_dtype, neighbors=self.neighbors)
+        if not self.jit:
+            return {key: value.numpy() for key, value in self._predict(batch).items()}
+        padded, sizes = pad_batch(batch, self.rc, self._pad_element)
+        return unpad({key: value.numpy() for key, value in self._predict(padded).items()}, sizes)
 
     def calculate(self, atoms=None, properties=("energy",), system_changes=all_changes):
         missing = [p for p in properties if p not in self.implemented_properties]
@@ -57,21 +78,21 @@ class PiNNCalc(Calculator):
             raise ValueError(f"atoms contain elements {sorted(chemical_symbols[z] for z in unknown)} "
                              f"that the model does not know (atom_types {sorted(self.atom_types)})")
         with self.trainer.averaged_weights():
-            pred = self._predict(batch_from_atoms(atoms, self.rc, self._np_dtype))
+            pred = self._run_model(atoms)
         if not self.is_potential:
-            self.results["dipole"] = pred["dipole"][0].numpy().astype(np.float64)
-            self.results["charges"] = pred["charges"].numpy().astype(np.float64)
+            self.results["dipole"] = pred["dipole"][0].astype(np.float64)
+            self.results["charges"] = pred["charges"].astype(np.float64)
             return
         energy = float(pred["energy"][0]) * self.e_unit
         self.results["energy"] = energy
         self.results["free_energy"] = energy
-        self.results["forces"] = pred["forces"].numpy().astype(np.float64) * self.e_unit
+        self.results["forces"] = pred["forces"].astype(np.float64) * self.e_unit
         if atoms.pbc.any():
-            self.results["stress"] = full_3x3_to_voigt_6_stress(pred["stress"][0].numpy().astype(np.float64)) \
+            self.results["stress"] = full_3x3_to_voigt_6_stress(pred["stress"][0].astype(np.float64)) \
                 * self.e_unit
 
 
-def get_calc(model, checkpoint=None, **kwargs):
+def get_calc(model, checkpoint=None, jit=None, skin=0.5, **kwargs):
     """ASE calculator for a model directory or a model object.
 
     Args:
@@ -80,6 +101,11 @@ def get_calc(model, checkpoint=None, **kwargs):
             :func:`pinn.models.dipole_model`.
         checkpoint: for a model directory, ``None``/``'last'``, ``'best'``
             or a checkpoint path.
+        jit: compile the model function with XLA on padded batches (default: for
+            networks that support it, PiNet and LJ).  Each new bucket of atom and pair
+            counts compiles once (seconds); ``False`` suits one-off evaluations of many
+            differently sized structures.
+        skin: Verlet skin of the neighbor list, Å (0: a fresh list at every call).
 
     Returns:
         :class:`PiNNCalc`.
@@ -96,4 +122,4 @@ def get_calc(model, checkpoint=None, **kwargs):
             raise ValueError(f"{os.fspath(model)}: no checkpoint to load (train the model first)")
         trainer.freeze_averaged_weights()
         model = trainer
-    return PiNNCalc(model, **kwargs)
+    return PiNNCalc(model, jit=jit, skin=skin, **kwargs)

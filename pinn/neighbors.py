@@ -187,3 +187,57 @@ def batch_neighbor_list(coord, cell, pbc, ind_1, rc):
     if not pairs:
         return np.zeros((0, 2), np.int32), np.zeros((0, 3))
     return np.concatenate(pairs).astype(np.int32), np.concatenate(shifts)
+
+
+class VerletNeighbors:
+    """Neighbor lists of one moving structure (MD), rebuilt only when needed.
+
+    The list is built with cutoff ``rc + skin`` and kept while the atom count, cell and
+    periodicity stay the same and no atom has moved more than ``skin / 2`` from where it
+    was at the build; each call returns the pairs of that list that are closer than
+    ``rc`` at the current positions.  No pair can cross from beyond ``rc + skin`` to
+    within ``rc`` without one of its atoms moving more than ``skin / 2``, so the result
+    holds exactly the pairs a fresh :func:`neighbor_list` would give (in the same order).
+
+    Args:
+        rc: cutoff radius, Å.
+        skin: extra radius of the kept list, Å (0: a fresh list at every call).
+
+    Attributes:
+        builds: number of full builds so far.
+    """
+
+    def __init__(self, rc, skin=0.5):
+        if not rc > 0:
+            raise ValueError(f"cutoff radius must be positive, got {rc}")
+        if not skin >= 0:
+            raise ValueError(f"skin must be non-negative, got {skin}")
+        self.rc, self.skin = float(rc), float(skin)
+        self.builds = 0
+        self._ref = None  # (coord, cell, pbc) at the last build
+        self._pairs = None
+
+    def _stale(self, coord, cell, pbc):
+        if self._ref is None or self.skin == 0:
+            return True
+        ref_coord, ref_cell, ref_pbc = self._ref
+        if ref_coord.shape != coord.shape or not np.array_equal(ref_cell, cell) or not np.array_equal(ref_pbc, pbc):
+            return True
+        moved = np.max(np.sum((coord - ref_coord) ** 2, axis=1)) if len(coord) else 0.0
+        return moved > (0.5 * self.skin) ** 2
+
+    def __call__(self, coord, cell, pbc):
+        """``(ind_2, shift)`` of the pairs closer than ``rc``, as :func:`neighbor_list` returns them."""
+        coord = np.asarray(coord, dtype=np.float64).reshape(-1, 3)
+        cell = np.asarray(cell, dtype=np.float64).reshape(3, 3)
+        pbc = np.asarray(pbc, dtype=bool).reshape(3)
+        if self._stale(coord, cell, pbc):
+            self._pairs = neighbor_list(coord, cell, pbc, self.rc + self.skin)
+            self._ref = (coord.copy(), cell.copy(), pbc.copy())
+            self.builds += 1
+            if self.skin == 0:
+                return self._pairs
+        ind_2, shift = self._pairs
+        diff = coord[ind_2[:, 1]] - coord[ind_2[:, 0]] + shift @ cell
+        close = np.einsum("pa,pa->p", diff, diff) < self.rc * self.rc
+        return ind_2[close], shift[close]

@@ -162,15 +162,19 @@ def _atoms_of(files):
     return [atoms for f in files for atoms in ase.io.read(f, ":")]
 
 
-def input_fns(data, train_section, world):
-    """(train_fn, eval_fn or ``None``): input functions of sparse batches for :meth:`Trainer.train`."""
-    from pinn.io import sparse_batch
+def input_fns(data, train_section, world, rc):
+    """(train_fn, eval_fn or ``None``): input functions of sparse batches for :meth:`Trainer.train`.
+
+    The training structures get their neighbor lists (cutoff ``rc``, Å) before the cache, so
+    each list is computed once, not at every epoch.
+    """
+    from pinn.io import add_neighbors, sparse_batch
     train, evaluation = datasets(data, world)
     size, buffer, seed = data["batch_size"], data["shuffle_buffer"], data["seed"]
     by_epochs = train_section["max_epochs"] is not None
 
     def train_fn():
-        dataset = train.cache()
+        dataset = train.apply(add_neighbors(rc)).cache()
         if not by_epochs:
             dataset = dataset.repeat()
         if buffer:
@@ -202,7 +206,7 @@ def run_training(path, model_dir=None, max_steps=None):
     if "model_dir" not in params:
         raise ParamsError(f"{path}: params.model_dir: required key is missing (or give --model-dir)")
     model = get_model(params)  # starts Horovod first when parallel
-    train_fn, eval_fn = input_fns(data, train_section, model.world)
+    train_fn, eval_fn = input_fns(data, train_section, model.world, model.rc)
     model.train(train_fn, max_steps=train_section["max_steps"], max_epochs=train_section["max_epochs"],
                 eval_fn=eval_fn)
     if eval_fn is None:

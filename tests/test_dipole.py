@@ -124,8 +124,9 @@ def test_training_lowers_dipole_error_and_calculator_gives_dipole(tmp_path):
     expected = next(dipole_model(str(tmp_path / "dipole")).predict(
         lambda: load_ase([atoms]).apply(sparse_batch(1))))
     atoms.calc = get_calc(str(tmp_path / "dipole"))
-    np.testing.assert_allclose(atoms.get_dipole_moment(), expected["dipole"], rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(atoms.get_charges(), expected["charges"], rtol=1e-5, atol=1e-6)
+    # the calculator runs XLA code: float32 results differ in the last digits (its own tanh, fused sums)
+    np.testing.assert_allclose(atoms.get_dipole_moment(), expected["dipole"], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(atoms.get_charges(), expected["charges"], rtol=1e-5, atol=1e-5)
     with pytest.raises(PropertyNotImplementedError, match="energy"):
         atoms.get_potential_energy()
 

@@ -58,3 +58,34 @@ def test_bad_input():
         neighbor_list(np.zeros((2, 3)), np.zeros((3, 3)), (True, True, True), 3.0)
     with pytest.raises(ValueError, match="positive"):
         neighbor_list(np.zeros((2, 3)), np.eye(3), (False,) * 3, 0.0)
+
+
+def _pair_set(ind_2, shift):
+    return sorted(zip(ind_2[:, 0].tolist(), ind_2[:, 1].tolist(), map(tuple, np.round(shift).astype(int).tolist())))
+
+
+@pytest.mark.parametrize("periodic", [True, False])
+def test_verlet_list_equals_fresh_lists_along_a_trajectory(periodic):
+    """The Verlet list (kept while atoms move less than skin/2) gives exactly the pairs of a
+    fresh list at every step, also when atoms leave the cell, and rebuilds only when needed."""
+    from pinn.neighbors import VerletNeighbors, neighbor_list
+    rng = np.random.RandomState(3)
+    cell = np.array([[7.0, 0.0, 0.0], [1.2, 6.5, 0.0], [0.4, -0.8, 6.8]])
+    coord = rng.uniform(0, 1, (40, 3)) @ cell
+    pbc = np.array([periodic] * 3)
+    rc, skin = 3.0, 0.6
+    verlet = VerletNeighbors(rc, skin)
+    velocity = rng.normal(0, 0.02, coord.shape)
+    for step in range(60):
+        coord = coord + velocity  # drifts out of the cell over the run
+        got = verlet(coord, cell, pbc)
+        want = neighbor_list(coord, cell, pbc, rc)
+        assert _pair_set(*got) == _pair_set(*want), step
+        assert (np.diff(got[0][:, 0]) >= 0).all()
+    assert 1 < verlet.builds < 60
+    # a new cell forces a rebuild
+    builds = verlet.builds
+    verlet(coord, cell * 1.01, pbc)
+    assert verlet.builds == builds + 1
+    with pytest.raises(ValueError, match="skin"):
+        VerletNeighbors(rc, -0.1)

@@ -74,7 +74,7 @@ def _as_types(result, float_dtype):
     return ind_2.astype(np.int32), shift.astype(float_dtype)
 
 
-def batch_from_atoms(atoms_list, rc, float_dtype="float32"):
+def batch_from_atoms(atoms_list, rc, float_dtype="float32", neighbors=None):
     """A sparse batch (NumPy arrays, with neighbor lists) from ``ase.Atoms`` objects.
 
     Used by the ASE calculator and handy in scripts and tests.
@@ -83,6 +83,9 @@ def batch_from_atoms(atoms_list, rc, float_dtype="float32"):
         atoms_list: an ``Atoms`` or a list of them.
         rc: cutoff radius of the neighbor list, Å.
         float_dtype: dtype of the float arrays.
+        neighbors: function ``(coord, cell, pbc) -> (ind_2, shift)`` giving the pairs
+            within ``rc`` (default :func:`pinn.neighbors.neighbor_list`; the calculator
+            passes a :class:`pinn.neighbors.VerletNeighbors`).
 
     Returns:
         dict with ``elems``, ``coord``, ``cell``, ``pbc``, ``ind_1``, ``ind_2``, ``shift``.
@@ -92,7 +95,10 @@ def batch_from_atoms(atoms_list, rc, float_dtype="float32"):
     elems, coord, cell, pbc, ind_1, ind_2, shift = [], [], [], [], [], [], []
     offset = 0
     for s, atoms in enumerate(atoms_list):
-        pairs, sh = neighbor_list(atoms.positions, atoms.cell[:], atoms.pbc, rc)
+        if neighbors is None:
+            pairs, sh = neighbor_list(atoms.positions, atoms.cell[:], atoms.pbc, rc)
+        else:
+            pairs, sh = neighbors(atoms.positions, atoms.cell[:], atoms.pbc)
         elems.append(atoms.numbers)
         coord.append(atoms.positions)
         cell.append(np.asarray(atoms.cell[:]))

@@ -86,6 +86,8 @@ class BPNN(tf.Module):
     """
 
     PARAMS = PARAMS
+    #: the angular triplets have data-dependent shapes: no XLA
+    JIT_COMPATIBLE = False
 
     def __init__(self, params, dtype=tf.float32, seed=0, name="BPNN"):
         super().__init__(name=name)

@@ -23,6 +23,8 @@ class LJ(tf.Module):
     """Lennard-Jones network: ``net(tensors) -> [n_atoms, 1]`` atomic energies, eV."""
 
     PARAMS = PARAMS
+    #: static shapes only (XLA): the calculator compiles it on padded batches
+    JIT_COMPATIBLE = True
 
     def __init__(self, params, dtype=tf.float32, seed=0, name="LJ"):
         super().__init__(name=name)

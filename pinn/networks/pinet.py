@@ -105,6 +105,8 @@ class PiNet(tf.Module):
     """
 
     PARAMS = PARAMS
+    #: static shapes only (XLA): the calculator compiles it on padded batches
+    JIT_COMPATIBLE = True
 
     def __init__(self, params, dtype=tf.float32, seed=0, name="PiNet"):
         super().__init__(name=name)
