@@ -5,9 +5,12 @@ Usage:  python benchmarks/bench_md.py [ethanol cu108 cu256 cu864]
 VelocityVerlet, 0.5 fs, 200 steps, median ms/step after 5 warm-up steps; Cu from
 the perfect lattice at 800 K, ethanol from its equilibrium geometry at 500 K.
 Uses the models that bench_train.py left in bench-data (Cu 256/864 use the cu108 model).
+Each system runs in its own process, so that its peak RSS is its own.
 """
 import argparse
 import os
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -29,6 +32,10 @@ def main():
     ap.add_argument("systems", nargs="*", default=list(SYSTEMS))
     ap.add_argument("--steps", type=int, default=200)
     args = ap.parse_args()
+    if len(args.systems) > 1:  # one process per system: peak RSS of that system alone
+        for name in args.systems:
+            subprocess.run([sys.executable, __file__, name, "--steps", str(args.steps)], check=True)
+        return
     import pinn
     for name in args.systems:
         model_name, build, temperature = SYSTEMS[name]

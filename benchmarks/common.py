@@ -34,45 +34,60 @@ def emit(**record):
     print(json.dumps(record), flush=True)
 
 
-def dataset_path(name):
+def dataset_path(name, part=None):
     """Path of benchmark dataset ``name`` ('cu108' or 'ethanol'), generated if missing.
 
-    cu108: bulk Cu 3x3x3 (108 atoms), EMT, Langevin 800 K, 2 fs, one frame per 10 fs.
-    ethanol: one molecule, GFN2-xTB (tblite) when installed, else EMT (then marked
-    'ethanol-emt': fine for timings, not for accuracy figures), Langevin 500 K.
+    ``part`` None: all frames in MD order (``NAME.xyz``); 'train' / 'val': the fixed 90 % / 10 %
+    split (``NAME-train.xyz``, ``NAME-val.xyz``).  The recipe is the reference one
+    (../shared/bench/README.md), with the same seeds: 2000 frames after 1 ps of Langevin
+    equilibration (friction 0.01/fs, fixcm off, Maxwell-Boltzmann start without net momentum
+    or rotation); cu108: bulk Cu 3x3x3 (a = 3.61 Å), EMT, 800 K, 2 fs, a frame every 5 steps,
+    seed 2024; ethanol: GFN2-xTB (tblite, ``pip install tblite``), 500 K, 0.5 fs, a frame
+    every 10 steps, seed 2025; split by the permutation of seed 12345.
     """
     os.makedirs(DATA, exist_ok=True)
-    path = os.path.join(DATA, f"{name}.xyz")
-    if os.path.exists(path):
-        return path
-    print(f"generating {path}", file=sys.stderr)
-    frames = _make(name, n_frames=int(os.environ.get("PINN_BENCH_FRAMES", 600)))
-    import ase.io
-    ase.io.write(path, frames, format="extxyz")
-    return path
+    paths = {None: os.path.join(DATA, f"{name}.xyz"), "train": os.path.join(DATA, f"{name}-train.xyz"),
+             "val": os.path.join(DATA, f"{name}-val.xyz")}
+    if not all(os.path.exists(p) for p in paths.values()):
+        print(f"generating {paths[None]} and its split", file=sys.stderr)
+        frames = _make(name, n_frames=int(os.environ.get("PINN_BENCH_FRAMES", 2000)))
+        import ase.io
+        order = np.random.RandomState(12345).permutation(len(frames))
+        n_val = int(round(0.1 * len(frames)))
+        parts = {None: np.arange(len(frames)), "val": np.sort(order[:n_val]), "train": np.sort(order[n_val:])}
+        for key, idx in parts.items():
+            ase.io.write(paths[key], [frames[i] for i in idx], format="extxyz")
+    return paths[part]
 
 
 def _make(name, n_frames):
     from ase import units
     from ase.build import bulk, molecule
-    from ase.calculators.emt import EMT
     from ase.calculators.singlepoint import SinglePointCalculator
     from ase.md.langevin import Langevin
-    from ase.md.velocitydistribution import MaxwellBoltzmannDistribution
-    rng = np.random.RandomState(0)
+    from ase.md.velocitydistribution import MaxwellBoltzmannDistribution, Stationary, ZeroRotation
     if name == "cu108":
-        atoms, calc, temp, dt, stride = bulk("Cu", "fcc", a=3.61, cubic=True) * (3, 3, 3), EMT(), 800, 2.0, 5
-    else:
-        atoms, temp, dt, stride = molecule("CH3CH2OH"), 500, 0.5, 10
+        from ase.calculators.emt import EMT
+        atoms, calc = bulk("Cu", "fcc", a=3.61, cubic=True) * (3, 3, 3), EMT()
+        temp, dt, n_equil, stride, seed = 800.0, 2.0, 500, 5, 2024
+    elif name == "ethanol":
         try:
             from tblite.ase import TBLite
-            calc = TBLite(method="GFN2-xTB", verbosity=0)
-        except ImportError:
-            calc = EMT()
+        except ImportError as err:
+            raise SystemExit(f"the ethanol benchmark data need tblite (pip install tblite): {err}")
+        atoms, calc = molecule("CH3CH2OH"), TBLite(method="GFN2-xTB", verbosity=0)
+        atoms.pbc = False
+        temp, dt, n_equil, stride, seed = 500.0, 0.5, 2000, 10, 2025
+    else:
+        raise SystemExit(f"unknown benchmark dataset {name!r} (cu108, ethanol)")
+    rng = np.random.RandomState(seed)
     atoms.calc = calc
     MaxwellBoltzmannDistribution(atoms, temperature_K=temp, rng=rng)
+    Stationary(atoms)
+    if not atoms.pbc.any():
+        ZeroRotation(atoms)
     md = Langevin(atoms, dt * units.fs, temperature_K=temp, friction=0.01 / units.fs, fixcm=False, rng=rng)
-    md.run(200)
+    md.run(n_equil)
     frames = []
     for _ in range(n_frames):
         md.run(stride)
@@ -80,6 +95,7 @@ def _make(name, n_frames):
         if atoms.pbc.any():
             res["stress"] = atoms.get_stress()
         frame = atoms.copy()
+        frame.arrays.pop("momenta", None)
         frame.calc = SinglePointCalculator(frame, **res)
         frames.append(frame)
     return frames

@@ -70,9 +70,9 @@ def _step_list(value):
 
 
 TRAINING_PARAMS = {
-    "learning_rate": Option(float, 3e-4, "Adam learning rate (of one rank; see parallel_params.lr_scaling)",
+    "learning_rate": Option(float, 3e-3, "Adam learning rate (of one rank; see parallel_params.lr_scaling)",
                             check=positive),
-    "lr_schedule": Option(str, "exponential", "shape of the learning rate over the steps (see the training page)",
+    "lr_schedule": Option(str, "cosine", "shape of the learning rate over the steps (see the training page)",
                           choices=LR_SCHEDULES),
     "decay_step": Option(int, 10000, "steps per decay of the 'exponential' and 'step' schedules", check=positive),
     "decay_rate": Option(float, 0.96, "factor of the decay per decay_step (or per boundary)", check=positive),
@@ -80,10 +80,10 @@ TRAINING_PARAMS = {
                             "([]: every decay_step)", check=_step_list),
     "lr_cosine_steps": Option((int, None), None, "length of the 'cosine' schedule in steps (None: the max_steps of "
                               "the train() call)", check=positive),
-    "lr_min_factor": Option(float, 0.0, "final rate of the 'cosine' schedule as a fraction of learning_rate",
+    "lr_min_factor": Option(float, 0.01, "final rate of the 'cosine' schedule as a fraction of learning_rate",
                             check=lambda v: None if 0 <= v <= 1 else "must be in [0, 1]"),
-    "lr_warmup_steps": Option(int, 0, "linear warmup of the rate over this many steps (0: none)", check=non_negative),
-    "ema_decay": Option((float, None), None, "exponential moving average of the weights with this decay (e.g. "
+    "lr_warmup_steps": Option(int, 200, "linear warmup of the rate over this many steps (0: none)", check=non_negative),
+    "ema_decay": Option((float, None), 0.99, "exponential moving average of the weights with this decay (e.g. "
                         "0.999): evaluation and inference use the average, training goes on from the raw weights "
                         "(None: off)", check=_fraction),
     "max_grad_norm": Option((float, None), 10.0, "clip gradients to this global norm (None: no clipping)"),
@@ -348,6 +348,7 @@ class Trainer:
                               + [one_hot_rank * tf.cast(tf.logical_not(finite), self.dtype)], axis=0)
             return grads, stats
 
+        @tf.function(jit_compile=True)  # clipping, Adam and the average fused: ~10 % of a small step
         def apply(grads):
             clipped = grads
             if mp["max_grad_norm"]:

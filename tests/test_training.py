@@ -15,6 +15,9 @@ def _params(model_dir, **model_params):
     mp = {"use_force": True, "fit_e_dress": True, "learning_rate": 3e-3, "f_loss_multiplier": 10.0,
           "log_every_n_steps": 50,
           "save_checkpoint_steps": 100}
+    # the mechanics under test were written for a plain schedule: pin it (the defaults are cosine with
+    # a warmup and a weight average, tuned for long runs; see docs/training.md)
+    mp.update({"lr_schedule": "exponential", "lr_warmup_steps": 0, "ema_decay": None})
     mp.update(model_params)
     return {"model_dir": str(model_dir), "network": {"name": "PiNet", "params": SMALL_PINET},
             "model": {"name": "potential_model", "params": mp}}
