@@ -17,8 +17,8 @@ REFERENCE_NETWORK = {"rc": 4.5, "depth": 4, "pp_nodes": [16, 16], "pi_nodes": [1
                      "out_nodes": [16, 16], "basis_type": "polynomial", "n_basis": 4, "cutoff_type": "f1",
                      "act": "tanh"}
 REFERENCE_MODEL = {"use_force": True, "e_loss_multiplier": 1.0, "f_loss_multiplier": 10.0, "fit_e_dress": True,
-                   "learning_rate": 3e-4, "max_grad_norm": 10.0, "log_every_n_steps": 100,
-                   "save_checkpoint_steps": 100000}
+                   "learning_rate": 3e-4, "lr_schedule": "exponential", "lr_warmup_steps": 0, "ema_decay": None,
+                   "max_grad_norm": 10.0, "log_every_n_steps": 100, "save_checkpoint_steps": 100000}
 
 
 def peak_rss_mb():

@@ -35,7 +35,7 @@ params = {
                            "cutoff_type": "f1", "act": "tanh"}},
     "model": {"name": "potential_model",
               "params": {"use_force": True, "f_loss_multiplier": 10.0, "fit_e_dress": True,
-                         "learning_rate": 1e-3, "decay_step": 2000, "decay_rate": 0.5,
+                         "learning_rate": 1e-3, "lr_schedule": "exponential", "decay_step": 2000, "decay_rate": 0.5,
                          "save_checkpoint_steps": 500, "log_every_n_steps": 100,
                          "eval_every_n_steps": 250, "ema_decay": 0.99}},
     "parallel": True,

@@ -166,6 +166,7 @@ class Trainer:
         self.best_metric = tf.Variable(np.inf, dtype=tf.float64, trainable=False, name="best_metric")
         self.evals_since_best = tf.Variable(0, dtype=tf.int64, trainable=False, name="evals_since_best")
         self.learning_rate = self._schedule(self.mp["lr_cosine_steps"])
+        self._warn_unused_decay()
         self.optimizer = tf.keras.optimizers.Adam(learning_rate=float(self.current_learning_rate()))
         self.optimizer.build(self.model.trainable_variables)  # slots exist before a restore or broadcast
         self.ema = WeightAverage(self.model.trainable_variables, self.mp["ema_decay"]) if self.mp["ema_decay"] \
@@ -204,6 +205,17 @@ class Trainer:
                             mp["lr_boundaries"], mp["lr_min_factor"],
                             total_steps * steps_per_step if total_steps else None, mp["lr_warmup_steps"],
                             self.world.size, options["lr_scaling"], options["warmup_steps"])
+
+    def _warn_unused_decay(self):
+        """Say so when decay_step / decay_rate are set but the schedule does not use them (the default
+        schedule was 'exponential' up to version 0.1 and is 'cosine' now)."""
+        uses = {"exponential": ("decay_step", "decay_rate"), "step": ("decay_step", "decay_rate")}
+        unused = [key for key in ("decay_step", "decay_rate")
+                  if self.mp[key] != TRAINING_PARAMS[key].default and key not in uses.get(self.mp["lr_schedule"], ())]
+        if unused and self.is_chief:
+            log.warning("model.params: %s %s no effect with lr_schedule '%s' (the default since pinn 0.2); "
+                        "set lr_schedule: exponential to decay by them", " and ".join(unused),
+                        "has" if len(unused) == 1 else "have", self.mp["lr_schedule"])
 
     def _check_stored_params(self):
         if not self.is_chief:

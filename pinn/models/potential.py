@@ -23,7 +23,8 @@ PARAMS = {
     "use_stress": Option(bool, False, "train on stress (periodic structures only)"),
     "use_e_per_atom": Option(bool, False, "energy loss on energy per atom instead of total energy"),
     "e_loss_multiplier": Option(float, 1.0, "weight of the energy loss", check=non_negative),
-    "f_loss_multiplier": Option(float, 1.0, "weight of the force loss", check=non_negative),
+    "f_loss_multiplier": Option(float, 10.0, "weight of the force loss (per force component, against the energy "
+                                "loss per structure)", check=non_negative),
     "s_loss_multiplier": Option(float, 1.0, "weight of the stress loss", check=non_negative),
     "e_scale": Option(float, 1.0, "network outputs are multiplied by this (eV)", check=positive),
     "e_unit": Option(float, 1.0, "the data's energy unit in eV; the calculator multiplies predictions by it",
