@@ -10,7 +10,7 @@ with ``ema_decay`` predicts with its averaged weights.
 Speed (for MD): the model function is a ``tf.function`` with a fixed input signature,
 traced once, not per step.  For PiNet and LJ it is compiled with XLA (``jit=True``): the
 batch is padded to a few bucket sizes (:mod:`pinn.padding`; the padding contributes exactly
-zero), so a run compiles a few times, a few seconds each, and then reuses the code.  The
+zero), so a run compiles a few times, about 3 s each, and then reuses the code.  The
 neighbor list is a Verlet list (:class:`pinn.neighbors.VerletNeighbors`) with a ``skin``:
 rebuilt only when an atom has moved more than skin/2, filtered to the cutoff at every
 step, so the pairs are exactly those within the cutoff.

@@ -215,7 +215,8 @@ class VerletNeighbors:
         self.rc, self.skin = float(rc), float(skin)
         self.builds = 0
         self._ref = None  # (coord, cell, pbc) at the last build
-        self._pairs = None
+        self._pairs = None  # (ind_2, shift) within rc + skin
+        self._offsets = None  # shift @ cell of those pairs (the cell is fixed while the list is kept)
 
     def _stale(self, coord, cell, pbc):
         if self._ref is None or self.skin == 0:
@@ -237,7 +238,8 @@ class VerletNeighbors:
             self.builds += 1
             if self.skin == 0:
                 return self._pairs
+            self._offsets = self._pairs[1] @ cell
         ind_2, shift = self._pairs
-        diff = coord[ind_2[:, 1]] - coord[ind_2[:, 0]] + shift @ cell
+        diff = coord[ind_2[:, 1]] - coord[ind_2[:, 0]] + self._offsets
         close = np.einsum("pa,pa->p", diff, diff) < self.rc * self.rc
         return ind_2[close], shift[close]

@@ -209,9 +209,9 @@ class Trainer:
     def _warn_unused_decay(self):
         """Say so when decay_step / decay_rate are set but the schedule does not use them (the default
         schedule was 'exponential' up to version 0.1 and is 'cosine' now)."""
-        uses = {"exponential": ("decay_step", "decay_rate"), "step": ("decay_step", "decay_rate")}
-        unused = [key for key in ("decay_step", "decay_rate")
-                  if self.mp[key] != TRAINING_PARAMS[key].default and key not in uses.get(self.mp["lr_schedule"], ())]
+        if self.mp["lr_schedule"] in ("exponential", "step"):
+            return
+        unused = [key for key in ("decay_step", "decay_rate") if self.mp[key] != TRAINING_PARAMS[key].default]
         if unused and self.is_chief:
             log.warning("model.params: %s %s no effect with lr_schedule '%s' (the default since pinn 0.2); "
                         "set lr_schedule: exponential to decay by them", " and ".join(unused),
@@ -585,15 +585,9 @@ class Trainer:
                 except StopIteration:
                     break
             t1 = time.perf_counter()
-            if not world.is_parallel and k == 1:
-                if signals.received is not None:
-                    self.bar.clear()
-                    self._preempted(signals.received)
-                if not batches:
-                    self._log(logging.INFO, "an input ended at step %d before max_steps %d", step, max_steps)
-                    break
+            if not world.is_parallel and k == 1 and batches and signals.received is None:
                 applied, stats = whole_step(batches[0])
-            else:
+            else:  # also where a single process stops: input ended, or a signal
                 applied, stats, times = self._split_step(batches, k, signals, step, max_steps)
                 if applied is None:
                     break

@@ -85,7 +85,7 @@ params = {
     "model": {"name": "potential_model",
               "params": {"use_force": True, "use_stress": True, "fit_e_dress": True, "fit_e_dress_batches": 3,
                          "f_loss_multiplier": 10.0, "s_loss_multiplier": 100.0, "learning_rate": args.lr,
-                         "lr_schedule": "exponential", "lr_warmup_steps": 0,
+                         "lr_schedule": "exponential", "lr_warmup_steps": 0,  # with a weight average, below
                          "decay_step": args.decay_step, "decay_rate": 0.5, "log_every_n_steps": 5,
                          "save_checkpoint_steps": args.save_every, "max_nonfinite_steps": 3,
                          "accumulate_batches": args.accumulate, "ema_decay": 0.9, "eval_every_n_steps": 5,

@@ -7,6 +7,8 @@ from ase.build import molecule
 from pinn.io import load_ase, sparse_batch
 from pinn.models import potential_model
 
+from settings import PLAIN_SCHEDULE
+
 SMALL_PINET = {"atom_types": [29, 79], "rc": 4.5, "depth": 2, "pp_nodes": [8], "pi_nodes": [8],
                "ii_nodes": [8], "out_nodes": [8]}
 
@@ -15,9 +17,7 @@ def _params(model_dir, **model_params):
     mp = {"use_force": True, "fit_e_dress": True, "learning_rate": 3e-3, "f_loss_multiplier": 10.0,
           "log_every_n_steps": 50,
           "save_checkpoint_steps": 100}
-    # the mechanics under test were written for a plain schedule: pin it (the defaults are cosine with
-    # a warmup and a weight average, tuned for long runs; see docs/training.md)
-    mp.update({"lr_schedule": "exponential", "lr_warmup_steps": 0, "ema_decay": None})
+    mp.update(PLAIN_SCHEDULE)
     mp.update(model_params)
     return {"model_dir": str(model_dir), "network": {"name": "PiNet", "params": SMALL_PINET},
             "model": {"name": "potential_model", "params": mp}}

@@ -14,6 +14,8 @@ from pinn.models import potential_model
 from pinn.schedule import LearningRate
 from pinn.trainer import TrainingDiverged
 
+from settings import PLAIN_SCHEDULE
+
 RC = 4.5
 NET = {"atom_types": [29, 79], "rc": RC, "depth": 2, "pp_nodes": [8], "pi_nodes": [8], "ii_nodes": [8],
        "out_nodes": [8]}
@@ -22,9 +24,7 @@ NET = {"atom_types": [29, 79], "rc": RC, "depth": 2, "pp_nodes": [8], "pi_nodes"
 def _params(model_dir, **model_params):
     mp = {"use_force": True, "use_stress": True, "learning_rate": 3e-3, "f_loss_multiplier": 10.0,
           "log_every_n_steps": 5, "save_checkpoint_steps": 5}
-    # the mechanics under test were written for a plain schedule: pin it (the defaults are cosine with
-    # a warmup and a weight average, tuned for long runs; see docs/training.md)
-    mp.update({"lr_schedule": "exponential", "lr_warmup_steps": 0, "ema_decay": None})
+    mp.update(PLAIN_SCHEDULE)
     mp.update(model_params)
     return {"model_dir": str(model_dir), "network": {"name": "PiNet", "params": NET},
             "model": {"name": "potential_model", "params": mp}}
