@@ -39,7 +39,31 @@ def test_traced_once_for_all_sizes(trained_alloy_model):
         atoms.calc = calc
         atoms.get_forces()
         atoms.get_stress()
-    assert calc._predict.experimental_get_tracing_count() == 1
+    assert calc._function.experimental_get_tracing_count() == 1
+
+
+def test_unchanged_atoms_are_not_recomputed(trained_alloy_model):
+    """The fast exact test of check_state: identical atoms reuse the results, any change recomputes."""
+    atoms = _alloy()
+    atoms.calc = calc = pinn.get_calc(trained_alloy_model)
+    calls = []
+    run_model = calc._run_model
+    calc._run_model = lambda a: calls.append(1) or run_model(a)
+    atoms.get_forces()
+    atoms.get_forces()
+    assert len(calls) == 1
+    moved = atoms.positions.copy()
+    moved[0, 0] += 1e-9
+    atoms.positions = moved
+    atoms.get_forces()
+    assert len(calls) == 2
+    atoms.set_initial_charges(np.full(len(atoms), 0.1))  # a change ASE's own test reports
+    atoms.get_forces()
+    assert len(calls) == 3
+    assert calc.check_state(atoms) == []
+    other = atoms.copy()
+    other.cell[0, 0] += 1e-3
+    assert "cell" in calc.check_state(other)
 
 
 def test_nve_conserves_energy(trained_alloy_model):
