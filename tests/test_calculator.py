@@ -43,7 +43,8 @@ def test_traced_once_for_all_sizes(trained_alloy_model):
 
 
 def test_unchanged_atoms_are_not_recomputed(trained_alloy_model):
-    """The fast exact test of check_state: identical atoms reuse the results, any change recomputes."""
+    """check_state's exact test: identical atoms reuse the results, any change recomputes, and it
+    names the same changes as ASE's own test."""
     atoms = _alloy()
     atoms.calc = calc = pinn.get_calc(trained_alloy_model)
     calls = []
@@ -63,7 +64,11 @@ def test_unchanged_atoms_are_not_recomputed(trained_alloy_model):
     assert calc.check_state(atoms) == []
     other = atoms.copy()
     other.cell[0, 0] += 1e-3
-    assert "cell" in calc.check_state(other)
+    other.positions[1] += 0.1
+    other.set_initial_magnetic_moments(np.ones(len(atoms)))
+    from ase.calculators.calculator import compare_atoms
+    assert sorted(calc.check_state(other)) == sorted(compare_atoms(atoms, other)) \
+        == ["cell", "initial_magmoms", "positions"]
 
 
 def test_nve_conserves_energy(trained_alloy_model):
