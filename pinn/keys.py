@@ -26,6 +26,8 @@ key               shape, dtype                  meaning
 ``shift``         [n_pairs, 3] float            periodic image of j as integer multiples of a, b, c
 ``diff``          [n_pairs, 3] float            r_j + shift·cell − r_i, Å
 ``dist``          [n_pairs] float               |diff|, Å
+``real``          batch: [n_struct] bool        False for the padding structure of a padded batch
+                                                (:mod:`pinn.padding`); absent: all are real
 ================  ============================  ==================================================
 """
 
@@ -43,6 +45,7 @@ IND_2 = "ind_2"
 SHIFT = "shift"
 DIFF = "diff"
 DIST = "dist"
+REAL = "real"
 
 #: keys with one row per atom (concatenated in a sparse batch)
 ATOMIC_KEYS = (ELEMS, COORD, F_DATA, Q_DATA)

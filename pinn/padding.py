@@ -12,10 +12,15 @@ longer than the cutoff, and every network's cutoff function makes their contribu
 and its derivatives, exactly zero: the real structures' energies, forces and stresses
 are the same numbers as without padding.  Outputs of the padding structure and its
 atoms are cut off by :func:`unpad`.
+
+Training batches are padded in the ``tf.data`` pipeline by :func:`pad_to_buckets`, labels
+included; their ``real`` key marks the padding structure, and the models leave it (and its
+atoms) out of every loss sum, count and error metric.
 """
 import math
 
 import numpy as np
+import tensorflow as tf
 
 from pinn import keys as K
 
@@ -24,17 +29,24 @@ _SMALLEST = 16
 _PER_OCTAVE = 8
 
 
+def _bucket_table(largest=2 ** 31):
+    sizes, k = [], 0
+    while not sizes or sizes[-1] < largest:
+        size = 8 * math.ceil(_SMALLEST * 2 ** (k / _PER_OCTAVE) / 8)
+        if not sizes or size > sizes[-1]:
+            sizes.append(size)
+        k += 1
+    return np.array(sizes, np.int64)
+
+
+#: every bucket size in increasing order (up to 2^31), shared by the NumPy and TensorFlow paddings
+BUCKETS = _bucket_table()
+
+
 def bucket_size(n):
     """The smallest bucket ≥ ``n``: buckets are 16 · 2^(k/8) rounded up to a multiple of 8, so
     a bucket is at most 9.1 % + 8 larger than ``n`` (and at least 16)."""
-    if n <= _SMALLEST:
-        return _SMALLEST
-    k = math.floor(_PER_OCTAVE * math.log2(n / _SMALLEST))
-    while True:
-        size = 8 * math.ceil(_SMALLEST * 2 ** (k / _PER_OCTAVE) / 8)
-        if size >= n:
-            return size
-        k += 1
+    return int(BUCKETS[np.searchsorted(BUCKETS, n)])
 
 
 def pad_batch(batch, rc, element):
@@ -86,3 +98,86 @@ def unpad(pred, sizes):
         else:
             raise KeyError(f"unpad: do not know whether {key!r} is per structure or per atom")
     return out
+
+
+def structure_weights(tensors, dtype):
+    """[n_struct] of ``dtype``: 1 for the batch's structures, 0 for the padding structure of a
+    padded batch (``real`` key, see :mod:`pinn.padding`)."""
+    if K.REAL in tensors:
+        return tf.cast(tensors[K.REAL], dtype)
+    return tf.ones([tf.shape(tensors[K.CELL])[0]], dtype)
+
+
+def atom_weights(tensors, dtype):
+    """[n_atoms] of ``dtype``: 1 for the atoms of real structures, 0 for padding atoms."""
+    if K.REAL in tensors:
+        return tf.gather(tf.cast(tensors[K.REAL], dtype), tensors[K.IND_1][:, 0])
+    return tf.ones([tf.shape(tensors[K.ELEMS])[0]], dtype)
+
+
+def pad_tensors(batch, rc, element):
+    """Pad a sparse batch of tensors, labels included, to bucket sizes (the TensorFlow
+    counterpart of :func:`pad_batch`, for the training pipeline).
+
+    Args:
+        batch: dict of tensors of a sparse batch with its neighbor list (``ind_2``, ``shift``),
+            labels and any other per-structure keys.
+        rc: the model's cutoff radius, Å.
+        element: atomic number of the padding atoms (one the network knows).
+
+    Returns:
+        The padded batch: one padding structure (zero labels), ``bucket_size(n_atoms + 1)``
+        atoms and ``bucket_size(n_pairs)`` pairs, and ``real`` [n_struct + 1] bool, False
+        for the padding structure.
+    """
+    table = tf.constant(BUCKETS)
+
+    def bucket(n):
+        return tf.cast(tf.gather(table, tf.searchsorted(table, tf.cast(n, tf.int64)[None]))[0], tf.int32)
+
+    n_struct = tf.shape(batch[K.CELL])[0]
+    n_atoms = tf.shape(batch[K.ELEMS])[0]
+    n_pairs = tf.shape(batch[K.IND_2])[0]
+    extra_atoms = bucket(n_atoms + 1) - n_atoms
+    extra_pairs = bucket(tf.maximum(n_pairs, 1)) - n_pairs
+    side = float(rc) + 1.0
+    out = {}
+    for key, value in batch.items():
+        if isinstance(value, tf.RaggedTensor):
+            raise ValueError(f"padding: batch key {key!r} is ragged; only sparse-batch keys can be padded")
+        rest = tf.shape(value)[1:]
+        if key == K.ELEMS:
+            fill = tf.fill([extra_atoms], tf.constant(element, value.dtype))
+        elif key == K.IND_1:
+            fill = tf.fill([extra_atoms, 1], tf.cast(n_struct, value.dtype))
+        elif key == K.IND_2:
+            fill = tf.fill([extra_pairs, 2], tf.cast(n_atoms, value.dtype))
+        elif key == K.SHIFT:
+            fill = tf.tile(tf.constant([[1.0, 0.0, 0.0]], value.dtype), [extra_pairs, 1])
+        elif key == K.CELL:
+            fill = side * tf.eye(3, batch_shape=[1], dtype=value.dtype)
+        elif key == K.PBC:
+            fill = tf.ones([1, 3], tf.bool)
+        elif key in K.ATOMIC_KEYS:
+            fill = tf.zeros(tf.concat([[extra_atoms], rest], 0), value.dtype)
+        elif key in K.PAIR_KEYS:
+            fill = tf.zeros(tf.concat([[extra_pairs], rest], 0), value.dtype)
+        elif key == K.REAL:
+            raise ValueError("padding: the batch is padded already")
+        else:  # per structure (stacked by sparse_batch)
+            fill = tf.zeros(tf.concat([[1], rest], 0), value.dtype)
+        out[key] = tf.concat([value, fill], axis=0)
+    out[K.REAL] = tf.concat([tf.ones([n_struct], tf.bool), [False]], axis=0)
+    return out
+
+
+def pad_to_buckets(rc, element, num_parallel_calls=tf.data.AUTOTUNE):
+    """Dataset transform: :func:`pad_tensors` on every sparse batch (with neighbor lists).
+
+    Use as ``dataset.apply(pad_to_buckets(rc, element))``; the trainer does this itself for
+    an XLA-compiled training step (``model.params.jit``).
+    """
+    def transform(dataset):
+        return dataset.map(lambda batch: pad_tensors(batch, rc, element), num_parallel_calls=num_parallel_calls,
+                           deterministic=True)
+    return transform

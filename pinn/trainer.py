@@ -43,6 +43,7 @@ from pinn.io.batch import add_neighbors
 from pinn.logs import setup_logging
 from pinn.metrics import MAX_PARITY_ROWS, write_eval_predictions
 from pinn.networks import get_network
+from pinn.padding import pad_to_buckets, structure_weights
 from pinn.parallel import SerialWorld
 from pinn.params import Option, ParamsError, non_negative, positive, read_params, resolve, write_params
 from pinn.progress import Meter, ProgressBar, errors_from_sums, scaling_line
@@ -86,6 +87,9 @@ TRAINING_PARAMS = {
     "ema_decay": Option((float, None), 0.99, "exponential moving average of the weights with this decay (e.g. "
                         "0.999): evaluation and inference use the average, training goes on from the raw weights "
                         "(None: off)", check=_fraction),
+    "jit": Option((bool, None), None, "compile the training step with XLA, on batches padded to a few bucket sizes "
+                  "(pinn.padding; one compile of ~10 s per bucket, then ~1.4x faster steps); None: for the networks "
+                  "that support it (PiNet, LJ)"),
     "max_grad_norm": Option((float, None), 10.0, "clip gradients to this global norm (None: no clipping)"),
     "accumulate_batches": Option(int, 1, "batches per step: their gradients are summed (one allreduce in a "
                                  "parallel run) and the loss is normalised over all of them", check=positive),
@@ -161,6 +165,7 @@ class Trainer:
         self.network = get_network(self.params)
         self.rc = self.params["network"]["params"]["rc"]
         self.model = model_cls(self.network, self.mp, self.params["network"]["params"]["atom_types"], self.dtype)
+        self.jit = self._jit_setting()
         self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
         self.lr_factor = tf.Variable(1.0, dtype=tf.float32, trainable=False, name="lr_factor")
         self.best_metric = tf.Variable(np.inf, dtype=tf.float64, trainable=False, name="best_metric")
@@ -191,6 +196,16 @@ class Trainer:
         self._frozen = False
         self.bar = ProgressBar(enabled=False)
         self.last_validation = None  # metrics of the latest validation during train()
+
+    def _jit_setting(self):
+        """Whether the training step is XLA-compiled (``model.params.jit``, default: if the network can be)."""
+        supported = bool(getattr(self.network, "JIT_COMPATIBLE", False))
+        if self.mp["jit"] is None:
+            return supported
+        if self.mp["jit"] and not supported:
+            raise ParamsError(f"model.params.jit: the {self.params['network']['name']} network cannot be compiled "
+                              f"with XLA (its shapes depend on the data); set jit to false or leave it unset")
+        return self.mp["jit"]
 
     def current_learning_rate(self):
         """The learning rate of the next update (float32 tensor)."""
@@ -310,7 +325,9 @@ class Trainer:
             self._averaged = True
         self._frozen = True
 
-    def _input(self, input_fn, skip=0):
+    def _input(self, input_fn, skip=0, pad=False):
+        """The dataset of ``input_fn`` checked, with neighbor lists, ``skip`` batches skipped, padded to
+        bucket sizes when ``pad`` (for the XLA-compiled training step) and prefetched."""
         dataset = input_fn()
         if not isinstance(dataset, tf.data.Dataset):
             raise TypeError(f"input_fn must return a tf.data.Dataset, got {type(dataset).__name__}")
@@ -321,6 +338,8 @@ class Trainer:
             dataset = dataset.skip(skip)
         if K.IND_2 not in spec:
             dataset = dataset.apply(add_neighbors(self.rc))
+        if pad:
+            dataset = dataset.apply(pad_to_buckets(self.rc, self.params["network"]["params"]["atom_types"][0]))
         return dataset.prefetch(tf.data.AUTOTUNE)
 
     # --------------------------------------------------------------- training
@@ -355,7 +374,7 @@ class Trainer:
                      for g, v in zip(tape.gradient(loss, variables), variables)]
             finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in grads] + [tf.math.is_finite(loss)])
             errors = model.error_sums(batch, pred)
-            stats = tf.concat([[loss, tf.cast(tf.shape(batch[K.CELL])[0], self.dtype)]]
+            stats = tf.concat([[loss, tf.reduce_sum(structure_weights(batch, self.dtype))]]
                               + [tf.stack(errors[k]) for k in metric_keys]
                               + [one_hot_rank * tf.cast(tf.logical_not(finite), self.dtype)], axis=0)
             return grads, stats
@@ -382,7 +401,9 @@ class Trainer:
             return applied, stats
 
         local_counts = tf.function(counts_of, input_signature=[spec])
-        local_gradients = tf.function(gradients_of, input_signature=[spec, tf.TensorSpec([len(terms)], tf.float64)])
+        # XLA (jit): compiled once per bucket of padded batch sizes; the tf.function is traced once
+        local_gradients = tf.function(gradients_of, input_signature=[spec, tf.TensorSpec([len(terms)], tf.float64)],
+                                      jit_compile=self.jit)
         grad_specs = [tf.TensorSpec(v.shape, v.dtype) for v in variables]
         n_stats = 2 + 3 * len(metric_keys) + world.size
 
@@ -392,7 +413,7 @@ class Trainer:
             stats = world.allreduce_sum([stats])[0]
             return apply_if_finite(grads, stats)
 
-        @tf.function(input_signature=[spec])
+        @tf.function(input_signature=[spec], jit_compile=self.jit)
         def whole_step(batch):
             """One process, one batch per step: the step in one graph (one call, no host round trips)."""
             grads, stats = gradients_of(batch, counts_of(batch))
@@ -494,7 +515,7 @@ class Trainer:
             self._fit_dress(input_fn)
             self._broadcast_state()
         skip = start * k if self.mp["data_resume"] == "skip" else 0
-        dataset = self._input(input_fn, skip=skip)
+        dataset = self._input(input_fn, skip=skip, pad=self.jit)
         if self._step_fns is None or self._step_fns[0] != dataset.element_spec:
             self._step_fns = (dataset.element_spec, self._make_step_fns(dataset.element_spec))
         if self.is_chief and not self.manager.latest_checkpoint:
@@ -598,7 +619,7 @@ class Trainer:
             watchdog.beat()
             step = int(self.step)
             loss, n_struct, sums, bad_ranks = unpack(stats)
-            local_struct = sum(int(b[K.CELL].shape[0]) for b in batches)
+            local_struct = sum(_real_structures(b) for b in batches)
             if applied:
                 streak = 0
                 meter.add(loss, sums, n_struct, local_struct, comm)
@@ -843,3 +864,8 @@ class _Run:
     def epoch(self, step):
         """Epochs trained at ``step`` (``None`` when training is not counted in epochs)."""
         return step / self.steps_per_epoch if self.steps_per_epoch else None
+
+
+def _real_structures(batch):
+    """Structures in a batch, the padding structure not counted."""
+    return int(np.sum(batch[K.REAL])) if K.REAL in batch else int(batch[K.CELL].shape[0])

@@ -120,9 +120,16 @@ class Model(tf.Module):
         return [t for t in self.loss_term_names() if self.LABELS[t] not in spec]
 
 
-def abs_sq_count(err):
-    """(Σ|err|, Σerr², number of values) of an error tensor: the sums behind MAE and RMSE."""
-    return (tf.reduce_sum(tf.abs(err)), tf.reduce_sum(err ** 2), tf.cast(tf.size(err), err.dtype))
+def abs_sq_count(err, weights=None):
+    """(Σ w|err|, Σ w err², Σ w over all values) of an error tensor: the sums behind MAE and RMSE.
+
+    ``weights`` (optional) has one value per row of ``err`` (1: counted, 0: padding, see
+    :func:`structure_weights`); without it every value counts once.
+    """
+    if weights is None:
+        return (tf.reduce_sum(tf.abs(err)), tf.reduce_sum(err ** 2), tf.cast(tf.size(err), err.dtype))
+    w = tf.broadcast_to(tf.reshape(tf.cast(weights, err.dtype), [-1] + [1] * (err.shape.rank - 1)), tf.shape(err))
+    return tf.reduce_sum(w * tf.abs(err)), tf.reduce_sum(w * err ** 2), tf.reduce_sum(w)
 
 
 def cast_floats(tensors, dtype):

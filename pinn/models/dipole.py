@@ -16,6 +16,7 @@ import tensorflow as tf
 from pinn import keys as K
 from pinn.models.base import COMMON_PARAMS, Model, abs_sq_count, cast_floats
 from pinn.models.potential import pair_geometry
+from pinn.padding import atom_weights, structure_weights
 from pinn.params import Option, ParamsError, non_negative, positive
 
 PARAMS = {
@@ -89,31 +90,38 @@ class DipoleModel(Model):
         """Error metrics (``D``, ``Q``) available for data with element spec ``spec``."""
         return [key for key, label in (("D", K.D_DATA), ("Q", K.Q_DATA)) if label in spec]
 
+    #: per-row weights of each term's values: structures for the dipole, atoms for the charges
+    _ROW_WEIGHTS = {"dipole": structure_weights, "charges": atom_weights}
+
     def loss_counts(self, tensors):
-        """Values in each enabled loss term: 3 × structures for ``dipole``, atoms for ``charges`` (float64)."""
+        """Values in each enabled loss term: 3 × structures for ``dipole``, atoms for ``charges``
+        (float64; padding not counted)."""
         counts = {}
         if self.params["use_dipole"]:
-            counts["dipole"] = 3.0 * tf.cast(tf.shape(tensors[K.CELL])[0], tf.float64)
+            counts["dipole"] = 3.0 * tf.reduce_sum(structure_weights(tensors, tf.float64))
         if self.params["use_charge"]:
-            counts["charges"] = tf.cast(tf.shape(tensors[K.ELEMS])[0], tf.float64)
+            counts["charges"] = tf.reduce_sum(atom_weights(tensors, tf.float64))
         return counts
 
     def loss_sums(self, tensors, pred):
-        """Sum of the penalties of each enabled loss term whose labels the batch has."""
+        """Sum of the penalties of each enabled loss term whose labels the batch has (padding left out)."""
         sums = {}
         for term, label in self.LABELS.items():
             if term in self.enabled_terms() and label in tensors:
                 err = pred[term] - tf.cast(tensors[label], pred[term].dtype)
-                sums[term] = tf.reduce_sum(self.penalty(err, term))
+                weights = self._ROW_WEIGHTS[term](tensors, err.dtype)
+                sums[term] = tf.reduce_sum(tf.reshape(weights, [-1] + [1] * (err.shape.rank - 1))
+                                           * self.penalty(err, term))
         return sums
 
     def error_sums(self, tensors, pred):
-        """Sums for MAE/RMSE metrics: ``D`` and ``Q`` → (Σ|err|, Σerr², count) when labels exist."""
+        """Sums for MAE/RMSE metrics: ``D`` and ``Q`` → (Σ|err|, Σerr², count) when labels exist
+        (padding left out)."""
         out = {}
-        if K.D_DATA in tensors:
-            out["D"] = abs_sq_count(pred["dipole"] - tf.cast(tensors[K.D_DATA], pred["dipole"].dtype))
-        if K.Q_DATA in tensors:
-            out["Q"] = abs_sq_count(pred["charges"] - tf.cast(tensors[K.Q_DATA], pred["charges"].dtype))
+        for key, term, label in (("D", "dipole", K.D_DATA), ("Q", "charges", K.Q_DATA)):
+            if label in tensors:
+                err = pred[term] - tf.cast(tensors[label], pred[term].dtype)
+                out[key] = abs_sq_count(err, self._ROW_WEIGHTS[term](tensors, err.dtype))
         return out
 
     def parity_arrays(self, batch, pred):

@@ -15,6 +15,7 @@ import tensorflow as tf
 
 from pinn import keys as K
 from pinn.models.base import COMMON_PARAMS, Model, abs_sq_count, cast_floats
+from pinn.padding import atom_weights, structure_weights
 from pinn.networks.layers import scatter_sum
 from pinn.params import Option, non_negative, positive
 
@@ -150,51 +151,62 @@ class PotentialModel(Model):
         return keys
 
     def loss_counts(self, tensors):
-        """Number of values in each enabled loss term (depends on the data only).
+        """Number of values in each enabled loss term (depends on the data only; padding not counted).
 
         Returns:
             dict term → count (float64 scalar): structures for ``energy``,
             force components for ``forces``, 9 × periodic structures for ``stress``.
         """
-        counts = {"energy": tf.cast(tf.shape(tensors[K.CELL])[0], tf.float64)}
+        real = structure_weights(tensors, tf.float64)
+        counts = {"energy": tf.reduce_sum(real)}
         if self.params["use_force"]:
-            counts["forces"] = tf.cast(tf.size(tensors[K.COORD]), tf.float64)
+            counts["forces"] = 3.0 * tf.reduce_sum(atom_weights(tensors, tf.float64))
         if self.params["use_stress"]:
-            counts["stress"] = 9.0 * tf.reduce_sum(tf.cast(tf.reduce_any(tensors[K.PBC], axis=1), tf.float64))
+            counts["stress"] = 9.0 * tf.reduce_sum(real * tf.cast(tf.reduce_any(tensors[K.PBC], axis=1), tf.float64))
         return counts
 
     def loss_sums(self, tensors, pred):
-        """Sum of the penalties (squared or Huber) of each enabled loss term whose labels the batch has."""
+        """Sum of the penalties (squared or Huber) of each enabled loss term whose labels the batch has
+        (padding left out)."""
         p = self.params
         if K.E_DATA not in tensors:
             return {}
         dtype = pred["energy"].dtype
         n_struct = tf.shape(pred["energy"])[0]
+        real = structure_weights(tensors, dtype)
         e_err = pred["energy"] - tf.cast(tensors[K.E_DATA], dtype)
         if p["use_e_per_atom"]:
             n_atoms = tf.math.unsorted_segment_sum(tf.ones_like(tensors[K.ELEMS], dtype), tensors[K.IND_1][:, 0],
                                                    n_struct)
             e_err = e_err / n_atoms
-        sums = {"energy": tf.reduce_sum(self.penalty(e_err, "energy"))}
+        sums = {"energy": tf.reduce_sum(real * self.penalty(e_err, "energy"))}
         if p["use_force"] and K.F_DATA in tensors:
-            sums["forces"] = tf.reduce_sum(self.penalty(pred["forces"] - tf.cast(tensors[K.F_DATA], dtype), "forces"))
+            f_err = pred["forces"] - tf.cast(tensors[K.F_DATA], dtype)
+            sums["forces"] = tf.reduce_sum(atom_weights(tensors, dtype)[:, None] * self.penalty(f_err, "forces"))
         if p["use_stress"] and K.S_DATA in tensors:
-            periodic = tf.cast(tf.reduce_any(tensors[K.PBC], axis=1), dtype)
-            s_err = (pred["stress"] - tf.cast(tensors[K.S_DATA], dtype)) * periodic[:, None, None]
-            sums["stress"] = tf.reduce_sum(self.penalty(s_err, "stress"))
+            s_err = pred["stress"] - tf.cast(tensors[K.S_DATA], dtype)
+            sums["stress"] = tf.reduce_sum(self._stress_weights(tensors, dtype)[:, None, None]
+                                           * self.penalty(s_err, "stress"))
         return sums
 
+    @staticmethod
+    def _stress_weights(tensors, dtype):
+        """1 for real periodic structures (the ones with a stress), else 0."""
+        return structure_weights(tensors, dtype) * tf.cast(tf.reduce_any(tensors[K.PBC], axis=1), dtype)
+
     def error_sums(self, tensors, pred):
-        """Sums for MAE/RMSE metrics: dict metric → (Σ|err|, Σerr², count) for E, F, S when labels exist."""
+        """Sums for MAE/RMSE metrics: dict metric → (Σ|err|, Σerr², count) for E, F, S when labels exist
+        (padding left out)."""
         dtype = pred["energy"].dtype
         out = {}
         if K.E_DATA in tensors:
-            out["E"] = abs_sq_count(pred["energy"] - tf.cast(tensors[K.E_DATA], dtype))
+            out["E"] = abs_sq_count(pred["energy"] - tf.cast(tensors[K.E_DATA], dtype),
+                                    structure_weights(tensors, dtype))
         if K.F_DATA in tensors and "forces" in pred:
-            out["F"] = abs_sq_count(pred["forces"] - tf.cast(tensors[K.F_DATA], dtype))
+            out["F"] = abs_sq_count(pred["forces"] - tf.cast(tensors[K.F_DATA], dtype), atom_weights(tensors, dtype))
         if K.S_DATA in tensors and "stress" in pred:
-            periodic = tf.reduce_any(tensors[K.PBC], axis=1)
-            out["S"] = abs_sq_count(tf.boolean_mask(pred["stress"] - tf.cast(tensors[K.S_DATA], dtype), periodic))
+            out["S"] = abs_sq_count(pred["stress"] - tf.cast(tensors[K.S_DATA], dtype),
+                                    self._stress_weights(tensors, dtype))
         return out
 
     def parity_arrays(self, batch, pred):

@@ -16,6 +16,8 @@ subnetwork (``nn_spec``: a list of sizes for all, or a dict element → sizes)
 mapping the symmetry functions (optionally scaled by ``fp_scale``) to an
 atomic energy.
 """
+import copy
+
 import numpy as np
 import tensorflow as tf
 
@@ -91,7 +93,9 @@ class BPNN(tf.Module):
 
     def __init__(self, params, dtype=tf.float32, seed=0, name="BPNN"):
         super().__init__(name=name)
-        self.params = dict(params)
+        # a private deep copy, past TensorFlow's attribute tracking: tracking wraps nested lists and
+        # dicts in place, which would reach into the caller's params (and break writing them as YAML)
+        object.__setattr__(self, "params", copy.deepcopy(dict(params)))
         rng = np.random.RandomState(seed)
         self.rc = params["rc"]
         self.atom_types = [int(z) for z in params["atom_types"]]

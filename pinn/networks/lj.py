@@ -4,6 +4,8 @@ E = sum_{i<j} 4 epsilon [(sigma/r)^12 - (sigma/r)^6] - E(rc), with pairs beyond
 ``rc`` ignored: the same energy as ASE's ``LennardJones(smooth=False)``.
 ``epsilon`` (eV) and ``sigma`` (Å) are trainable variables.
 """
+import copy
+
 import tensorflow as tf
 
 from pinn import keys as K
@@ -28,7 +30,9 @@ class LJ(tf.Module):
 
     def __init__(self, params, dtype=tf.float32, seed=0, name="LJ"):
         super().__init__(name=name)
-        self.params = dict(params)
+        # a private deep copy, past TensorFlow's attribute tracking: tracking wraps nested lists and
+        # dicts in place, which would reach into the caller's params (and break writing them as YAML)
+        object.__setattr__(self, "params", copy.deepcopy(dict(params)))
         self.rc = params["rc"]
         self.element_index = ElementIndex(params["atom_types"])
         self.epsilon = tf.Variable(params["epsilon"], dtype=dtype, name="epsilon")

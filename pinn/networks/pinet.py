@@ -14,6 +14,8 @@ then an output net (``out_nodes`` and a linear unit) adds each block's
 atomic contribution, and a residual update carries P to the next block.
 Parameter names follow upstream PiNN so users' params carry over.
 """
+import copy
+
 import numpy as np
 import tensorflow as tf
 
@@ -110,7 +112,9 @@ class PiNet(tf.Module):
 
     def __init__(self, params, dtype=tf.float32, seed=0, name="PiNet"):
         super().__init__(name=name)
-        self.params = dict(params)
+        # a private deep copy, past TensorFlow's attribute tracking: tracking wraps nested lists and
+        # dicts in place, which would reach into the caller's params (and break writing them as YAML)
+        object.__setattr__(self, "params", copy.deepcopy(dict(params)))
         rng = np.random.RandomState(seed)
         self.rc = params["rc"]
         self.element_index = ElementIndex(params["atom_types"])

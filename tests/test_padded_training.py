@@ -1,0 +1,137 @@
+"""Training on padded batches (XLA, ``model.params.jit``): the padding changes no loss, count, metric or gradient."""
+import numpy as np
+import pytest
+import tensorflow as tf
+from ase.build import bulk, molecule
+
+from pinn import keys as K
+from pinn.io import load_ase, sparse_batch
+from pinn.io.batch import batch_from_atoms
+from pinn.models import potential_model
+from pinn.models.dipole import DipoleModel
+from pinn.networks import get_network
+from pinn.padding import bucket_size, pad_batch, pad_tensors
+from pinn.params import ParamsError, resolve
+
+from physics import make_model
+from settings import PLAIN_SCHEDULE
+
+RC = 4.0
+TYPES = [1, 6, 8, 29, 79]
+NET = {"atom_types": TYPES, "rc": RC, "depth": 2, "pp_nodes": [8], "pi_nodes": [8, 8], "ii_nodes": [8],
+       "out_nodes": [8]}
+
+
+def _structures(rng):
+    cell = bulk("Cu", "fcc", a=3.7, cubic=True)
+    cell.numbers[1] = 79
+    cell.positions += rng.normal(0, 0.1, cell.positions.shape)
+    ethanol = molecule("CH3CH2OH")
+    ethanol.positions += rng.normal(0, 0.05, ethanol.positions.shape)
+    return [cell, ethanol]
+
+
+def _labelled_batch(rng):
+    """A float64 sparse batch of a periodic cell and a molecule, with random labels of every kind."""
+    structures = _structures(rng)
+    batch = batch_from_atoms(structures, RC, "float64")
+    n_struct, n_atoms = len(structures), len(batch[K.ELEMS])
+    batch[K.E_DATA] = rng.normal(size=n_struct)
+    batch[K.F_DATA] = rng.normal(size=(n_atoms, 3))
+    batch[K.S_DATA] = rng.normal(size=(n_struct, 3, 3)) * 0.01
+    batch[K.D_DATA] = rng.normal(size=(n_struct, 3))
+    batch[K.Q_DATA] = rng.normal(size=n_atoms) * 0.1
+    return {k: tf.constant(v) for k, v in batch.items()}
+
+
+def _figures(model, batch, predict_args):
+    """Loss counts, loss sums, error sums and the gradient of the summed loss of one batch."""
+    with tf.GradientTape() as tape:
+        pred = model.predict(batch, **predict_args)
+        sums = model.loss_sums(batch, pred)
+        total = tf.add_n(list(sums.values()))
+    grads = tape.gradient(total, model.trainable_variables)
+    figures = {f"count_{t}": c for t, c in model.loss_counts(batch).items()}
+    figures.update({f"sum_{t}": s for t, s in sums.items()})
+    for key, values in model.error_sums(batch, pred).items():
+        figures.update({f"{key}_{i}": v for i, v in enumerate(values)})
+    return {k: float(v) for k, v in figures.items()}, [g.numpy() for g in grads]
+
+
+def _assert_padding_changes_nothing(model, batch, predict_args):
+    padded = pad_tensors(batch, RC, element=TYPES[0])
+    assert padded[K.REAL].numpy().tolist() == [True, True, False]
+    assert padded[K.ELEMS].shape[0] == bucket_size(batch[K.ELEMS].shape[0] + 1)
+    assert padded[K.IND_2].shape[0] == bucket_size(batch[K.IND_2].shape[0]) > batch[K.IND_2].shape[0]
+    plain, plain_grads = _figures(model, batch, predict_args)
+    pad, pad_grads = _figures(model, padded, predict_args)
+    assert pad.keys() == plain.keys()
+    for key in plain:
+        assert pad[key] == pytest.approx(plain[key], rel=1e-12, abs=1e-12), key
+    for g_pad, g_plain in zip(pad_grads, plain_grads):
+        np.testing.assert_allclose(g_pad, g_plain, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("per_atom", [False, True])
+def test_padding_changes_no_potential_loss_metric_or_gradient(rng, per_atom):
+    model = make_model("PiNet", NET)
+    model.params.update(use_force=True, use_stress=True, use_e_per_atom=per_atom)
+    _assert_padding_changes_nothing(model, _labelled_batch(rng), {"forces": True, "stress": True})
+
+
+def test_padding_changes_no_dipole_loss_metric_or_gradient(rng):
+    params = resolve({"model_dir": "unused", "precision": "float64", "seed": 3,
+                      "network": {"name": "PiNet", "params": NET},
+                      "model": {"name": "dipole_model", "params": {"use_charge": True}}})
+    model = DipoleModel(get_network(params), params["model"]["params"], TYPES, tf.float64)
+    _assert_padding_changes_nothing(model, _labelled_batch(rng), {})
+
+
+def test_pipeline_padding_equals_the_calculator_padding(rng):
+    """pad_tensors (training pipeline) and pad_batch (calculator) pad alike, labels aside."""
+    batch = batch_from_atoms(_structures(rng), RC, "float64")
+    numpy_padded, _ = pad_batch(batch, RC, element=29)
+    tf_padded = pad_tensors({k: tf.constant(v) for k, v in batch.items()}, RC, element=29)
+    assert set(tf_padded) == set(numpy_padded) | {K.REAL}
+    for key, value in numpy_padded.items():
+        np.testing.assert_array_equal(tf_padded[key].numpy(), value, err_msg=key)
+    with pytest.raises(ValueError, match="padded already"):
+        pad_tensors(tf_padded, RC, element=29)
+
+
+def _train(tmp_path, alloy_xyz, jit, steps=4):
+    net = {"atom_types": [29, 79], "rc": 4.5, "depth": 2, "pp_nodes": [8], "pi_nodes": [8], "ii_nodes": [8],
+           "out_nodes": [8]}
+    mp = {"use_force": True, "use_stress": True, "learning_rate": 1e-2, "jit": jit, "log_every_n_steps": 2,
+          "progress_bar": "off", "tensorboard": False, **PLAIN_SCHEDULE}
+    model = potential_model({"model_dir": str(tmp_path / f"jit-{jit}"), "precision": "float64",
+                             "network": {"name": "PiNet", "params": net},
+                             "model": {"name": "potential_model", "params": mp}})
+    train = lambda: load_ase(alloy_xyz).take(20).apply(sparse_batch(5))  # noqa: E731
+    model.train(train, max_steps=steps)
+    return model
+
+
+def test_compiled_training_takes_the_same_steps(tmp_path, alloy_xyz):
+    """jit=True (XLA on padded batches) trains to the same weights and figures as jit=False."""
+    from pinn.metrics import read_metrics
+    plain = _train(tmp_path, alloy_xyz, jit=False)
+    compiled = _train(tmp_path, alloy_xyz, jit=True)
+    assert compiled.jit and not plain.jit
+    for a, b in zip(compiled.model.trainable_variables, plain.model.trainable_variables):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-8, atol=1e-10)
+    figures = [read_metrics(m.model_dir, "train") for m in (compiled, plain)]
+    for compiled_row, plain_row in zip(*figures):
+        for key in ("loss", "E_MAE", "F_RMSE", "S_MAE"):
+            assert compiled_row[key] == pytest.approx(plain_row[key], rel=1e-8), key
+    assert compiled.evaluate(lambda: load_ase(alloy_xyz).take(10).apply(sparse_batch(5)))["F_MAE"] == \
+        pytest.approx(plain.evaluate(lambda: load_ase(alloy_xyz).take(10).apply(sparse_batch(5)))["F_MAE"], rel=1e-8)
+
+
+def test_jit_refused_for_networks_with_data_dependent_shapes(tmp_path):
+    params = {"model_dir": str(tmp_path / "bp"), "network": {"name": "BPNN", "params": {"atom_types": [1, 8]}},
+              "model": {"name": "potential_model", "params": {"jit": True}}}
+    with pytest.raises(ParamsError, match="model.params.jit: the BPNN network cannot be compiled"):
+        potential_model(params)
+    params["model"]["params"]["jit"] = None
+    assert not potential_model(params).jit
