@@ -339,7 +339,14 @@ class Trainer:
         if K.IND_2 not in spec:
             dataset = dataset.apply(add_neighbors(self.rc))
         if pad:
-            dataset = dataset.apply(pad_to_buckets(self.rc, self.params["network"]["params"]["atom_types"][0]))
+            # XLA drops assertions: unknown elements are refused here, in the pipeline, before padding
+            index = self.network.element_index
+
+            def known_elements(batch):
+                with tf.control_dependencies([index(batch[K.ELEMS])]):
+                    return {**batch, K.ELEMS: tf.identity(batch[K.ELEMS])}
+            dataset = dataset.map(known_elements).apply(
+                pad_to_buckets(self.rc, self.params["network"]["params"]["atom_types"][0]))
         return dataset.prefetch(tf.data.AUTOTUNE)
 
     # --------------------------------------------------------------- training
