@@ -88,8 +88,8 @@ TRAINING_PARAMS = {
                         "0.999): evaluation and inference use the average, training goes on from the raw weights "
                         "(None: off)", check=_fraction),
     "jit": Option((bool, None), None, "compile the training step with XLA, on batches padded to a few bucket sizes "
-                  "(pinn.padding; one compile of ~10 s per bucket, then ~1.4x faster steps); None: for the networks "
-                  "that support it (PiNet, LJ)"),
+                  "(pinn.padding; one compile of ~10 s per bucket, then 1.1-1.4x faster training on 2 CPU cores); None: "
+                  "for the networks that support it (PiNet, LJ)"),
     "max_grad_norm": Option((float, None), 10.0, "clip gradients to this global norm (None: no clipping)"),
     "accumulate_batches": Option(int, 1, "batches per step: their gradients are summed (one allreduce in a "
                                  "parallel run) and the loss is normalised over all of them", check=positive),

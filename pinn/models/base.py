@@ -128,8 +128,13 @@ def abs_sq_count(err, weights=None):
     """
     if weights is None:
         return (tf.reduce_sum(tf.abs(err)), tf.reduce_sum(err ** 2), tf.cast(tf.size(err), err.dtype))
-    w = tf.broadcast_to(tf.reshape(tf.cast(weights, err.dtype), [-1] + [1] * (err.shape.rank - 1)), tf.shape(err))
+    w = tf.broadcast_to(per_row(weights, err), tf.shape(err))
     return tf.reduce_sum(w * tf.abs(err)), tf.reduce_sum(w * err ** 2), tf.reduce_sum(w)
+
+
+def per_row(weights, values):
+    """``weights`` [n] shaped to multiply the rows of ``values`` [n, ...] (in its dtype)."""
+    return tf.reshape(tf.cast(weights, values.dtype), [-1] + [1] * (values.shape.rank - 1))
 
 
 def cast_floats(tensors, dtype):

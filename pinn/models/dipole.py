@@ -14,7 +14,7 @@ import numpy as np
 import tensorflow as tf
 
 from pinn import keys as K
-from pinn.models.base import COMMON_PARAMS, Model, abs_sq_count, cast_floats
+from pinn.models.base import COMMON_PARAMS, Model, abs_sq_count, cast_floats, per_row
 from pinn.models.potential import pair_geometry
 from pinn.padding import atom_weights, structure_weights
 from pinn.params import Option, ParamsError, non_negative, positive
@@ -110,8 +110,7 @@ class DipoleModel(Model):
             if term in self.enabled_terms() and label in tensors:
                 err = pred[term] - tf.cast(tensors[label], pred[term].dtype)
                 weights = self._ROW_WEIGHTS[term](tensors, err.dtype)
-                sums[term] = tf.reduce_sum(tf.reshape(weights, [-1] + [1] * (err.shape.rank - 1))
-                                           * self.penalty(err, term))
+                sums[term] = tf.reduce_sum(per_row(weights, err) * self.penalty(err, term))
         return sums
 
     def error_sums(self, tensors, pred):
