@@ -146,6 +146,38 @@ def _dact_tile(z, dy, n, code):
                 dy[c, t] = dy[c, t] * _dact(z[c, t], code)
 
 
+@_jit(inline="always")
+def _keeps_output(code):
+    """Whether the reverse pass can work from act(z) alone (tanh: 1 - y², linear: 1), so the
+    forward pass keeps the activated values (no tanh recomputed backwards); else it keeps z."""
+    return code == 0 or code == 6 or code == 5
+
+
+@_jit()
+def _dact_kept(kept, dy, n, code):
+    """dy[:n] *= act'(z[:n]) from the kept values of :func:`_keeps_output` (act(z) or z)."""
+    n_t = dy.shape[1]
+    if code == 0 or code == 6:
+        for c in range(n):
+            for t in range(n_t):
+                dy[c, t] = dy[c, t] - dy[c, t] * kept[c, t] * kept[c, t]
+    elif code != 5:
+        _dact_tile(kept, dy, n, code)
+
+
+@_jit()
+def _runs(pair_i, p0, n_valid, starts):
+    """Runs of equal first atoms in a tile of pairs sorted by first atom: ``starts[:n_runs + 1]``
+    (tile offsets, the last one ``n_valid``); returns n_runs."""
+    n_runs = 0
+    for t in range(n_valid):
+        if t == 0 or pair_i[p0 + t] != pair_i[p0 + t - 1]:
+            starts[n_runs] = t
+            n_runs += 1
+    starts[n_runs] = n_valid
+    return n_runs
+
+
 @_jit()
 def _tile_matmul(x, w, out, n_in, n_out):
     """out[:n_out] = w^T x[:n_in] on a tile: out[c, t] = sum_k w[k, c] x[k, t].
@@ -237,12 +269,15 @@ def find_pairs(coord, cand_i, cand_j, cand_offset, rc, pair_i, pair_j, diff, dis
         pair_i, pair_j, diff, dist: outputs with room for ``n_cand`` pairs (diff: r_j + offset − r_i).
 
     Returns:
-        the number of pairs kept (they fill the first rows of the outputs, in candidate order).
+        the number of pairs kept (they fill the first rows of the outputs, in candidate order),
+        or -1 when the candidates are not sorted by first atom.
     """
     n = 0
     rc2 = rc * rc
     for p in range(cand_i.shape[0]):
         i, j = cand_i[p], cand_j[p]
+        if p > 0 and i < cand_i[p - 1]:
+            return -1
         dx = coord[j, 0] - coord[i, 0] + cand_offset[p, 0]
         dy = coord[j, 1] - coord[i, 1] + cand_offset[p, 1]
         dz = coord[j, 2] - coord[i, 2] + cand_offset[p, 2]
@@ -263,58 +298,72 @@ _B_PP, _B_NPP, _B_PI, _B_NPI, _B_II, _B_NII, _B_OUT, _B_NOUT, _B_UNITS, _B_RES, 
 
 
 @_jit()
-def _atom_dense(x, flat, table, layer, z, act):
-    """One dense layer on per-atom rows: z = x W + b (stored in ``z``), returns act(z) (a new array)."""
+def _atoms_dense(x, flat, table, layer, z, act):
+    """One dense layer on all atoms, features by atoms: z = W^T x + b, kept in ``z``
+    [n_out, n_atoms]; returns act(z) (a new array)."""
     w = _tensor(flat, table, layer[0])
-    n_atoms, n_in = x.shape
-    n_out = w.shape[1]
-    y = np.empty((n_atoms, n_out), x.dtype)
-    for a in range(n_atoms):
-        for c in range(n_out):
-            s = flat[table[layer[1], 0] + c]
-            for k in range(n_in):
-                s += x[a, k] * w[k, c]
-            z[a, c] = s
-            y[a, c] = _act(s, act) if layer[2] else s
+    n_in, n_out = w.shape
+    _tile_matmul(x, w, z, n_in, n_out)
+    bias = table[layer[1], 0]
+    for c in range(n_out):
+        bc = flat[bias + c]
+        for a in range(z.shape[1]):
+            z[c, a] += bc
+    y = np.empty_like(z)
+    _act_tile(z, y, n_out, act if layer[2] else 5)
     return y
 
 
 @_jit()
-def _atom_dense_back(gy, flat, table, layer, z, act):
-    """The reverse of :func:`_atom_dense`: dE/dx from dE/dy and the stored pre-activations ``z``."""
+def _atoms_dense_back(gy, flat, table, layer, z, act):
+    """The reverse of :func:`_atoms_dense`: dE/dx [n_in, n_atoms] from dE/dy and the kept ``z``."""
     w = _tensor(flat, table, layer[0])
-    n_atoms = gy.shape[0]
     n_in, n_out = w.shape
-    gx = np.zeros((n_atoms, n_in), gy.dtype)
-    for a in range(n_atoms):
-        for c in range(n_out):
-            gz = gy[a, c] * _dact(z[a, c], act) if layer[2] else gy[a, c]
-            for k in range(n_in):
-                gx[a, k] += gz * w[k, c]
+    if layer[2]:
+        _dact_tile(z, gy, n_out, act)
+    gx = np.empty((n_in, gy.shape[1]), gy.dtype)
+    _tile_matmul_t(gy, w, gx, n_in, n_out)
     return gx
 
 
 # ------------------------------------------------------------------ pair tiles
 @_jit()
-def _pair_forward(tile, n_pairs, pair_i, pair_j, e, pa, pb, flat, table, layers, blk, act, z, scratch, out):
+def _keep(z, y, dest, n, keep_y):
+    """Keep what the reverse pass needs of a layer: act(z) (``keep_y``) or z."""
+    src = y if keep_y else z
+    for c in range(n):
+        for t in range(dest.shape[1]):
+            dest[c, t] = src[c, t]
+
+
+@_jit()
+def _pair_forward(tile, n_pairs, pair_i, pair_j, e, pa_t, pb_t, flat, table, layers, blk, act, z, scratch, starts,
+                  out):
     """The PI and II nets of one tile of pairs, summed into ``out`` [n_atoms, n_ii] by first atom.
 
-    ``e``: [n_basis, tile] radial basis; ``pa``/``pb``: the first PI layer per atom (bias in pa);
-    ``z``: [rows, tile] where the pre-activations are kept for the reverse pass.
+    ``e``: [n_basis, tile] radial basis; ``pa_t`` / ``pb_t`` [n, n_atoms]: the first PI layer per
+    atom for the first / second atom of a pair (bias in pa_t); ``z``: [rows, tile] where
+    the values the reverse pass needs are kept (see :func:`_keeps_output`); pairs sorted by first atom.
     """
     n_t = e.shape[1]
     p0 = tile * n_t
     n_valid = min(n_t, n_pairs - p0)
     n_basis = e.shape[0]
     x, y, u, inter = scratch[0], scratch[1], scratch[2], scratch[3]
-    n_first = pa.shape[1]
+    n_first = pa_t.shape[0]
+    keep_y = _keeps_output(act)
     for c in range(n_first):
-        for t in range(n_t):
+        for t in range(n_valid, n_t):
             x[c, t] = 0.0
-    for t in range(n_valid):
-        i, j = pair_i[p0 + t], pair_j[p0 + t]
+    n_runs = _runs(pair_i, p0, n_valid, starts)
+    for r in range(n_runs):
+        t0, t1 = starts[r], starts[r + 1]
+        i = pair_i[p0 + t0]
         for c in range(n_first):
-            x[c, t] = pa[i, c] + pb[j, c]
+            v = pa_t[c, i]
+            row_b = pb_t[c]
+            for t in range(t0, t1):
+                x[c, t] = v + row_b[pair_j[p0 + t]]
     n_pi_layers = blk[_B_NPI]
     pi_out = layers[blk[_B_PI] + n_pi_layers - 1]
     kernel = _tensor(flat, table, pi_out[0])
@@ -328,10 +377,8 @@ def _pair_forward(tile, n_pairs, pair_i, pair_j, e, pa, pb, flat, table, layers,
                 for t in range(n_t):
                     inter[c, t] += x[c * n_basis + b, t] * e[b, t]
     else:
-        for c in range(n_first):
-            for t in range(n_t):
-                z[c, t] = x[c, t]
         _act_tile(x, y, n_first, act)
+        _keep(x, y, z[0:n_first], n_first, keep_y)
         row = n_first
         n_h = n_first
         for layer in range(blk[_B_PI] + 1, blk[_B_PI] + n_pi_layers - 1):
@@ -343,8 +390,8 @@ def _pair_forward(tile, n_pairs, pair_i, pair_j, e, pa, pb, flat, table, layers,
                 bc = flat[bias + c]
                 for t in range(n_t):
                     x[c, t] += bc
-                    z[row + c, t] = x[c, t]
             _act_tile(x, y, n_out, act)
+            _keep(x, y, z[row:row + n_out], n_out, keep_y)
             row += n_out
             n_h = n_out
         # I_c = sum_b e_b (h K_b + B_b)_c, one basis function at a time
@@ -364,30 +411,33 @@ def _pair_forward(tile, n_pairs, pair_i, pair_j, e, pa, pb, flat, table, layers,
         w = _tensor(flat, table, layers[layer, 0])
         n_out = w.shape[1]
         _tile_matmul(src, w, x, n_h, n_out)
-        for c in range(n_out):
-            for t in range(n_t):
-                z[row + c, t] = x[c, t]
         _act_tile(x, y, n_out, act)
+        _keep(x, y, z[row:row + n_out], n_out, keep_y)
         src = y
         row += n_out
         n_h = n_out
-    for t in range(n_valid):
-        i = pair_i[p0 + t]
+    for r in range(n_runs):
+        t0, t1 = starts[r], starts[r + 1]
+        i = pair_i[p0 + t0]
         for c in range(n_h):
-            out[i, c] += src[c, t]
+            s = out[i, c] * 0
+            for t in range(t0, t1):
+                s += src[c, t]
+            out[i, c] += s
 
 
 @_jit()
-def _pair_backward(tile, n_pairs, pair_i, pair_j, e, de_dr, pa, pb, flat, table, layers, blk, act, z, gnew,
-                   scratch, ga, gb, grad_r):
+def _pair_backward(tile, n_pairs, pair_i, pair_j, e, de_dr, pa_t, pb_t, flat, table, layers, blk, act, z,
+                   gnew_t, scratch, starts, ga, gb, grad_r):
     """The reverse of :func:`_pair_forward` for one tile: adds dE/d pa and dE/d pb per atom (``ga``,
-    ``gb``) and sets dE/d dist of the tile's pairs (``grad_r``), given dE/d new_prop (``gnew``)."""
+    ``gb``, [n_atoms, n]) and adds dE/d dist of the tile's pairs to ``grad_r``, given dE/d new_prop
+    (``gnew_t``, [n_ii, n_atoms])."""
     n_t = e.shape[1]
     p0 = tile * n_t
     n_valid = min(n_t, n_pairs - p0)
     n_basis = e.shape[0]
     dy, dx, u, h, de = scratch[0], scratch[1], scratch[2], scratch[3], scratch[4]
-    n_first = pa.shape[1]
+    n_first = pa_t.shape[0]
     n_pi_layers = blk[_B_NPI]
     pi_out = layers[blk[_B_PI] + n_pi_layers - 1]
     kernel = _tensor(flat, table, pi_out[0])
@@ -402,20 +452,25 @@ def _pair_backward(tile, n_pairs, pair_i, pair_j, e, de_dr, pa, pb, flat, table,
     for layer in range(blk[_B_II], blk[_B_II] + blk[_B_NII]):
         ii_end += layers[layer, 3]
     n_last = layers[blk[_B_II] + blk[_B_NII] - 1, 3]
+    keep_y = _keeps_output(act)
     for c in range(n_last):
-        for t in range(n_t):
+        for t in range(n_valid, n_t):
             dy[c, t] = 0.0
-    for t in range(n_valid):
-        i = pair_i[p0 + t]
+    n_runs = _runs(pair_i, p0, n_valid, starts)
+    for r in range(n_runs):
+        t0, t1 = starts[r], starts[r + 1]
+        i = pair_i[p0 + t0]
         for c in range(n_last):
-            dy[c, t] = gnew[i, c]
+            v = gnew_t[c, i]
+            for t in range(t0, t1):
+                dy[c, t] = v
     # back through the II net
     row = ii_end
     for layer in range(blk[_B_II] + blk[_B_NII] - 1, blk[_B_II] - 1, -1):
         w = _tensor(flat, table, layers[layer, 0])
         n_in, n_out = w.shape
         row -= n_out
-        _dact_tile(z[row:row + n_out], dy, n_out, act)
+        _dact_kept(z[row:row + n_out], dy, n_out, act)
         _tile_matmul_t(dy, w, dx, n_in, n_out)
         for c in range(n_in):
             for t in range(n_t):
@@ -430,7 +485,7 @@ def _pair_backward(tile, n_pairs, pair_i, pair_j, e, de_dr, pa, pb, flat, table,
             for c in range(n_pi):
                 for b in range(n_basis):
                     k = c * n_basis + b
-                    de[b, t] += dy[c, t] * (pa[i, k] + pb[j, k])
+                    de[b, t] += dy[c, t] * (pa_t[k, i] + pb_t[k, j])
         for c in range(n_pi):
             for b in range(n_basis):
                 for t in range(n_t):
@@ -439,7 +494,10 @@ def _pair_backward(tile, n_pairs, pair_i, pair_j, e, de_dr, pa, pb, flat, table,
     else:
         n_h = layers[blk[_B_PI] + n_pi_layers - 2, 3]
         h_row = pi_rows - n_h
-        _act_tile(z[h_row:pi_rows], h, n_h, act)
+        if keep_y:
+            h = z[h_row:pi_rows]
+        else:
+            _act_tile(z[h_row:pi_rows], h, n_h, act)
         for k in range(n_h):
             for t in range(n_t):
                 dx[k, t] = 0.0
@@ -460,18 +518,25 @@ def _pair_backward(tile, n_pairs, pair_i, pair_j, e, de_dr, pa, pb, flat, table,
             w = _tensor(flat, table, layers[layer, 0])
             n_in, n_out = w.shape
             row -= n_out
-            _dact_tile(z[row:row + n_out], dx, n_out, act)
+            _dact_kept(z[row:row + n_out], dx, n_out, act)
             _tile_matmul_t(dx, w, dy, n_in, n_out)
             for c in range(n_in):
                 for t in range(n_t):
                     dx[c, t] = dy[c, t]
-        _dact_tile(z[0:n_first], dx, n_first, act)
+        _dact_kept(z[0:n_first], dx, n_first, act)
         n_grad = n_first
+    for r in range(n_runs):
+        t0, t1 = starts[r], starts[r + 1]
+        i = pair_i[p0 + t0]
+        for c in range(n_grad):
+            s = ga[i, c] * 0
+            for t in range(t0, t1):
+                s += dx[c, t]
+            ga[i, c] += s
     for t in range(n_valid):
         p = p0 + t
-        i, j = pair_i[p], pair_j[p]
+        j = pair_j[p]
         for c in range(n_grad):
-            ga[i, c] += dx[c, t]
             gb[j, c] += dx[c, t]
         g = 0.0
         for b in range(n_basis):
@@ -482,17 +547,19 @@ def _pair_backward(tile, n_pairs, pair_i, pair_j, e, de_dr, pa, pb, flat, table,
 # ------------------------------------------------------------------ the whole evaluation
 @_jit(parallel=True)
 def _evaluate(types, n_pairs, pair_i, pair_j, dist, flat, table, layers, blocks, codes, scal, n_chunks,
-              basis, dbasis, zpair, zatom, pa, pb, buf, grad_r, atomic):
+              basis, dbasis, zpair, zatom, pa_t, pb_t, buf, grad_r, atomic):
     """Atomic energies and dE/d dist per pair of one structure.
 
     Args:
         types: [n_atoms] int64 indices into atom_types.
-        n_pairs, pair_i, pair_j, dist: the pairs within the cutoff (from :func:`find_pairs`).
+        n_pairs, pair_i, pair_j, dist: the pairs within the cutoff, sorted by first atom
+            (from :func:`find_pairs`).
         flat, table, layers, blocks: the network's weights and layout (see :class:`FastPiNet`).
         codes: int64 (activation, cutoff, basis type, n_basis, widest layer).
         scal: float64 (rc, gamma, e_scale).
         n_chunks: pair tiles are split into this many chunks, one per thread.
-        basis, dbasis, zpair, zatom, pa, pb, buf: workspace (see :meth:`FastPiNet._workspace`).
+        basis, dbasis, zpair, zatom, pa_t, pb_t, buf: workspace (see :meth:`FastPiNet._workspace`);
+            the per-atom arrays are features by atoms.
         grad_r: [>= n_pairs] output, dE/d dist (eV/Å).
         atomic: [n_atoms] output, e_scale × the network's atomic energy (eV, no e_dress).
     """
@@ -525,32 +592,30 @@ def _evaluate(types, n_pairs, pair_i, pair_j, dist, flat, table, layers, blocks,
                     slope = g * dfc - 2.0 * gamma * (r - center) * g * fc
                 basis[tile, b, t] = value
                 dbasis[tile, b, t] = slope
-    n_types = blocks[0, _B_WIN]
-    prop = np.zeros((n_atoms, n_types), zpair.dtype)
+    # properties, features by atoms: one-hot element types for the first block
+    prop = np.zeros((blocks[0, _B_WIN], n_atoms), zpair.dtype)
     for a in range(n_atoms):
-        prop[a, types[a]] = 1.0
-    for a in range(n_atoms):
+        prop[types[a], a] = 1.0
         atomic[a] = 0.0
     for d in range(depth):
         blk = blocks[d]
-        x = prop.copy()
+        x = prop
         col = 0
         for layer in range(blk[_B_PP], blk[_B_PP] + blk[_B_NPP]):
-            x = _atom_dense(x, flat, table, layers[layer], zatom[d, :n_atoms, col:], act)
-            col += layers[layer, 3]
+            n_out = layers[layer, 3]
+            x = _atoms_dense(x, flat, table, layers[layer], zatom[d, col:col + n_out], act)
+            col += n_out
         first = layers[blk[_B_PI]]
         kernel = _tensor(flat, table, first[0])
-        n_pp = x.shape[1]
+        n_pp = x.shape[0]
         n_first = kernel.shape[1]
-        for a in range(n_atoms):
-            for c in range(n_first):
-                sa = flat[table[first[1], 0] + c]
-                sb = flat[table[first[1], 0] + c] * 0
-                for k in range(n_pp):
-                    sa += x[a, k] * kernel[k, c]
-                    sb += x[a, k] * kernel[n_pp + k, c]
-                pa[d, a, c] = sa
-                pb[d, a, c] = sb
+        _tile_matmul(x, kernel[:n_pp], pa_t[d], n_pp, n_first)
+        _tile_matmul(x, kernel[n_pp:], pb_t[d], n_pp, n_first)
+        bias = table[first[1], 0]
+        for c in range(n_first):
+            bc = flat[bias + c]
+            for a in range(n_atoms):
+                pa_t[d, c, a] += bc
         n_new = blk[_B_WOUT]
         for chunk in prange(n_chunks):
             out = buf[chunk, :n_atoms, :n_new]
@@ -558,75 +623,74 @@ def _evaluate(types, n_pairs, pair_i, pair_j, dist, flat, table, layers, blocks,
                 for c in range(n_new):
                     out[a, c] = 0.0
             scratch = np.empty((4, codes[4], n_t), zpair.dtype)
+            starts = np.empty(n_t + 1, np.int64)
             for tile in range(chunk * tiles_per_chunk, min(n_tiles, (chunk + 1) * tiles_per_chunk)):
-                _pair_forward(tile, n_pairs, pair_i, pair_j, basis[tile], pa[d, :n_atoms, :n_first],
-                              pb[d, :n_atoms, :n_first], flat, table, layers, blk, act, zpair[d, tile], scratch,
-                              out)
-        new = np.zeros((n_atoms, n_new), zpair.dtype)
-        for a in range(n_atoms):
-            for c in range(n_new):
-                for chunk in range(n_chunks):
-                    new[a, c] += buf[chunk, a, c]
-        y = new.copy()
+                _pair_forward(tile, n_pairs, pair_i, pair_j, basis[tile], pa_t[d], pb_t[d], flat, table, layers, blk,
+                              act, zpair[d, tile], scratch, starts, out)
+        new = np.zeros((n_new, n_atoms), zpair.dtype)
+        for chunk in range(n_chunks):
+            for a in range(n_atoms):
+                for c in range(n_new):
+                    new[c, a] += buf[chunk, a, c]
+        # output net: this block's part of the atomic energies
+        y = new
         col = blk[_B_ZOUT]
         for layer in range(blk[_B_OUT], blk[_B_OUT] + blk[_B_NOUT]):
-            y = _atom_dense(y, flat, table, layers[layer], zatom[d, :n_atoms, col:], act)
-            col += layers[layer, 3]
+            n_out = layers[layer, 3]
+            y = _atoms_dense(y, flat, table, layers[layer], zatom[d, col:col + n_out], act)
+            col += n_out
         units = _tensor(flat, table, layers[blk[_B_UNITS], 0])
-        for a in range(n_atoms):
-            s = 0.0
-            for k in range(y.shape[1]):
-                s += y[a, k] * units[k, 0]
-            atomic[a] += e_scale * s
-        nxt = new.copy()
+        for k in range(y.shape[0]):
+            wk = units[k, 0] * e_scale
+            for a in range(n_atoms):
+                atomic[a] += wk * y[k, a]
+        # residual update: prop_{d+1} = prop_d R + new (R = identity when the widths agree)
+        nxt = np.empty((n_new, n_atoms), zpair.dtype)
         if blk[_B_RES] >= 0:
             res = _tensor(flat, table, layers[blk[_B_RES], 0])
-            for a in range(n_atoms):
-                for c in range(n_new):
-                    for k in range(prop.shape[1]):
-                        nxt[a, c] += prop[a, k] * res[k, c]
+            _tile_matmul(prop, res, nxt, prop.shape[0], n_new)
+            for c in range(n_new):
+                for a in range(n_atoms):
+                    nxt[c, a] += new[c, a]
         else:
-            for a in range(n_atoms):
-                for c in range(n_new):
-                    nxt[a, c] += prop[a, c]
+            for c in range(n_new):
+                for a in range(n_atoms):
+                    nxt[c, a] = prop[c, a] + new[c, a]
         prop = nxt
     # ---- reverse pass
     for p in range(n_pairs):
         grad_r[p] = 0.0
-    g_next = np.zeros((n_atoms, blocks[depth - 1, _B_WOUT]), zpair.dtype)  # dE/d prop of block d + 1
+    g_next = np.zeros((blocks[depth - 1, _B_WOUT], n_atoms), zpair.dtype)  # dE/d prop_{d+1}
     for d in range(depth - 1, -1, -1):
         blk = blocks[d]
         n_new = blk[_B_WOUT]
+        n_prop = blk[_B_WIN]
         units = _tensor(flat, table, layers[blk[_B_UNITS], 0])
-        gy = np.empty((n_atoms, units.shape[0]), zpair.dtype)
-        for a in range(n_atoms):
-            for k in range(units.shape[0]):
-                gy[a, k] = e_scale * units[k, 0]
+        gy = np.empty((units.shape[0], n_atoms), zpair.dtype)
+        for k in range(units.shape[0]):
+            wk = units[k, 0] * e_scale
+            for a in range(n_atoms):
+                gy[k, a] = wk
         col = blk[_B_ZOUT]
         for layer in range(blk[_B_OUT], blk[_B_OUT] + blk[_B_NOUT]):
             col += layers[layer, 3]
         for layer in range(blk[_B_OUT] + blk[_B_NOUT] - 1, blk[_B_OUT] - 1, -1):
-            col -= layers[layer, 3]
-            gy = _atom_dense_back(gy, flat, table, layers[layer], zatom[d, :n_atoms, col:], act)
-        gnew = np.empty((n_atoms, n_new), zpair.dtype)
-        for a in range(n_atoms):
-            for c in range(n_new):
-                gnew[a, c] = gy[a, c] + g_next[a, c]
-        # dE/d prop_d through the residual (or identity)
-        n_prop = blk[_B_WIN]
-        g_prop = np.zeros((n_atoms, n_prop), zpair.dtype)
+            n_out = layers[layer, 3]
+            col -= n_out
+            gy = _atoms_dense_back(gy, flat, table, layers[layer], zatom[d, col:col + n_out], act)
+        gnew = np.empty((n_new, n_atoms), zpair.dtype)
+        for c in range(n_new):
+            for a in range(n_atoms):
+                gnew[c, a] = gy[c, a] + g_next[c, a]
+        # dE/d prop_d through the residual (or the identity)
+        g_prop = np.empty((n_prop, n_atoms), zpair.dtype)
         if blk[_B_RES] >= 0:
             res = _tensor(flat, table, layers[blk[_B_RES], 0])
-            for a in range(n_atoms):
-                for k in range(n_prop):
-                    s = 0.0
-                    for c in range(n_new):
-                        s += res[k, c] * g_next[a, c]
-                    g_prop[a, k] = s
+            _tile_matmul_t(g_next, res, g_prop, n_prop, n_new)
         else:
-            for a in range(n_atoms):
-                for k in range(n_prop):
-                    g_prop[a, k] = g_next[a, k]
+            for k in range(n_prop):
+                for a in range(n_atoms):
+                    g_prop[k, a] = g_next[k, a]
         first = layers[blk[_B_PI]]
         kernel = _tensor(flat, table, first[0])
         n_first = kernel.shape[1]
@@ -638,31 +702,37 @@ def _evaluate(types, n_pairs, pair_i, pair_j, dist, flat, table, layers, blocks,
                     ga[a, c] = 0.0
                     gb[a, c] = 0.0
             scratch = np.empty((5, codes[4], n_t), zpair.dtype)
+            starts = np.empty(n_t + 1, np.int64)
             for tile in range(chunk * tiles_per_chunk, min(n_tiles, (chunk + 1) * tiles_per_chunk)):
-                _pair_backward(tile, n_pairs, pair_i, pair_j, basis[tile], dbasis[tile], pa[d, :n_atoms, :n_first],
-                               pb[d, :n_atoms, :n_first], flat, table, layers, blk, act, zpair[d, tile], gnew,
-                               scratch, ga, gb, grad_r)
+                _pair_backward(tile, n_pairs, pair_i, pair_j, basis[tile], dbasis[tile], pa_t[d], pb_t[d], flat,
+                               table, layers, blk, act, zpair[d, tile], gnew, scratch, starts, ga, gb, grad_r)
+        if d == 0:
+            break  # the one-hot input has no gradient to pass on
+        g_first = np.zeros((2, n_first, n_atoms), zpair.dtype)  # dE/d pa, dE/d pb
+        for chunk in range(n_chunks):
+            for a in range(n_atoms):
+                for c in range(n_first):
+                    g_first[0, c, a] += buf[chunk, a, c]
+                    g_first[1, c, a] += buf[chunk, n_atoms + a, c]
         n_pp = kernel.shape[0] // 2
-        gpp = np.zeros((n_atoms, n_pp), zpair.dtype)
-        for a in range(n_atoms):
-            for c in range(n_first):
-                ga_c = 0.0
-                gb_c = 0.0
-                for chunk in range(n_chunks):
-                    ga_c += buf[chunk, a, c]
-                    gb_c += buf[chunk, n_atoms + a, c]
-                for k in range(n_pp):
-                    gpp[a, k] += ga_c * kernel[k, c] + gb_c * kernel[n_pp + k, c]
+        gpp = np.empty((n_pp, n_atoms), zpair.dtype)
+        gpp_b = np.empty((n_pp, n_atoms), zpair.dtype)
+        _tile_matmul_t(g_first[0], kernel[:n_pp], gpp, n_pp, n_first)
+        _tile_matmul_t(g_first[1], kernel[n_pp:], gpp_b, n_pp, n_first)
+        for k in range(n_pp):
+            for a in range(n_atoms):
+                gpp[k, a] += gpp_b[k, a]
         col = 0
         for layer in range(blk[_B_PP], blk[_B_PP] + blk[_B_NPP]):
             col += layers[layer, 3]
         for layer in range(blk[_B_PP] + blk[_B_NPP] - 1, blk[_B_PP] - 1, -1):
-            col -= layers[layer, 3]
-            gpp = _atom_dense_back(gpp, flat, table, layers[layer], zatom[d, :n_atoms, col:], act)
-        g_next = np.empty((n_atoms, n_prop), zpair.dtype)
-        for a in range(n_atoms):
-            for k in range(n_prop):
-                g_next[a, k] = g_prop[a, k] + gpp[a, k]
+            n_out = layers[layer, 3]
+            col -= n_out
+            gpp = _atoms_dense_back(gpp, flat, table, layers[layer], zatom[d, col:col + n_out], act)
+        g_next = np.empty((n_prop, n_atoms), zpair.dtype)
+        for k in range(n_prop):
+            for a in range(n_atoms):
+                g_next[k, a] = g_prop[k, a] + gpp[k, a]
     return n_tiles
 
 
@@ -809,11 +879,12 @@ class FastPiNet:
         self._capacity = (0, 0)
 
     def _workspace(self, n_atoms, n_cand):
-        """Arrays for up to ``n_atoms`` atoms and ``n_cand`` pairs, kept between calls (grown as needed)."""
-        if n_atoms <= self._capacity[0] and n_cand <= self._capacity[1]:
+        """Arrays for ``n_atoms`` atoms and up to ``n_cand`` pairs, kept between calls (made anew when the
+        atom count changes or the pairs outgrow them): per-atom arrays have the exact atom count, so
+        that their rows are contiguous and the per-atom loops vectorise."""
+        if n_atoms == self._capacity[0] and n_cand <= self._capacity[1]:
             return
-        n_atoms = max(n_atoms, int(1.25 * self._capacity[0]))
-        n_cand = max(n_cand, int(1.25 * self._capacity[1]), 1)
+        n_cand = max(n_cand, int(1.25 * self._capacity[1]) if n_atoms == self._capacity[0] else 0, 1)
         tile = min(TILE, 16 * ((n_cand + 15) // 16))  # a small molecule: one tile of its own size
         n_tiles = (n_cand + tile - 1) // tile
         depth, dt = len(self._blocks), self.dtype
@@ -826,12 +897,11 @@ class FastPiNet:
         self._basis = np.zeros((n_tiles, self.n_basis, tile), dt)
         self._dbasis = np.zeros((n_tiles, self.n_basis, tile), dt)
         self._zpair = np.zeros((depth, n_tiles, self._zpair_rows, tile), dt)
-        self._zatom = np.zeros((depth, n_atoms, self._zatom_cols), dt)
-        self._pa = np.zeros((depth, n_atoms, self._n_first), dt)
-        self._pb = np.zeros((depth, n_atoms, self._n_first), dt)
+        self._zatom = np.zeros((depth, self._zatom_cols, n_atoms), dt)
+        self._pa_t = np.zeros((depth, self._n_first, n_atoms), dt)
+        self._pb_t = np.zeros((depth, self._n_first, n_atoms), dt)
         self._buf = np.zeros((self.threads, 2 * n_atoms, self._max_width), dt)
         self._atomic = np.zeros(n_atoms, dt)
-        self._forces = np.zeros((n_atoms, 3))
         self._capacity = (n_atoms, n_cand)
 
     def __call__(self, numbers, coord, cand_i, cand_j, cand_offset, cell=None, pbc=None):
@@ -856,6 +926,9 @@ class FastPiNet:
         self._workspace(n_atoms, len(cand_i))
         n_pairs = find_pairs(coord, cand_i, cand_j, cand_offset, self.rc, self._pair_i, self._pair_j,
                              self._diff, self._dist)
+        if n_pairs < 0:
+            raise ValueError("FastPiNet: the candidate pairs must be sorted by their first atom (cand_i), "
+                             "as pinn.neighbors.neighbor_list gives them")
         dist = self._dist_dt
         dist[:n_pairs] = self._dist[:n_pairs]
         n_chunks = self.threads if n_pairs >= PARALLEL_MIN_PAIRS else 1
@@ -864,8 +937,8 @@ class FastPiNet:
         try:
             _evaluate(types, n_pairs, self._pair_i, self._pair_j, dist, self._flat, self._table, self._layers,
                       self._blocks, self._codes_array, self._scal, n_chunks, self._basis, self._dbasis,
-                      self._zpair, self._zatom, self._pa, self._pb, self._buf, self._grad_r,
-                      self._atomic[:n_atoms])
+                      self._zpair, self._zatom, self._pa_t, self._pb_t, self._buf, self._grad_r,
+                      self._atomic)
         finally:
             numba.set_num_threads(previous)
         forces = np.zeros((n_atoms, 3))
