@@ -18,7 +18,7 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.9,<3.12",
     packages=find_packages(include=["pinn", "pinn.*"]),
-    install_requires=["numpy<2", "ase>=3.22", "pyyaml>=5", "matplotlib>=3.5"],
+    install_requires=["numpy<2", "ase>=3.22", "pyyaml>=5", "matplotlib>=3.5", "numba>=0.59"],
     extras_require={
         "cpu": [f"tensorflow-cpu=={TF_VERSION}"],
         "gpu": [f"tensorflow[and-cuda]=={TF_VERSION}"],

@@ -18,6 +18,7 @@ def main():
     ap.add_argument("datasets", nargs="*", default=["ethanol", "cu108"])
     ap.add_argument("--steps", type=int, default=700, help="total steps (200 of them warm-up)")
     ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--parts", type=int, default=None, help="model.params.batch_parts (default: the trainer's)")
     args = ap.parse_args()
     import ase.io
     import numpy as np
@@ -31,7 +32,8 @@ def main():
         model_dir = path.replace(".xyz", "") + "-model"
         shutil.rmtree(model_dir, ignore_errors=True)
         params = {"model_dir": model_dir, "network": {"name": "PiNet", "params": dict(REFERENCE_NETWORK, atom_types=types)},
-                  "model": {"name": "potential_model", "params": dict(REFERENCE_MODEL, data_resume="none")}}
+                  "model": {"name": "potential_model", "params": dict(REFERENCE_MODEL, data_resume="none",
+                                                                        batch_parts=args.parts)}}
         model = potential_model(params)
         structures = load_ase(dataset_path(name, "train"))  # read once: the 90 % training split
         # the documented pipeline: neighbor lists once per structure, before the cache
@@ -41,7 +43,7 @@ def main():
         intervals = [r["structures_per_s"] for r in read_metrics(model_dir, "train") if r["step"] > 200]
         structures_per_s = float(np.median(intervals))
         steps_per_s = structures_per_s / args.batch
-        emit(benchmark="train", dataset=name, atoms_per_structure=len(first), batch=args.batch,
+        emit(benchmark="train", dataset=name, atoms_per_structure=len(first), batch=args.batch, parts=model.parts,
              steps_per_s=round(steps_per_s, 2), structures_per_s=round(steps_per_s * args.batch, 1),
              atoms_per_s=round(steps_per_s * args.batch * len(first)), peak_rss_mb=round(peak_rss_mb()),
              intervals=len(intervals), network=params["network"], model=params["model"]["params"])

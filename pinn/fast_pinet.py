@@ -179,6 +179,38 @@ def _runs(pair_i, p0, n_valid, starts):
 
 
 @_jit()
+def _spread_by_first_atom(src_t, n, pair_i, p0, n_valid, starts, dest):
+    """dest[c, t] = src_t[c, first atom of pair t] for c < n over a tile (0 past ``n_valid``), one
+    broadcast per run of equal first atoms; returns the number of runs (their starts in ``starts``)."""
+    for c in range(n):
+        for t in range(n_valid, dest.shape[1]):
+            dest[c, t] = 0.0
+    n_runs = _runs(pair_i, p0, n_valid, starts)
+    for r in range(n_runs):
+        t0, t1 = starts[r], starts[r + 1]
+        i = pair_i[p0 + t0]
+        for c in range(n):
+            v = src_t[c, i]
+            for t in range(t0, t1):
+                dest[c, t] = v
+    return n_runs
+
+
+@_jit()
+def _sum_by_first_atom(src, n, pair_i, p0, n_runs, starts, out):
+    """out[i, c] += the sum of src[c, t] over the tile's pairs t with first atom i (c < n), one
+    contiguous sum per run of :func:`_runs`."""
+    for r in range(n_runs):
+        t0, t1 = starts[r], starts[r + 1]
+        i = pair_i[p0 + t0]
+        for c in range(n):
+            s = out[i, c] * 0
+            for t in range(t0, t1):
+                s += src[c, t]
+            out[i, c] += s
+
+
+@_jit()
 def _tile_matmul(x, w, out, n_in, n_out):
     """out[:n_out] = w^T x[:n_in] on a tile: out[c, t] = sum_k w[k, c] x[k, t].
 
@@ -211,28 +243,7 @@ def _tile_matmul(x, w, out, n_in, n_out):
 @_jit()
 def _tile_matmul_t(dy, w, out, n_in, n_out):
     """out[:n_in] = w dy[:n_out] on a tile (the reverse of :func:`_tile_matmul`)."""
-    n_t = out.shape[1]
-    for k in range(0, n_in - 1, 2):
-        o0, o1 = out[k], out[k + 1]
-        for t in range(n_t):
-            o0[t] = 0.0
-            o1[t] = 0.0
-        for c in range(n_out):
-            w0, w1 = w[k, c], w[k + 1, c]
-            dc = dy[c]
-            for t in range(n_t):
-                o0[t] += w0 * dc[t]
-                o1[t] += w1 * dc[t]
-    if n_in % 2:
-        k = n_in - 1
-        o0 = out[k]
-        for t in range(n_t):
-            o0[t] = 0.0
-        for c in range(n_out):
-            w0 = w[k, c]
-            dc = dy[c]
-            for t in range(n_t):
-                o0[t] += w0 * dc[t]
+    _tile_matmul(dy, w.T, out, n_out, n_in)
 
 
 @_jit()
@@ -326,6 +337,29 @@ def _atoms_dense_back(gy, flat, table, layer, z, act):
     return gx
 
 
+@_jit()
+def _atoms_stack(x, flat, table, layers, start, count, z, col, act):
+    """Layers ``start`` .. ``start + count - 1`` on all atoms (:func:`_atoms_dense`), their z kept in
+    rows ``col``... of ``z``; returns the last activations."""
+    for layer in range(start, start + count):
+        n_out = layers[layer, 3]
+        x = _atoms_dense(x, flat, table, layers[layer], z[col:col + n_out], act)
+        col += n_out
+    return x
+
+
+@_jit()
+def _atoms_stack_back(gy, flat, table, layers, start, count, z, col, act):
+    """The reverse of :func:`_atoms_stack`: dE/d its input from dE/d its output."""
+    for layer in range(start, start + count):
+        col += layers[layer, 3]
+    for layer in range(start + count - 1, start - 1, -1):
+        n_out = layers[layer, 3]
+        col -= n_out
+        gy = _atoms_dense_back(gy, flat, table, layers[layer], z[col:col + n_out], act)
+    return gy
+
+
 # ------------------------------------------------------------------ pair tiles
 @_jit()
 def _keep(z, y, dest, n, keep_y):
@@ -352,18 +386,11 @@ def _pair_forward(tile, n_pairs, pair_i, pair_j, e, pa_t, pb_t, flat, table, lay
     x, y, u, inter = scratch[0], scratch[1], scratch[2], scratch[3]
     n_first = pa_t.shape[0]
     keep_y = _keeps_output(act)
+    n_runs = _spread_by_first_atom(pa_t, n_first, pair_i, p0, n_valid, starts, x)
     for c in range(n_first):
-        for t in range(n_valid, n_t):
-            x[c, t] = 0.0
-    n_runs = _runs(pair_i, p0, n_valid, starts)
-    for r in range(n_runs):
-        t0, t1 = starts[r], starts[r + 1]
-        i = pair_i[p0 + t0]
-        for c in range(n_first):
-            v = pa_t[c, i]
-            row_b = pb_t[c]
-            for t in range(t0, t1):
-                x[c, t] = v + row_b[pair_j[p0 + t]]
+        row_b = pb_t[c]
+        for t in range(n_valid):
+            x[c, t] += row_b[pair_j[p0 + t]]
     n_pi_layers = blk[_B_NPI]
     pi_out = layers[blk[_B_PI] + n_pi_layers - 1]
     kernel = _tensor(flat, table, pi_out[0])
@@ -416,14 +443,22 @@ def _pair_forward(tile, n_pairs, pair_i, pair_j, e, pa_t, pb_t, flat, table, lay
         src = y
         row += n_out
         n_h = n_out
-    for r in range(n_runs):
-        t0, t1 = starts[r], starts[r + 1]
-        i = pair_i[p0 + t0]
-        for c in range(n_h):
-            s = out[i, c] * 0
-            for t in range(t0, t1):
-                s += src[c, t]
-            out[i, c] += s
+    _sum_by_first_atom(src, n_h, pair_i, p0, n_runs, starts, out)
+
+
+@_jit()
+def _tile_layers_back(g, tmp, flat, table, layers, lo, hi, z, row, act):
+    """Back through the pair layers ``lo`` .. ``hi - 1``: ``g`` holds dE/d the output of the last
+    on entry and dE/d the input of the first on exit; their kept values end at row ``row`` of ``z``."""
+    for layer in range(hi - 1, lo - 1, -1):
+        w = _tensor(flat, table, layers[layer, 0])
+        n_in, n_out = w.shape
+        row -= n_out
+        _dact_kept(z[row:row + n_out], g, n_out, act)
+        _tile_matmul_t(g, w, tmp, n_in, n_out)
+        for c in range(n_in):
+            for t in range(g.shape[1]):
+                g[c, t] = tmp[c, t]
 
 
 @_jit()
@@ -453,28 +488,8 @@ def _pair_backward(tile, n_pairs, pair_i, pair_j, e, de_dr, pa_t, pb_t, flat, ta
         ii_end += layers[layer, 3]
     n_last = layers[blk[_B_II] + blk[_B_NII] - 1, 3]
     keep_y = _keeps_output(act)
-    for c in range(n_last):
-        for t in range(n_valid, n_t):
-            dy[c, t] = 0.0
-    n_runs = _runs(pair_i, p0, n_valid, starts)
-    for r in range(n_runs):
-        t0, t1 = starts[r], starts[r + 1]
-        i = pair_i[p0 + t0]
-        for c in range(n_last):
-            v = gnew_t[c, i]
-            for t in range(t0, t1):
-                dy[c, t] = v
-    # back through the II net
-    row = ii_end
-    for layer in range(blk[_B_II] + blk[_B_NII] - 1, blk[_B_II] - 1, -1):
-        w = _tensor(flat, table, layers[layer, 0])
-        n_in, n_out = w.shape
-        row -= n_out
-        _dact_kept(z[row:row + n_out], dy, n_out, act)
-        _tile_matmul_t(dy, w, dx, n_in, n_out)
-        for c in range(n_in):
-            for t in range(n_t):
-                dy[c, t] = dx[c, t]
+    n_runs = _spread_by_first_atom(gnew_t, n_last, pair_i, p0, n_valid, starts, dy)
+    _tile_layers_back(dy, dx, flat, table, layers, blk[_B_II], blk[_B_II] + blk[_B_NII], z, ii_end, act)
     # dy is now dE/dI [n_pi, tile]
     for b in range(n_basis):
         for t in range(n_t):
@@ -513,26 +528,11 @@ def _pair_backward(tile, n_pairs, pair_i, pair_j, e, de_dr, pa_t, pb_t, flat, ta
                 for t in range(n_t):
                     de[b, t] += dy[c, t] * bc
         # back through the PI hidden layers to the first layer's pre-activation
-        row = pi_rows
-        for layer in range(blk[_B_PI] + n_pi_layers - 2, blk[_B_PI], -1):
-            w = _tensor(flat, table, layers[layer, 0])
-            n_in, n_out = w.shape
-            row -= n_out
-            _dact_kept(z[row:row + n_out], dx, n_out, act)
-            _tile_matmul_t(dx, w, dy, n_in, n_out)
-            for c in range(n_in):
-                for t in range(n_t):
-                    dx[c, t] = dy[c, t]
+        _tile_layers_back(dx, dy, flat, table, layers, blk[_B_PI] + 1, blk[_B_PI] + n_pi_layers - 1, z, pi_rows,
+                          act)
         _dact_kept(z[0:n_first], dx, n_first, act)
         n_grad = n_first
-    for r in range(n_runs):
-        t0, t1 = starts[r], starts[r + 1]
-        i = pair_i[p0 + t0]
-        for c in range(n_grad):
-            s = ga[i, c] * 0
-            for t in range(t0, t1):
-                s += dx[c, t]
-            ga[i, c] += s
+    _sum_by_first_atom(dx, n_grad, pair_i, p0, n_runs, starts, ga)
     for t in range(n_valid):
         p = p0 + t
         j = pair_j[p]
@@ -599,12 +599,7 @@ def _evaluate(types, n_pairs, pair_i, pair_j, dist, flat, table, layers, blocks,
         atomic[a] = 0.0
     for d in range(depth):
         blk = blocks[d]
-        x = prop
-        col = 0
-        for layer in range(blk[_B_PP], blk[_B_PP] + blk[_B_NPP]):
-            n_out = layers[layer, 3]
-            x = _atoms_dense(x, flat, table, layers[layer], zatom[d, col:col + n_out], act)
-            col += n_out
+        x = _atoms_stack(prop, flat, table, layers, blk[_B_PP], blk[_B_NPP], zatom[d], 0, act)
         first = layers[blk[_B_PI]]
         kernel = _tensor(flat, table, first[0])
         n_pp = x.shape[0]
@@ -633,12 +628,7 @@ def _evaluate(types, n_pairs, pair_i, pair_j, dist, flat, table, layers, blocks,
                 for c in range(n_new):
                     new[c, a] += buf[chunk, a, c]
         # output net: this block's part of the atomic energies
-        y = new
-        col = blk[_B_ZOUT]
-        for layer in range(blk[_B_OUT], blk[_B_OUT] + blk[_B_NOUT]):
-            n_out = layers[layer, 3]
-            y = _atoms_dense(y, flat, table, layers[layer], zatom[d, col:col + n_out], act)
-            col += n_out
+        y = _atoms_stack(new, flat, table, layers, blk[_B_OUT], blk[_B_NOUT], zatom[d], blk[_B_ZOUT], act)
         units = _tensor(flat, table, layers[blk[_B_UNITS], 0])
         for k in range(y.shape[0]):
             wk = units[k, 0] * e_scale
@@ -671,13 +661,7 @@ def _evaluate(types, n_pairs, pair_i, pair_j, dist, flat, table, layers, blocks,
             wk = units[k, 0] * e_scale
             for a in range(n_atoms):
                 gy[k, a] = wk
-        col = blk[_B_ZOUT]
-        for layer in range(blk[_B_OUT], blk[_B_OUT] + blk[_B_NOUT]):
-            col += layers[layer, 3]
-        for layer in range(blk[_B_OUT] + blk[_B_NOUT] - 1, blk[_B_OUT] - 1, -1):
-            n_out = layers[layer, 3]
-            col -= n_out
-            gy = _atoms_dense_back(gy, flat, table, layers[layer], zatom[d, col:col + n_out], act)
+        gy = _atoms_stack_back(gy, flat, table, layers, blk[_B_OUT], blk[_B_NOUT], zatom[d], blk[_B_ZOUT], act)
         gnew = np.empty((n_new, n_atoms), zpair.dtype)
         for c in range(n_new):
             for a in range(n_atoms):
@@ -722,13 +706,7 @@ def _evaluate(types, n_pairs, pair_i, pair_j, dist, flat, table, layers, blocks,
         for k in range(n_pp):
             for a in range(n_atoms):
                 gpp[k, a] += gpp_b[k, a]
-        col = 0
-        for layer in range(blk[_B_PP], blk[_B_PP] + blk[_B_NPP]):
-            col += layers[layer, 3]
-        for layer in range(blk[_B_PP] + blk[_B_NPP] - 1, blk[_B_PP] - 1, -1):
-            n_out = layers[layer, 3]
-            col -= n_out
-            gpp = _atoms_dense_back(gpp, flat, table, layers[layer], zatom[d, col:col + n_out], act)
+        gpp = _atoms_stack_back(gpp, flat, table, layers, blk[_B_PP], blk[_B_NPP], zatom[d], 0, act)
         g_next = np.empty((n_prop, n_atoms), zpair.dtype)
         for k in range(n_prop):
             for a in range(n_atoms):
@@ -758,20 +736,29 @@ def available():
     return numba is not None
 
 
-def supports(model):
-    """Whether :class:`FastPiNet` can evaluate ``model`` (a Trainer): a potential model with a PiNet."""
+def _potential(model):
+    """The :class:`~pinn.models.potential.PotentialModel` of a Trainer (or the model itself), else None."""
     from pinn.models.potential import PotentialModel
+    model = model if isinstance(model, PotentialModel) else getattr(model, "model", None)
+    return model if isinstance(model, PotentialModel) else None
+
+
+def supports(model):
+    """Whether :class:`FastPiNet` can evaluate ``model`` (a Trainer or a PotentialModel): a potential
+    model with a PiNet network, with Numba installed."""
     from pinn.networks.pinet import PiNet
-    return available() and isinstance(model.model, PotentialModel) and isinstance(model.model.network, PiNet)
+    potential = _potential(model)
+    return available() and potential is not None and isinstance(potential.network, PiNet)
 
 
 class FastPiNet:
     """Energy, forces and stress of one structure from a PiNet potential, in Numba kernels.
 
     Args:
-        trainer: a :class:`pinn.trainer.Trainer` of a potential model with a PiNet network
-            (what :func:`pinn.models.get_model` returns).  Its current weights are copied (the
-            calculator copies them inside ``trainer.averaged_weights()``); call
+        model: a :class:`pinn.trainer.Trainer` of a potential model with a PiNet network (what
+            :func:`pinn.models.get_model` returns), or the
+            :class:`~pinn.models.potential.PotentialModel` itself.  Its current weights are
+            copied (the calculator copies them inside ``trainer.averaged_weights()``); call
             :meth:`load_weights` after they change.
         threads: threads for the pair work (default: Numba's, i.e. the CPU cores); structures
             with fewer than :data:`PARALLEL_MIN_PAIRS` pairs run on one.
@@ -780,13 +767,12 @@ class FastPiNet:
     (:meth:`__call__`).
     """
 
-    def __init__(self, trainer, threads=None):
+    def __init__(self, model, threads=None):
         if not available():
             raise ImportError("the fast PiNet engine needs Numba (pip install numba)")
-        if not supports(trainer):
+        if not supports(model):
             raise ValueError("the fast engine evaluates potential models with a PiNet network only")
-        self.trainer = trainer
-        model = trainer.model
+        self.model = model = _potential(model)
         net = model.network
         p = net.params
         if p["act"] not in _ACT_CODES:
@@ -809,7 +795,7 @@ class FastPiNet:
     # -- weights
     def load_weights(self):
         """Copy the model's current weights (and per-element energy offsets)."""
-        model = self.trainer.model
+        model = self.model
         net = model.network
         tensors, layers, blocks = [], [], []
         offset = [0]

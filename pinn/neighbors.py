@@ -227,19 +227,37 @@ class VerletNeighbors:
         moved = np.max(np.sum((coord - ref_coord) ** 2, axis=1)) if len(coord) else 0.0
         return moved > (0.5 * self.skin) ** 2
 
+    def _update(self, coord, cell, pbc):
+        """Rebuild the kept list if needed; returns whether it was rebuilt."""
+        if not self._stale(coord, cell, pbc):
+            return False
+        self._pairs = neighbor_list(coord, cell, pbc, self.rc + self.skin)
+        self._ref = (coord.copy(), cell.copy(), pbc.copy())
+        self.builds += 1
+        self._offsets = self._pairs[1] @ cell
+        self._first = np.ascontiguousarray(self._pairs[0][:, 0])
+        self._second = np.ascontiguousarray(self._pairs[0][:, 1])
+        return True
+
     def __call__(self, coord, cell, pbc):
         """``(ind_2, shift)`` of the pairs closer than ``rc``, as :func:`neighbor_list` returns them."""
         coord = np.asarray(coord, dtype=np.float64).reshape(-1, 3)
         cell = np.asarray(cell, dtype=np.float64).reshape(3, 3)
         pbc = np.asarray(pbc, dtype=bool).reshape(3)
-        if self._stale(coord, cell, pbc):
-            self._pairs = neighbor_list(coord, cell, pbc, self.rc + self.skin)
-            self._ref = (coord.copy(), cell.copy(), pbc.copy())
-            self.builds += 1
-            if self.skin == 0:
-                return self._pairs
-            self._offsets = self._pairs[1] @ cell
+        if self._update(coord, cell, pbc) and self.skin == 0:
+            return self._pairs
         ind_2, shift = self._pairs
         diff = coord[ind_2[:, 1]] - coord[ind_2[:, 0]] + self._offsets
         close = np.einsum("pa,pa->p", diff, diff) < self.rc * self.rc
         return ind_2[close], shift[close]
+
+    def candidates(self, coord, cell, pbc):
+        """The kept list itself, for a consumer that drops the pairs beyond ``rc`` on its own
+        (:class:`pinn.fast_pinet.FastPiNet`): ``(first, second, offsets)``, the atoms of each
+        pair (contiguous int32, sorted by first atom) and its image offset shift · cell (Å), a
+        superset of the pairs closer than ``rc`` (rebuilt when stale, as for a call)."""
+        coord = np.asarray(coord, dtype=np.float64).reshape(-1, 3)
+        cell = np.asarray(cell, dtype=np.float64).reshape(3, 3)
+        pbc = np.asarray(pbc, dtype=bool).reshape(3)
+        self._update(coord, cell, pbc)
+        return self._first, self._second, self._offsets

@@ -172,12 +172,17 @@ def pad_tensors(batch, rc, element):
 
 
 def pad_to_buckets(rc, element, num_parallel_calls=tf.data.AUTOTUNE):
-    """Dataset transform: :func:`pad_tensors` on every sparse batch (with neighbor lists).
+    """Dataset transform: :func:`pad_tensors` on every sparse batch (with neighbor lists), or on
+    every part of a batch split by :func:`pinn.io.split_batch` (a tuple of sparse batches).
 
     Use as ``dataset.apply(pad_to_buckets(rc, element))``; the trainer does this itself for
     an XLA-compiled training step (``model.params.jit``).
     """
+    def pad(*parts):  # tf.data passes the parts of a tuple element as separate arguments
+        if len(parts) == 1:
+            return pad_tensors(parts[0], rc, element)
+        return tuple(pad_tensors(part, rc, element) for part in parts)
+
     def transform(dataset):
-        return dataset.map(lambda batch: pad_tensors(batch, rc, element), num_parallel_calls=num_parallel_calls,
-                           deterministic=True)
+        return dataset.map(pad, num_parallel_calls=num_parallel_calls, deterministic=True)
     return transform

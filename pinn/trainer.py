@@ -39,7 +39,7 @@ import tensorflow as tf
 from pinn import keys as K
 from pinn.ema import WeightAverage
 from pinn.guards import StopSignals, TrainingPreempted, Watchdog
-from pinn.io.batch import add_neighbors
+from pinn.io.batch import add_neighbors, split_batch
 from pinn.logs import setup_logging
 from pinn.metrics import MAX_PARITY_ROWS, write_eval_predictions
 from pinn.networks import get_network
@@ -90,6 +90,11 @@ TRAINING_PARAMS = {
     "jit": Option((bool, None), None, "compile the training step with XLA, on batches padded to a few bucket sizes "
                   "(pinn.padding; one compile of ~10 s per bucket, then 1.1-1.4x faster training on 2 CPU cores); None: "
                   "for the networks that support it (PiNet, LJ)"),
+    "batch_parts": Option((int, None), None, "split each training batch into this many parts of consecutive "
+                          "structures whose gradients are computed concurrently and summed (the same update: an "
+                          "XLA-compiled computation runs on about one CPU core, so one part per core keeps the "
+                          "cores busy); None: one part per CPU core, at most 4, for an XLA-compiled step of one "
+                          "process without a GPU, else 1", check=positive),
     "max_grad_norm": Option((float, None), 10.0, "clip gradients to this global norm (None: no clipping)"),
     "accumulate_batches": Option(int, 1, "batches per step: their gradients are summed (one allreduce in a "
                                  "parallel run) and the loss is normalised over all of them", check=positive),
@@ -166,6 +171,7 @@ class Trainer:
         self.rc = self.params["network"]["params"]["rc"]
         self.model = model_cls(self.network, self.mp, self.params["network"]["params"]["atom_types"], self.dtype)
         self.jit = self._jit_setting()
+        self.parts = self._parts_setting()
         self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
         self.lr_factor = tf.Variable(1.0, dtype=tf.float32, trainable=False, name="lr_factor")
         self.best_metric = tf.Variable(np.inf, dtype=tf.float64, trainable=False, name="best_metric")
@@ -206,6 +212,16 @@ class Trainer:
             raise ParamsError(f"model.params.jit: the {self.params['network']['name']} network cannot be compiled "
                               f"with XLA (its shapes depend on the data); set jit to false or leave it unset")
         return self.mp["jit"]
+
+    def _parts_setting(self):
+        """Parts per training batch (``model.params.batch_parts``; default: one per CPU core, at most 4, for an
+        XLA-compiled step of one process on CPU, since XLA runs a computation's loops on one core)."""
+        if self.mp["batch_parts"] is not None:
+            return self.mp["batch_parts"]
+        if not self.jit or self.world.is_parallel or tf.config.list_physical_devices("GPU"):
+            return 1
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        return max(1, min(cores, 4))
 
     def current_learning_rate(self):
         """The learning rate of the next update (float32 tensor)."""
@@ -325,9 +341,15 @@ class Trainer:
             self._averaged = True
         self._frozen = True
 
-    def _input(self, input_fn, skip=0, pad=False):
-        """The dataset of ``input_fn`` checked, with neighbor lists, ``skip`` batches skipped, padded to
-        bucket sizes when ``pad`` (for the XLA-compiled training step) and prefetched."""
+    @property
+    def frozen(self):
+        """Whether the weights are fixed for good (:meth:`freeze_averaged_weights`)."""
+        return self._frozen
+
+    def _input(self, input_fn, skip=0, pad=False, parts=1):
+        """The dataset of ``input_fn`` checked, with neighbor lists, ``skip`` batches skipped, split into
+        tuples of ``parts`` sparse batches when ``parts > 1``, padded to bucket sizes when ``pad`` (for the
+        XLA-compiled training step) and prefetched."""
         dataset = input_fn()
         if not isinstance(dataset, tf.data.Dataset):
             raise TypeError(f"input_fn must return a tf.data.Dataset, got {type(dataset).__name__}")
@@ -345,31 +367,46 @@ class Trainer:
             def known_elements(batch):
                 with tf.control_dependencies([index(batch[K.ELEMS])]):
                     return {**batch, K.ELEMS: tf.identity(batch[K.ELEMS])}
-            dataset = dataset.map(known_elements).apply(
-                pad_to_buckets(self.rc, self.params["network"]["params"]["atom_types"][0]))
+            dataset = dataset.map(known_elements)
+        if parts > 1:
+            dataset = dataset.map(lambda batch: split_batch(batch, parts), num_parallel_calls=tf.data.AUTOTUNE,
+                                  deterministic=True)
+        if pad:
+            dataset = dataset.apply(pad_to_buckets(self.rc, self.params["network"]["params"]["atom_types"][0]))
         return dataset.prefetch(tf.data.AUTOTUNE)
 
     # --------------------------------------------------------------- training
     def _make_step_fns(self, spec):
         """The traced pieces of a step: local loss counts, local gradients, reduce-and-apply, and the
-        whole step in one function (used by one process with one batch per step)."""
+        whole step in one function (used by one process with one batch per step).
+
+        A batch split into parts (a tuple of sparse batches, ``batch_parts``) has its counts and
+        gradients summed over the parts; each part's gradients are one compiled function, and the
+        parts' calls, independent, run concurrently on TensorFlow's inter-op threads."""
         model, mp, world = self.model, self.mp, self.world
-        missing = model.missing_labels(spec)
+        split = isinstance(spec, tuple)
+        part_spec = spec[0] if split else spec
+        missing = model.missing_labels(part_spec)
         if missing:
             raise ValueError(f"the model trains on {missing} but the training data have no "
                              f"{[model.LABELS[t] for t in missing]} (see model.params)")
         variables = model.trainable_variables
         terms = model.loss_term_names()
         outputs = model.train_outputs()
-        metric_keys = model.metric_keys(spec, outputs)
+        metric_keys = model.metric_keys(part_spec, outputs)
         one_hot_rank = tf.one_hot(world.rank, world.size, dtype=self.dtype)
         schedule_position = self.learning_rate.single_rank_steps
 
         def counts_of(batch):
+            if split:
+                return tf.add_n([counts_of_part(part) for part in batch])
+            return counts_of_part(batch)
+
+        def counts_of_part(batch):
             counts = model.loss_counts(batch)
             return tf.stack([counts[t] for t in terms])
 
-        def gradients_of(batch, global_counts):
+        def part_gradients(batch, global_counts):
             weights = model.loss_weights(schedule_position(self.step))
             with tf.GradientTape() as tape:
                 pred = model.predict(batch, **outputs)
@@ -385,6 +422,16 @@ class Trainer:
                               + [tf.stack(errors[k]) for k in metric_keys]
                               + [one_hot_rank * tf.cast(tf.logical_not(finite), self.dtype)], axis=0)
             return grads, stats
+
+        if split:  # one compiled function per part, the parts' calls concurrent in an uncompiled step
+            compiled_part = tf.function(part_gradients, jit_compile=self.jit)
+
+            def gradients_of(batch, global_counts):
+                results = [compiled_part(part, global_counts) for part in batch]
+                grads = [tf.add_n(list(g)) for g in zip(*[r[0] for r in results])]
+                return grads, tf.add_n([r[1] for r in results])
+        else:
+            gradients_of = part_gradients
 
         @tf.function(jit_compile=True)  # clipping, Adam and the average fused: ~10 % of a small step
         def apply(grads):
@@ -410,7 +457,7 @@ class Trainer:
         local_counts = tf.function(counts_of, input_signature=[spec])
         # XLA (jit): compiled once per bucket of padded batch sizes; the tf.function is traced once
         local_gradients = tf.function(gradients_of, input_signature=[spec, tf.TensorSpec([len(terms)], tf.float64)],
-                                      jit_compile=self.jit)
+                                      jit_compile=self.jit and not split)
         grad_specs = [tf.TensorSpec(v.shape, v.dtype) for v in variables]
         n_stats = 2 + 3 * len(metric_keys) + world.size
 
@@ -420,7 +467,7 @@ class Trainer:
             stats = world.allreduce_sum([stats])[0]
             return apply_if_finite(grads, stats)
 
-        @tf.function(input_signature=[spec], jit_compile=self.jit)
+        @tf.function(input_signature=[spec], jit_compile=self.jit and not split)
         def whole_step(batch):
             """One process, one batch per step: the step in one graph (one call, no host round trips)."""
             grads, stats = gradients_of(batch, counts_of(batch))
@@ -522,7 +569,7 @@ class Trainer:
             self._fit_dress(input_fn)
             self._broadcast_state()
         skip = start * k if self.mp["data_resume"] == "skip" else 0
-        dataset = self._input(input_fn, skip=skip, pad=self.jit)
+        dataset = self._input(input_fn, skip=skip, pad=self.jit, parts=self.parts)
         if self._step_fns is None or self._step_fns[0] != dataset.element_spec:
             self._step_fns = (dataset.element_spec, self._make_step_fns(dataset.element_spec))
         if self.is_chief and not self.manager.latest_checkpoint:
@@ -874,5 +921,7 @@ class _Run:
 
 
 def _real_structures(batch):
-    """Structures in a batch, the padding structure not counted."""
+    """Structures in a batch (or in all parts of a split batch), the padding structures not counted."""
+    if isinstance(batch, tuple):
+        return sum(_real_structures(part) for part in batch)
     return int(np.sum(batch[K.REAL])) if K.REAL in batch else int(batch[K.CELL].shape[0])

@@ -99,12 +99,12 @@ def test_pipeline_padding_equals_the_calculator_padding(rng):
         pad_tensors(tf_padded, RC, element=29)
 
 
-def _train(tmp_path, alloy_xyz, jit, steps=4):
+def _train(tmp_path, alloy_xyz, jit, steps=4, parts=None):
     net = {"atom_types": [29, 79], "rc": 4.5, "depth": 2, "pp_nodes": [8], "pi_nodes": [8], "ii_nodes": [8],
            "out_nodes": [8]}
     mp = {"use_force": True, "use_stress": True, "learning_rate": 1e-2, "jit": jit, "log_every_n_steps": 2,
-          "progress_bar": "off", "tensorboard": False, **PLAIN_SCHEDULE}
-    model = potential_model({"model_dir": str(tmp_path / f"jit-{jit}"), "precision": "float64",
+          "progress_bar": "off", "tensorboard": False, "batch_parts": parts, **PLAIN_SCHEDULE}
+    model = potential_model({"model_dir": str(tmp_path / f"jit-{jit}-{parts}"), "precision": "float64",
                              "network": {"name": "PiNet", "params": net},
                              "model": {"name": "potential_model", "params": mp}})
     train = lambda: load_ase(alloy_xyz).take(20).apply(sparse_batch(5))  # noqa: E731
@@ -112,12 +112,14 @@ def _train(tmp_path, alloy_xyz, jit, steps=4):
     return model
 
 
-def test_compiled_training_takes_the_same_steps(tmp_path, alloy_xyz):
-    """jit=True (XLA on padded batches) trains to the same weights and figures as jit=False."""
+@pytest.mark.parametrize("parts", [1, 3])
+def test_compiled_training_takes_the_same_steps(tmp_path, alloy_xyz, parts):
+    """jit=True (XLA on padded batches), in one part or in 3 uneven parts of a batch of 5
+    (batch_parts), trains to the same weights and figures as jit=False in one part."""
     from pinn.metrics import read_metrics
-    plain = _train(tmp_path, alloy_xyz, jit=False)
-    compiled = _train(tmp_path, alloy_xyz, jit=True)
-    assert compiled.jit and not plain.jit
+    plain = _train(tmp_path, alloy_xyz, jit=False, parts=1)
+    compiled = _train(tmp_path, alloy_xyz, jit=True, parts=parts)
+    assert compiled.jit and not plain.jit and compiled.parts == parts and plain.parts == 1
     for a, b in zip(compiled.model.trainable_variables, plain.model.trainable_variables):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-8, atol=1e-10)
     figures = [read_metrics(m.model_dir, "train") for m in (compiled, plain)]
@@ -126,6 +128,51 @@ def test_compiled_training_takes_the_same_steps(tmp_path, alloy_xyz):
             assert compiled_row[key] == pytest.approx(plain_row[key], rel=1e-8), key
     assert compiled.evaluate(lambda: load_ase(alloy_xyz).take(10).apply(sparse_batch(5)))["F_MAE"] == \
         pytest.approx(plain.evaluate(lambda: load_ase(alloy_xyz).take(10).apply(sparse_batch(5)))["F_MAE"], rel=1e-8)
+
+
+def test_batch_parts_default(tmp_path, monkeypatch):
+    """None: one part per core (at most 4) for the compiled step of one process on a CPU, else 1."""
+    import os
+    params = lambda jit: {"model_dir": str(tmp_path / f"d{jit}"), "network": {"name": "PiNet", "params": {  # noqa
+        "atom_types": [29]}}, "model": {"name": "potential_model", "params": {"jit": jit}}}
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2}, raising=False)
+    assert potential_model(params(True)).parts == 3
+    assert potential_model(params(False)).parts == 1
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
+    assert potential_model(params(None)).parts == 4
+    with pytest.raises(ParamsError, match="batch_parts"):
+        potential_model({**params(True), "model": {"name": "potential_model", "params": {"batch_parts": 0}}})
+
+
+def test_split_batch_parts_make_up_the_batch(alloy_xyz):
+    from pinn.io import add_neighbors, split_batch
+    batch = next(iter(load_ase(alloy_xyz).take(5).apply(add_neighbors(4.5)).apply(sparse_batch(5))))
+    for n_parts in (1, 2, 3, 7):
+        parts = split_batch(batch, n_parts)
+        assert len(parts) == n_parts
+        sizes = [int(p[K.CELL].shape[0]) for p in parts]
+        assert sum(sizes) == 5 and max(sizes) - min(sizes) <= 1
+        for key in batch:
+            if key in (K.IND_1, K.IND_2):
+                continue
+            np.testing.assert_array_equal(np.concatenate([p[key].numpy() for p in parts]), batch[key].numpy())
+        # indices renumbered into each part: shifting them back gives the batch's
+        atoms = np.cumsum([0] + [int(p[K.COORD].shape[0]) for p in parts])
+        structs = np.cumsum([0] + sizes)
+        np.testing.assert_array_equal(np.concatenate([p[K.IND_1].numpy() + s for p, s in zip(parts, structs)]),
+                                      batch[K.IND_1].numpy())
+        np.testing.assert_array_equal(np.concatenate([p[K.IND_2].numpy() + a for p, a in zip(parts, atoms)]),
+                                      batch[K.IND_2].numpy())
+        for p in parts:
+            if p[K.COORD].shape[0]:
+                assert p[K.IND_2].numpy().min() >= 0 and p[K.IND_2].numpy().max() < p[K.COORD].shape[0]
+    shuffled = dict(batch)
+    shuffled[K.IND_1] = tf.reverse(batch[K.IND_1], [0])
+    with pytest.raises(tf.errors.InvalidArgumentError, match="not ordered by structure"):
+        split_batch(shuffled, 2)
+    from pinn.padding import pad_tensors
+    with pytest.raises(ValueError, match="before padding"):
+        split_batch(pad_tensors(batch, 4.5, 29), 2)
 
 
 def test_jit_refused_for_networks_with_data_dependent_shapes(tmp_path):

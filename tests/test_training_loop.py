@@ -62,8 +62,10 @@ def test_accumulated_batches_equal_their_union(alloy_xyz, tmp_path):
     union = potential_model(_params(tmp_path / "k1"))
     union.train(_dataset(unions), max_steps=10)
     assert int(accumulated.step) == int(union.step) == 10
+    # float32 sums in another order (two compiled halves against one compiled whole): weights
+    # that moved by up to 3e-2 agree to 1e-6; Adam's normalised steps carry the rounding along
     for a, b in zip(_weights(accumulated), _weights(union)):
-        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
     # the untrained and trained weights differ by far more than that
     fresh = potential_model(_params(tmp_path / "fresh"))
     assert max(np.abs(a - b).max() for a, b in zip(_weights(fresh), _weights(union))) > 1e-3

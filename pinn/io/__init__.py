@@ -7,6 +7,7 @@
 - :func:`list_loader`: write your own loader from a function of one item;
 - :func:`sparse_batch`: batch structures of different sizes;
 - :func:`add_neighbors`: precompute neighbor lists in the pipeline;
+- :func:`split_batch`: a sparse batch in parts of consecutive structures;
 - :func:`write_tfrecord` / :func:`load_tfrecord`: a preprocessed cache.
 
 The file readers :mod:`pinn.io.trr`, :mod:`pinn.io.mpt`, :mod:`pinn.io.energies`
@@ -23,7 +24,7 @@ _EXPORTS = {
     "load_numpy": "pinn.io.numpy_data",
     "load_mimic": "pinn.io.mimic",
     "distribute_data": "pinn.io.distribute",
-    "add_neighbors": "pinn.io.batch", "sparse_batch": "pinn.io.batch",
+    "add_neighbors": "pinn.io.batch", "sparse_batch": "pinn.io.batch", "split_batch": "pinn.io.batch",
     "load_tfrecord": "pinn.io.tfrecord", "write_tfrecord": "pinn.io.tfrecord",
 }
 

@@ -40,6 +40,63 @@ def _flatten_ragged(batch):
     return out
 
 
+def split_batch(batch, n_parts):
+    """Split a sparse batch of tensors into ``n_parts`` sparse batches of consecutive structures.
+
+    Part ``p`` holds structures ``[p·n // n_parts, (p+1)·n // n_parts)`` of the ``n`` in the
+    batch (sizes differ by at most one; a part is empty when ``n < n_parts``), with their atoms,
+    their pairs (``ind_2`` renumbered into the part) and every per-structure key.  The parts
+    together are the batch: sums over them equal sums over it.
+
+    Args:
+        batch: dict of tensors of a sparse batch (see :func:`sparse_batch`), neighbor list
+            optional; atoms must be ordered by structure (``ind_1`` non-decreasing) and pairs
+            grouped by the structure of their first atom, as :func:`sparse_batch` makes them.
+        n_parts: number of parts (int ≥ 1).
+
+    Returns:
+        tuple of ``n_parts`` dicts with the keys of ``batch``.
+
+    Raises:
+        tf.errors.InvalidArgumentError: atoms or pairs are not ordered by structure.
+    """
+    if K.REAL in batch:
+        raise ValueError("split_batch: split a batch before padding it (it has the padding key 'real')")
+    ind_1 = batch[K.IND_1][:, 0]
+    n_struct = tf.shape(batch[K.CELL])[0]
+    struct_bounds = tf.range(n_parts + 1, dtype=tf.int32) * n_struct // n_parts
+    checks = [tf.debugging.assert_non_negative(ind_1[1:] - ind_1[:-1],
+                                               message="split_batch: atoms are not ordered by structure (ind_1)")]
+    atom_bounds = tf.searchsorted(ind_1, tf.cast(struct_bounds, ind_1.dtype), side="left", out_type=tf.int32)
+    pair_bounds = None
+    if K.IND_2 in batch:
+        pair_struct = tf.gather(ind_1, batch[K.IND_2][:, 0])
+        checks.append(tf.debugging.assert_non_negative(
+            pair_struct[1:] - pair_struct[:-1], message="split_batch: pairs are not grouped by structure (ind_2)"))
+        pair_bounds = tf.searchsorted(pair_struct, tf.cast(struct_bounds, pair_struct.dtype), side="left",
+                                      out_type=tf.int32)
+    with tf.control_dependencies(checks):
+        atom_bounds = tf.identity(atom_bounds)
+    parts = []
+    for p in range(n_parts):
+        s0, s1 = struct_bounds[p], struct_bounds[p + 1]
+        a0, a1 = atom_bounds[p], atom_bounds[p + 1]
+        part = {}
+        for key, value in batch.items():
+            if key == K.IND_1:
+                part[key] = value[a0:a1] - tf.cast(s0, value.dtype)
+            elif key == K.IND_2:
+                part[key] = value[pair_bounds[p]:pair_bounds[p + 1]] - tf.cast(a0, value.dtype)
+            elif key in K.ATOMIC_KEYS:
+                part[key] = value[a0:a1]
+            elif key in K.PAIR_KEYS:
+                part[key] = value[pair_bounds[p]:pair_bounds[p + 1]]
+            else:  # per structure (stacked by sparse_batch)
+                part[key] = value[s0:s1]
+        parts.append(part)
+    return tuple(parts)
+
+
 def add_neighbors(rc, num_parallel_calls=tf.data.AUTOTUNE):
     """Dataset transform: add the neighbor list (``ind_2``, ``shift``) with cutoff ``rc`` (Å).
 
