@@ -32,11 +32,14 @@ DEFAULT_SYSTEMS = ["ethanol", "cu108", "cu256", "cu864"]
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("systems", nargs="*", default=DEFAULT_SYSTEMS, choices=list(SYSTEMS))
+    ap.add_argument("systems", nargs="*", default=DEFAULT_SYSTEMS, help=f"any of {list(SYSTEMS)}")
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--engine", default="auto", choices=["auto", "numba", "tensorflow"],
                     help="the calculator's engine (auto: numba for PiNet)")
     args = ap.parse_args()
+    unknown = [name for name in args.systems if name not in SYSTEMS]
+    if unknown:
+        ap.error(f"unknown systems {unknown}; choose from {list(SYSTEMS)}")
     if len(args.systems) > 1:  # one process per system: peak RSS of that system alone
         for name in args.systems:
             subprocess.run([sys.executable, __file__, name, "--steps", str(args.steps), "--engine", args.engine],

@@ -24,6 +24,7 @@ The kernels are compiled on first use (about 10-20 s) and cached on disk by Numb
 (``__pycache__`` next to this file, or Numba's user cache directory when that is read-only).
 """
 import math
+import types
 
 import numpy as np
 
@@ -714,6 +715,19 @@ def _evaluate(types, n_pairs, pair_i, pair_j, dist, flat, table, layers, blocks,
     return n_tiles
 
 
+def _serial_build(dispatcher, name):
+    """The same kernel compiled without ``parallel`` (``prange`` runs as ``range``), under its own
+    name so that Numba caches the two builds apart."""
+    py = dispatcher.py_func
+    func = types.FunctionType(py.__code__, py.__globals__, name, py.__defaults__, py.__closure__)
+    func.__qualname__ = name
+    func.__doc__ = py.__doc__
+    return _jit()(func)
+
+
+_evaluate_serial = _serial_build(_evaluate, "_evaluate_serial") if numba is not None else None
+
+
 @_jit()
 def _forces_virial(n_pairs, pair_i, pair_j, diff, dist, grad_r, forces, virial):
     """F_i = Σ_{p: i} g_p − Σ_{p: j} g_p and the virial Σ_p diff_p ⊗ g_p, with g_p = dE/d diff_p."""
@@ -784,6 +798,9 @@ class FastPiNet:
         self.rc = float(p["rc"])
         self.n_basis = int(p["n_basis"])
         self.threads = int(threads or numba.config.NUMBA_NUM_THREADS)
+        if not 1 <= self.threads <= numba.config.NUMBA_NUM_THREADS:
+            raise ValueError(f"threads must be in 1..{numba.config.NUMBA_NUM_THREADS} (NUMBA_NUM_THREADS), "
+                             f"got {threads}")
         self._codes = [act, _CUTOFF_CODES[p["cutoff_type"]], _BASIS_CODES[p["basis_type"]], self.n_basis]
         self._scal = np.array([self.rc, float(p["gamma"]), float(model.params["e_scale"])], np.float64)
         self._type_of = np.full(max(net.element_index.atom_types) + 1, -1, np.int64)
@@ -917,16 +934,19 @@ class FastPiNet:
                              "as pinn.neighbors.neighbor_list gives them")
         dist = self._dist_dt
         dist[:n_pairs] = self._dist[:n_pairs]
-        n_chunks = self.threads if n_pairs >= PARALLEL_MIN_PAIRS else 1
-        previous = numba.get_num_threads()
-        numba.set_num_threads(min(self.threads, max(n_chunks, 1)))
-        try:
-            _evaluate(types, n_pairs, self._pair_i, self._pair_j, dist, self._flat, self._table, self._layers,
-                      self._blocks, self._codes_array, self._scal, n_chunks, self._basis, self._dbasis,
-                      self._zpair, self._zatom, self._pa_t, self._pb_t, self._buf, self._grad_r,
-                      self._atomic)
-        finally:
-            numba.set_num_threads(previous)
+        args = (types, n_pairs, self._pair_i, self._pair_j, dist, self._flat, self._table, self._layers,
+                self._blocks, self._codes_array, self._scal)
+        work = (self._basis, self._dbasis, self._zpair, self._zatom, self._pa_t, self._pb_t, self._buf,
+                self._grad_r, self._atomic)
+        if self.threads > 1 and n_pairs >= PARALLEL_MIN_PAIRS:
+            previous = numba.get_num_threads()
+            numba.set_num_threads(self.threads)
+            try:
+                _evaluate(*args, self.threads, *work)
+            finally:
+                numba.set_num_threads(previous)
+        else:  # a parallel region costs more than it saves (and the serial build skips its set-up)
+            _evaluate_serial(*args, 1, *work)
         forces = np.zeros((n_atoms, 3))
         virial = np.zeros((3, 3))
         _forces_virial(n_pairs, self._pair_i, self._pair_j, self._diff, self._dist, self._grad_r, forces, virial)

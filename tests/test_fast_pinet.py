@@ -119,6 +119,9 @@ def _tanh32_values(x):
 
 
 def test_parallel_chunks_give_the_serial_result(monkeypatch):
+    import numba
+    if numba.config.NUMBA_NUM_THREADS < 2:
+        pytest.skip("needs 2 Numba threads")
     model = _model("reference")
     engine = FastPiNet(model, threads=2)
     atoms = bulk("Cu", "fcc", a=3.61, cubic=True) * (3, 3, 3)
