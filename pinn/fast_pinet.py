@@ -12,16 +12,20 @@ computes, with the same weights, in a few machine-code kernels instead of Tensor
   innermost loops run over the pairs of a tile and vectorise (the [pairs, features]
   intermediates of the graph are never written out whole);
 - forces and stress by a hand-written reverse pass through the network (derivatives with
-  respect to the pair distances only: the weights are not differentiated), which keeps only
-  the pre-activations it needs.
+  respect to the pair distances only: the weights are not differentiated), from what the
+  forward pass kept: tanh outputs (tanh' = 1 - tanh²), or pre-activations for the other
+  activations.
 
 Numbers: the same as the TensorFlow model to float rounding (float64 models: ~1e-12 relative;
 float32 models: ~1e-6 relative, as between TensorFlow's XLA and graph code; tested).  For
 float32 the hyperbolic tangent is a rational approximation whose error is below 4e-7 (a few
 float32 ulps), which vectorises; float64 uses the exact ``tanh``.
 
-The kernels are compiled on first use (about 10-20 s) and cached on disk by Numba
-(``__pycache__`` next to this file, or Numba's user cache directory when that is read-only).
+The kernels are compiled on first use (about 30 s per precision, for the parallel build and
+again for the serial one that small structures use) and cached on disk by Numba
+(``__pycache__`` next to this file, or Numba's user cache directory when that is read-only),
+so later processes start at once.  They are compiled with ``fastmath``: sums may be
+reordered, and non-finite positions give undefined results (ASE never passes any).
 """
 import math
 import types
@@ -925,7 +929,12 @@ class FastPiNet:
         """
         coord = np.ascontiguousarray(coord, dtype=np.float64)
         n_atoms = len(coord)
-        types = self._type_of[np.asarray(numbers)]
+        numbers = np.asarray(numbers)
+        types = self._type_of[np.clip(numbers, 0, len(self._type_of) - 1)]
+        if n_atoms and (types.min() < 0 or numbers.max() >= len(self._type_of)):
+            known = np.flatnonzero(self._type_of >= 0).tolist()
+            unknown = sorted(set(numbers.tolist()) - set(known))
+            raise ValueError(f"FastPiNet: elements {unknown} are not in the model's atom_types {known}")
         self._workspace(n_atoms, len(cand_i))
         n_pairs = find_pairs(coord, cand_i, cand_j, cand_offset, self.rc, self._pair_i, self._pair_j,
                              self._diff, self._dist)

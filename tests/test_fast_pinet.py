@@ -150,9 +150,24 @@ def test_pairs_beyond_the_cutoff_and_workspace_changes():
             np.testing.assert_allclose(out["forces"], ref["forces"], atol=1e-11)
 
 
+def test_structures_without_pairs():
+    """A single atom, and two atoms beyond the cutoff: the per-atom terms alone, zero forces."""
+    from ase import Atoms
+    model = _model("reference")
+    engine = FastPiNet(model)
+    for atoms in (Atoms("C", positions=[[0, 0, 0]]), Atoms("CO", positions=[[0, 0, 0], [0, 0, 6.0]])):
+        out = _run(engine, atoms)
+        ref = evaluate(model, atoms, RC)
+        assert out["energy"] == pytest.approx(float(ref["energy"][0]), rel=1e-12)
+        np.testing.assert_array_equal(out["forces"], np.zeros((len(atoms), 3)))
+
+
 def test_refuses_bad_input():
     engine = FastPiNet(_model("reference"))
     atoms = _structures()["ethanol"]
+    for numbers in ([7] + [6] * 8, [100] + [6] * 8):  # N is not in atom_types; Fm is past all of them
+        with pytest.raises(ValueError, match=r"elements \[(7|100)\] are not in the model's atom_types \[1, 6, 8, 29\]"):
+            engine(numbers, atoms.positions, np.zeros(0, np.int32), np.zeros(0, np.int32), np.zeros((0, 3)))
     ind, shift = neighbor_list(atoms.positions, atoms.cell[:], atoms.pbc, RC)
     order = np.argsort(ind[:, 1], kind="stable")  # sorted by the second atom instead
     with pytest.raises(ValueError, match="sorted by their first atom"):
