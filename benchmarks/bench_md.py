@@ -68,7 +68,7 @@ def main():
 
 def _threads(calc):
     if calc.engine == "numba":
-        return calc._fast.threads
+        return calc._engine.fast.threads
     import tensorflow as tf
     return tf.config.threading.get_intra_op_parallelism_threads() or os.cpu_count()
 

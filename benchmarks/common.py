@@ -27,10 +27,13 @@ def peak_rss_mb():
 
 
 def emit(**record):
-    """Print one JSON line with the machine next to the figures."""
-    import tensorflow as tf
+    """Print one JSON line with the machine next to the figures (and, where this process imported
+    TensorFlow, its version: an MD run with the Numba engine need not)."""
     record.setdefault("machine", f"{platform.machine()} {os.cpu_count()} cores")
-    record.setdefault("tensorflow", tf.__version__)
+    if "tensorflow" in sys.modules:
+        record.setdefault("tensorflow", sys.modules["tensorflow"].__version__)
+    else:
+        record.setdefault("tensorflow_imported", False)
     print(json.dumps(record), flush=True)
 
 

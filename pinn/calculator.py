@@ -19,58 +19,52 @@ Speed (for MD): two engines.
   (:mod:`pinn.padding`; the padding contributes exactly zero), so a run compiles a few
   times, about 3 s each, and then reuses the code.
 
+For a model directory, the Numba engine reads its weights from ``engine-weights.npz`` beside
+the checkpoint when that file is up to date (:mod:`pinn.exported`; written by the first
+calculator made from the checkpoint), and then never imports TensorFlow.
+
 Both use a Verlet neighbor list (:class:`pinn.neighbors.VerletNeighbors`) with a ``skin``:
 rebuilt only when an atom has moved more than skin/2, filtered to the cutoff at every
 step, so the pairs are exactly those within the cutoff.
 """
+import logging
+
 import numpy as np
-import tensorflow as tf
 from ase.calculators.calculator import Calculator, PropertyNotImplementedError, all_changes
 from ase.stress import full_3x3_to_voigt_6_stress
 
-from pinn import keys as K
-from pinn.io.batch import batch_from_atoms
 from pinn.neighbors import VerletNeighbors
-from pinn.padding import pad_batch, unpad
+
+log = logging.getLogger(__name__)
 
 
 class PiNNCalc(Calculator):
-    """ASE calculator wrapping a trained model (see :func:`get_calc` for the arguments)."""
+    """ASE calculator wrapping a trained model (see :func:`get_calc` for the arguments).
+
+    ``model`` is a :class:`pinn.trainer.Trainer`, or the engine weights of a PiNet potential
+    (the dict of :func:`pinn.exported.load_engine_weights`), which run on the Numba engine
+    without TensorFlow.
+    """
 
     implemented_properties = ["energy", "free_energy", "forces", "stress", "dipole", "charges"]
 
     def __init__(self, model, jit=None, skin=0.5, engine="auto", **kwargs):
         super().__init__(**kwargs)
-        self.trainer = model
-        self.rc = model.rc
-        from pinn.models.potential import PotentialModel
-        self.is_potential = isinstance(model.model, PotentialModel)
+        if isinstance(model, dict):
+            self._engine = _NumbaEngine(model, engine=engine)
+        else:
+            self.trainer = model
+            chosen = _choose_engine(model, engine)
+            self._engine = _NumbaEngine(model) if chosen == "numba" else _TensorFlowEngine(model, jit)
+        self.engine = self._engine.name
+        self.jit = getattr(self._engine, "jit", False)
+        self.rc = self._engine.rc
+        self.is_potential = self._engine.is_potential
         self.implemented_properties = ["energy", "free_energy", "forces", "stress"] if self.is_potential \
             else ["dipole", "charges"]
-        self.e_unit = model.mp.get("e_unit", 1.0)
-        self.atom_types = set(model.params["network"]["params"]["atom_types"])
-        dtype = model.dtype
-        spec = {K.ELEMS: tf.TensorSpec([None], tf.int32), K.COORD: tf.TensorSpec([None, 3], dtype),
-                K.CELL: tf.TensorSpec([None, 3, 3], dtype), K.PBC: tf.TensorSpec([None, 3], tf.bool),
-                K.IND_1: tf.TensorSpec([None, 1], tf.int32), K.IND_2: tf.TensorSpec([None, 2], tf.int32),
-                K.SHIFT: tf.TensorSpec([None, 3], dtype)}
-        self._np_dtype = dtype.as_numpy_dtype
-        network = model.model.network
-        self.engine = _choose_engine(model, engine)
-        self.jit = bool(getattr(network, "JIT_COMPATIBLE", False)) if jit is None else bool(jit)
-        self._pad_element = int(model.params["network"]["params"]["atom_types"][0])
+        self.e_unit = self._engine.e_unit
+        self.atom_types = set(self._engine.atom_types)
         self.neighbors = VerletNeighbors(self.rc, skin)
-        if self.engine == "numba":
-            from pinn.fast_pinet import FastPiNet
-            with model.averaged_weights():
-                self._fast = FastPiNet(model)
-            self._weights_step = int(model.step.numpy())
-            return
-        # the concrete function, traced here once: calling it skips tf.function's argument
-        # binding and signature matching, about a third of a small molecule's step
-        self._function = tf.function(lambda tensors: model.model.predict(tensors), input_signature=[spec],
-                                     jit_compile=self.jit)
-        self._predict = self._function.get_concrete_function()
 
     def check_state(self, atoms, tol=1e-15):
         """Changes since the last calculation, by exact comparison.
@@ -83,36 +77,6 @@ class PiNNCalc(Calculator):
         if self.atoms is None:
             return list(all_changes)
         return _changed(self.atoms, atoms, [name for name in all_changes if name not in self.ignored_changes])
-
-    def _run_model(self, atoms):
-        """Predictions for ``atoms`` (NumPy): ``energy`` [1], ``forces``, ``stress`` [1, 3, 3] (or
-        ``dipole``, ``charges``), by the fast engine or through the padded, compiled function when ``jit``."""
-        if self.engine == "numba":
-            self._sync_weights()
-            first, second, offsets = self.neighbors.candidates(atoms.positions, atoms.cell[:], atoms.pbc)
-            out = self._fast(atoms.numbers, atoms.positions, first, second, offsets, atoms.cell[:], atoms.pbc)
-            return {"energy": np.array([out["energy"]]), "forces": out["forces"],
-                    "stress": out.get("stress", np.zeros((3, 3)))[None]}
-        with self.trainer.averaged_weights():
-            return self._run_tensorflow(atoms)
-
-    def _sync_weights(self):
-        """The fast engine copies the weights: copy them again if the model has trained since
-        (a model object in memory; a frozen one from a model directory cannot change)."""
-        if self.trainer.frozen:
-            return
-        step = int(self.trainer.step.numpy())
-        if step != self._weights_step:
-            with self.trainer.averaged_weights():
-                self._fast.load_weights()
-            self._weights_step = step
-
-    def _run_tensorflow(self, atoms):
-        batch = batch_from_atoms(atoms, self.rc, self._np_dtype, neighbors=self.neighbors)
-        if not self.jit:
-            return {key: value.numpy() for key, value in self._predict(batch).items()}
-        padded, sizes = pad_batch(batch, self.rc, self._pad_element)
-        return unpad({key: value.numpy() for key, value in self._predict(padded).items()}, sizes)
 
     def calculate(self, atoms=None, properties=("energy",), system_changes=all_changes):
         missing = [p for p in properties if p not in self.implemented_properties]
@@ -129,7 +93,7 @@ class PiNNCalc(Calculator):
             from ase.data import chemical_symbols
             raise ValueError(f"atoms contain elements {sorted(chemical_symbols[z] for z in unknown)} "
                              f"that the model does not know (atom_types {sorted(self.atom_types)})")
-        pred = self._run_model(atoms)
+        pred = self._engine(atoms, self.neighbors)
         if not self.is_potential:
             self.results["dipole"] = pred["dipole"][0].astype(np.float64)
             self.results["charges"] = pred["charges"].astype(np.float64)
@@ -141,6 +105,92 @@ class PiNNCalc(Calculator):
         if atoms.pbc.any():
             self.results["stress"] = full_3x3_to_voigt_6_stress(pred["stress"][0].astype(np.float64)) \
                 * self.e_unit
+
+
+class _NumbaEngine:
+    """Predictions of a PiNet potential by :class:`pinn.fast_pinet.FastPiNet`, from a Trainer (its
+    averaged weights, copied again when it has trained since) or from engine weights (no TensorFlow)."""
+
+    name = "numba"
+    is_potential = True
+
+    def __init__(self, model, engine="numba"):
+        from pinn.fast_pinet import FastPiNet
+        if isinstance(model, dict):
+            if engine not in ("auto", "numba"):
+                raise ValueError(f"get_calc: engine weights run on engine='numba' (or 'auto'), not {engine!r}")
+            self.trainer = None
+            self.fast = FastPiNet(model)
+            self.e_unit = float(model.get("e_unit", 1.0))
+        else:
+            self.trainer = model
+            with model.averaged_weights():
+                self.fast = FastPiNet(model)
+            self.weights_step = int(model.step.numpy())
+            self.e_unit = model.mp.get("e_unit", 1.0)
+        self.rc = self.fast.rc
+        self.atom_types = self.fast.atom_types
+
+    def __call__(self, atoms, neighbors):
+        """``energy`` [1], ``forces`` [n, 3], ``stress`` [1, 3, 3] of ``atoms`` (model units, NumPy)."""
+        self._sync_weights()
+        first, second, offsets = neighbors.candidates(atoms.positions, atoms.cell[:], atoms.pbc)
+        out = self.fast(atoms.numbers, atoms.positions, first, second, offsets, atoms.cell[:], atoms.pbc)
+        return {"energy": np.array([out["energy"]]), "forces": out["forces"],
+                "stress": out.get("stress", np.zeros((3, 3)))[None]}
+
+    def _sync_weights(self):
+        """The engine copies the weights: copy them again if the model has trained since (a model
+        object in memory; a frozen one from a model directory cannot change)."""
+        if self.trainer is None or self.trainer.frozen:
+            return
+        step = int(self.trainer.step.numpy())
+        if step != self.weights_step:
+            with self.trainer.averaged_weights():
+                self.fast.load_weights()
+            self.weights_step = step
+
+
+class _TensorFlowEngine:
+    """Predictions of any model through a ``tf.function`` traced once (XLA on padded batches when
+    ``jit``), with the model's averaged weights."""
+
+    name = "tensorflow"
+
+    def __init__(self, model, jit=None):
+        import tensorflow as tf
+        from pinn import keys as K
+        from pinn.models.potential import PotentialModel
+        self.trainer = model
+        self.rc = model.rc
+        self.is_potential = isinstance(model.model, PotentialModel)
+        self.e_unit = model.mp.get("e_unit", 1.0)
+        self.atom_types = model.params["network"]["params"]["atom_types"]
+        dtype = model.dtype
+        spec = {K.ELEMS: tf.TensorSpec([None], tf.int32), K.COORD: tf.TensorSpec([None, 3], dtype),
+                K.CELL: tf.TensorSpec([None, 3, 3], dtype), K.PBC: tf.TensorSpec([None, 3], tf.bool),
+                K.IND_1: tf.TensorSpec([None, 1], tf.int32), K.IND_2: tf.TensorSpec([None, 2], tf.int32),
+                K.SHIFT: tf.TensorSpec([None, 3], dtype)}
+        self._np_dtype = dtype.as_numpy_dtype
+        network = model.model.network
+        self.jit = bool(getattr(network, "JIT_COMPATIBLE", False)) if jit is None else bool(jit)
+        self._pad_element = int(self.atom_types[0])
+        # the concrete function, traced here once: calling it skips tf.function's argument
+        # binding and signature matching, about a third of a small molecule's step
+        self._function = tf.function(lambda tensors: model.model.predict(tensors), input_signature=[spec],
+                                     jit_compile=self.jit)
+        self._predict = self._function.get_concrete_function()
+
+    def __call__(self, atoms, neighbors):
+        """The model's predictions for ``atoms`` (NumPy), through the padded, compiled function when ``jit``."""
+        from pinn.io.batch import batch_from_atoms
+        from pinn.padding import pad_batch, unpad
+        with self.trainer.averaged_weights():
+            batch = batch_from_atoms(atoms, self.rc, self._np_dtype, neighbors=neighbors)
+            if not self.jit:
+                return {key: value.numpy() for key, value in self._predict(batch).items()}
+            padded, sizes = pad_batch(batch, self.rc, self._pad_element)
+            return unpad({key: value.numpy() for key, value in self._predict(padded).items()}, sizes)
 
 
 ENGINES = ("auto", "numba", "tensorflow")
@@ -196,19 +246,36 @@ def get_calc(model, checkpoint=None, jit=None, skin=0.5, engine="auto", **kwargs
             tensorflow), ``'numba'`` (:class:`pinn.fast_pinet.FastPiNet`; an error for other
             models) or ``'tensorflow'``.
 
+    For a model directory and the Numba engine, the weights come from the checkpoint's
+    ``engine-weights.npz`` (:mod:`pinn.exported`) when it is up to date, without importing
+    TensorFlow; otherwise the checkpoint is read with TensorFlow and that file written for
+    the next time.
+
     Returns:
         :class:`PiNNCalc`.
     """
-    from pinn.trainer import Trainer
-    if isinstance(model, Trainer) and checkpoint is not None:
-        raise ValueError("get_calc: checkpoint= selects a checkpoint of a model directory; a model object is "
-                         "used with its current weights")
-    if not isinstance(model, Trainer):
-        import os
-        from pinn.models import get_model
-        trainer = get_model(model, checkpoint=checkpoint)
-        if not trainer.restored:
-            raise ValueError(f"{os.fspath(model)}: no checkpoint to load (train the model first)")
-        trainer.freeze_averaged_weights()
-        model = trainer
-    return PiNNCalc(model, jit=jit, skin=skin, engine=engine, **kwargs)
+    from pinn import fast_pinet
+    is_directory = isinstance(model, (str, bytes)) or hasattr(model, "__fspath__")
+    if engine not in ENGINES:
+        raise ValueError(f"get_calc: engine must be one of {ENGINES}, got {engine!r}")
+    if not is_directory:
+        if checkpoint is not None:
+            raise ValueError("get_calc: checkpoint= selects a checkpoint of a model directory; a model object is "
+                             "used with its current weights")
+        return PiNNCalc(model, jit=jit, skin=skin, engine=engine, **kwargs)
+    from pinn import exported
+    if engine != "tensorflow" and fast_pinet.available():
+        weights = exported.load_engine_weights(model, checkpoint)
+        if weights is not None:
+            log.info("%s: weights from %s (no TensorFlow)", model, weights["source"])
+            return PiNNCalc(weights, skin=skin, engine=engine, **kwargs)
+    import os
+    from pinn.models import get_model
+    trainer = get_model(model, checkpoint=checkpoint)
+    if not trainer.restored:
+        raise ValueError(f"{os.fspath(model)}: no checkpoint to load (train the model first)")
+    trainer.freeze_averaged_weights()
+    calc = PiNNCalc(trainer, jit=jit, skin=skin, engine=engine, **kwargs)
+    if calc.engine == "numba":
+        exported.save_engine_weights(calc._engine.fast.arrays, calc.e_unit, model, trainer.restored)
+    return calc

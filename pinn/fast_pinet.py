@@ -769,15 +769,121 @@ def supports(model):
     return available() and potential is not None and isinstance(potential.network, PiNet)
 
 
+def pinet_arrays(model):
+    """Everything :class:`FastPiNet` needs of a PiNet potential, as NumPy arrays.
+
+    Args:
+        model: a :class:`pinn.trainer.Trainer` of a potential model with a PiNet network, or
+            the :class:`~pinn.models.potential.PotentialModel` itself; its current weights are
+            read (inside ``trainer.averaged_weights()`` for the averaged ones).
+
+    Returns:
+        dict of NumPy arrays (the keys of :data:`ARRAY_KEYS`): the weights in one flat array of
+        the model's precision (``flat``) with the tables that index it, the network's codes and
+        scalars (rc in Å, gamma, e_scale), the element table and the per-element energy offsets
+        (eV).  :func:`pinn.exported.save_engine_weights` writes them to a file.
+    """
+    if not supports(model):
+        raise ValueError("the fast engine evaluates potential models with a PiNet network only")
+    model = _potential(model)
+    net = model.network
+    p = net.params
+    if p["act"] not in _ACT_CODES:
+        raise ValueError(f"activation {p['act']!r} is not supported by the fast engine")
+    dtype = np.dtype(model.dtype.as_numpy_dtype)
+    act = _ACT_CODES[p["act"]]
+    if act == 0 and dtype == np.float32:
+        act = _TANH_FAST
+    n_basis = int(p["n_basis"])
+    tensors, layers, blocks = [], [], []
+    offset = [0]
+
+    def tensor(value):
+        value = np.asarray(value, dtype=dtype)
+        value = value.reshape(value.shape[0], -1) if value.ndim == 2 else value.reshape(1, -1)
+        tensors.append((offset[0], value.shape[0], value.shape[1], value))
+        offset[0] += value.size
+        return len(tensors) - 1
+
+    def layer(dense, activated):
+        kernel = dense.kernel.numpy()
+        bias = dense.bias.numpy() if dense.bias is not None else np.zeros(kernel.shape[1])
+        layers.append((tensor(kernel), tensor(bias), int(activated), kernel.shape[1]))
+        return len(layers) - 1
+
+    widths = [n_basis]
+    zpair_rows, zatom_cols = 0, 0
+    for d, block in enumerate(net.blocks):
+        out_ff, units = net.outputs[d]
+        residual = net.residual[d]
+        row = [0] * 13
+        row[_B_PP] = len(layers)
+        for dense in block.pp.layers:
+            layer(dense, True)
+        row[_B_NPP] = len(block.pp.layers)
+        pi_layers = block.pi_hidden.layers + [block.pi_out]
+        row[_B_PI] = len(layers)
+        for dense in pi_layers:
+            layer(dense, dense is not block.pi_out)
+        row[_B_NPI] = len(pi_layers)
+        row[_B_II] = len(layers)
+        for dense in block.ii.layers:
+            layer(dense, True)
+        row[_B_NII] = len(block.ii.layers)
+        row[_B_OUT] = len(layers)
+        for dense in out_ff.layers:
+            layer(dense, True)
+        row[_B_NOUT] = len(out_ff.layers)
+        row[_B_UNITS] = layer(units, False)
+        row[_B_RES] = layer(residual, False) if residual is not None else -1
+        row[_B_WIN] = pi_layers[0].kernel.shape[0] // 2 if not block.pp.layers else \
+            block.pp.layers[0].kernel.shape[0]
+        row[_B_WOUT] = block.n_out
+        pp_cols = sum(int(dense.kernel.shape[1]) for dense in block.pp.layers)
+        row[_B_ZOUT] = pp_cols
+        zatom_cols = max(zatom_cols, pp_cols + sum(int(dense.kernel.shape[1]) for dense in out_ff.layers))
+        pi_rows = sum(int(dense.kernel.shape[1]) for dense in pi_layers[:-1])
+        zpair_rows = max(zpair_rows, pi_rows + sum(int(dense.kernel.shape[1]) for dense in block.ii.layers))
+        for dense in pi_layers + block.pp.layers + block.ii.layers + out_ff.layers:
+            widths += list(dense.kernel.shape)
+        blocks.append(row)
+    flat = np.zeros(offset[0], dtype)
+    for off, rows, cols, value in tensors:
+        flat[off:off + rows * cols] = value.ravel()
+    atom_types = net.element_index.atom_types
+    type_of = np.full(max(atom_types) + 1, -1, np.int64)
+    type_of[atom_types] = np.arange(len(atom_types))
+    n_first = max(int(b.pi_hidden.layers[0].kernel.shape[1]) if b.pi_hidden.layers
+                  else int(b.pi_out.kernel.shape[1]) for b in net.blocks)
+    return {
+        "flat": flat,
+        "table": np.array([t[:3] for t in tensors], np.int64),
+        "layers": np.array(layers, np.int64),
+        "blocks": np.array(blocks, np.int64),
+        "codes": np.array([act, _CUTOFF_CODES[p["cutoff_type"]], _BASIS_CODES[p["basis_type"]], n_basis,
+                           max(widths) + 1], np.int64),
+        "scal": np.array([float(p["rc"]), float(p["gamma"]), float(model.params["e_scale"])], np.float64),
+        "type_of": type_of,
+        "e_dress": np.asarray(model.e_dress.numpy(), np.float64),
+        "workspace": np.array([max(zpair_rows, 1), max(zatom_cols, 1), n_first], np.int64),
+    }
+
+
+#: the arrays of :func:`pinet_arrays` (and of an engine-weights file)
+ARRAY_KEYS = ("flat", "table", "layers", "blocks", "codes", "scal", "type_of", "e_dress", "workspace")
+
+
 class FastPiNet:
     """Energy, forces and stress of one structure from a PiNet potential, in Numba kernels.
 
     Args:
         model: a :class:`pinn.trainer.Trainer` of a potential model with a PiNet network (what
             :func:`pinn.models.get_model` returns), or the
-            :class:`~pinn.models.potential.PotentialModel` itself.  Its current weights are
+            :class:`~pinn.models.potential.PotentialModel` itself: its current weights are
             copied (the calculator copies them inside ``trainer.averaged_weights()``); call
-            :meth:`load_weights` after they change.
+            :meth:`load_weights` after they change.  Or the dict of :func:`pinet_arrays`
+            (e.g. read from a file by :func:`pinn.exported.load_engine_weights`), which needs
+            no TensorFlow.
         threads: threads for the pair work (default: Numba's, i.e. the CPU cores); structures
             with fewer than :data:`PARALLEL_MIN_PAIRS` pairs run on one.
 
@@ -788,102 +894,44 @@ class FastPiNet:
     def __init__(self, model, threads=None):
         if not available():
             raise ImportError("the fast PiNet engine needs Numba (pip install numba)")
-        if not supports(model):
+        self.model = None if isinstance(model, dict) else _potential(model)
+        if self.model is None and not isinstance(model, dict):
             raise ValueError("the fast engine evaluates potential models with a PiNet network only")
-        self.model = model = _potential(model)
-        net = model.network
-        p = net.params
-        if p["act"] not in _ACT_CODES:
-            raise ValueError(f"activation {p['act']!r} is not supported by the fast engine")
-        self.dtype = np.dtype(model.dtype.as_numpy_dtype)
-        act = _ACT_CODES[p["act"]]
-        if act == 0 and self.dtype == np.float32:
-            act = _TANH_FAST
-        self.rc = float(p["rc"])
-        self.n_basis = int(p["n_basis"])
         self.threads = int(threads or numba.config.NUMBA_NUM_THREADS)
         if not 1 <= self.threads <= numba.config.NUMBA_NUM_THREADS:
             raise ValueError(f"threads must be in 1..{numba.config.NUMBA_NUM_THREADS} (NUMBA_NUM_THREADS), "
                              f"got {threads}")
-        self._codes = [act, _CUTOFF_CODES[p["cutoff_type"]], _BASIS_CODES[p["basis_type"]], self.n_basis]
-        self._scal = np.array([self.rc, float(p["gamma"]), float(model.params["e_scale"])], np.float64)
-        self._type_of = np.full(max(net.element_index.atom_types) + 1, -1, np.int64)
-        self._type_of[net.element_index.atom_types] = np.arange(len(net.element_index.atom_types))
-        self._layout = None
-        self.load_weights()
-        self._capacity = (0, 0)
+        self._set_arrays(model if isinstance(model, dict) else pinet_arrays(self.model))
 
     # -- weights
     def load_weights(self):
-        """Copy the model's current weights (and per-element energy offsets)."""
-        model = self.model
-        net = model.network
-        tensors, layers, blocks = [], [], []
-        offset = [0]
+        """Copy the model's current weights (and per-element energy offsets) again."""
+        if self.model is None:
+            raise ValueError("this engine was made from arrays, not a model: there is nothing to reload")
+        self._set_arrays(pinet_arrays(self.model))
 
-        def tensor(value):
-            value = np.asarray(value, dtype=self.dtype)
-            value = value.reshape(value.shape[0], -1) if value.ndim == 2 else value.reshape(1, -1)
-            tensors.append((offset[0], value.shape[0], value.shape[1], value))
-            offset[0] += value.size
-            return len(tensors) - 1
-
-        def layer(dense, activated):
-            kernel = dense.kernel.numpy()
-            bias = dense.bias.numpy() if dense.bias is not None else np.zeros(kernel.shape[1])
-            layers.append((tensor(kernel), tensor(bias), int(activated), kernel.shape[1]))
-            return len(layers) - 1
-
-        widths = [self.n_basis]
-        zpair_rows, zatom_cols = 0, 0
-        for d, block in enumerate(net.blocks):
-            out_ff, units = net.outputs[d]
-            residual = net.residual[d]
-            row = [0] * 13
-            row[_B_PP] = len(layers)
-            for dense in block.pp.layers:
-                layer(dense, True)
-            row[_B_NPP] = len(block.pp.layers)
-            pi_layers = block.pi_hidden.layers + [block.pi_out]
-            row[_B_PI] = len(layers)
-            for dense in pi_layers:
-                layer(dense, dense is not block.pi_out)
-            row[_B_NPI] = len(pi_layers)
-            row[_B_II] = len(layers)
-            for dense in block.ii.layers:
-                layer(dense, True)
-            row[_B_NII] = len(block.ii.layers)
-            row[_B_OUT] = len(layers)
-            for dense in out_ff.layers:
-                layer(dense, True)
-            row[_B_NOUT] = len(out_ff.layers)
-            row[_B_UNITS] = layer(units, False)
-            row[_B_RES] = layer(residual, False) if residual is not None else -1
-            row[_B_WIN] = pi_layers[0].kernel.shape[0] // 2 if not block.pp.layers else \
-                block.pp.layers[0].kernel.shape[0]
-            row[_B_WOUT] = block.n_out
-            pp_cols = sum(int(dense.kernel.shape[1]) for dense in block.pp.layers)
-            row[_B_ZOUT] = pp_cols
-            zatom_cols = max(zatom_cols, pp_cols + sum(int(dense.kernel.shape[1]) for dense in out_ff.layers))
-            pi_rows = sum(int(dense.kernel.shape[1]) for dense in pi_layers[:-1])
-            zpair_rows = max(zpair_rows, pi_rows + sum(int(dense.kernel.shape[1]) for dense in block.ii.layers))
-            for dense in pi_layers + block.pp.layers + block.ii.layers + out_ff.layers:
-                widths += list(dense.kernel.shape)
-            blocks.append(row)
-        flat = np.zeros(offset[0], self.dtype)
-        for off, rows, cols, value in tensors:
-            flat[off:off + rows * cols] = value.ravel()
-        self._flat = flat
-        self._table = np.array([t[:3] for t in tensors], np.int64)
-        self._layers = np.array(layers, np.int64)
-        self._blocks = np.array(blocks, np.int64)
-        self._codes_array = np.array(self._codes + [max(widths) + 1], np.int64)
-        self._zpair_rows, self._zatom_cols = max(zpair_rows, 1), max(zatom_cols, 1)
-        self._n_first = max(int(b.pi_hidden.layers[0].kernel.shape[1]) if b.pi_hidden.layers
-                            else int(b.pi_out.kernel.shape[1]) for b in net.blocks)
+    def _set_arrays(self, arrays):
+        missing = [key for key in ARRAY_KEYS if key not in arrays]
+        if missing:
+            raise ValueError(f"FastPiNet: the weight arrays lack {missing}")
+        self.arrays = {key: np.ascontiguousarray(arrays[key]) for key in ARRAY_KEYS}
+        a = self.arrays
+        self.dtype = a["flat"].dtype
+        if self.dtype not in (np.float32, np.float64):
+            raise ValueError(f"FastPiNet: weights must be float32 or float64, not {self.dtype}")
+        self.rc = float(a["scal"][0])
+        self.n_basis = int(a["codes"][3])
+        self._flat, self._table, self._layers, self._blocks = a["flat"], a["table"], a["layers"], a["blocks"]
+        self._codes_array, self._scal, self._type_of = a["codes"], a["scal"], a["type_of"]
+        self._e_dress = a["e_dress"]
+        self._zpair_rows, self._zatom_cols, self._n_first = (int(v) for v in a["workspace"])
         self._max_width = int(self._codes_array[4])
-        self._e_dress = np.asarray(model.e_dress.numpy(), np.float64)
         self._capacity = (0, 0)
+
+    @property
+    def atom_types(self):
+        """The atomic numbers the model knows, in its order."""
+        return np.flatnonzero(self._type_of >= 0)[np.argsort(self._type_of[self._type_of >= 0])].tolist()
 
     def _workspace(self, n_atoms, n_cand):
         """Arrays for ``n_atoms`` atoms and up to ``n_cand`` pairs, kept between calls (made anew when the

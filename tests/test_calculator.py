@@ -41,7 +41,7 @@ def test_traced_once_for_all_sizes(trained_alloy_model):
         atoms.calc = calc
         atoms.get_forces()
         atoms.get_stress()
-    assert calc._function.experimental_get_tracing_count() == 1
+    assert calc._engine._function.experimental_get_tracing_count() == 1
 
 
 def test_unchanged_atoms_are_not_recomputed(trained_alloy_model):
@@ -50,8 +50,8 @@ def test_unchanged_atoms_are_not_recomputed(trained_alloy_model):
     atoms = _alloy()
     atoms.calc = calc = pinn.get_calc(trained_alloy_model)
     calls = []
-    run_model = calc._run_model
-    calc._run_model = lambda a: calls.append(1) or run_model(a)
+    engine = calc._engine
+    calc._engine = lambda *args: calls.append(1) or engine(*args)
     atoms.get_forces()
     atoms.get_forces()
     assert len(calls) == 1
