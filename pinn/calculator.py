@@ -11,7 +11,7 @@ Speed (for MD): two engines.
 
 - ``'numba'`` (the default for a PiNet potential): :class:`pinn.fast_pinet.FastPiNet`, the
   network's energy, forces and stress in compiled Numba kernels that use all cores, with no
-  TensorFlow call per step (3-7x faster than the TensorFlow engine on 2 cores; the same
+  TensorFlow call per step (1.8-5x faster than the TensorFlow engine on 2 cores; the same
   numbers to float rounding, tested).
 - ``'tensorflow'`` (every other model: BPNN, LJ, the dipole model): the model function is a
   ``tf.function`` with a fixed input signature, traced once, not per step.  For PiNet and LJ
