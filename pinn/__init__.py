@@ -5,6 +5,11 @@ Main entry points: :mod:`pinn.io` (data), :func:`pinn.models.potential_model`
 """
 __version__ = "0.5.0"
 
+from pinn.runtime import use_pooled_cpu_allocator
+
+# before TensorFlow allocates anything: a pooled CPU allocator (pinn.runtime explains why)
+use_pooled_cpu_allocator()
+
 
 def get_calc(model, **kwargs):
     """ASE calculator for a model directory or a model object (see :func:`pinn.calculator.get_calc`)."""

@@ -2,6 +2,8 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+import pinn  # noqa: E402,F401  (first, as in users' scripts: its TensorFlow settings precede any TF op)
+
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 

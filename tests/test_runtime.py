@@ -1,0 +1,38 @@
+"""pinn's process-wide TensorFlow settings (pinn.runtime), checked in fresh processes."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+PROBE = """
+import pinn, os
+import tensorflow as tf
+x = tf.ones([256, 256]) * 2.0
+try:
+    info = tf.config.experimental.get_memory_info('CPU:0')
+    print('pooled', info['peak'] > 0, os.environ['TF_CPU_ALLOCATOR_USE_BFC'])
+except ValueError:
+    print('malloc', os.environ['TF_CPU_ALLOCATOR_USE_BFC'])
+"""
+
+
+def _probe(value):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    env.pop("TF_CPU_ALLOCATOR_USE_BFC", None)
+    if value is not None:
+        env["TF_CPU_ALLOCATOR_USE_BFC"] = value
+    out = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout.split()
+
+
+def test_import_pinn_pools_tensorflow_cpu_memory():
+    """Importing pinn before TensorFlow runs anything gives TensorFlow the pooled (BFC) CPU allocator,
+    whose statistics only it keeps."""
+    assert _probe(None) == ["pooled", "True", "true"]
+
+
+@pytest.mark.parametrize("value", ["false", "0"])
+def test_users_setting_is_kept(value):
+    assert _probe(value) == ["malloc", value]
