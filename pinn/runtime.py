@@ -15,10 +15,11 @@ def use_pooled_cpu_allocator():
     TensorFlow's default CPU allocator hands every tensor to ``malloc``; glibc serves blocks
     above 32 MB with a fresh ``mmap`` and unmaps them when freed, so an XLA-compiled training
     step, whose temporaries are one large block per call, page-faults through all of it again
-    on every step.  On the benchmark machine (2 cores) that was 40-45 % of the CPU time in the
+    on every step.  On the benchmark machine (2 cores) that was 42-45 % of the CPU time in the
     kernel during cu108 training; with the pool it is 3 %, and cu108 trains 1.7-2.5x faster
-    (see docs/benchmarks.md; for ethanol, whose blocks are small, the change is within the noise).  The pool grows on demand (up to ``TF_CPU_BFC_MEM_LIMIT_IN_MB``,
-    TensorFlow's default 64 GB) and never shrinks, so the peak RSS stays that of the busiest step.
+    (see docs/benchmarks.md; for ethanol, whose blocks are small, the change is within the
+    noise).  The pool grows on demand (up to ``TF_CPU_BFC_MEM_LIMIT_IN_MB``, TensorFlow's
+    default 64 GB) and never shrinks, so the peak RSS stays that of the busiest step.
 
     Sets ``TF_CPU_ALLOCATOR_USE_BFC=true`` unless the variable is set already (set it to
     ``false`` to keep TensorFlow's default).  It takes effect only if TensorFlow has not run
