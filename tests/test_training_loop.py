@@ -10,6 +10,7 @@ import tensorflow as tf
 from pinn import keys as K
 from pinn.guards import PREEMPTED_EXIT_CODE, TrainingPreempted
 from pinn.io.batch import batch_from_atoms
+from pinn.metrics import read_metrics
 from pinn.models import potential_model
 from pinn.schedule import LearningRate
 from pinn.trainer import TrainingDiverged
@@ -70,6 +71,22 @@ def test_accumulated_batches_equal_their_union(alloy_xyz, tmp_path):
     fresh = potential_model(_params(tmp_path / "fresh"))
     assert max(np.abs(a - b).max() for a, b in zip(_weights(fresh), _weights(union))) > 1e-3
 
+
+
+@pytest.mark.parametrize("batch_parts", [1, 2])
+def test_an_input_that_ends_stops_training_with_a_checkpoint(batch_parts, alloy_xyz, tmp_path):
+    """One process takes its batches inside the step's graph: the input's end stops training
+    after its last batch, with a progress line for every step and a checkpoint."""
+    frames = ase.io.read(alloy_xyz, ":12")
+    batches = [_batch(frames[3 * i:3 * i + 3]) for i in range(4)]
+    model = potential_model(_params(tmp_path / "m", batch_parts=batch_parts, log_every_n_steps=1))
+    model.train(_dataset(batches), max_steps=50)
+    assert int(model.step) == 4
+    assert tf.train.latest_checkpoint(str(tmp_path / "m")).endswith("ckpt-4")
+    assert "an input ended at step 4 before max_steps 50" in open(tmp_path / "m" / "train.log").read()
+    records = read_metrics(str(tmp_path / "m"), "train")
+    assert [r["step"] for r in records] == [1, 2, 3, 4]
+    assert all(np.isfinite(r["F_MAE"]) and r["structures_per_s"] > 0 for r in records)
 
 def test_learning_rate_scaling_and_warmup():
     """lr(step) = lr0 · ramp · rate^(step·k/decay_step), k = N when the rate is scaled."""
