@@ -101,6 +101,43 @@ def test_sparse_batch_and_neighbors(rng):
     np.testing.assert_allclose(late[K.SHIFT], b[K.SHIFT])
 
 
+def _structure(n_atoms, n_pairs, rng, extra=None):
+    out = {K.ELEMS: rng.randint(1, 9, n_atoms).astype(np.int32), K.COORD: rng.normal(size=(n_atoms, 3)),
+           K.CELL: rng.normal(size=(3, 3)), K.PBC: np.array([True, False, True]), K.E_DATA: rng.normal(),
+           K.F_DATA: rng.normal(size=(n_atoms, 3)), K.Q_DATA: rng.normal(size=n_atoms),
+           K.IND_2: rng.randint(0, n_atoms, (n_pairs, 2)).astype(np.int32), K.SHIFT: rng.normal(size=(n_pairs, 3))}
+    out = {k: np.asarray(v, np.float32) if np.asarray(v).dtype == np.float64 else v for k, v in out.items()}
+    return {**out, **(extra or {})}
+
+
+def _as_dataset(structures):
+    spec = {k: tf.TensorSpec(K.SHAPES.get(k, [None] * np.ndim(v)), tf.as_dtype(np.asarray(v).dtype))
+            for k, v in structures[0].items()}
+    return tf.data.Dataset.from_generator(lambda: iter(structures), output_signature=spec)
+
+
+def test_sparse_batch_by_padding_equals_ragged_batching(rng):
+    """Padded batching with the padding dropped gives the batch of ragged batching, every key, dtype and
+    value; a structure without pairs and the short last batch included."""
+    from pinn.io.batch import _flatten_ragged
+    sizes = [(5, 12), (9, 40), (1, 0), (7, 3), (2, 2), (6, 30), (3, 5)]
+    dataset = _as_dataset([_structure(a, p, rng) for a, p in sizes])
+    padded = list(dataset.apply(sparse_batch(3)).as_numpy_iterator())
+    ragged = list(dataset.ragged_batch(3).map(_flatten_ragged).as_numpy_iterator())
+    assert len(padded) == len(ragged) == 3
+    for got, expected in zip(padded, ragged):
+        assert set(got) == set(expected) == set(dataset.element_spec) | {K.IND_1}
+        for key in got:
+            assert got[key].dtype == expected[key].dtype and got[key].shape == expected[key].shape, key
+            np.testing.assert_array_equal(got[key], expected[key], err_msg=key)
+    np.testing.assert_array_equal(padded[0][K.IND_1][:, 0], np.repeat([0, 1, 2], [5, 9, 1]))
+    assert padded[0][K.IND_2].shape == (52, 2) and padded[0][K.IND_2][12:].min() >= 5  # second structure's pairs
+    # a key of variable shape that pinn does not know stays ragged (ragged batching)
+    odd = _as_dataset([_structure(a, p, rng, {"labels": np.arange(a, dtype=np.int32)}) for a, p in sizes])
+    first = next(iter(odd.apply(sparse_batch(3))))
+    assert isinstance(first["labels"], tf.RaggedTensor) and first["labels"].shape[0] == 3
+
+
 def test_load_numpy_and_tfrecord(tmp_path, rng):
     data = {K.COORD: rng.normal(size=(7, 4, 3)), K.ELEMS: [1, 1, 8, 6], K.E_DATA: rng.normal(size=7),
             K.F_DATA: rng.normal(size=(7, 4, 3))}

@@ -15,12 +15,60 @@ def sparse_batch(batch_size, drop_remainder=False, num_parallel_calls=tf.data.AU
     are stacked; precomputed pairs (``ind_2``, ``shift``) are concatenated with
     their atom indices offset into the batch.
 
+    The structures are batched with ``padded_batch`` (``elems`` and ``ind_2`` padded with
+    -1, which marks the padding) and the padding is then dropped in one map: a third of
+    the CPU time of ``ragged_batch``, which converts every tensor of every structure to a
+    variant first.  Datasets with keys of variable shape that pinn does not know are
+    batched with ``ragged_batch`` and keep them ragged.
+
     Use as ``dataset.apply(sparse_batch(32))``.
     """
     def transform(dataset):
-        batched = dataset.ragged_batch(batch_size, drop_remainder=drop_remainder)
-        return batched.map(_flatten_ragged, num_parallel_calls=num_parallel_calls, deterministic=True)
+        spec = dataset.element_spec
+        if _paddable(spec):
+            padding = {key: tf.constant(-1 if key in (K.ELEMS, K.IND_2) else 0, value.dtype)
+                       if value.dtype != tf.bool else tf.constant(False) for key, value in spec.items()}
+            batched = dataset.padded_batch(batch_size, padding_values=padding, drop_remainder=drop_remainder)
+            flatten = _flatten_padded
+        else:
+            batched = dataset.ragged_batch(batch_size, drop_remainder=drop_remainder)
+            flatten = _flatten_ragged
+        return batched.map(flatten, num_parallel_calls=num_parallel_calls, deterministic=True)
     return transform
+
+
+def _paddable(spec):
+    """Whether a dataset of single structures can be batched by padding: a dict with ``elems``
+    whose keys are pinn's (or of fixed shape), and pairs only with ``ind_2``."""
+    if not isinstance(spec, dict) or K.ELEMS not in spec or K.IND_1 in spec:
+        return False
+    if any(key in K.PAIR_KEYS for key in spec) and K.IND_2 not in spec:
+        return False
+    return all(isinstance(value, tf.TensorSpec) and
+               (key in K.SHAPES or value.shape.is_fully_defined())
+               for key, value in spec.items())
+
+
+def _flatten_padded(batch):
+    """A sparse batch from a padded batch of structures (see :func:`sparse_batch`)."""
+    atoms = tf.where(batch[K.ELEMS] >= 0)  # [n_atoms, 2]: (structure, atom) in order
+    n_atoms = tf.reduce_sum(tf.cast(batch[K.ELEMS] >= 0, tf.int32), axis=1)
+    out = {K.IND_1: tf.cast(atoms[:, :1], tf.int32)}
+    pairs = None
+    if K.IND_2 in batch:
+        pairs = tf.where(batch[K.IND_2][:, :, 0] >= 0)
+        atom_offsets = tf.cumsum(n_atoms, exclusive=True)
+        pair_offsets = tf.gather(atom_offsets, pairs[:, 0])
+    for key, value in batch.items():
+        if key in K.ATOMIC_KEYS:
+            out[key] = tf.gather_nd(value, atoms)
+        elif key == K.IND_2:
+            out[key] = tf.gather_nd(value, pairs) + pair_offsets[:, None]
+        elif key in K.PAIR_KEYS:
+            out[key] = tf.gather_nd(value, pairs)
+        else:
+            out[key] = value
+    return out
 
 
 def _flatten_ragged(batch):
