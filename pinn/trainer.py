@@ -467,35 +467,17 @@ class Trainer:
             stats = world.allreduce_sum([stats])[0]
             return apply_if_finite(grads, stats)
 
-        @tf.function(jit_compile=True)
-        def finish_parts(part_grads, part_stats):
-            """The parts' gradients and figures summed, the finiteness test, the update and the step count,
-            in one compiled call (as separate operations they cost about as much as the update itself)."""
-            grads = [tf.add_n(list(g)) for g in zip(*part_grads)]
-            return apply_if_finite(grads, tf.add_n(part_stats))
-
+        @tf.function(input_signature=[spec], jit_compile=self.jit and not split)
         def whole_step(batch):
             """One process, one batch per step: the step in one graph (one call, no host round trips)."""
-            global_counts = counts_of(batch)
-            if not split:
-                return apply_if_finite(*gradients_of(batch, global_counts))
-            results = [compiled_part(part, global_counts) for part in batch]
-            return finish_parts([r[0] for r in results], [r[1] for r in results])
-
-        whole_step_fn = tf.function(whole_step, input_signature=[spec], jit_compile=self.jit and not split)
-
-        @tf.function
-        def step_from(iterator):
-            """:func:`whole_step` on the iterator's next batch, taken inside the graph.  Its concrete function
-            is called directly: the batch never becomes Python objects, and tf.function's argument binding (a
-            fifth of a small molecule's step) is skipped."""
-            return whole_step_fn(next(iterator))
+            grads, stats = gradients_of(batch, counts_of(batch))
+            return apply_if_finite(grads, stats)
 
         def unpack(stats):
             sums = {k: stats[2 + 3 * i: 5 + 3 * i] for i, k in enumerate(metric_keys)}
             return stats[0], stats[1], sums, stats[-world.size:]
 
-        return local_counts, local_gradients, reduce_and_apply, unpack, whole_step_fn, step_from
+        return local_counts, local_gradients, reduce_and_apply, unpack, whole_step
 
     def _fit_dress(self, input_fn):
         """Fit e_dress to what the freshly initialised network leaves unexplained (over all ranks),
@@ -661,10 +643,8 @@ class Trainer:
         return applied, stats, (t2, t3)
 
     def _loop(self, iterator, run, k, signals, watchdog):
-        unpack, _, step_from = self._step_fns[1][3:]
+        unpack, whole_step = self._step_fns[1][3:]
         world, mp = self.world, self.mp
-        # one process, one batch per step: the batch is taken from the iterator inside the step's graph
-        fast_step = step_from.get_concrete_function(iterator) if not world.is_parallel and k == 1 else None
         every = mp["log_every_n_steps"]
         eval_every = mp["eval_every_n_steps"] or mp["save_checkpoint_steps"]
         max_steps = run.max_steps
@@ -673,26 +653,19 @@ class Trainer:
         step = int(self.step)
         last_eval = None
         while step < max_steps:
-            t1 = time.perf_counter()
-            if fast_step is not None and signals.received is None:
+            batches = []
+            for _ in range(k):
                 try:
-                    applied, stats = fast_step(iterator)
-                except tf.errors.OutOfRangeError:
-                    self._log(logging.INFO, "an input ended at step %d before max_steps %d", step, max_steps)
+                    batches.append(next(iterator))
+                except StopIteration:
                     break
-                local_struct = None  # one process: the step's structures (stats)
-            else:  # several ranks or batches per step, or a stop signal to handle
-                batches = []
-                for _ in range(k):
-                    try:
-                        batches.append(next(iterator))
-                    except StopIteration:
-                        break
-                t1 = time.perf_counter()
+            t1 = time.perf_counter()
+            if not world.is_parallel and k == 1 and batches and signals.received is None:
+                applied, stats = whole_step(batches[0])
+            else:  # also where a single process stops: input ended, or a signal
                 applied, stats, times = self._split_step(batches, k, signals, step, max_steps)
                 if applied is None:
                     break
-                local_struct = sum(_real_structures(b) for b in batches)
             applied, stats = bool(applied), stats.numpy()
             comm = 0.0
             if world.is_parallel:  # the agreement on counts and the reduction
@@ -700,8 +673,7 @@ class Trainer:
             watchdog.beat()
             step = int(self.step)
             loss, n_struct, sums, bad_ranks = unpack(stats)
-            if local_struct is None:
-                local_struct = int(round(n_struct))
+            local_struct = sum(_real_structures(b) for b in batches)
             if applied:
                 streak = 0
                 meter.add(loss, sums, n_struct, local_struct, comm)

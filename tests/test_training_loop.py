@@ -75,8 +75,8 @@ def test_accumulated_batches_equal_their_union(alloy_xyz, tmp_path):
 
 @pytest.mark.parametrize("batch_parts", [1, 2])
 def test_an_input_that_ends_stops_training_with_a_checkpoint(batch_parts, alloy_xyz, tmp_path):
-    """One process takes its batches inside the step's graph: the input's end stops training
-    after its last batch, with a progress line for every step and a checkpoint."""
+    """An input that ends before max_steps stops training after its last batch, with a progress
+    line for every step and a checkpoint."""
     frames = ase.io.read(alloy_xyz, ":12")
     batches = [_batch(frames[3 * i:3 * i + 3]) for i in range(4)]
     model = potential_model(_params(tmp_path / "m", batch_parts=batch_parts, log_every_n_steps=1))
