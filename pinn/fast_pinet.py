@@ -789,13 +789,16 @@ def supports(model):
     return available() and potential is not None and isinstance(potential.network, PiNet)
 
 
-def pinet_arrays(model):
+def pinet_arrays(model, sources=None):
     """Everything :class:`FastPiNet` needs of a PiNet potential, as NumPy arrays.
 
     Args:
         model: a :class:`pinn.trainer.Trainer` of a potential model with a PiNet network, or
             the :class:`~pinn.models.potential.PotentialModel` itself; its current weights are
             read (inside ``trainer.averaged_weights()`` for the averaged ones).
+        sources: an empty list, or None; a list is filled with the ``tf.Variable`` each tensor of
+            ``flat`` was copied from, in the order of ``table`` (None for the zero bias of a layer
+            without one): how the training engine (:mod:`pinn.fast_train`) maps weights to variables.
 
     Returns:
         dict of NumPy arrays (the keys of :data:`ARRAY_KEYS`): the weights in one flat array of
@@ -818,7 +821,9 @@ def pinet_arrays(model):
     tensors, layers, blocks = [], [], []
     offset = [0]
 
-    def tensor(value):
+    def tensor(value, source):
+        if sources is not None:
+            sources.append(source)
         value = np.asarray(value, dtype=dtype)
         value = value.reshape(value.shape[0], -1) if value.ndim == 2 else value.reshape(1, -1)
         tensors.append((offset[0], value.shape[0], value.shape[1], value))
@@ -828,7 +833,7 @@ def pinet_arrays(model):
     def layer(dense, activated):
         kernel = dense.kernel.numpy()
         bias = dense.bias.numpy() if dense.bias is not None else np.zeros(kernel.shape[1])
-        layers.append((tensor(kernel), tensor(bias), int(activated), kernel.shape[1]))
+        layers.append((tensor(kernel, dense.kernel), tensor(bias, dense.bias), int(activated), kernel.shape[1]))
         return len(layers) - 1
 
     widths = [n_basis]
@@ -1009,6 +1014,7 @@ class FastPiNet:
         if n_pairs < 0:
             raise ValueError("FastPiNet: the candidate pairs must be sorted by their first atom (cand_i), "
                              "as pinn.neighbors.neighbor_list gives them")
+        self.last_pairs = n_pairs  # the pairs within the cutoff, first in _pair_i, _pair_j, _diff, _dist
         dist = self._dist_dt
         dist[:n_pairs] = self._dist[:n_pairs]
         args = (types, n_pairs, self._pair_i, self._pair_j, dist, self._flat, self._table, self._layers,

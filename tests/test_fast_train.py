@@ -1,0 +1,154 @@
+"""The numba training engine (pinn.fast_train) against TensorFlow's gradient tapes.
+
+The engine computes the training loss and its gradient with respect to every weight by hand
+(a forward pass with tangents and one reverse pass, see its module docstring); TensorFlow
+differentiates the same loss twice with nested tapes.  float64: the same numbers to
+rounding (~1e-12 relative), for several architectures, loss types and batches of mixed
+structures, padding included; float32: to float32 rounding.
+"""
+import numpy as np
+import pytest
+import tensorflow as tf
+from ase.build import bulk, molecule
+
+from pinn import keys as K
+from pinn.fast_train import TrainingEngine, check_supported
+from pinn.io.batch import batch_from_atoms
+
+from physics import make_model
+
+RC = 4.5
+BASE = {"atom_types": [1, 6, 8, 29], "rc": RC, "depth": 3}
+ARCHITECTURES = {
+    "reference": {},
+    "deep nets, residual maps, odd widths": {"pp_nodes": [12, 7], "pi_nodes": [8, 10, 6], "ii_nodes": [6, 9],
+                                             "out_nodes": [5, 7]},
+    "gaussian basis, f2, one PP layer": {"basis_type": "gaussian", "n_basis": 5, "cutoff_type": "f2", "gamma": 2.0,
+                                         "pp_nodes": [9]},
+}
+LOSSES = {
+    "mse": {},
+    # δ exact in float32: TensorFlow's side rounds δ through float32
+    "huber, energy per atom": {"loss_type": "huber", "huber_delta": {"energy": 0.0625, "forces": 0.125},
+                               "use_e_per_atom": True},
+}
+
+
+def _structures():
+    ethanol = molecule("CH3CH2OH")
+    ethanol.rattle(0.1, seed=1)
+    hot_ethanol = molecule("CH3CH2OH")
+    hot_ethanol.rattle(0.2, seed=5)
+    copper = bulk("Cu", "fcc", a=3.61, cubic=True) * (2, 2, 2)
+    copper.rattle(0.1, seed=2)
+    slab = bulk("Cu", "fcc", a=3.61, cubic=True) * (2, 2, 1)
+    slab.pbc = [True, True, False]
+    slab.rattle(0.1, seed=3)
+    return [ethanol, copper, hot_ethanol, slab]
+
+
+def _model(arch, precision, loss="mse", use_force=True):
+    model = make_model("PiNet", {**BASE, **ARCHITECTURES[arch]}, precision)
+    model.e_dress.assign(np.array([-0.5, -1.0, -2.0, -3.0]))
+    model.params.update(LOSSES[loss], use_force=use_force)
+    rng = np.random.RandomState(0)
+    for v in model.trainable_variables:  # away from the initial weights (zero biases)
+        v.assign(v.numpy() + 0.1 * rng.randn(*v.shape))
+    return model
+
+
+def _batch(precision, padding=False):
+    batch = batch_from_atoms(_structures(), RC, precision)
+    rng = np.random.RandomState(1)
+    n_struct, n_atoms = len(batch[K.CELL]), len(batch[K.ELEMS])
+    batch[K.E_DATA] = (rng.randn(n_struct) * 0.3 - 20).astype(precision)
+    batch[K.F_DATA] = (rng.randn(n_atoms, 3) * 0.5).astype(precision)
+    if padding:  # the second structure counts as padding (as in a padded batch)
+        batch[K.REAL] = np.array([True, False, True, True])
+    return batch
+
+
+def _tensorflow(model, batch, weights, counts):
+    tensors = {k: tf.constant(v) for k, v in batch.items()}
+    with tf.GradientTape() as tape:
+        pred = model.predict(tensors, forces=model.params["use_force"], stress=False)
+        sums = model.loss_sums(tensors, pred)
+        loss = tf.add_n([weights[t] * sums[t] / counts[t] for t in sums])
+    grads = tape.gradient(loss, model.trainable_variables)
+    return float(loss), [g.numpy() for g in grads], {k: v.numpy() for k, v in pred.items()}
+
+
+def _compare(model, batch, rtol, weights=None):
+    weights = weights or {"energy": 1.0, "forces": 10.0}
+    n_real = int(np.sum(batch.get(K.REAL, np.ones(len(batch[K.CELL])))))
+    counts = {"energy": float(n_real)}
+    if model.params["use_force"]:
+        counts["forces"] = 3.0 * len(batch[K.ELEMS])
+    loss, grads, pred = _tensorflow(model, batch, weights, counts)
+    engine = TrainingEngine(model)
+    engine.set_weights([v.numpy() for v in model.trainable_variables])
+    out = engine(batch, weights, counts)
+    assert out["finite"]
+    assert out["loss"] == pytest.approx(loss, rel=rtol)
+    np.testing.assert_allclose(out["energy"], pred["energy"], rtol=rtol)
+    if "forces" in pred:
+        np.testing.assert_allclose(out["forces"], pred["forces"], rtol=0, atol=rtol * np.abs(pred["forces"]).max())
+    assert len(out["gradients"]) == len(grads)
+    for v, mine, ref in zip(model.trainable_variables, out["gradients"], grads):
+        assert mine.shape == ref.shape and mine.dtype == ref.dtype, v.name
+        scale = np.abs(ref).max()
+        assert scale > 0, v.name  # not a trivially zero comparison
+        np.testing.assert_allclose(mine, ref, rtol=0, atol=rtol * scale, err_msg=v.name)
+    return out
+
+
+@pytest.mark.parametrize("arch", list(ARCHITECTURES))
+@pytest.mark.parametrize("loss", list(LOSSES))
+def test_gradients_equal_tensorflows_float64(arch, loss):
+    _compare(_model(arch, "float64", loss), _batch("float64", padding=loss != "mse"), rtol=1e-10)
+
+
+def test_gradients_without_forces_in_the_loss():
+    _compare(_model("reference", "float64", use_force=False), _batch("float64"), rtol=1e-10)
+
+
+def test_force_term_alone_is_the_second_derivative():
+    """Energy weight 0: the whole gradient is the force loss's, the part TensorFlow gets by
+    differentiating the forces a second time."""
+    _compare(_model("deep nets, residual maps, odd widths", "float64"), _batch("float64"), rtol=1e-10,
+             weights={"energy": 0.0, "forces": 1.0})
+
+
+def test_gradients_float32():
+    _compare(_model("reference", "float32"), _batch("float32"), rtol=2e-4)
+
+
+def test_weights_follow_set_weights():
+    model = _model("reference", "float64")
+    batch = _batch("float64")
+    engine = TrainingEngine(model)
+    counts = {"energy": 4.0, "forces": 3.0 * len(batch[K.ELEMS])}
+    weights = {"energy": 1.0, "forces": 10.0}
+    engine.set_weights([v.numpy() for v in model.trainable_variables])
+    before = engine(batch, weights, counts)["loss"]
+    for v in model.trainable_variables:
+        v.assign(v * 0.9)
+    engine.set_weights([v.numpy() for v in model.trainable_variables])
+    after = engine(batch, weights, counts)
+    assert after["loss"] != pytest.approx(before, rel=1e-6)
+    assert after["loss"] == pytest.approx(_tensorflow(model, batch, weights, counts)[0], rel=1e-10)
+
+
+@pytest.mark.parametrize("net, model_params, message", [
+    ({"act": "ssp"}, {}, "network.params.act"),
+    ({"pi_nodes": [8]}, {}, "network.params.pi_nodes"),
+    ({}, {"use_stress": True}, "model.params.use_stress"),
+])
+def test_refuses_what_it_does_not_support(net, model_params, message):
+    model = make_model("PiNet", {**BASE, **net}, "float64")
+    model.params.update(model_params)
+    assert message in check_supported(model)
+    with pytest.raises(ValueError, match=message):
+        TrainingEngine(model)
+    lj = make_model("LJ", {"atom_types": [18], "rc": 5.0})
+    assert "PiNet" in check_supported(lj)
