@@ -1,6 +1,6 @@
 """Training throughput of the reference configuration.
 
-Usage:  python benchmarks/bench_train.py [cu108|ethanol ...] [--steps N]
+Usage:  python benchmarks/bench_train.py [cu108|ethanol ...] [--steps N] [--engine numba]
 
 Prints one JSON line per dataset: the median of the trainer's own throughput over the
 100-step intervals after 200 warm-up steps (one train() call; the reference's protocol),
@@ -19,6 +19,8 @@ def main():
     ap.add_argument("--steps", type=int, default=700, help="total steps (200 of them warm-up)")
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--parts", type=int, default=None, help="model.params.batch_parts (default: the trainer's)")
+    ap.add_argument("--engine", default=None, choices=("auto", "tensorflow", "numba"),
+                    help="model.params.engine (default: the trainer's)")
     args = ap.parse_args()
     import ase.io
     import numpy as np
@@ -34,6 +36,8 @@ def main():
         params = {"model_dir": model_dir, "network": {"name": "PiNet", "params": dict(REFERENCE_NETWORK, atom_types=types)},
                   "model": {"name": "potential_model", "params": dict(REFERENCE_MODEL, data_resume="none",
                                                                         batch_parts=args.parts)}}
+        if args.engine:
+            params["model"]["params"]["engine"] = args.engine
         model = potential_model(params)
         structures = load_ase(dataset_path(name, "train"))  # read once: the 90 % training split
         # the documented pipeline: neighbor lists once per structure, before the cache
@@ -44,6 +48,7 @@ def main():
         structures_per_s = float(np.median(intervals))
         steps_per_s = structures_per_s / args.batch
         emit(benchmark="train", dataset=name, atoms_per_structure=len(first), batch=args.batch, parts=model.parts,
+             engine="tensorflow" if model.engine is None else "numba",
              steps_per_s=round(steps_per_s, 2), structures_per_s=round(steps_per_s * args.batch, 1),
              atoms_per_s=round(steps_per_s * args.batch * len(first)), peak_rss_mb=round(peak_rss_mb()),
              intervals=len(intervals), network=params["network"], model=params["model"]["params"])

@@ -40,8 +40,8 @@ import numpy as np
 
 from pinn import keys as K
 from pinn.fast_pinet import (_B_II, _B_NII, _B_NOUT, _B_NPI, _B_NPP, _B_OUT, _B_PI, _B_PP, _B_RES, _B_UNITS,
-                             _B_WIN, _B_WOUT, _TANH_FAST, _jit, _spread_by_first_atom, _sum_by_first_atom, _tanh32,
-                             _tensor, _tile_matmul, _tile_matmul_t)
+                             _B_WIN, _B_WOUT, _TANH_FAST, TILE, _cutoff, _forces_virial, _jit, _spread_by_first_atom,
+                             _sum_by_first_atom, _tanh32, _tensor, _tile_matmul, _tile_matmul_t, find_pairs)
 
 try:
     import numba
@@ -51,35 +51,65 @@ except ImportError:  # pragma: no cover - numba is a dependency
     prange = range
 
 
-# ------------------------------------------------------------------ layers with tangents
+# ------------------------------------------------------------------ layers
+# Every array of values (Y), tangents (D) and first-order adjoints (A, ∂E/∂value) holds a
+# block's rows in one layout, [rows, columns] with columns the atoms or a tile's pairs:
+# per atom: the block input P, the PP outputs, the new properties, the output-net outputs;
+# per pair: the first PI layer's output h₁, the hidden PI outputs, the interactions I, the II
+# outputs.  A layer's input is the rows just before its output.
 @_jit()
-def _tanh_rows(y, yd, flat, boff, n, code):
-    """y[:n] = tanh(y + b) and yd[:n] *= 1 − y²: a layer's value and tangent from its pre-activation
-    ``y`` and the pre-activation's tangent ``yd`` (b at ``flat[boff:]``)."""
+def _tanh_bias(y, flat, boff, n, code):
+    """y[:n] = tanh(y + b), b at ``flat[boff:]``."""
     n_t = y.shape[1]
     for c in range(n):
         bc = flat[boff + c]
         if code == _TANH_FAST:
             for t in range(n_t):
-                v = _tanh32(y[c, t] + bc)
-                y[c, t] = v
-                yd[c, t] = yd[c, t] - yd[c, t] * v * v
+                y[c, t] = _tanh32(y[c, t] + bc)
         else:
             for t in range(n_t):
-                v = math.tanh(y[c, t] + bc)
-                y[c, t] = v
-                yd[c, t] = yd[c, t] - yd[c, t] * v * v
+                y[c, t] = math.tanh(y[c, t] + bc)
 
 
 @_jit()
-def _layer_fwd(Y, D, in_row, n_in, out_row, n_out, w, flat, boff, code):
-    """A tanh layer on rows of ``Y`` (values) and ``D`` (tangents), [rows, columns]: rows
-    ``out_row``.. get tanh(Wᵀ s + b) and its tangent from the input rows ``in_row``.."""
+def _dtanh_scale(y, x, n):
+    """x[:n] *= 1 − y[:n]²: through a tanh layer's derivative, from its output y."""
+    for c in range(n):
+        for t in range(x.shape[1]):
+            x[c, t] = x[c, t] - x[c, t] * y[c, t] * y[c, t]
+
+
+@_jit()
+def _layer_value(Y, in_row, n_in, out_row, n_out, w, flat, boff, code):
+    """Y[out] = tanh(Wᵀ Y[in] + b)."""
     y = Y[out_row:out_row + n_out]
-    yd = D[out_row:out_row + n_out]
     _tile_matmul(Y[in_row:in_row + n_in], w, y, n_in, n_out)
+    _tanh_bias(y, flat, boff, n_out, code)
+
+
+@_jit()
+def _layer_tangent(Y, D, in_row, n_in, out_row, n_out, w):
+    """D[out] = (1 − y²) Wᵀ D[in]: the tangent of a tanh layer's output."""
+    yd = D[out_row:out_row + n_out]
     _tile_matmul(D[in_row:in_row + n_in], w, yd, n_in, n_out)
-    _tanh_rows(y, yd, flat, boff, n_out, code)
+    _dtanh_scale(Y[out_row:out_row + n_out], yd, n_out)
+
+
+@_jit()
+def _layer_adjoint(Y, A, in_row, n_in, out_row, n_out, w, tmp, tmp2, accumulate):
+    """First-order reverse through a tanh layer: A[in] = (or +=, ``accumulate``) W ((1 − y²) A[out])."""
+    n_t = tmp.shape[1]
+    y, a = Y[out_row:out_row + n_out], A[out_row:out_row + n_out]
+    for c in range(n_out):
+        for t in range(n_t):
+            tmp[c, t] = a[c, t] - a[c, t] * y[c, t] * y[c, t]
+    if accumulate:
+        _tile_matmul_t(tmp, w, tmp2, n_in, n_out)
+        for k in range(n_in):
+            for t in range(n_t):
+                A[in_row + k, t] += tmp2[k, t]
+    else:
+        _tile_matmul_t(tmp, w, A[in_row:in_row + n_in], n_in, n_out)
 
 
 @_jit()
@@ -137,27 +167,29 @@ def _outer_acc(s, a, g, n_in, n_out):
 
 
 @_jit()
-def _tanh_back(y, yd, ab, ab1, n):
-    """Adjoints of a tanh layer's output (``ab`` of the value, ``ab1`` of the tangent, [n, columns])
-    turned into those of its pre-activation, in place (see the module docstring)."""
+def _second_order_adjoint(y, yd, y1, ab, a1, n):
+    """A tanh layer's output adjoints turned into its pre-activation's: ``ab`` (of the value, in
+    place) and ``a1`` (of the tangent, written) from the output ``y``, its tangent ``yd`` and its
+    first-order adjoint ``y1``:  ā = (1 − y²) ȳ − 2 y ẏ ȳ₁,  ā₁ = (1 − y²) ȳ₁."""
     for c in range(n):
         for t in range(ab.shape[1]):
             v = y[c, t]
-            b1 = ab1[c, t]
+            b1 = y1[c, t]
             q = v * yd[c, t] * b1
             b = ab[c, t]
             ab[c, t] = b - b * v * v - q - q
-            ab1[c, t] = b1 - b1 * v * v
+            a1[c, t] = b1 - b1 * v * v
 
 
 @_jit()
-def _layer_back(Y, D, in_row, n_in, out_row, n_out, w, gw, gflat, gboff, ab, ab1, sb, sb1):
-    """The reverse of :func:`_layer_fwd`: ``ab``/``ab1`` [n_out, columns] hold the adjoints of the
-    output (value, tangent) on entry; the weight and bias gradients are added to ``gw`` and
-    ``gflat[gboff:]``; ``sb``/``sb1`` get the input's adjoints."""
-    _tanh_back(Y[out_row:out_row + n_out], D[out_row:out_row + n_out], ab, ab1, n_out)
+def _layer_back(Y, D, A, in_row, n_in, out_row, n_out, w, gw, gflat, gboff, ab, sb, a1):
+    """Pass 3 through a tanh layer: ``ab`` [n_out, columns] holds the adjoint of its output's value on
+    entry; the weight and bias gradients are added to ``gw`` and ``gflat[gboff:]`` and ``sb`` gets the
+    adjoint of the input's value (``a1``: scratch)."""
+    _second_order_adjoint(Y[out_row:out_row + n_out], D[out_row:out_row + n_out], A[out_row:out_row + n_out],
+                          ab, a1, n_out)
     _outer_acc(Y[in_row:in_row + n_in], ab, gw, n_in, n_out)
-    _outer_acc(D[in_row:in_row + n_in], ab1, gw, n_in, n_out)
+    _outer_acc(D[in_row:in_row + n_in], a1, gw, n_in, n_out)
     zero = np.zeros(1, gflat.dtype)[0]
     for c in range(n_out):
         s = zero
@@ -165,199 +197,483 @@ def _layer_back(Y, D, in_row, n_in, out_row, n_out, w, gw, gflat, gboff, ab, ab1
             s += ab[c, t]
         gflat[gboff + c] += s
     _tile_matmul_t(ab, w, sb, n_in, n_out)
-    _tile_matmul_t(ab1, w, sb1, n_in, n_out)
+
+
+@_jit()
+def _pair_layout(layers, blk, n_basis):
+    """A block's pair rows: (start of h, the last PI hidden output, its width, start of I, n_pi, end)."""
+    row, n_h = 0, layers[blk[_B_PI], 3]
+    for layer in range(blk[_B_PI] + 1, blk[_B_PI] + blk[_B_NPI] - 1):
+        row += n_h
+        n_h = layers[layer, 3]
+    i_row = row + n_h
+    n_pi = layers[blk[_B_PI] + blk[_B_NPI] - 1, 3] // n_basis
+    end = i_row + n_pi
+    for layer in range(blk[_B_II], blk[_B_II] + blk[_B_NII]):
+        end += layers[layer, 3]
+    return row, n_h, i_row, n_pi, end
+
+
+@_jit()
+def _atom_layout(layers, blk):
+    """A block's atom rows: (start of Q, the last PP output, its width, start of the new properties,
+    start of the last output-net output, its width)."""
+    row, n_h = 0, blk[_B_WIN]
+    for layer in range(blk[_B_PP], blk[_B_PP] + blk[_B_NPP]):
+        row += n_h
+        n_h = layers[layer, 3]
+    q_row, n_pp = row, n_h
+    new_row = q_row + n_pp
+    row, n_h = new_row, blk[_B_WOUT]
+    for layer in range(blk[_B_OUT], blk[_B_OUT] + blk[_B_NOUT]):
+        row += n_h
+        n_h = layers[layer, 3]
+    return q_row, n_pp, new_row, row, n_h
 
 
 # ------------------------------------------------------------------ pair tiles
 @_jit()
-def _pair_fwd(tile, n_pairs, pair_i, pair_j, e, ed, pa, pb, pad, pbd, flat, table, layers, blk, code, Y, D, sc,
-              starts, out, outd):
-    """One tile of pairs forward with tangents: the PI and II nets, values kept in ``Y`` and
-    tangents in ``D`` ([rows, tile]: the first PI layer's output, the hidden PI outputs, the
-    interactions I, the II outputs), the last II output and its tangent summed by first atom
-    into ``out``/``outd`` [n_atoms, n_ii].  ``e``/``ed``: the basis and its tangent [n_basis, tile];
-    ``pa``/``pb`` (``pad``/``pbd``): the first PI layer per atom [n_first, n_atoms] and tangents."""
+def _pair_value(tile, n_pairs, pair_i, pair_j, e, pa, pb, flat, table, layers, blk, code, Y, u, starts, out):
+    """Pass 1, one tile forward: the PI and II nets' values kept in ``Y`` [rows, tile], the last II
+    output summed by first atom into ``out`` [n_atoms, n_ii].  ``e``: the basis [n_basis, tile];
+    ``pa``/``pb`` [n_first, n_atoms]: the first PI layer per atom (no bias); ``u``: scratch."""
     n_t = e.shape[1]
     p0 = tile * n_t
     n_valid = min(n_t, n_pairs - p0)
     n_basis = e.shape[0]
     n_first = pa.shape[0]
-    u = sc[0]
     x = Y[0:n_first]
-    xd = D[0:n_first]
     n_runs = _spread_by_first_atom(pa, n_first, pair_i, p0, n_valid, starts, x)
-    _spread_by_first_atom(pad, n_first, pair_i, p0, n_valid, starts, xd)
     for c in range(n_first):
-        row_b, row_bd = pb[c], pbd[c]
+        row_b = pb[c]
         for t in range(n_valid):
-            j = pair_j[p0 + t]
-            x[c, t] += row_b[j]
-            xd[c, t] += row_bd[j]
-    first = layers[blk[_B_PI]]
-    _tanh_rows(x, xd, flat, table[first[1], 0], n_first, code)
+            x[c, t] += row_b[pair_j[p0 + t]]
+    _tanh_bias(x, flat, table[layers[blk[_B_PI], 1], 0], n_first, code)
     row, n_h = 0, n_first
     for layer in range(blk[_B_PI] + 1, blk[_B_PI] + blk[_B_NPI] - 1):
         w = _tensor(flat, table, layers[layer, 0])
-        _layer_fwd(Y, D, row, n_h, row + n_h, w.shape[1], w, flat, table[layers[layer, 1], 0], code)
+        _layer_value(Y, row, n_h, row + n_h, w.shape[1], w, flat, table[layers[layer, 1], 0], code)
         row += n_h
         n_h = w.shape[1]
-    # I_c = Σ_b e_b (h K_b + β_b)_c;  İ_c = Σ_b ė_b (h K_b + β_b)_c + e_b (ḣ K_b)_c
+    # I_c = Σ_b e_b (h K_b + β_b)_c
     h = Y[row:row + n_h]
-    hd = D[row:row + n_h]
     pi_out = layers[blk[_B_PI] + blk[_B_NPI] - 1]
     kernel = _tensor(flat, table, pi_out[0])
     n_pi = kernel.shape[1] // n_basis
     boff = table[pi_out[1], 0]
     i_row = row + n_h
     inter = Y[i_row:i_row + n_pi]
-    interd = D[i_row:i_row + n_pi]
     for c in range(n_pi):
         for t in range(n_t):
             inter[c, t] = 0.0
-            interd[c, t] = 0.0
     for b in range(n_basis):
-        kb = kernel[:, b::n_basis]
-        _tile_matmul(h, kb, u, n_h, n_pi)
+        _tile_matmul(h, kernel[:, b::n_basis], u, n_h, n_pi)
         for c in range(n_pi):
             bc = flat[boff + c * n_basis + b]
             for t in range(n_t):
-                v = u[c, t] + bc
-                inter[c, t] += v * e[b, t]
-                interd[c, t] += v * ed[b, t]
-        _tile_matmul(hd, kb, u, n_h, n_pi)
-        for c in range(n_pi):
-            for t in range(n_t):
-                interd[c, t] += u[c, t] * e[b, t]
+                inter[c, t] += (u[c, t] + bc) * e[b, t]
     row, n_h = i_row, n_pi
     for layer in range(blk[_B_II], blk[_B_II] + blk[_B_NII]):
         w = _tensor(flat, table, layers[layer, 0])
-        _layer_fwd(Y, D, row, n_h, row + n_h, w.shape[1], w, flat, table[layers[layer, 1], 0], code)
+        _layer_value(Y, row, n_h, row + n_h, w.shape[1], w, flat, table[layers[layer, 1], 0], code)
         row += n_h
         n_h = w.shape[1]
     _sum_by_first_atom(Y[row:row + n_h], n_h, pair_i, p0, n_runs, starts, out)
-    _sum_by_first_atom(D[row:row + n_h], n_h, pair_i, p0, n_runs, starts, outd)
 
 
 @_jit()
-def _pair_back(tile, n_pairs, pair_i, pair_j, e, ed, gnew, gnew1, flat, table, layers, blk, Y, D, sc, starts,
-               ga, gb, ga1, gb1, gflat):
-    """The reverse of :func:`_pair_fwd` for one tile: from the adjoints of the block's new properties
-    (``gnew`` of the value, ``gnew1`` of the tangent, [n_ii, n_atoms]) the weight gradients of the
-    PI and II nets (added to ``gflat``) and the adjoints of the first PI layer's per-atom values
-    (added to ``ga``/``gb`` and ``ga1``/``gb1``, [n_atoms, n_first])."""
+def _pair_adjoint(tile, n_pairs, pair_i, pair_j, e, de, gnew1, flat, table, layers, blk, Y, A, sc, starts, ga1, gb1,
+                  grad_r):
+    """Pass 1, one tile backward (first order): from ∂E/∂new per atom (``gnew1`` [n_ii, n_atoms]) the
+    adjoints ∂E/∂(each kept value), kept in ``A``; ∂E/∂pa and ∂E/∂pb added per atom to ``ga1``/``gb1``
+    [n_atoms, n_first]; ∂E/∂r added to ``grad_r`` (``de``: the basis's r-derivative)."""
     n_t = e.shape[1]
     p0 = tile * n_t
     n_valid = min(n_t, n_pairs - p0)
     n_basis = e.shape[0]
-    n_first = ga.shape[1]
-    ab, ab1, sb, sb1, hb, hb1, tmp = sc[0], sc[1], sc[2], sc[3], sc[4], sc[5], sc[6]
-    # rows: the last PI hidden output (h), I, then the II layers
-    row, n_h = 0, n_first
-    for layer in range(blk[_B_PI] + 1, blk[_B_PI] + blk[_B_NPI] - 1):
-        row += n_h
-        n_h = layers[layer, 3]
-    h_row = row
-    pi_out = layers[blk[_B_PI] + blk[_B_NPI] - 1]
-    kernel = _tensor(flat, table, pi_out[0])
-    gkernel = _tensor(gflat, table, pi_out[0])
-    n_pi = kernel.shape[1] // n_basis
-    i_row = h_row + n_h
-    end = i_row + n_pi
-    for layer in range(blk[_B_II], blk[_B_II] + blk[_B_NII]):
-        end += layers[layer, 3]
+    n_first = ga1.shape[1]
+    tmp, v, ebar = sc[0], sc[1], sc[2]
+    h_row, n_h, i_row, n_pi, end = _pair_layout(layers, blk, n_basis)
     n_last = layers[blk[_B_II] + blk[_B_NII] - 1, 3]
-    n_runs = _spread_by_first_atom(gnew, n_last, pair_i, p0, n_valid, starts, ab)
-    _spread_by_first_atom(gnew1, n_last, pair_i, p0, n_valid, starts, ab1)
+    n_runs = _spread_by_first_atom(gnew1, n_last, pair_i, p0, n_valid, starts, A[end - n_last:end])
     row = end
     for layer in range(blk[_B_II] + blk[_B_NII] - 1, blk[_B_II] - 1, -1):
         w = _tensor(flat, table, layers[layer, 0])
         n_in, n_out = w.shape
         row -= n_out
-        _layer_back(Y, D, row - n_in, n_in, row, n_out, w, _tensor(gflat, table, layers[layer, 0]), gflat,
-                    table[layers[layer, 1], 0], ab, ab1, sb, sb1)
-        ab, sb = sb, ab
-        ab1, sb1 = sb1, ab1
-    # ab, ab1: adjoints of I.  ū_b = e_b Ī + ė_b Ī₁, ū₁_b = e_b Ī₁ (u_b = h K_b)
+        _layer_adjoint(Y, A, row - n_in, n_in, row, n_out, w, tmp, tmp, False)
+    # h̄ = Σ_b e_b K_b Ī;  ∂E/∂e_b = Σ_c Ī_c (h K_b + β_b)_c = Σ_k h_k (K_b Ī)_k + Σ_c Ī_c β_bc
+    pi_out = layers[blk[_B_PI] + blk[_B_NPI] - 1]
+    kernel = _tensor(flat, table, pi_out[0])
+    boff = table[pi_out[1], 0]
+    inter1 = A[i_row:i_row + n_pi]
     h = Y[h_row:h_row + n_h]
-    hd = D[h_row:h_row + n_h]
+    hbar = A[h_row:h_row + n_h]
+    for k in range(n_h):
+        for t in range(n_t):
+            hbar[k, t] = 0.0
+    for b in range(n_basis):
+        for t in range(n_t):
+            ebar[b, t] = 0.0
+    for b in range(n_basis):
+        _tile_matmul_t(inter1, kernel[:, b::n_basis], v, n_h, n_pi)
+        for k in range(n_h):
+            for t in range(n_t):
+                hbar[k, t] += e[b, t] * v[k, t]
+                ebar[b, t] += h[k, t] * v[k, t]
+        for c in range(n_pi):
+            bc = flat[boff + c * n_basis + b]
+            for t in range(n_t):
+                ebar[b, t] += inter1[c, t] * bc
+    for t in range(n_valid):
+        g = grad_r[p0 + t] * 0
+        for b in range(n_basis):
+            g += ebar[b, t] * de[b, t]
+        grad_r[p0 + t] += g
+    row = h_row
+    for layer in range(blk[_B_PI] + blk[_B_NPI] - 2, blk[_B_PI], -1):
+        w = _tensor(flat, table, layers[layer, 0])
+        n_in, n_out = w.shape
+        _layer_adjoint(Y, A, row - n_in, n_in, row, n_out, w, tmp, tmp, False)
+        row -= n_in
+    # the first PI layer's pre-activation, per atom
+    for c in range(n_first):
+        for t in range(n_t):
+            tmp[c, t] = A[c, t] - A[c, t] * Y[c, t] * Y[c, t]
+    _sum_by_first_atom(tmp, n_first, pair_i, p0, n_runs, starts, ga1)
+    for t in range(n_valid):
+        j = pair_j[p0 + t]
+        for c in range(n_first):
+            gb1[j, c] += tmp[c, t]
+
+
+@_jit()
+def _pair_tangent(tile, n_pairs, pair_i, pair_j, e, ed, pad, pbd, flat, table, layers, blk, Y, D, sc, starts, outd):
+    """Pass 2, one tile: the tangents of the kept values along w, into ``D``; the last II output's
+    summed by first atom into ``outd``.  ``ed``: the basis's tangent; ``pad``/``pbd``: the first PI
+    layer's per atom."""
+    n_t = e.shape[1]
+    p0 = tile * n_t
+    n_valid = min(n_t, n_pairs - p0)
+    n_basis = e.shape[0]
+    n_first = pad.shape[0]
+    u, wv = sc[0], sc[1]
+    xd = D[0:n_first]
+    n_runs = _spread_by_first_atom(pad, n_first, pair_i, p0, n_valid, starts, xd)
+    for c in range(n_first):
+        row_b = pbd[c]
+        for t in range(n_valid):
+            xd[c, t] += row_b[pair_j[p0 + t]]
+    _dtanh_scale(Y[0:n_first], xd, n_first)
+    row, n_h = 0, n_first
+    for layer in range(blk[_B_PI] + 1, blk[_B_PI] + blk[_B_NPI] - 1):
+        w = _tensor(flat, table, layers[layer, 0])
+        _layer_tangent(Y, D, row, n_h, row + n_h, w.shape[1], w)
+        row += n_h
+        n_h = w.shape[1]
+    # İ = Σ_b (ė_b h + e_b ḣ) K_b + ė_b β_b
+    h, hd = Y[row:row + n_h], D[row:row + n_h]
+    pi_out = layers[blk[_B_PI] + blk[_B_NPI] - 1]
+    kernel = _tensor(flat, table, pi_out[0])
+    n_pi = kernel.shape[1] // n_basis
+    boff = table[pi_out[1], 0]
+    i_row = row + n_h
+    interd = D[i_row:i_row + n_pi]
+    for c in range(n_pi):
+        for t in range(n_t):
+            interd[c, t] = 0.0
+    for b in range(n_basis):
+        for k in range(n_h):
+            for t in range(n_t):
+                wv[k, t] = ed[b, t] * h[k, t] + e[b, t] * hd[k, t]
+        _tile_matmul(wv, kernel[:, b::n_basis], u, n_h, n_pi)
+        for c in range(n_pi):
+            bc = flat[boff + c * n_basis + b]
+            for t in range(n_t):
+                interd[c, t] += u[c, t] + ed[b, t] * bc
+    row, n_h = i_row, n_pi
+    for layer in range(blk[_B_II], blk[_B_II] + blk[_B_NII]):
+        w = _tensor(flat, table, layers[layer, 0])
+        _layer_tangent(Y, D, row, n_h, row + n_h, w.shape[1], w)
+        row += n_h
+        n_h = w.shape[1]
+    _sum_by_first_atom(D[row:row + n_h], n_h, pair_i, p0, n_runs, starts, outd)
+
+
+@_jit()
+def _pair_back(tile, n_pairs, pair_i, pair_j, e, ed, gnew, flat, table, layers, blk, Y, D, A, sc, starts, ga, gb,
+               gflat):
+    """Pass 3, one tile: from the adjoint of the block's new properties' values (``gnew`` [n_ii,
+    n_atoms]) the weight gradients of the PI and II nets (added to ``gflat``) and the adjoints of the
+    first PI layer's per-atom values (added to ``ga``/``gb`` [n_atoms, n_first])."""
+    n_t = e.shape[1]
+    p0 = tile * n_t
+    n_valid = min(n_t, n_pairs - p0)
+    n_basis = e.shape[0]
+    n_first = ga.shape[1]
+    ab, sb, a1, hb, tmp = sc[0], sc[1], sc[2], sc[3], sc[4]
+    h_row, n_h, i_row, n_pi, end = _pair_layout(layers, blk, n_basis)
+    n_last = layers[blk[_B_II] + blk[_B_NII] - 1, 3]
+    n_runs = _spread_by_first_atom(gnew, n_last, pair_i, p0, n_valid, starts, ab)
+    row = end
+    for layer in range(blk[_B_II] + blk[_B_NII] - 1, blk[_B_II] - 1, -1):
+        w = _tensor(flat, table, layers[layer, 0])
+        n_in, n_out = w.shape
+        row -= n_out
+        _layer_back(Y, D, A, row - n_in, n_in, row, n_out, w, _tensor(gflat, table, layers[layer, 0]), gflat,
+                    table[layers[layer, 1], 0], ab, sb, a1)
+        ab, sb = sb, ab
+    # ab: Ī.  ū_b = e_b Ī + ė_b Ī₁, ū₁_b = e_b Ī₁ (u_b = h K_b): K̄_b += h ū_bᵀ + ḣ ū₁_bᵀ, h̄ = Σ_b K_b ū_b
+    pi_out = layers[blk[_B_PI] + blk[_B_NPI] - 1]
+    kernel = _tensor(flat, table, pi_out[0])
+    gkernel = _tensor(gflat, table, pi_out[0])
+    boff = table[pi_out[1], 0]
+    inter1 = A[i_row:i_row + n_pi]
+    h, hd = Y[h_row:h_row + n_h], D[h_row:h_row + n_h]
     for k in range(n_h):
         for t in range(n_t):
             hb[k, t] = 0.0
-            hb1[k, t] = 0.0
-    boff = table[pi_out[1], 0]
     zero = np.zeros(1, gflat.dtype)[0]
     for b in range(n_basis):
         for c in range(n_pi):
             s = zero
             for t in range(n_t):
-                v = e[b, t] * ab[c, t] + ed[b, t] * ab1[c, t]
+                v = e[b, t] * ab[c, t] + ed[b, t] * inter1[c, t]
                 sb[c, t] = v
-                sb1[c, t] = e[b, t] * ab1[c, t]
+                a1[c, t] = e[b, t] * inter1[c, t]
                 s += v
             gflat[boff + c * n_basis + b] += s
-        kb = kernel[:, b::n_basis]
         gkb = gkernel[:, b::n_basis]
         _outer_acc(h, sb, gkb, n_h, n_pi)
-        _outer_acc(hd, sb1, gkb, n_h, n_pi)
-        _tile_matmul_t(sb, kb, tmp, n_h, n_pi)
+        _outer_acc(hd, a1, gkb, n_h, n_pi)
+        _tile_matmul_t(sb, kernel[:, b::n_basis], tmp, n_h, n_pi)
         for k in range(n_h):
             for t in range(n_t):
                 hb[k, t] += tmp[k, t]
-        _tile_matmul_t(sb1, kb, tmp, n_h, n_pi)
-        for k in range(n_h):
-            for t in range(n_t):
-                hb1[k, t] += tmp[k, t]
-    ab, ab1 = hb, hb1
+    ab, sb = hb, ab
     row = h_row
     for layer in range(blk[_B_PI] + blk[_B_NPI] - 2, blk[_B_PI], -1):
         w = _tensor(flat, table, layers[layer, 0])
         n_in, n_out = w.shape
-        _layer_back(Y, D, row - n_in, n_in, row, n_out, w, _tensor(gflat, table, layers[layer, 0]), gflat,
-                    table[layers[layer, 1], 0], ab, ab1, sb, sb1)
+        _layer_back(Y, D, A, row - n_in, n_in, row, n_out, w, _tensor(gflat, table, layers[layer, 0]), gflat,
+                    table[layers[layer, 1], 0], ab, sb, a1)
         ab, sb = sb, ab
-        ab1, sb1 = sb1, ab1
         row -= n_in
-    # the first PI layer: its pre-activation's adjoints, summed per atom
-    _tanh_back(Y[0:n_first], D[0:n_first], ab, ab1, n_first)
+    # the first PI layer's pre-activation, per atom
+    _second_order_adjoint(Y[0:n_first], D[0:n_first], A[0:n_first], ab, a1, n_first)
     _sum_by_first_atom(ab, n_first, pair_i, p0, n_runs, starts, ga)
-    _sum_by_first_atom(ab1, n_first, pair_i, p0, n_runs, starts, ga1)
     for t in range(n_valid):
         j = pair_j[p0 + t]
         for c in range(n_first):
             gb[j, c] += ab[c, t]
-            gb1[j, c] += ab1[c, t]
 
 
-# ------------------------------------------------------------------ passes 2 and 3
+# ------------------------------------------------------------------ the passes
 @_jit()
-def _atom_rows(layers, blk):
-    """Rows of a block's per-atom arrays: (input P, then the PP outputs: start of the last PP
-    output Q and its width; start of the new properties; start of the first output-net row)."""
-    row, n_h = 0, blk[_B_WIN]
-    for layer in range(blk[_B_PP], blk[_B_PP] + blk[_B_NPP]):
-        row += n_h
-        n_h = layers[layer, 3]
-    new_row = row + n_h
-    return row, n_h, new_row
+def _chunk_tiles(chunk, n_chunks, n_tiles):
+    """The tiles of one chunk: range(start, stop)."""
+    per = (n_tiles + n_chunks - 1) // n_chunks
+    return chunk * per, min(n_tiles, (chunk + 1) * per)
+
+
+@_jit(parallel=True)
+def _energies_forces(types, n_pairs, pair_i, pair_j, dist, flat, table, layers, blocks, codes, scal, n_chunks,
+                     basis, dbasis, keep, adj, aty, ata, pa, pb, pa1, pb1, buf, grad_r, atomic):
+    """Pass 1: atomic energies and ∂E/∂r per pair; the values (``keep``, ``aty``) and their
+    first-order adjoints ∂E/∂value (``adj``, ``ata``; ``pa1``/``pb1``: of the per-atom first PI
+    layer) kept for passes 2 and 3.
+
+    Args:
+        types: [n_atoms] int64 indices into atom_types.
+        n_pairs, pair_i, pair_j, dist: the pairs within the cutoff, sorted by first atom.
+        flat, table, layers, blocks, codes, scal: the network (:func:`pinn.fast_pinet.pinet_arrays`).
+        n_chunks: the pair tiles are split into this many chunks, one per thread.
+        basis, dbasis: [n_tiles, n_basis, tile] outputs, the basis and its r-derivative.
+        keep, adj: [depth, n_tiles, rows, tile]; aty, ata: [depth, rows, n_atoms];
+            pa, pb, pa1, pb1: [depth, n_first, n_atoms]; buf: [n_chunks, 4, n_atoms, width]: workspace.
+        grad_r: [>= n_pairs] output, ∂E/∂r (eV/Å); atomic: [n_atoms] output, e_scale × the
+            network's atomic energies (eV, no e_dress).
+    """
+    n_atoms = types.shape[0]
+    depth = blocks.shape[0]
+    code, cutoff_code, basis_code, n_basis, width = codes[0], codes[1], codes[2], codes[3], codes[4]
+    rc, gamma, e_scale = scal[0], scal[1], scal[2]
+    n_t = basis.shape[2]
+    n_tiles = (n_pairs + n_t - 1) // n_t
+    dt = flat.dtype
+    for tile in prange(n_tiles):
+        for t in range(n_t):
+            p = tile * n_t + t
+            for b in range(n_basis):
+                basis[tile, b, t] = 0.0
+                dbasis[tile, b, t] = 0.0
+            if p >= n_pairs:
+                continue
+            r = dist[p]
+            fc, dfc = _cutoff(r / rc, cutoff_code)
+            dfc = dfc / rc
+            for b in range(n_basis):
+                if basis_code == 0:
+                    value = fc ** (b + 1)
+                    slope = (b + 1) * fc ** b * dfc
+                else:
+                    center = rc * b / (n_basis - 1) if n_basis > 1 else 0.0
+                    g = math.exp(-gamma * (r - center) ** 2)
+                    value = g * fc
+                    slope = g * dfc - 2.0 * gamma * (r - center) * g * fc
+                basis[tile, b, t] = value
+                dbasis[tile, b, t] = slope
+        p0 = tile * n_t
+        for t in range(min(n_t, n_pairs - p0)):
+            grad_r[p0 + t] = 0.0
+    for a in range(n_atoms):
+        atomic[a] = 0.0
+    # ---- forward
+    for d in range(depth):
+        blk = blocks[d]
+        Y = aty[d]
+        w_in, w_out = blk[_B_WIN], blk[_B_WOUT]
+        if d == 0:
+            for c in range(w_in):
+                for a in range(n_atoms):
+                    Y[c, a] = 0.0
+            for a in range(n_atoms):
+                Y[types[a], a] = 1.0
+        row, n_h = 0, w_in
+        for layer in range(blk[_B_PP], blk[_B_PP] + blk[_B_NPP]):
+            w = _tensor(flat, table, layers[layer, 0])
+            _layer_value(Y, row, n_h, row + n_h, w.shape[1], w, flat, table[layers[layer, 1], 0], code)
+            row += n_h
+            n_h = w.shape[1]
+        q_row, n_pp, new_row, out_row, n_last = _atom_layout(layers, blk)
+        kernel = _tensor(flat, table, layers[blk[_B_PI], 0])
+        n_first = kernel.shape[1]
+        _tile_matmul(Y[q_row:q_row + n_pp], kernel[:n_pp], pa[d], n_pp, n_first)
+        _tile_matmul(Y[q_row:q_row + n_pp], kernel[n_pp:], pb[d], n_pp, n_first)
+        for chunk in prange(n_chunks):
+            out = buf[chunk, 0, :, :w_out]
+            for a in range(n_atoms):
+                for c in range(w_out):
+                    out[a, c] = 0.0
+            u = np.empty((width, n_t), dt)
+            starts = np.empty(n_t + 1, np.int64)
+            start, stop = _chunk_tiles(chunk, n_chunks, n_tiles)
+            for tile in range(start, stop):
+                _pair_value(tile, n_pairs, pair_i, pair_j, basis[tile], pa[d], pb[d], flat, table, layers, blk, code,
+                            keep[d, tile], u, starts, out)
+        for c in range(w_out):
+            for a in range(n_atoms):
+                s = buf[0, 0, a, c]
+                for chunk in range(1, n_chunks):
+                    s += buf[chunk, 0, a, c]
+                Y[new_row + c, a] = s
+        row, n_h = new_row, w_out
+        for layer in range(blk[_B_OUT], blk[_B_OUT] + blk[_B_NOUT]):
+            w = _tensor(flat, table, layers[layer, 0])
+            _layer_value(Y, row, n_h, row + n_h, w.shape[1], w, flat, table[layers[layer, 1], 0], code)
+            row += n_h
+            n_h = w.shape[1]
+        units = _tensor(flat, table, layers[blk[_B_UNITS], 0])
+        for k in range(n_last):
+            uk = units[k, 0] * e_scale
+            for a in range(n_atoms):
+                atomic[a] += uk * Y[out_row + k, a]
+        if d + 1 < depth:  # the next block's input P R + new (R = identity when the widths agree)
+            Yn = aty[d + 1]
+            if blk[_B_RES] >= 0:
+                _tile_matmul(Y[0:w_in], _tensor(flat, table, layers[blk[_B_RES], 0]), Yn[0:w_out], w_in, w_out)
+            else:
+                for c in range(w_out):
+                    for a in range(n_atoms):
+                        Yn[c, a] = Y[c, a]
+            for c in range(w_out):
+                for a in range(n_atoms):
+                    Yn[c, a] += Y[new_row + c, a]
+    # ---- backward, first order: A = ∂E/∂value
+    tmp = np.empty((width, n_atoms), dt)
+    tmp2 = np.empty((width, n_atoms), dt)
+    for d in range(depth - 1, -1, -1):
+        blk = blocks[d]
+        Y, A = aty[d], ata[d]
+        w_in, w_out = blk[_B_WIN], blk[_B_WOUT]
+        q_row, n_pp, new_row, out_row, n_last = _atom_layout(layers, blk)
+        units = _tensor(flat, table, layers[blk[_B_UNITS], 0])
+        for k in range(n_last):
+            uk = units[k, 0] * e_scale
+            for a in range(n_atoms):
+                A[out_row + k, a] = uk
+        row = out_row
+        for layer in range(blk[_B_OUT] + blk[_B_NOUT] - 1, blk[_B_OUT] - 1, -1):
+            w = _tensor(flat, table, layers[layer, 0])
+            n_in, n_out = w.shape
+            _layer_adjoint(Y, A, row - n_in, n_in, row, n_out, w, tmp, tmp2, False)
+            row -= n_in
+        if d + 1 < depth:  # new also feeds the next block's input
+            An = ata[d + 1]
+            for c in range(w_out):
+                for a in range(n_atoms):
+                    A[new_row + c, a] += An[c, a]
+        gnew1 = A[new_row:new_row + w_out]
+        kernel = _tensor(flat, table, layers[blk[_B_PI], 0])
+        n_first = kernel.shape[1]
+        for chunk in prange(n_chunks):
+            ga1, gb1 = buf[chunk, 0, :, :n_first], buf[chunk, 1, :, :n_first]
+            for a in range(n_atoms):
+                for c in range(n_first):
+                    ga1[a, c] = 0.0
+                    gb1[a, c] = 0.0
+            sc = np.empty((3, width, n_t), dt)
+            starts = np.empty(n_t + 1, np.int64)
+            start, stop = _chunk_tiles(chunk, n_chunks, n_tiles)
+            for tile in range(start, stop):
+                _pair_adjoint(tile, n_pairs, pair_i, pair_j, basis[tile], dbasis[tile], gnew1, flat, table, layers,
+                              blk, keep[d, tile], adj[d, tile], sc, starts, ga1, gb1, grad_r)
+        for c in range(n_first):
+            for a in range(n_atoms):
+                sa, sb = buf[0, 0, a, c], buf[0, 1, a, c]
+                for chunk in range(1, n_chunks):
+                    sa += buf[chunk, 0, a, c]
+                    sb += buf[chunk, 1, a, c]
+                pa1[d, c, a] = sa
+                pb1[d, c, a] = sb
+        # Q̄ = Ka Ā + Kb B̄
+        _tile_matmul_t(pa1[d], kernel[:n_pp], A[q_row:q_row + n_pp], n_pp, n_first)
+        _tile_matmul_t(pb1[d], kernel[n_pp:], tmp, n_pp, n_first)
+        for c in range(n_pp):
+            for a in range(n_atoms):
+                A[q_row + c, a] += tmp[c, a]
+        row = q_row
+        for layer in range(blk[_B_PP] + blk[_B_NPP] - 1, blk[_B_PP] - 1, -1):
+            w = _tensor(flat, table, layers[layer, 0])
+            n_in, n_out = w.shape
+            _layer_adjoint(Y, A, row - n_in, n_in, row, n_out, w, tmp, tmp2, False)
+            row -= n_in
+        if d + 1 < depth:  # the residual path: P̄ += R (next input's adjoint)
+            An = ata[d + 1]
+            if blk[_B_RES] >= 0:
+                _tile_matmul_t(An[0:w_out], _tensor(flat, table, layers[blk[_B_RES], 0]), tmp, w_in, w_out)
+                for c in range(w_in):
+                    for a in range(n_atoms):
+                        A[c, a] += tmp[c, a]
+            else:
+                for c in range(w_in):
+                    for a in range(n_atoms):
+                        A[c, a] += An[c, a]
 
 
 @_jit(parallel=True)
 def _weight_gradients(types, n_pairs, pair_i, pair_j, rdot, flat, table, layers, blocks, codes, scal, n_chunks,
-                      basis, dbasis, c_atom, keep, tang, aty, atd, pa, pb, pad, pbd, buf, gchunk, gflat):
+                      basis, dbasis, c_atom, keep, tang, adj, aty, atd, ata, pa, pb, pa1, pb1, pad, pbd, buf, gchunk,
+                      gflat):
     """Passes 2 and 3 (see the module docstring): the loss's gradient with respect to the weights.
 
     Args:
-        types: [n_atoms] int64 indices into atom_types.
-        n_pairs, pair_i, pair_j: the pairs, sorted by first atom.
-        rdot: [>= n_pairs] ṙ per pair, the tangent of the distance along w (Å per unit of w).
-        flat, table, layers, blocks, codes, scal: the network (:func:`pinn.fast_pinet.pinet_arrays`).
-        n_chunks: the pair tiles are split into this many chunks, one per thread.
-        basis, dbasis: [n_tiles, n_basis, tile] the basis and its r-derivative per pair (pass 1's).
+        types, n_pairs, pair_i, pair_j, flat, table, layers, blocks, codes, scal, n_chunks, basis,
+            dbasis, keep, adj, aty, ata, pa, pb, pa1, pb1, buf: as for :func:`_energies_forces`, after it.
+        rdot: [>= n_pairs] ṙ per pair, the tangent of the distance along w.
         c_atom: [n_atoms] ∂L/∂E of each atom's structure (per eV).
-        keep, tang: [depth, n_tiles, rows, tile] per-pair values and tangents (workspace).
-        aty, atd: [depth, rows, n_atoms] per-atom values and tangents (workspace).
-        pa, pb, pad, pbd: [depth, n_first, n_atoms] workspace.
-        buf: [n_chunks, 4, n_atoms, width] workspace.
+        tang: [depth, n_tiles, rows, tile], atd: [depth, rows, n_atoms], pad, pbd: [depth, n_first,
+            n_atoms]: workspace for the tangents.
         gchunk: [n_chunks, n_flat] workspace; gflat: [n_flat] output, ∂L/∂(each weight) in ``flat``'s layout.
     """
     n_atoms = types.shape[0]
@@ -366,18 +682,17 @@ def _weight_gradients(types, n_pairs, pair_i, pair_j, rdot, flat, table, layers,
     e_scale = scal[2]
     n_t = basis.shape[2]
     n_tiles = (n_pairs + n_t - 1) // n_t
-    tiles_per_chunk = (n_tiles + n_chunks - 1) // n_chunks
     dt = flat.dtype
     ebt = np.empty_like(basis[:n_tiles])  # the basis's tangent ė = e'(r) ṙ
     for tile in prange(n_tiles):
         for t in range(n_t):
             p = tile * n_t + t
-            r = rdot[p] if p < n_pairs else 0.0
+            r = rdot[min(p, n_pairs - 1)]
             for b in range(n_basis):
-                ebt[tile, b, t] = dbasis[tile, b, t] * r
+                ebt[tile, b, t] = dbasis[tile, b, t] * r  # dbasis is 0 past n_pairs
     for i in range(gflat.shape[0]):
         gflat[i] = 0.0
-    # ---- pass 2: forward with tangents
+    # ---- pass 2: tangents
     for d in range(depth):
         blk = blocks[d]
         Y, D = aty[d], atd[d]
@@ -385,203 +700,180 @@ def _weight_gradients(types, n_pairs, pair_i, pair_j, rdot, flat, table, layers,
         if d == 0:
             for c in range(w_in):
                 for a in range(n_atoms):
-                    Y[c, a] = 0.0
                     D[c, a] = 0.0
-            for a in range(n_atoms):
-                Y[types[a], a] = 1.0
         row, n_h = 0, w_in
         for layer in range(blk[_B_PP], blk[_B_PP] + blk[_B_NPP]):
             w = _tensor(flat, table, layers[layer, 0])
-            _layer_fwd(Y, D, row, n_h, row + n_h, w.shape[1], w, flat, table[layers[layer, 1], 0], code)
+            _layer_tangent(Y, D, row, n_h, row + n_h, w.shape[1], w)
             row += n_h
             n_h = w.shape[1]
-        q_row, n_pp, new_row = _atom_rows(layers, blk)
-        first = layers[blk[_B_PI]]
-        kernel = _tensor(flat, table, first[0])
+        q_row, n_pp, new_row, out_row, n_last = _atom_layout(layers, blk)
+        kernel = _tensor(flat, table, layers[blk[_B_PI], 0])
         n_first = kernel.shape[1]
-        _tile_matmul(Y[q_row:q_row + n_pp], kernel[:n_pp], pa[d], n_pp, n_first)
-        _tile_matmul(Y[q_row:q_row + n_pp], kernel[n_pp:], pb[d], n_pp, n_first)
         _tile_matmul(D[q_row:q_row + n_pp], kernel[:n_pp], pad[d], n_pp, n_first)
         _tile_matmul(D[q_row:q_row + n_pp], kernel[n_pp:], pbd[d], n_pp, n_first)
         for chunk in prange(n_chunks):
-            out, outd = buf[chunk, 0, :, :w_out], buf[chunk, 1, :, :w_out]
+            outd = buf[chunk, 0, :, :w_out]
             for a in range(n_atoms):
                 for c in range(w_out):
-                    out[a, c] = 0.0
                     outd[a, c] = 0.0
-            sc = np.empty((1, width, n_t), dt)
+            sc = np.empty((2, width, n_t), dt)
             starts = np.empty(n_t + 1, np.int64)
-            for tile in range(chunk * tiles_per_chunk, min(n_tiles, (chunk + 1) * tiles_per_chunk)):
-                _pair_fwd(tile, n_pairs, pair_i, pair_j, basis[tile], ebt[tile], pa[d], pb[d], pad[d], pbd[d], flat,
-                          table, layers, blk, code, keep[d, tile], tang[d, tile], sc, starts, out, outd)
+            start, stop = _chunk_tiles(chunk, n_chunks, n_tiles)
+            for tile in range(start, stop):
+                _pair_tangent(tile, n_pairs, pair_i, pair_j, basis[tile], ebt[tile], pad[d], pbd[d], flat, table,
+                              layers, blk, keep[d, tile], tang[d, tile], sc, starts, outd)
         for c in range(w_out):
             for a in range(n_atoms):
-                Y[new_row + c, a] = 0.0
-                D[new_row + c, a] = 0.0
-        for chunk in range(n_chunks):
-            for a in range(n_atoms):
-                for c in range(w_out):
-                    Y[new_row + c, a] += buf[chunk, 0, a, c]
-                    D[new_row + c, a] += buf[chunk, 1, a, c]
+                s = buf[0, 0, a, c]
+                for chunk in range(1, n_chunks):
+                    s += buf[chunk, 0, a, c]
+                D[new_row + c, a] = s
         row, n_h = new_row, w_out
         for layer in range(blk[_B_OUT], blk[_B_OUT] + blk[_B_NOUT]):
             w = _tensor(flat, table, layers[layer, 0])
-            _layer_fwd(Y, D, row, n_h, row + n_h, w.shape[1], w, flat, table[layers[layer, 1], 0], code)
+            _layer_tangent(Y, D, row, n_h, row + n_h, w.shape[1], w)
             row += n_h
             n_h = w.shape[1]
-        if d + 1 < depth:  # the next block's input P R + new (R = identity when the widths agree)
-            Yn, Dn = aty[d + 1], atd[d + 1]
+        if d + 1 < depth:
+            Dn = atd[d + 1]
             if blk[_B_RES] >= 0:
-                res = _tensor(flat, table, layers[blk[_B_RES], 0])
-                _tile_matmul(Y[0:w_in], res, Yn[0:w_out], w_in, w_out)
-                _tile_matmul(D[0:w_in], res, Dn[0:w_out], w_in, w_out)
+                _tile_matmul(D[0:w_in], _tensor(flat, table, layers[blk[_B_RES], 0]), Dn[0:w_out], w_in, w_out)
             else:
                 for c in range(w_out):
                     for a in range(n_atoms):
-                        Yn[c, a] = Y[c, a]
                         Dn[c, a] = D[c, a]
             for c in range(w_out):
                 for a in range(n_atoms):
-                    Yn[c, a] += Y[new_row + c, a]
                     Dn[c, a] += D[new_row + c, a]
-    # ---- pass 3: reverse through values and tangents
-    gp = np.zeros((width, n_atoms), dt)   # adjoint of the next block's input (value)
-    gp1 = np.zeros((width, n_atoms), dt)  # (tangent)
+    # ---- pass 3: the reverse pass through values and tangents, seeded with ∂L/∂E and 1
+    gp = np.zeros((width, n_atoms), dt)  # adjoint of the next block's input's value
     ab = np.empty((width, n_atoms), dt)
-    ab1 = np.empty((width, n_atoms), dt)
     sb = np.empty((width, n_atoms), dt)
-    sb1 = np.empty((width, n_atoms), dt)
-    tmp = np.empty((width, n_atoms), dt)
-    pres = np.empty((width, n_atoms), dt)   # the block input's adjoints by the residual path
-    pres1 = np.empty((width, n_atoms), dt)
+    a1 = np.empty((width, n_atoms), dt)
+    pres = np.empty((width, n_atoms), dt)
     for chunk in range(n_chunks):
         for i in range(gflat.shape[0]):
             gchunk[chunk, i] = 0.0
     zero = np.zeros(1, dt)[0]
     for d in range(depth - 1, -1, -1):
         blk = blocks[d]
-        Y, D = aty[d], atd[d]
+        Y, D, A = aty[d], atd[d], ata[d]
         w_in, w_out = blk[_B_WIN], blk[_B_WOUT]
-        q_row, n_pp, new_row = _atom_rows(layers, blk)
-        # the output net's last layer, then its linear unit: E_atom = e_scale Σ_k u_k y_k
-        row, n_h = new_row, w_out
-        for layer in range(blk[_B_OUT], blk[_B_OUT] + blk[_B_NOUT]):
-            row += n_h
-            n_h = layers[layer, 3]
+        q_row, n_pp, new_row, out_row, n_last = _atom_layout(layers, blk)
+        # the linear unit: E_atom = e_scale Σ_k u_k y_k; Φ = Σ c_a E_atom + Σ Ė_atom
         units = _tensor(flat, table, layers[blk[_B_UNITS], 0])
         gunits = _tensor(gflat, table, layers[blk[_B_UNITS], 0])
-        for k in range(n_h):
+        for k in range(n_last):
             uk = units[k, 0] * e_scale
             s = zero
             for a in range(n_atoms):
                 ab[k, a] = uk * c_atom[a]
-                ab1[k, a] = uk
-                s += c_atom[a] * Y[row + k, a] + D[row + k, a]
+                s += c_atom[a] * Y[out_row + k, a] + D[out_row + k, a]
             gunits[k, 0] += s * e_scale
+        row = out_row
         for layer in range(blk[_B_OUT] + blk[_B_NOUT] - 1, blk[_B_OUT] - 1, -1):
             w = _tensor(flat, table, layers[layer, 0])
             n_in, n_out = w.shape
-            _layer_back(Y, D, row - n_in, n_in, row, n_out, w, _tensor(gflat, table, layers[layer, 0]), gflat,
-                        table[layers[layer, 1], 0], ab, ab1, sb, sb1)
+            _layer_back(Y, D, A, row - n_in, n_in, row, n_out, w, _tensor(gflat, table, layers[layer, 0]), gflat,
+                        table[layers[layer, 1], 0], ab, sb, a1)
             ab, sb = sb, ab
-            ab1, sb1 = sb1, ab1
             row -= n_in
-        # the residual: the next block's input P R + new (adjoints gp, gp1): P̄ gets R ḡ, R̄ += P ḡᵀ + Ṗ ḡ₁ᵀ
-        if blk[_B_RES] >= 0:
-            res = _tensor(flat, table, layers[blk[_B_RES], 0])
-            gres = _tensor(gflat, table, layers[blk[_B_RES], 0])
-            _outer_acc(Y[0:w_in], gp, gres, w_in, w_out)
-            _outer_acc(D[0:w_in], gp1, gres, w_in, w_out)
-            _tile_matmul_t(gp, res, pres, w_in, w_out)
-            _tile_matmul_t(gp1, res, pres1, w_in, w_out)
+        # the residual: the next input P R + new (adjoints gp, and ata[d + 1] first order)
+        if d + 1 < depth:
+            An = ata[d + 1]
+            if blk[_B_RES] >= 0:
+                res = _tensor(flat, table, layers[blk[_B_RES], 0])
+                gres = _tensor(gflat, table, layers[blk[_B_RES], 0])
+                _outer_acc(Y[0:w_in], gp, gres, w_in, w_out)
+                _outer_acc(D[0:w_in], An[0:w_out], gres, w_in, w_out)
+                _tile_matmul_t(gp, res, pres, w_in, w_out)
+            else:
+                for c in range(w_in):
+                    for a in range(n_atoms):
+                        pres[c, a] = gp[c, a]
+            for c in range(w_out):
+                for a in range(n_atoms):
+                    ab[c, a] += gp[c, a]
         else:
             for c in range(w_in):
                 for a in range(n_atoms):
-                    pres[c, a] = gp[c, a]
-                    pres1[c, a] = gp1[c, a]
-        # the new properties feed the output net and the next block's input
-        for c in range(w_out):
-            for a in range(n_atoms):
-                ab[c, a] += gp[c, a]
-                ab1[c, a] += gp1[c, a]
+                    pres[c, a] = 0.0
         gnew = ab[:w_out].copy()
-        gnew1 = ab1[:w_out].copy()
         kernel = _tensor(flat, table, layers[blk[_B_PI], 0])
         n_first = kernel.shape[1]
         for chunk in prange(n_chunks):
             ga, gb = buf[chunk, 0, :, :n_first], buf[chunk, 1, :, :n_first]
-            ga1, gb1 = buf[chunk, 2, :, :n_first], buf[chunk, 3, :, :n_first]
             for a in range(n_atoms):
                 for c in range(n_first):
                     ga[a, c] = 0.0
                     gb[a, c] = 0.0
-                    ga1[a, c] = 0.0
-                    gb1[a, c] = 0.0
-            sc = np.empty((7, width, n_t), dt)
+            sc = np.empty((5, width, n_t), dt)
             starts = np.empty(n_t + 1, np.int64)
-            for tile in range(chunk * tiles_per_chunk, min(n_tiles, (chunk + 1) * tiles_per_chunk)):
-                _pair_back(tile, n_pairs, pair_i, pair_j, basis[tile], ebt[tile], gnew, gnew1, flat, table, layers,
-                           blk, keep[d, tile], tang[d, tile], sc, starts, ga, gb, ga1, gb1, gchunk[chunk])
-        # per atom: Ā, B̄ (adjoints of pa, pb) as [n_first, n_atoms]
-        for c in range(n_first):
+            start, stop = _chunk_tiles(chunk, n_chunks, n_tiles)
+            for tile in range(start, stop):
+                _pair_back(tile, n_pairs, pair_i, pair_j, basis[tile], ebt[tile], gnew, flat, table, layers, blk,
+                           keep[d, tile], tang[d, tile], adj[d, tile], sc, starts, ga, gb, gchunk[chunk])
+        for c in range(n_first):  # Ā, B̄ as [n_first, n_atoms]
             for a in range(n_atoms):
-                ab[c, a] = 0.0
-                ab1[c, a] = 0.0
-                sb[c, a] = 0.0
-                sb1[c, a] = 0.0
-        for chunk in range(n_chunks):
-            for a in range(n_atoms):
-                for c in range(n_first):
-                    ab[c, a] += buf[chunk, 0, a, c]
-                    sb[c, a] += buf[chunk, 1, a, c]
-                    ab1[c, a] += buf[chunk, 2, a, c]
-                    sb1[c, a] += buf[chunk, 3, a, c]
-        # the first PI layer per atom: pa = Ka^T Q + b, pb = Kb^T Q
+                sa, sb_ = buf[0, 0, a, c], buf[0, 1, a, c]
+                for chunk in range(1, n_chunks):
+                    sa += buf[chunk, 0, a, c]
+                    sb_ += buf[chunk, 1, a, c]
+                ab[c, a] = sa
+                sb[c, a] = sb_
+        # the first PI layer per atom: pa = Ka^T Q, pb = Kb^T Q (its bias in the pair tiles' ā)
         gkernel = _tensor(gflat, table, layers[blk[_B_PI], 0])
         q, qd = Y[q_row:q_row + n_pp], D[q_row:q_row + n_pp]
         _outer_acc(q, ab, gkernel[:n_pp], n_pp, n_first)
-        _outer_acc(qd, ab1, gkernel[:n_pp], n_pp, n_first)
+        _outer_acc(qd, pa1[d], gkernel[:n_pp], n_pp, n_first)
         _outer_acc(q, sb, gkernel[n_pp:], n_pp, n_first)
-        _outer_acc(qd, sb1, gkernel[n_pp:], n_pp, n_first)
+        _outer_acc(qd, pb1[d], gkernel[n_pp:], n_pp, n_first)
         boff = table[layers[blk[_B_PI], 1], 0]
         for c in range(n_first):
             s = zero
             for a in range(n_atoms):
                 s += ab[c, a]
             gflat[boff + c] += s
-        # Q̄ = Ka Ā + Kb B̄ (and the same for the tangents' adjoints), into gp / gp1
         _tile_matmul_t(ab, kernel[:n_pp], gp, n_pp, n_first)
-        _tile_matmul_t(sb, kernel[n_pp:], tmp, n_pp, n_first)
+        _tile_matmul_t(sb, kernel[n_pp:], a1, n_pp, n_first)
         for c in range(n_pp):
             for a in range(n_atoms):
-                gp[c, a] += tmp[c, a]
-        _tile_matmul_t(ab1, kernel[:n_pp], gp1, n_pp, n_first)
-        _tile_matmul_t(sb1, kernel[n_pp:], tmp, n_pp, n_first)
-        for c in range(n_pp):
-            for a in range(n_atoms):
-                gp1[c, a] += tmp[c, a]
-        # back through the PP net to the block's input
+                gp[c, a] += a1[c, a]
         ab, gp = gp, ab
-        ab1, gp1 = gp1, ab1
         row = q_row
         for layer in range(blk[_B_PP] + blk[_B_NPP] - 1, blk[_B_PP] - 1, -1):
             w = _tensor(flat, table, layers[layer, 0])
             n_in, n_out = w.shape
-            _layer_back(Y, D, row - n_in, n_in, row, n_out, w, _tensor(gflat, table, layers[layer, 0]), gflat,
-                        table[layers[layer, 1], 0], ab, ab1, sb, sb1)
+            _layer_back(Y, D, A, row - n_in, n_in, row, n_out, w, _tensor(gflat, table, layers[layer, 0]), gflat,
+                        table[layers[layer, 1], 0], ab, sb, a1)
             ab, sb = sb, ab
-            ab1, sb1 = sb1, ab1
             row -= n_in
-        # ab, ab1: the block input's adjoints through the PP net; plus the residual path's
         for c in range(w_in):
             for a in range(n_atoms):
                 ab[c, a] += pres[c, a]
-                ab1[c, a] += pres1[c, a]
         gp, ab = ab, gp
-        gp1, ab1 = ab1, gp1
     for chunk in range(n_chunks):
         for i in range(gflat.shape[0]):
             gflat[i] += gchunk[chunk, i]
+
+
+@_jit(parallel=True)
+def _image_offsets(shift, cell, struct, cand_i, out):
+    """out[p] = shift[p] · cell of the structure of pair p's first atom (Å)."""
+    for p in prange(shift.shape[0]):
+        c = cell[struct[cand_i[p]]]
+        for x in range(3):
+            out[p, x] = shift[p, 0] * c[0, x] + shift[p, 1] * c[1, x] + shift[p, 2] * c[2, x]
+
+
+@_jit(parallel=True)
+def _distance_tangents(n_pairs, pair_i, pair_j, diff, dist, w, rdot):
+    """rdot[p] = diff_p · (w_j − w_i) / r_p: the tangent of each distance along displacements ``w``."""
+    for p in prange(n_pairs):
+        i, j = pair_i[p], pair_j[p]
+        rdot[p] = (diff[p, 0] * (w[j, 0] - w[i, 0]) + diff[p, 1] * (w[j, 1] - w[i, 1])
+                   + diff[p, 2] * (w[j, 2] - w[i, 2])) / dist[p]
 
 
 # ------------------------------------------------------------------ Python side
@@ -630,7 +922,7 @@ class TrainingEngine:
     """
 
     def __init__(self, model, threads=None):
-        from pinn.fast_pinet import FastPiNet, pinet_arrays
+        from pinn.fast_pinet import pinet_arrays
         reason = check_supported(model)
         if reason:
             raise ValueError(reason)
@@ -638,8 +930,7 @@ class TrainingEngine:
         self.variables = list(model.trainable_variables)
         sources = []
         arrays = pinet_arrays(model, sources)
-        self.pass1 = FastPiNet(arrays, threads=threads)
-        self.threads = self.pass1.threads
+        self.threads = int(threads or numba.config.NUMBA_NUM_THREADS)
         position = {id(v): k for k, v in enumerate(self.variables)}
         table = arrays["table"]
         #: (variable index, offset in flat, size) of each trainable tensor
@@ -653,9 +944,13 @@ class TrainingEngine:
         if sorted(s[0] for s in self.slots) != list(range(len(self.variables))):
             raise ValueError("the numba training engine: the network's trainable variables are not all PiNet "
                              "layer weights")
+        #: positions in ``flat`` of the variables' values, concatenated in variable order
+        self.variable_index = np.concatenate([np.arange(offset, offset + size) for _, offset, size in
+                                              sorted(self.slots)]) if self.slots else np.zeros(0, np.int64)
         a = arrays
-        self.flat = self.pass1._flat  # pass 1 reads the weights from here: set_weights updates it in place
+        self.flat = arrays["flat"].copy()
         self.dtype = self.flat.dtype
+        self.rc = float(arrays["scal"][0])
         self.table, self.layers, self.blocks = a["table"], a["layers"], a["blocks"]
         self.codes, self.scal, self.type_of = a["codes"], a["scal"], a["type_of"]
         width = int(self.codes[4])
@@ -674,25 +969,51 @@ class TrainingEngine:
         for k, offset, size in self.slots:
             self.flat[offset:offset + size] = np.asarray(values[k], self.dtype).ravel()
 
-    def _workspace(self, n_atoms, n_tiles, tile):
-        depth = len(self.blocks)
-        if self._shape is None or self._shape[0] != n_atoms or self._shape[2] != tile:
-            dt = self.dtype
-            self.aty = np.zeros((depth, self.atom_rows, n_atoms), dt)
-            self.atd = np.zeros((depth, self.atom_rows, n_atoms), dt)
-            self.pa, self.pb, self.pad, self.pbd = (np.zeros((depth, self.n_first, n_atoms), dt) for _ in range(4))
-            self.buf = np.zeros((self.threads, 4, n_atoms, self.width), dt)
+    def set_flat_weights(self, values):
+        """Copy the current weights from one vector: the variables' values, flattened and concatenated in
+        the order of ``model.trainable_variables``."""
+        self.flat[self.variable_index] = values
+
+    def flat_gradient(self):
+        """The last call's gradient as one vector, in the layout of :meth:`set_flat_weights`."""
+        return self.gflat[self.variable_index]
+
+    def loss_counts(self, batch, terms):
+        """The values each loss term of one NumPy batch counts (padding not counted), as
+        :meth:`pinn.models.potential.PotentialModel.loss_counts` counts them."""
+        struct = np.asarray(batch[K.IND_1])[:, 0]
+        real = np.asarray(batch[K.REAL], np.float64) if K.REAL in batch else np.ones(len(batch[K.CELL]))
+        counts = {"energy": float(np.sum(real))}
+        if "forces" in terms:
+            counts["forces"] = 3.0 * float(np.sum(real[struct]))
+        return counts
+
+    def _workspace(self, n_atoms, n_cand):
+        """Arrays for ``n_atoms`` atoms and up to ``n_cand`` pairs, kept between calls (made anew when the
+        atom count changes or the pairs outgrow them)."""
+        depth, dt = len(self.blocks), self.dtype
+        if self._shape is None or self._shape[0] != n_atoms:
+            self.aty, self.atd, self.ata = (np.zeros((depth, self.atom_rows, n_atoms), dt) for _ in range(3))
+            self.pa, self.pb, self.pa1, self.pb1, self.pad, self.pbd = (
+                np.zeros((depth, self.n_first, n_atoms), dt) for _ in range(6))
+            self.buf = np.zeros((self.threads, 2, n_atoms, self.width), dt)
             self.gchunk = np.zeros((self.threads, len(self.flat)), dt)
             self.gflat = np.zeros(len(self.flat), dt)
-            self._pairs_capacity = 0
-        if n_tiles > self._pairs_capacity:
-            capacity = max(n_tiles, int(1.25 * self._pairs_capacity))
-            self.keep = np.zeros((depth, capacity, self.pair_rows, tile), self.dtype)
-            self.tang = np.zeros((depth, capacity, self.pair_rows, tile), self.dtype)
-            self._pairs_capacity = capacity
-        self._shape = (n_atoms, n_tiles, tile)
+            self.atomic = np.zeros(n_atoms, dt)
+            self._shape = (n_atoms, 0)
+        if n_cand > self._shape[1]:
+            n_cand = max(n_cand, int(1.25 * self._shape[1]))
+            tile = min(TILE, 16 * ((n_cand + 15) // 16))
+            n_tiles = (n_cand + tile - 1) // tile
+            self.pair_i, self.pair_j = np.zeros(n_cand, np.int32), np.zeros(n_cand, np.int32)
+            self.diff, self.dist, self.offset = np.zeros((n_cand, 3)), np.ones(n_cand), np.zeros((n_cand, 3))
+            self.rdot = np.zeros(n_cand, dt)
+            self.dist_dt, self.grad_r = np.ones(n_cand, dt), np.zeros(n_cand, dt)
+            self.basis, self.dbasis = (np.zeros((n_tiles, int(self.codes[3]), tile), dt) for _ in range(2))
+            self.keep, self.tang, self.adj = (np.zeros((depth, n_tiles, self.pair_rows, tile), dt) for _ in range(3))
+            self._shape = (n_atoms, n_cand)
 
-    def __call__(self, batch, weights, counts):
+    def __call__(self, batch, weights, counts, e_dress=None):
         """Loss, gradients and error sums of one sparse batch.
 
         Args:
@@ -702,11 +1023,14 @@ class TrainingEngine:
             weights: dict loss term → weight.
             counts: dict loss term → the number of values the loss is normalised by (all ranks'
                 and parts', see :meth:`~pinn.models.potential.PotentialModel.loss_counts`).
+            e_dress: per-element energy offsets (eV, in atom_types order; default: the model's).
 
         Returns:
-            dict with ``loss`` (float), ``gradients`` (list of arrays shaped as the trainable
-            variables, ∂loss/∂weight), ``energy`` [n_struct] (eV), ``forces`` [n_atoms, 3] (eV/Å),
-            ``sums`` (term → penalty sum) and ``finite`` (whether loss and gradients are).
+            dict with ``loss`` (float), ``energy`` [n_struct] (eV), ``forces`` [n_atoms, 3] (eV/Å),
+            ``sums`` (term → penalty sum), ``errors`` (``E`` and, with forces, ``F`` → (Σ w|err|,
+            Σ w err², Σ w), w: 1 for real structures and their atoms, 0 for padding) and ``finite``
+            (whether the loss and the gradients are).  The gradients: :meth:`gradients` or
+            :meth:`flat_gradient`.
         """
         model = self.model
         p = model.params
@@ -718,21 +1042,32 @@ class TrainingEngine:
         n_struct = len(cell)
         ind_2 = np.asarray(batch[K.IND_2])
         shift = np.asarray(batch[K.SHIFT], np.float64)
-        if len(ind_2) > 1 and np.any(np.diff(ind_2[:, 0]) < 0):
-            order = np.argsort(ind_2[:, 0], kind="stable")
-            ind_2, shift = ind_2[order], shift[order]
-        offset = np.einsum("pk,pkl->pl", shift, cell[struct[ind_2[:, 0]]]) if len(ind_2) else np.zeros((0, 3))
         cand_i = np.ascontiguousarray(ind_2[:, 0], np.int32)
         cand_j = np.ascontiguousarray(ind_2[:, 1], np.int32)
-        # pass 1: energies, forces
-        out = self.pass1(elems, coord, cand_i, cand_j, np.ascontiguousarray(offset))
-        engine = self.pass1
-        n_pairs = engine.last_pairs
-        types = engine._type_of[elems]
-        dress = np.asarray(model.e_dress.numpy(), np.float64)[types]
-        energy = (np.bincount(struct, engine._atomic[:n_atoms].astype(np.float64), minlength=n_struct)
+        types = self.type_of[np.clip(elems, 0, len(self.type_of) - 1)]
+        if n_atoms and (types.min() < 0 or elems.max() >= len(self.type_of)):
+            known = np.flatnonzero(self.type_of >= 0).tolist()
+            raise ValueError(f"elements {sorted(set(elems.tolist()) - set(known))} are not in the model's "
+                             f"atom_types {known}")
+        self._workspace(n_atoms, len(cand_i))
+        offset = self.offset[:len(cand_i)]
+        _image_offsets(shift, cell, struct, cand_i, offset)
+        n_pairs = find_pairs(coord, cand_i, cand_j, offset, self.rc, self.pair_i, self.pair_j, self.diff, self.dist)
+        if n_pairs < 0:  # pairs not sorted by first atom (the engine's tiles need runs of equal first atoms)
+            order = np.argsort(cand_i, kind="stable")
+            n_pairs = find_pairs(coord, cand_i[order], cand_j[order], offset[order], self.rc, self.pair_i,
+                                 self.pair_j, self.diff, self.dist)
+        self.dist_dt[:n_pairs] = self.dist[:n_pairs]
+        # pass 1: energies, forces, and what passes 2 and 3 need
+        work = (self.basis, self.dbasis, self.keep, self.adj, self.aty, self.ata, self.pa, self.pb, self.pa1,
+                self.pb1, self.buf)
+        _energies_forces(types, n_pairs, self.pair_i, self.pair_j, self.dist_dt, self.flat, self.table, self.layers,
+                         self.blocks, self.codes, self.scal, self.threads, *work, self.grad_r, self.atomic)
+        forces = np.zeros((n_atoms, 3))
+        _forces_virial(n_pairs, self.pair_i, self.pair_j, self.diff, self.dist, self.grad_r, forces, np.zeros((3, 3)))
+        dress = np.asarray(model.e_dress.numpy() if e_dress is None else e_dress, np.float64)[types]
+        energy = (np.bincount(struct, self.atomic.astype(np.float64), minlength=n_struct)
                   + np.bincount(struct, dress, minlength=n_struct))
-        forces = out["forces"]
         real = np.asarray(batch[K.REAL], np.float64) if K.REAL in batch else np.ones(n_struct)
         atom_w = real[struct]
         loss_type = p["loss_type"]
@@ -742,6 +1077,7 @@ class TrainingEngine:
             return float(delta.get(term, 1.0) if isinstance(delta, dict) else delta)
 
         e_err = energy - np.asarray(batch[K.E_DATA], np.float64)
+        errors = {"E": _abs_sq_count(e_err, real)}
         sums, loss = {}, 0.0
         e_scale_err = e_err
         per_atom = 1.0
@@ -757,28 +1093,84 @@ class TrainingEngine:
         w = np.zeros((n_atoms, 3))
         if "forces" in counts:
             f_err = forces - np.asarray(batch[K.F_DATA], np.float64)
+            errors["F"] = _abs_sq_count(f_err, atom_w)
             pen, slope = _penalty_and_slope(f_err, loss_type, delta_of("forces"))
             sums["forces"] = float(np.sum(atom_w[:, None] * pen))
             if counts["forces"] > 0:
                 loss += weights["forces"] * sums["forces"] / counts["forces"]
                 w = -(weights["forces"] / counts["forces"]) * atom_w[:, None] * slope
-        # pass 2 and 3: ṙ along w, then the gradients
-        diff, dist = engine._diff[:n_pairs], engine._dist[:n_pairs]
-        pi, pj = engine._pair_i[:n_pairs], engine._pair_j[:n_pairs]
-        rdot = np.einsum("pk,pk->p", diff, w[pj] - w[pi]) / dist
-        rdot = rdot.astype(self.dtype)
-        tile = engine._basis.shape[2]
-        n_tiles = (n_pairs + tile - 1) // tile
-        self._workspace(n_atoms, n_tiles, tile)
-        _weight_gradients(types.astype(np.int64), n_pairs, engine._pair_i, engine._pair_j, rdot, self.flat,
-                          self.table, self.layers, self.blocks, self.codes, self.scal, self.threads,
-                          engine._basis, engine._dbasis, c_struct[struct].astype(self.dtype), self.keep, self.tang,
-                          self.aty, self.atd, self.pa, self.pb, self.pad, self.pbd, self.buf, self.gchunk,
+        # passes 2 and 3: ṙ along w, then the gradients
+        rdot = self.rdot
+        _distance_tangents(n_pairs, self.pair_i, self.pair_j, self.diff, self.dist, w, rdot)
+        _weight_gradients(types, n_pairs, self.pair_i, self.pair_j, rdot, self.flat, self.table, self.layers,
+                          self.blocks, self.codes, self.scal, self.threads, self.basis, self.dbasis,
+                          c_struct[struct].astype(self.dtype), self.keep, self.tang, self.adj, self.aty, self.atd,
+                          self.ata, self.pa, self.pb, self.pa1, self.pb1, self.pad, self.pbd, self.buf, self.gchunk,
                           self.gflat)
-        gradients = [None] * len(self.variables)
-        for k, offset_k, size in self.slots:
-            gradients[k] = self.gflat[offset_k:offset_k + size].reshape(self.variables[k].shape).copy()
         finite = bool(np.isfinite(loss) and np.isfinite(self.gflat).all())
-        return {"loss": loss, "gradients": gradients, "energy": energy, "forces": forces, "sums": sums,
-                "finite": finite}
+        return {"loss": loss, "energy": energy, "forces": forces, "sums": sums, "errors": errors, "finite": finite}
+
+    def gradients(self):
+        """The last call's gradient, one array per trainable variable (∂loss/∂weight, in the order and
+        shapes of ``model.trainable_variables``)."""
+        out = [None] * len(self.variables)
+        for k, offset, size in self.slots:
+            out[k] = self.gflat[offset:offset + size].reshape(self.variables[k].shape).copy()
+        return out
+
+
+def _abs_sq_count(err, weights):
+    """(Σ w|err|, Σ w err², Σ w over all values), w per row (:func:`pinn.models.base.abs_sq_count`)."""
+    w = np.broadcast_to(weights.reshape((-1,) + (1,) * (err.ndim - 1)), err.shape)
+    return float(np.sum(w * np.abs(err))), float(np.sum(w * err * err)), float(np.sum(w))
+
+
+#: the batch keys the engine reads
+BATCH_KEYS = (K.ELEMS, K.COORD, K.CELL, K.IND_1, K.IND_2, K.SHIFT, K.E_DATA, K.F_DATA, K.REAL)
+
+
+def step_stats(out, metric_keys, one_hot_rank, dtype):
+    """The trainer's stats vector of one engine call ``out``: [loss, structures, (Σ|err|, Σerr², count)
+    per metric in ``metric_keys``, one_hot_rank × not finite]."""
+    stats = [out["loss"], out["errors"]["E"][2]]
+    for key in metric_keys:
+        stats.extend(out["errors"][key])
+    stats.extend(np.asarray(one_hot_rank) * (0.0 if out["finite"] else 1.0))
+    return np.asarray(stats, dtype)
+
+
+def tensorflow_gradients(engine, batch, variables, terms, weights, counts, metric_keys, one_hot_rank, dtype):
+    """The training step's gradients and statistics from ``engine``, as TensorFlow ops (one
+    ``tf.numpy_function`` call): what ``part_gradients`` of :mod:`pinn.trainer` returns.
+
+    Args:
+        engine: a :class:`TrainingEngine`.
+        batch: dict of tensors of a sparse batch.
+        variables: the trainable variables (their current values are the weights).
+        terms: the enabled loss terms, in order; weights, counts: float64 tensors [len(terms)].
+        metric_keys: the error metrics of the stats (``E``, ``F``).
+        one_hot_rank: [ranks] tensor, 1 at this rank.
+        dtype: float dtype of the stats.
+
+    Returns:
+        (gradients, stats): the list of gradient tensors and the stats vector [loss, structures,
+        (Σ|err|, Σerr², count) per metric, one_hot_rank × not finite].
+    """
+    import tensorflow as tf
+    keys = [k for k in BATCH_KEYS if k in batch]
+    n_vars = len(variables)
+    n_ranks = int(one_hot_rank.shape[0])
+    np_dtype = np.dtype(dtype.as_numpy_dtype)
+
+    def run(w, c, rank, e_dress, *arrays):
+        engine.set_weights(arrays[:n_vars])
+        out = engine(dict(zip(keys, arrays[n_vars:])), dict(zip(terms, w)), dict(zip(terms, c)), e_dress)
+        return engine.gradients() + [step_stats(out, metric_keys, rank, np_dtype)]
+
+    results = tf.numpy_function(run, [weights, counts, one_hot_rank, engine.model.e_dress] + list(variables)
+                                + [batch[k] for k in keys], [v.dtype for v in variables] + [dtype], stateful=True,
+                                name="numba_gradients")
+    grads = [tf.ensure_shape(g, v.shape) for g, v in zip(results[:-1], variables)]
+    stats = tf.ensure_shape(results[-1], [2 + 3 * len(metric_keys) + n_ranks])
+    return grads, stats
 

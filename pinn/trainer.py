@@ -87,11 +87,17 @@ TRAINING_PARAMS = {
     "ema_decay": Option((float, None), 0.99, "exponential moving average of the weights with this decay (e.g. "
                         "0.999): evaluation and inference use the average, training goes on from the raw weights "
                         "(None: off)", check=_fraction),
-    "jit": Option((bool, None), None, "compile the training step with XLA, on batches padded to a few bucket sizes "
-                  "(pinn.padding; one compile of ~10 s per bucket, then 1.1-1.4x faster training on 2 CPU cores); None: "
-                  "for the networks that support it (PiNet, LJ)"),
-    "batch_parts": Option((int, None), None, "split each training batch into this many parts of consecutive "
-                          "structures whose gradients are computed concurrently and summed (the same update: an "
+    "engine": Option(str, "auto", "what computes the training gradients: 'tensorflow' (gradient tapes, XLA with "
+                     "jit), 'numba' (pinn.fast_train: hand-written derivatives in compiled CPU kernels; PiNet with "
+                     "tanh, energy and force losses) or 'auto' (numba where it applies, no GPU is visible and "
+                     "neither jit nor batch_parts asks for the TensorFlow step)",
+                     choices=("auto", "tensorflow", "numba")),
+    "jit": Option((bool, None), None, "the tensorflow engine: compile the training step with XLA, on batches padded "
+                  "to a few bucket sizes (pinn.padding; one compile of ~10 s per bucket, then 1.1-1.4x faster training "
+                  "on 2 CPU cores); None: for the networks that support it (PiNet, LJ)"),
+    "batch_parts": Option((int, None), None, "the tensorflow engine: split each training batch into this many parts "
+                          "of consecutive structures whose gradients are computed concurrently and summed (the same "
+                          "update: an "
                           "XLA-compiled computation runs on about one CPU core, so one part per core keeps the "
                           "cores busy); None: one part per CPU core, at most 4, for an XLA-compiled step of one "
                           "process without a GPU, else 1", check=positive),
@@ -170,6 +176,7 @@ class Trainer:
         self.network = get_network(self.params)
         self.rc = self.params["network"]["params"]["rc"]
         self.model = model_cls(self.network, self.mp, self.params["network"]["params"]["atom_types"], self.dtype)
+        self.engine = self._engine_setting()
         self.jit = self._jit_setting()
         self.parts = self._parts_setting()
         self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
@@ -197,14 +204,35 @@ class Trainer:
         self.restored = self._restore_on_chief(checkpoint)
         self._broadcast_state()
         self._step_fns = None
+        self._engine_synced = False  # the numba engine holds the variables' current values
         self._traced_fns = {}
         self._averaged = False  # the trainable variables hold the average (inside averaged_weights)
         self._frozen = False
         self.bar = ProgressBar(enabled=False)
         self.last_validation = None  # metrics of the latest validation during train()
 
+    def _engine_setting(self):
+        """What computes the gradients (``model.params.engine``): a :class:`pinn.fast_train.TrainingEngine`,
+        or None for TensorFlow."""
+        choice = self.mp["engine"]
+        if choice == "tensorflow":
+            return None
+        from pinn.fast_train import TrainingEngine, check_supported
+        reason = check_supported(self.model)
+        if choice == "numba" and reason:
+            raise ParamsError(f"model.params.engine: {reason}")
+        if reason or (choice == "auto" and (tf.config.list_physical_devices("GPU") or self.mp["jit"]
+                                            or self.mp["batch_parts"] not in (None, 1))):
+            return None
+        return TrainingEngine(self.model)
+
     def _jit_setting(self):
         """Whether the training step is XLA-compiled (``model.params.jit``, default: if the network can be)."""
+        if self.engine is not None:
+            if self.mp["jit"]:
+                raise ParamsError("model.params.jit: XLA compiles TensorFlow's training step; the numba engine "
+                                  "(model.params.engine) has its own compiled kernels: leave jit unset")
+            return False
         supported = bool(getattr(self.network, "JIT_COMPATIBLE", False))
         if self.mp["jit"] is None:
             return supported
@@ -216,6 +244,11 @@ class Trainer:
     def _parts_setting(self):
         """Parts per training batch (``model.params.batch_parts``; default: one per CPU core, at most 4, for an
         XLA-compiled step of one process on CPU, since XLA runs a computation's loops on one core)."""
+        if self.engine is not None:
+            if self.mp["batch_parts"] not in (None, 1):
+                raise ParamsError("model.params.batch_parts: the numba engine (model.params.engine) spreads a batch "
+                                  "over the cores itself: leave batch_parts unset")
+            return 1
         if self.mp["batch_parts"] is not None:
             return self.mp["batch_parts"]
         if not self.jit or self.world.is_parallel or tf.config.list_physical_devices("GPU"):
@@ -423,6 +456,15 @@ class Trainer:
                               + [one_hot_rank * tf.cast(tf.logical_not(finite), self.dtype)], axis=0)
             return grads, stats
 
+        if self.engine is not None:  # the numba engine: one call computes the loss and its gradients
+            from pinn.fast_train import tensorflow_gradients
+
+            def part_gradients(batch, global_counts):  # noqa: F811
+                weights = model.loss_weights(schedule_position(self.step))
+                return tensorflow_gradients(self.engine, batch, variables, terms,
+                                            tf.stack([tf.cast(weights[t], tf.float64) for t in terms]),
+                                            global_counts, metric_keys, one_hot_rank, self.dtype)
+
         if split:  # one compiled function per part, the parts' calls concurrent in an uncompiled step
             compiled_part = tf.function(part_gradients, jit_compile=self.jit)
 
@@ -477,7 +519,44 @@ class Trainer:
             sums = {k: stats[2 + 3 * i: 5 + 3 * i] for i, k in enumerate(metric_keys)}
             return stats[0], stats[1], sums, stats[-world.size:]
 
+        if self.engine is not None:
+            whole_step = self._engine_step(variables, terms, metric_keys, apply)
+
         return local_counts, local_gradients, reduce_and_apply, unpack, whole_step
+
+    def _engine_step(self, variables, terms, metric_keys, apply):
+        """The step of one process and one batch with the numba engine: its gradients from the NumPy
+        batch, then one compiled call that updates the weights (clipping, Adam, the average, the step
+        count) and returns them, flattened, for the engine's next step."""
+        from pinn.fast_train import BATCH_KEYS, step_stats
+        engine, model = self.engine, self.model
+        sizes = [v.shape.num_elements() for v in variables]
+        schedule_position = self.learning_rate.single_rank_steps
+        this_rank = np.ones(1)  # one process: rank 0 of 1
+
+        @tf.function(jit_compile=True)
+        def update(flat_gradient, finite):
+            grads = [tf.reshape(g, v.shape) for g, v in zip(tf.split(flat_gradient, sizes), variables)]
+            applied = tf.cond(finite, lambda: apply(grads), lambda: tf.constant(False))
+            self.step.assign_add(1)
+            return applied, tf.concat([tf.reshape(v, [-1]) for v in variables], axis=0)
+
+        update = update.get_concrete_function(tf.TensorSpec([sum(sizes)], self.dtype), tf.TensorSpec([], tf.bool))
+        fixed_weights = None if model.params["loss_weight_schedule"] else \
+            {t: float(w) for t, w in model.loss_weights(0.0).items()}
+
+        def step(batch):
+            if not self._engine_synced:  # the variables changed outside this step (start, rollback)
+                engine.set_weights([v.numpy() for v in variables])
+                self._engine_synced = True
+            arrays = {k: batch[k].numpy() for k in BATCH_KEYS if k in batch}
+            weights = fixed_weights or {t: float(w) for t, w in
+                                        model.loss_weights(schedule_position(self.step)).items()}
+            out = engine(arrays, weights, engine.loss_counts(arrays, terms))
+            applied, weights_now = update(tf.constant(engine.flat_gradient()), tf.constant(out["finite"]))
+            engine.set_flat_weights(weights_now.numpy())
+            return applied, tf.constant(step_stats(out, metric_keys, this_rank, self.dtype.as_numpy_dtype))
+        return step
 
     def _fit_dress(self, input_fn):
         """Fit e_dress to what the freshly initialised network leaves unexplained (over all ranks),
@@ -568,6 +647,7 @@ class Trainer:
         if self.mp.get("fit_e_dress") and not bool(self.model.dress_fitted):
             self._fit_dress(input_fn)
             self._broadcast_state()
+        self._engine_synced = False  # the numba engine reads the weights again
         skip = start * k if self.mp["data_resume"] == "skip" else 0
         dataset = self._input(input_fn, skip=skip, pad=self.jit, parts=self.parts)
         if self._step_fns is None or self._step_fns[0] != dataset.element_spec:
@@ -576,9 +656,10 @@ class Trainer:
             self.save()  # something to roll back to
         length = f"{max_steps} ({max_steps / steps_per_epoch:g} epochs of {steps_per_epoch} steps)" \
             if steps_per_epoch else f"{max_steps}"
-        log.info("training %s from step %d to %s on %d rank(s); %s%s; model_dir %s", self.params["network"]["name"],
-                 start, length, self.world.size, self.learning_rate.describe(),
+        log.info("training %s from step %d to %s on %d rank(s); %s%s; gradients by %s; model_dir %s",
+                 self.params["network"]["name"], start, length, self.world.size, self.learning_rate.describe(),
                  f"; weight average with decay {self.mp['ema_decay']:g}" if self.ema is not None else "",
+                 "TensorFlow" + (" (XLA)" if self.jit else "") if self.engine is None else "the numba engine",
                  self.model_dir)
         timeout = self.world.options["stall_timeout_s"] if self.world.is_parallel else None
         enabled = {"auto": None, "on": True, "off": False}[self.mp["progress_bar"]]
@@ -778,6 +859,7 @@ class Trainer:
             self._log(logging.WARNING, "rolled back to %s; learning rate × %g from now on", path, factor)
         self.lr_factor.assign(factor)
         self._broadcast_state()
+        self._engine_synced = False
 
     def _preempted(self, signal_name):
         step = int(self.step)

@@ -37,6 +37,8 @@ parser.add_argument("--stall-timeout", type=float, default=600.0)
 parser.add_argument("--compression", default="none")
 parser.add_argument("--fusion-mb", type=float, default=None)
 parser.add_argument("--model-dir", default=None)
+parser.add_argument("--engine", default="auto", help="model.params.engine; numba: a PiNet it trains (a hidden PI "
+                    "layer, no stress loss)")
 args = parser.parse_args()
 
 MODEL_DIR = os.path.abspath(args.model_dir or os.path.join(args.workdir, "model"))
@@ -94,6 +96,10 @@ params = {
     "parallel_params": {"lr_scaling": args.lr_scaling, "stall_timeout_s": args.stall_timeout,
                         "compression": args.compression, "fusion_threshold_mb": args.fusion_mb},
 }
+params["model"]["params"]["engine"] = args.engine
+if args.engine == "numba":
+    params["network"]["params"]["pi_nodes"] = [8, 8]
+    params["model"]["params"]["use_stress"] = False
 model = potential_model(params)  # starts Horovod (before any other TensorFlow work)
 rank, size = model.world.rank, model.world.size
 with open(os.path.join(args.workdir, f"{args.tag}.rank{rank}.pid"), "w") as f:

@@ -161,7 +161,11 @@ def test_batch_parts_default(tmp_path, monkeypatch):
     assert potential_model(params(True)).parts == 3
     assert potential_model(params(False)).parts == 1
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
-    assert potential_model(params(None)).parts == 4
+    tensorflow_step = potential_model({**params(None), "model": {"name": "potential_model", "params": {
+        "engine": "tensorflow"}}})
+    assert tensorflow_step.parts == 4 and tensorflow_step.jit
+    numba_step = potential_model(params(None))  # engine auto: the numba engine, which splits nothing
+    assert numba_step.engine is not None and numba_step.parts == 1 and not numba_step.jit
     with pytest.raises(ParamsError, match="batch_parts"):
         potential_model({**params(True), "model": {"name": "potential_model", "params": {"batch_parts": 0}}})
 
