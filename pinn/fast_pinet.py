@@ -326,6 +326,36 @@ def find_pairs(coord, cand_i, cand_j, cand_offset, rc, pair_i, pair_j, diff, dis
     return n
 
 
+@_jit()
+def radial_basis_tile(tile, n_pairs, dist, codes, scal, basis, dbasis):
+    """The radial basis e_b(r) and its derivative de_b/dr (1/Å) of one tile's pairs, [n_basis, tile]
+    each (zero past ``n_pairs``); ``codes``/``scal`` as in :func:`pinet_arrays`."""
+    cutoff_code, basis_code, n_basis = codes[1], codes[2], codes[3]
+    rc, gamma = scal[0], scal[1]
+    n_t = basis.shape[1]
+    for t in range(n_t):
+        p = tile * n_t + t
+        for b in range(n_basis):
+            basis[b, t] = 0.0
+            dbasis[b, t] = 0.0
+        if p >= n_pairs:
+            continue
+        r = dist[p]
+        fc, dfc = _cutoff(r / rc, cutoff_code)
+        dfc = dfc / rc
+        for b in range(n_basis):
+            if basis_code == 0:
+                value = fc ** (b + 1)
+                slope = (b + 1) * fc ** b * dfc
+            else:
+                center = rc * b / (n_basis - 1) if n_basis > 1 else 0.0
+                g = math.exp(-gamma * (r - center) ** 2)
+                value = g * fc
+                slope = g * dfc - 2.0 * gamma * (r - center) * g * fc
+            basis[b, t] = value
+            dbasis[b, t] = slope
+
+
 # ------------------------------------------------------------------ per-atom layers
 # Weight layout: all tensors in one flat array; ``table[tid] = (offset, rows, cols)``.
 # ``layers[l] = (kernel tid, bias tid, activated 0/1, n_out)``; a layer without a bias has a zero one.
@@ -541,17 +571,7 @@ def _pair_backward(tile, n_pairs, pair_i, pair_j, e, de_dr, pa_t, pb_t, flat, ta
         for k in range(n_h):
             for t in range(n_t):
                 dx[k, t] = 0.0
-        for b in range(n_basis):
-            # u_kb = sum_c K[k, c, b] dI_c: dh_k += e_b u_kb, de_b += sum_k h_k u_kb + sum_c dI_c B[c, b]
-            _tile_matmul_t(dy, kernel[:, b::n_basis], u, n_h, n_pi)
-            for k in range(n_h):
-                for t in range(n_t):
-                    dx[k, t] += e[b, t] * u[k, t]
-                    de[b, t] += h[k, t] * u[k, t]
-            for c in range(n_pi):
-                bc = flat[table[pi_out[1], 0] + c * n_basis + b]
-                for t in range(n_t):
-                    de[b, t] += dy[c, t] * bc
+        contraction_adjoint(dy, kernel, flat, table[pi_out[1], 0], h, e, n_h, n_pi, u, dx, de)
         # back through the PI hidden layers to the first layer's pre-activation
         _tile_layers_back(dx, dy, flat, table, layers, blk[_B_PI] + 1, blk[_B_PI] + n_pi_layers - 1, z, pi_rows,
                           act)
@@ -567,6 +587,26 @@ def _pair_backward(tile, n_pairs, pair_i, pair_j, e, de_dr, pa_t, pb_t, flat, ta
         for b in range(n_basis):
             g += de[b, t] * de_dr[b, t]
         grad_r[p] += g
+
+
+@_jit()
+def contraction_adjoint(gi, kernel, flat, boff, h, e, n_h, n_pi, u, gh, ge):
+    """First-order reverse of the PI output's basis contraction I_c = Σ_b e_b (h K_b + β_b)_c on one tile:
+    from ∂E/∂I (``gi`` [n_pi, tile]) adds ∂E/∂h to ``gh`` [n_h, tile] and ∂E/∂e_b to ``ge``
+    [n_basis, tile]; ``kernel``: the PI output layer's [n_h, n_pi · n_basis], its bias at
+    ``flat[boff:]``; ``u``: scratch.  With u_b = K_b ∂E/∂I: ∂E/∂h = Σ_b e_b u_b and
+    ∂E/∂e_b = Σ_k h_k u_bk + Σ_c (∂E/∂I)_c β_bc."""
+    n_basis, n_t = e.shape[0], e.shape[1]
+    for b in range(n_basis):
+        _tile_matmul_t(gi, kernel[:, b::n_basis], u, n_h, n_pi)
+        for k in range(n_h):
+            for t in range(n_t):
+                gh[k, t] += e[b, t] * u[k, t]
+                ge[b, t] += h[k, t] * u[k, t]
+        for c in range(n_pi):
+            bc = flat[boff + c * n_basis + b]
+            for t in range(n_t):
+                ge[b, t] += gi[c, t] * bc
 
 
 # ------------------------------------------------------------------ the whole evaluation
@@ -590,33 +630,13 @@ def _evaluate(types, n_pairs, pair_i, pair_j, dist, flat, table, layers, blocks,
     """
     n_atoms = types.shape[0]
     depth = blocks.shape[0]
-    act, cutoff_code, basis_code, n_basis = codes[0], codes[1], codes[2], codes[3]
-    rc, gamma, e_scale = scal[0], scal[1], scal[2]
+    act, n_basis = codes[0], codes[3]
+    e_scale = scal[2]
     n_t = basis.shape[2]
     n_tiles = (n_pairs + n_t - 1) // n_t
     tiles_per_chunk = (n_tiles + n_chunks - 1) // n_chunks
     for tile in prange(n_tiles):
-        for t in range(n_t):
-            p = tile * n_t + t
-            for b in range(n_basis):
-                basis[tile, b, t] = 0.0
-                dbasis[tile, b, t] = 0.0
-            if p >= n_pairs:
-                continue
-            r = dist[p]
-            fc, dfc = _cutoff(r / rc, cutoff_code)
-            dfc = dfc / rc
-            for b in range(n_basis):
-                if basis_code == 0:
-                    value = fc ** (b + 1)
-                    slope = (b + 1) * fc ** b * dfc
-                else:
-                    center = rc * b / (n_basis - 1) if n_basis > 1 else 0.0
-                    g = math.exp(-gamma * (r - center) ** 2)
-                    value = g * fc
-                    slope = g * dfc - 2.0 * gamma * (r - center) * g * fc
-                basis[tile, b, t] = value
-                dbasis[tile, b, t] = slope
+        radial_basis_tile(tile, n_pairs, dist, codes, scal, basis[tile], dbasis[tile])
     # properties, features by atoms: one-hot element types for the first block
     prop = np.zeros((blocks[0, _B_WIN], n_atoms), zpair.dtype)
     for a in range(n_atoms):

@@ -40,8 +40,9 @@ import numpy as np
 
 from pinn import keys as K
 from pinn.fast_pinet import (_B_II, _B_NII, _B_NOUT, _B_NPI, _B_NPP, _B_OUT, _B_PI, _B_PP, _B_RES, _B_UNITS,
-                             _B_WIN, _B_WOUT, _TANH_FAST, TILE, _cutoff, _forces_virial, _jit, _spread_by_first_atom,
-                             _sum_by_first_atom, _tanh32, _tensor, _tile_matmul, _tile_matmul_t, find_pairs)
+                             _B_WIN, _B_WOUT, _TANH_FAST, TILE, _forces_virial, _jit, _spread_by_first_atom,
+                             _sum_by_first_atom, _tanh32, _tensor, _tile_matmul, _tile_matmul_t,
+                             contraction_adjoint, find_pairs, radial_basis_tile)
 
 try:
     import numba
@@ -200,6 +201,77 @@ def _layer_back(Y, D, A, in_row, n_in, out_row, n_out, w, gw, gflat, gboff, ab, 
 
 
 @_jit()
+def _stack_forward(Y, D, flat, table, layers, first, count, row, n_h, code, tangent):
+    """Layers ``first``.. (``count`` of them) forward on rows of ``Y``, each layer's input the
+    ``n_h`` rows from ``row``, its output the rows after them; with ``tangent`` the tangents
+    into ``D`` instead (the values are already there).  Returns (start, width) of the last
+    output."""
+    for layer in range(first, first + count):
+        w = _tensor(flat, table, layers[layer, 0])
+        if tangent:
+            _layer_tangent(Y, D, row, n_h, row + n_h, w.shape[1], w)
+        else:
+            _layer_value(Y, row, n_h, row + n_h, w.shape[1], w, flat, table[layers[layer, 1], 0], code)
+        row += n_h
+        n_h = w.shape[1]
+    return row, n_h
+
+
+@_jit()
+def _stack_adjoint(Y, A, flat, table, layers, first, count, row, tmp, tmp2):
+    """First-order reverse through layers ``first + count − 1`` .. ``first`` (:func:`_layer_adjoint`),
+    the last output's rows starting at ``row``; returns where the first layer's input starts."""
+    for layer in range(first + count - 1, first - 1, -1):
+        w = _tensor(flat, table, layers[layer, 0])
+        n_in, n_out = w.shape
+        _layer_adjoint(Y, A, row - n_in, n_in, row, n_out, w, tmp, tmp2, False)
+        row -= n_in
+    return row
+
+
+@_jit()
+def _stack_back(Y, D, A, flat, table, layers, first, count, row, gflat, ab, sb, a1):
+    """Pass 3 through layers ``first + count − 1`` .. ``first`` (:func:`_layer_back`), the last
+    output's rows starting at ``row``, its value's adjoint in ``ab``.  Returns (adjoint of the
+    first layer's input, the other scratch array)."""
+    for layer in range(first + count - 1, first - 1, -1):
+        w = _tensor(flat, table, layers[layer, 0])
+        n_in, n_out = w.shape
+        _layer_back(Y, D, A, row - n_in, n_in, row, n_out, w, _tensor(gflat, table, layers[layer, 0]), gflat,
+                    table[layers[layer, 1], 0], ab, sb, a1)
+        ab, sb = sb, ab
+        row -= n_in
+    return ab, sb
+
+
+@_jit()
+def _sum_chunks(buf, k, n, dest):
+    """dest[c, a] = Σ over threads of buf[thread, k, a, c], c < n: per-atom sums, features by atoms."""
+    for c in range(n):
+        for a in range(dest.shape[1]):
+            s = buf[0, k, a, c]
+            for chunk in range(1, buf.shape[0]):
+                s += buf[chunk, k, a, c]
+            dest[c, a] = s
+
+
+@_jit()
+def _next_input(X, Xn, blk, flat, table, layers, new_row):
+    """The next block's input (or its tangent) Xn[:w_out] = R^T X[:w_in] + X[new] (R = identity when
+    the widths agree)."""
+    w_in, w_out = blk[_B_WIN], blk[_B_WOUT]
+    if blk[_B_RES] >= 0:
+        _tile_matmul(X[0:w_in], _tensor(flat, table, layers[blk[_B_RES], 0]), Xn[0:w_out], w_in, w_out)
+    else:
+        for c in range(w_out):
+            for a in range(X.shape[1]):
+                Xn[c, a] = X[c, a]
+    for c in range(w_out):
+        for a in range(X.shape[1]):
+            Xn[c, a] += X[new_row + c, a]
+
+
+@_jit()
 def _pair_layout(layers, blk, n_basis):
     """A block's pair rows: (start of h, the last PI hidden output, its width, start of I, n_pi, end)."""
     row, n_h = 0, layers[blk[_B_PI], 3]
@@ -249,12 +321,7 @@ def _pair_value(tile, n_pairs, pair_i, pair_j, e, pa, pb, flat, table, layers, b
         for t in range(n_valid):
             x[c, t] += row_b[pair_j[p0 + t]]
     _tanh_bias(x, flat, table[layers[blk[_B_PI], 1], 0], n_first, code)
-    row, n_h = 0, n_first
-    for layer in range(blk[_B_PI] + 1, blk[_B_PI] + blk[_B_NPI] - 1):
-        w = _tensor(flat, table, layers[layer, 0])
-        _layer_value(Y, row, n_h, row + n_h, w.shape[1], w, flat, table[layers[layer, 1], 0], code)
-        row += n_h
-        n_h = w.shape[1]
+    row, n_h = _stack_forward(Y, Y, flat, table, layers, blk[_B_PI] + 1, blk[_B_NPI] - 2, 0, n_first, code, False)
     # I_c = Σ_b e_b (h K_b + β_b)_c
     h = Y[row:row + n_h]
     pi_out = layers[blk[_B_PI] + blk[_B_NPI] - 1]
@@ -272,12 +339,7 @@ def _pair_value(tile, n_pairs, pair_i, pair_j, e, pa, pb, flat, table, layers, b
             bc = flat[boff + c * n_basis + b]
             for t in range(n_t):
                 inter[c, t] += (u[c, t] + bc) * e[b, t]
-    row, n_h = i_row, n_pi
-    for layer in range(blk[_B_II], blk[_B_II] + blk[_B_NII]):
-        w = _tensor(flat, table, layers[layer, 0])
-        _layer_value(Y, row, n_h, row + n_h, w.shape[1], w, flat, table[layers[layer, 1], 0], code)
-        row += n_h
-        n_h = w.shape[1]
+    row, n_h = _stack_forward(Y, Y, flat, table, layers, blk[_B_II], blk[_B_NII], i_row, n_pi, code, False)
     _sum_by_first_atom(Y[row:row + n_h], n_h, pair_i, p0, n_runs, starts, out)
 
 
@@ -296,12 +358,7 @@ def _pair_adjoint(tile, n_pairs, pair_i, pair_j, e, de, gnew1, flat, table, laye
     h_row, n_h, i_row, n_pi, end = _pair_layout(layers, blk, n_basis)
     n_last = layers[blk[_B_II] + blk[_B_NII] - 1, 3]
     n_runs = _spread_by_first_atom(gnew1, n_last, pair_i, p0, n_valid, starts, A[end - n_last:end])
-    row = end
-    for layer in range(blk[_B_II] + blk[_B_NII] - 1, blk[_B_II] - 1, -1):
-        w = _tensor(flat, table, layers[layer, 0])
-        n_in, n_out = w.shape
-        row -= n_out
-        _layer_adjoint(Y, A, row - n_in, n_in, row, n_out, w, tmp, tmp, False)
+    _stack_adjoint(Y, A, flat, table, layers, blk[_B_II], blk[_B_NII], end - n_last, tmp, tmp)
     # h̄ = Σ_b e_b K_b Ī;  ∂E/∂e_b = Σ_c Ī_c (h K_b + β_b)_c = Σ_k h_k (K_b Ī)_k + Σ_c Ī_c β_bc
     pi_out = layers[blk[_B_PI] + blk[_B_NPI] - 1]
     kernel = _tensor(flat, table, pi_out[0])
@@ -315,27 +372,13 @@ def _pair_adjoint(tile, n_pairs, pair_i, pair_j, e, de, gnew1, flat, table, laye
     for b in range(n_basis):
         for t in range(n_t):
             ebar[b, t] = 0.0
-    for b in range(n_basis):
-        _tile_matmul_t(inter1, kernel[:, b::n_basis], v, n_h, n_pi)
-        for k in range(n_h):
-            for t in range(n_t):
-                hbar[k, t] += e[b, t] * v[k, t]
-                ebar[b, t] += h[k, t] * v[k, t]
-        for c in range(n_pi):
-            bc = flat[boff + c * n_basis + b]
-            for t in range(n_t):
-                ebar[b, t] += inter1[c, t] * bc
+    contraction_adjoint(inter1, kernel, flat, boff, h, e, n_h, n_pi, v, hbar, ebar)
     for t in range(n_valid):
         g = grad_r[p0 + t] * 0
         for b in range(n_basis):
             g += ebar[b, t] * de[b, t]
         grad_r[p0 + t] += g
-    row = h_row
-    for layer in range(blk[_B_PI] + blk[_B_NPI] - 2, blk[_B_PI], -1):
-        w = _tensor(flat, table, layers[layer, 0])
-        n_in, n_out = w.shape
-        _layer_adjoint(Y, A, row - n_in, n_in, row, n_out, w, tmp, tmp, False)
-        row -= n_in
+    _stack_adjoint(Y, A, flat, table, layers, blk[_B_PI] + 1, blk[_B_NPI] - 2, h_row, tmp, tmp)
     # the first PI layer's pre-activation, per atom
     for c in range(n_first):
         for t in range(n_t):
@@ -365,12 +408,7 @@ def _pair_tangent(tile, n_pairs, pair_i, pair_j, e, ed, pad, pbd, flat, table, l
         for t in range(n_valid):
             xd[c, t] += row_b[pair_j[p0 + t]]
     _dtanh_scale(Y[0:n_first], xd, n_first)
-    row, n_h = 0, n_first
-    for layer in range(blk[_B_PI] + 1, blk[_B_PI] + blk[_B_NPI] - 1):
-        w = _tensor(flat, table, layers[layer, 0])
-        _layer_tangent(Y, D, row, n_h, row + n_h, w.shape[1], w)
-        row += n_h
-        n_h = w.shape[1]
+    row, n_h = _stack_forward(Y, D, flat, table, layers, blk[_B_PI] + 1, blk[_B_NPI] - 2, 0, n_first, 0, True)
     # İ = Σ_b (ė_b h + e_b ḣ) K_b + ė_b β_b
     h, hd = Y[row:row + n_h], D[row:row + n_h]
     pi_out = layers[blk[_B_PI] + blk[_B_NPI] - 1]
@@ -391,12 +429,7 @@ def _pair_tangent(tile, n_pairs, pair_i, pair_j, e, ed, pad, pbd, flat, table, l
             bc = flat[boff + c * n_basis + b]
             for t in range(n_t):
                 interd[c, t] += u[c, t] + ed[b, t] * bc
-    row, n_h = i_row, n_pi
-    for layer in range(blk[_B_II], blk[_B_II] + blk[_B_NII]):
-        w = _tensor(flat, table, layers[layer, 0])
-        _layer_tangent(Y, D, row, n_h, row + n_h, w.shape[1], w)
-        row += n_h
-        n_h = w.shape[1]
+    row, n_h = _stack_forward(Y, D, flat, table, layers, blk[_B_II], blk[_B_NII], i_row, n_pi, 0, True)
     _sum_by_first_atom(D[row:row + n_h], n_h, pair_i, p0, n_runs, starts, outd)
 
 
@@ -415,14 +448,7 @@ def _pair_back(tile, n_pairs, pair_i, pair_j, e, ed, gnew, flat, table, layers, 
     h_row, n_h, i_row, n_pi, end = _pair_layout(layers, blk, n_basis)
     n_last = layers[blk[_B_II] + blk[_B_NII] - 1, 3]
     n_runs = _spread_by_first_atom(gnew, n_last, pair_i, p0, n_valid, starts, ab)
-    row = end
-    for layer in range(blk[_B_II] + blk[_B_NII] - 1, blk[_B_II] - 1, -1):
-        w = _tensor(flat, table, layers[layer, 0])
-        n_in, n_out = w.shape
-        row -= n_out
-        _layer_back(Y, D, A, row - n_in, n_in, row, n_out, w, _tensor(gflat, table, layers[layer, 0]), gflat,
-                    table[layers[layer, 1], 0], ab, sb, a1)
-        ab, sb = sb, ab
+    ab, sb = _stack_back(Y, D, A, flat, table, layers, blk[_B_II], blk[_B_NII], end - n_last, gflat, ab, sb, a1)
     # ab: Ī.  ū_b = e_b Ī + ė_b Ī₁, ū₁_b = e_b Ī₁ (u_b = h K_b): K̄_b += h ū_bᵀ + ḣ ū₁_bᵀ, h̄ = Σ_b K_b ū_b
     pi_out = layers[blk[_B_PI] + blk[_B_NPI] - 1]
     kernel = _tensor(flat, table, pi_out[0])
@@ -450,15 +476,7 @@ def _pair_back(tile, n_pairs, pair_i, pair_j, e, ed, gnew, flat, table, layers, 
         for k in range(n_h):
             for t in range(n_t):
                 hb[k, t] += tmp[k, t]
-    ab, sb = hb, ab
-    row = h_row
-    for layer in range(blk[_B_PI] + blk[_B_NPI] - 2, blk[_B_PI], -1):
-        w = _tensor(flat, table, layers[layer, 0])
-        n_in, n_out = w.shape
-        _layer_back(Y, D, A, row - n_in, n_in, row, n_out, w, _tensor(gflat, table, layers[layer, 0]), gflat,
-                    table[layers[layer, 1], 0], ab, sb, a1)
-        ab, sb = sb, ab
-        row -= n_in
+    ab, sb = _stack_back(Y, D, A, flat, table, layers, blk[_B_PI] + 1, blk[_B_NPI] - 2, h_row, gflat, hb, ab, a1)
     # the first PI layer's pre-activation, per atom
     _second_order_adjoint(Y[0:n_first], D[0:n_first], A[0:n_first], ab, a1, n_first)
     _sum_by_first_atom(ab, n_first, pair_i, p0, n_runs, starts, ga)
@@ -496,33 +514,13 @@ def _energies_forces(types, n_pairs, pair_i, pair_j, dist, flat, table, layers, 
     """
     n_atoms = types.shape[0]
     depth = blocks.shape[0]
-    code, cutoff_code, basis_code, n_basis, width = codes[0], codes[1], codes[2], codes[3], codes[4]
-    rc, gamma, e_scale = scal[0], scal[1], scal[2]
+    code, width = codes[0], codes[4]
+    e_scale = scal[2]
     n_t = basis.shape[2]
     n_tiles = (n_pairs + n_t - 1) // n_t
     dt = flat.dtype
     for tile in prange(n_tiles):
-        for t in range(n_t):
-            p = tile * n_t + t
-            for b in range(n_basis):
-                basis[tile, b, t] = 0.0
-                dbasis[tile, b, t] = 0.0
-            if p >= n_pairs:
-                continue
-            r = dist[p]
-            fc, dfc = _cutoff(r / rc, cutoff_code)
-            dfc = dfc / rc
-            for b in range(n_basis):
-                if basis_code == 0:
-                    value = fc ** (b + 1)
-                    slope = (b + 1) * fc ** b * dfc
-                else:
-                    center = rc * b / (n_basis - 1) if n_basis > 1 else 0.0
-                    g = math.exp(-gamma * (r - center) ** 2)
-                    value = g * fc
-                    slope = g * dfc - 2.0 * gamma * (r - center) * g * fc
-                basis[tile, b, t] = value
-                dbasis[tile, b, t] = slope
+        radial_basis_tile(tile, n_pairs, dist, codes, scal, basis[tile], dbasis[tile])
         p0 = tile * n_t
         for t in range(min(n_t, n_pairs - p0)):
             grad_r[p0 + t] = 0.0
@@ -539,12 +537,7 @@ def _energies_forces(types, n_pairs, pair_i, pair_j, dist, flat, table, layers, 
                     Y[c, a] = 0.0
             for a in range(n_atoms):
                 Y[types[a], a] = 1.0
-        row, n_h = 0, w_in
-        for layer in range(blk[_B_PP], blk[_B_PP] + blk[_B_NPP]):
-            w = _tensor(flat, table, layers[layer, 0])
-            _layer_value(Y, row, n_h, row + n_h, w.shape[1], w, flat, table[layers[layer, 1], 0], code)
-            row += n_h
-            n_h = w.shape[1]
+        _stack_forward(Y, Y, flat, table, layers, blk[_B_PP], blk[_B_NPP], 0, w_in, code, False)
         q_row, n_pp, new_row, out_row, n_last = _atom_layout(layers, blk)
         kernel = _tensor(flat, table, layers[blk[_B_PI], 0])
         n_first = kernel.shape[1]
@@ -561,34 +554,15 @@ def _energies_forces(types, n_pairs, pair_i, pair_j, dist, flat, table, layers, 
             for tile in range(start, stop):
                 _pair_value(tile, n_pairs, pair_i, pair_j, basis[tile], pa[d], pb[d], flat, table, layers, blk, code,
                             keep[d, tile], u, starts, out)
-        for c in range(w_out):
-            for a in range(n_atoms):
-                s = buf[0, 0, a, c]
-                for chunk in range(1, n_chunks):
-                    s += buf[chunk, 0, a, c]
-                Y[new_row + c, a] = s
-        row, n_h = new_row, w_out
-        for layer in range(blk[_B_OUT], blk[_B_OUT] + blk[_B_NOUT]):
-            w = _tensor(flat, table, layers[layer, 0])
-            _layer_value(Y, row, n_h, row + n_h, w.shape[1], w, flat, table[layers[layer, 1], 0], code)
-            row += n_h
-            n_h = w.shape[1]
+        _sum_chunks(buf, 0, w_out, Y[new_row:new_row + w_out])
+        _stack_forward(Y, Y, flat, table, layers, blk[_B_OUT], blk[_B_NOUT], new_row, w_out, code, False)
         units = _tensor(flat, table, layers[blk[_B_UNITS], 0])
         for k in range(n_last):
             uk = units[k, 0] * e_scale
             for a in range(n_atoms):
                 atomic[a] += uk * Y[out_row + k, a]
-        if d + 1 < depth:  # the next block's input P R + new (R = identity when the widths agree)
-            Yn = aty[d + 1]
-            if blk[_B_RES] >= 0:
-                _tile_matmul(Y[0:w_in], _tensor(flat, table, layers[blk[_B_RES], 0]), Yn[0:w_out], w_in, w_out)
-            else:
-                for c in range(w_out):
-                    for a in range(n_atoms):
-                        Yn[c, a] = Y[c, a]
-            for c in range(w_out):
-                for a in range(n_atoms):
-                    Yn[c, a] += Y[new_row + c, a]
+        if d + 1 < depth:
+            _next_input(Y, aty[d + 1], blk, flat, table, layers, new_row)
     # ---- backward, first order: A = ∂E/∂value
     tmp = np.empty((width, n_atoms), dt)
     tmp2 = np.empty((width, n_atoms), dt)
@@ -602,12 +576,7 @@ def _energies_forces(types, n_pairs, pair_i, pair_j, dist, flat, table, layers, 
             uk = units[k, 0] * e_scale
             for a in range(n_atoms):
                 A[out_row + k, a] = uk
-        row = out_row
-        for layer in range(blk[_B_OUT] + blk[_B_NOUT] - 1, blk[_B_OUT] - 1, -1):
-            w = _tensor(flat, table, layers[layer, 0])
-            n_in, n_out = w.shape
-            _layer_adjoint(Y, A, row - n_in, n_in, row, n_out, w, tmp, tmp2, False)
-            row -= n_in
+        _stack_adjoint(Y, A, flat, table, layers, blk[_B_OUT], blk[_B_NOUT], out_row, tmp, tmp2)
         if d + 1 < depth:  # new also feeds the next block's input
             An = ata[d + 1]
             for c in range(w_out):
@@ -628,26 +597,15 @@ def _energies_forces(types, n_pairs, pair_i, pair_j, dist, flat, table, layers, 
             for tile in range(start, stop):
                 _pair_adjoint(tile, n_pairs, pair_i, pair_j, basis[tile], dbasis[tile], gnew1, flat, table, layers,
                               blk, keep[d, tile], adj[d, tile], sc, starts, ga1, gb1, grad_r)
-        for c in range(n_first):
-            for a in range(n_atoms):
-                sa, sb = buf[0, 0, a, c], buf[0, 1, a, c]
-                for chunk in range(1, n_chunks):
-                    sa += buf[chunk, 0, a, c]
-                    sb += buf[chunk, 1, a, c]
-                pa1[d, c, a] = sa
-                pb1[d, c, a] = sb
+        _sum_chunks(buf, 0, n_first, pa1[d])
+        _sum_chunks(buf, 1, n_first, pb1[d])
         # Q̄ = Ka Ā + Kb B̄
         _tile_matmul_t(pa1[d], kernel[:n_pp], A[q_row:q_row + n_pp], n_pp, n_first)
         _tile_matmul_t(pb1[d], kernel[n_pp:], tmp, n_pp, n_first)
         for c in range(n_pp):
             for a in range(n_atoms):
                 A[q_row + c, a] += tmp[c, a]
-        row = q_row
-        for layer in range(blk[_B_PP] + blk[_B_NPP] - 1, blk[_B_PP] - 1, -1):
-            w = _tensor(flat, table, layers[layer, 0])
-            n_in, n_out = w.shape
-            _layer_adjoint(Y, A, row - n_in, n_in, row, n_out, w, tmp, tmp2, False)
-            row -= n_in
+        _stack_adjoint(Y, A, flat, table, layers, blk[_B_PP], blk[_B_NPP], q_row, tmp, tmp2)
         if d + 1 < depth:  # the residual path: P̄ += R (next input's adjoint)
             An = ata[d + 1]
             if blk[_B_RES] >= 0:
@@ -701,12 +659,7 @@ def _weight_gradients(types, n_pairs, pair_i, pair_j, rdot, flat, table, layers,
             for c in range(w_in):
                 for a in range(n_atoms):
                     D[c, a] = 0.0
-        row, n_h = 0, w_in
-        for layer in range(blk[_B_PP], blk[_B_PP] + blk[_B_NPP]):
-            w = _tensor(flat, table, layers[layer, 0])
-            _layer_tangent(Y, D, row, n_h, row + n_h, w.shape[1], w)
-            row += n_h
-            n_h = w.shape[1]
+        _stack_forward(Y, D, flat, table, layers, blk[_B_PP], blk[_B_NPP], 0, w_in, code, True)
         q_row, n_pp, new_row, out_row, n_last = _atom_layout(layers, blk)
         kernel = _tensor(flat, table, layers[blk[_B_PI], 0])
         n_first = kernel.shape[1]
@@ -723,29 +676,10 @@ def _weight_gradients(types, n_pairs, pair_i, pair_j, rdot, flat, table, layers,
             for tile in range(start, stop):
                 _pair_tangent(tile, n_pairs, pair_i, pair_j, basis[tile], ebt[tile], pad[d], pbd[d], flat, table,
                               layers, blk, keep[d, tile], tang[d, tile], sc, starts, outd)
-        for c in range(w_out):
-            for a in range(n_atoms):
-                s = buf[0, 0, a, c]
-                for chunk in range(1, n_chunks):
-                    s += buf[chunk, 0, a, c]
-                D[new_row + c, a] = s
-        row, n_h = new_row, w_out
-        for layer in range(blk[_B_OUT], blk[_B_OUT] + blk[_B_NOUT]):
-            w = _tensor(flat, table, layers[layer, 0])
-            _layer_tangent(Y, D, row, n_h, row + n_h, w.shape[1], w)
-            row += n_h
-            n_h = w.shape[1]
+        _sum_chunks(buf, 0, w_out, D[new_row:new_row + w_out])
+        _stack_forward(Y, D, flat, table, layers, blk[_B_OUT], blk[_B_NOUT], new_row, w_out, code, True)
         if d + 1 < depth:
-            Dn = atd[d + 1]
-            if blk[_B_RES] >= 0:
-                _tile_matmul(D[0:w_in], _tensor(flat, table, layers[blk[_B_RES], 0]), Dn[0:w_out], w_in, w_out)
-            else:
-                for c in range(w_out):
-                    for a in range(n_atoms):
-                        Dn[c, a] = D[c, a]
-            for c in range(w_out):
-                for a in range(n_atoms):
-                    Dn[c, a] += D[new_row + c, a]
+            _next_input(D, atd[d + 1], blk, flat, table, layers, new_row)
     # ---- pass 3: the reverse pass through values and tangents, seeded with ∂L/∂E and 1
     gp = np.zeros((width, n_atoms), dt)  # adjoint of the next block's input's value
     ab = np.empty((width, n_atoms), dt)
@@ -771,14 +705,7 @@ def _weight_gradients(types, n_pairs, pair_i, pair_j, rdot, flat, table, layers,
                 ab[k, a] = uk * c_atom[a]
                 s += c_atom[a] * Y[out_row + k, a] + D[out_row + k, a]
             gunits[k, 0] += s * e_scale
-        row = out_row
-        for layer in range(blk[_B_OUT] + blk[_B_NOUT] - 1, blk[_B_OUT] - 1, -1):
-            w = _tensor(flat, table, layers[layer, 0])
-            n_in, n_out = w.shape
-            _layer_back(Y, D, A, row - n_in, n_in, row, n_out, w, _tensor(gflat, table, layers[layer, 0]), gflat,
-                        table[layers[layer, 1], 0], ab, sb, a1)
-            ab, sb = sb, ab
-            row -= n_in
+        ab, sb = _stack_back(Y, D, A, flat, table, layers, blk[_B_OUT], blk[_B_NOUT], out_row, gflat, ab, sb, a1)
         # the residual: the next input P R + new (adjoints gp, and ata[d + 1] first order)
         if d + 1 < depth:
             An = ata[d + 1]
@@ -814,14 +741,8 @@ def _weight_gradients(types, n_pairs, pair_i, pair_j, rdot, flat, table, layers,
             for tile in range(start, stop):
                 _pair_back(tile, n_pairs, pair_i, pair_j, basis[tile], ebt[tile], gnew, flat, table, layers, blk,
                            keep[d, tile], tang[d, tile], adj[d, tile], sc, starts, ga, gb, gchunk[chunk])
-        for c in range(n_first):  # Ā, B̄ as [n_first, n_atoms]
-            for a in range(n_atoms):
-                sa, sb_ = buf[0, 0, a, c], buf[0, 1, a, c]
-                for chunk in range(1, n_chunks):
-                    sa += buf[chunk, 0, a, c]
-                    sb_ += buf[chunk, 1, a, c]
-                ab[c, a] = sa
-                sb[c, a] = sb_
+        _sum_chunks(buf, 0, n_first, ab)  # Ā, B̄ as [n_first, n_atoms]
+        _sum_chunks(buf, 1, n_first, sb)
         # the first PI layer per atom: pa = Ka^T Q, pb = Kb^T Q (its bias in the pair tiles' ā)
         gkernel = _tensor(gflat, table, layers[blk[_B_PI], 0])
         q, qd = Y[q_row:q_row + n_pp], D[q_row:q_row + n_pp]
@@ -840,19 +761,13 @@ def _weight_gradients(types, n_pairs, pair_i, pair_j, rdot, flat, table, layers,
         for c in range(n_pp):
             for a in range(n_atoms):
                 gp[c, a] += a1[c, a]
-        ab, gp = gp, ab
-        row = q_row
-        for layer in range(blk[_B_PP] + blk[_B_NPP] - 1, blk[_B_PP] - 1, -1):
-            w = _tensor(flat, table, layers[layer, 0])
-            n_in, n_out = w.shape
-            _layer_back(Y, D, A, row - n_in, n_in, row, n_out, w, _tensor(gflat, table, layers[layer, 0]), gflat,
-                        table[layers[layer, 1], 0], ab, sb, a1)
-            ab, sb = sb, ab
-            row -= n_in
+        # back through the PP net (gp holds Q̄; ab, Ā, is free from here): the block input's adjoint,
+        # plus the residual path's, is the previous block's gp
+        p_bar, other = _stack_back(Y, D, A, flat, table, layers, blk[_B_PP], blk[_B_NPP], q_row, gflat, gp, sb, a1)
         for c in range(w_in):
             for a in range(n_atoms):
-                ab[c, a] += pres[c, a]
-        gp, ab = ab, gp
+                p_bar[c, a] += pres[c, a]
+        gp, sb = p_bar, other
     for chunk in range(n_chunks):
         for i in range(gflat.shape[0]):
             gflat[i] += gchunk[chunk, i]
