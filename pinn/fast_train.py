@@ -830,7 +830,8 @@ class TrainingEngine:
     Args:
         model: a :class:`~pinn.models.potential.PotentialModel` with a PiNet network (see
             :func:`check_supported`).
-        threads: threads for the pair work (default: Numba's, i.e. the CPU cores).
+        threads: threads of its parallel loops (default: Numba's, i.e. the CPU cores; at most
+            ``NUMBA_NUM_THREADS``); a rank of a parallel run gets its share of the cores.
 
     Call it with a NumPy batch and the current weights (:meth:`__call__`); it computes what
     the TensorFlow step's ``part_gradients`` computes (:mod:`pinn.trainer`).
@@ -846,6 +847,9 @@ class TrainingEngine:
         sources = []
         arrays = pinet_arrays(model, sources)
         self.threads = int(threads or numba.config.NUMBA_NUM_THREADS)
+        if not 1 <= self.threads <= numba.config.NUMBA_NUM_THREADS:
+            raise ValueError(f"threads must be in 1..{numba.config.NUMBA_NUM_THREADS} (NUMBA_NUM_THREADS), "
+                             f"got {threads}")
         position = {id(v): k for k, v in enumerate(self.variables)}
         table = arrays["table"]
         #: (variable index, offset in flat, size) of each trainable tensor
@@ -947,6 +951,15 @@ class TrainingEngine:
             (whether the loss and the gradients are).  The gradients: :meth:`gradients` or
             :meth:`flat_gradient`.
         """
+        previous = numba.get_num_threads()
+        numba.set_num_threads(self.threads)
+        try:
+            return self._passes(batch, weights, counts, e_dress)
+        finally:
+            numba.set_num_threads(previous)
+
+    def _passes(self, batch, weights, counts, e_dress):
+        """:meth:`__call__` on the engine's threads."""
         model = self.model
         p = model.params
         elems = np.asarray(batch[K.ELEMS])

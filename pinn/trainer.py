@@ -224,7 +224,9 @@ class Trainer:
         if reason or (choice == "auto" and (tf.config.list_physical_devices("GPU") or self.mp["jit"]
                                             or self.mp["batch_parts"] not in (None, 1))):
             return None
-        return TrainingEngine(self.model)
+        # a rank of a parallel run takes its share of the cores, as TensorFlow does (pinn.parallel)
+        threads = tf.config.threading.get_intra_op_parallelism_threads() if self.world.is_parallel else 0
+        return TrainingEngine(self.model, threads=threads or None)
 
     def _jit_setting(self):
         """Whether the training step is XLA-compiled (``model.params.jit``, default: if the network can be)."""
@@ -662,7 +664,8 @@ class Trainer:
         log.info("training %s from step %d to %s on %d rank(s); %s%s; gradients by %s; model_dir %s",
                  self.params["network"]["name"], start, length, self.world.size, self.learning_rate.describe(),
                  f"; weight average with decay {self.mp['ema_decay']:g}" if self.ema is not None else "",
-                 "TensorFlow" + (" (XLA)" if self.jit else "") if self.engine is None else "the numba engine",
+                 "TensorFlow" + (" (XLA)" if self.jit else "") if self.engine is None else
+                 f"the numba engine ({self.engine.threads} thread(s))",
                  self.model_dir)
         timeout = self.world.options["stall_timeout_s"] if self.world.is_parallel else None
         enabled = {"auto": None, "on": True, "off": False}[self.mp["progress_bar"]]

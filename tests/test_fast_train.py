@@ -141,6 +141,25 @@ def test_weights_follow_set_weights():
     assert after["loss"] == pytest.approx(_tensorflow(model, batch, weights, counts)[0], rel=1e-10)
 
 
+def test_one_thread_gives_the_same_gradients():
+    """The pair tiles split over threads (per-thread sums added afterwards) or not: the same numbers."""
+    import numba
+    model = _model("deep nets, residual maps, odd widths", "float64")
+    batch = _batch("float64")
+    counts = {"energy": 4.0, "forces": 3.0 * len(batch[K.ELEMS])}
+    weights = {"energy": 1.0, "forces": 10.0}
+    results = []
+    for threads in (1, numba.config.NUMBA_NUM_THREADS):
+        engine = TrainingEngine(model, threads=threads)
+        engine.set_weights([v.numpy() for v in model.trainable_variables])
+        out = engine(batch, weights, counts)
+        results.append((out["loss"], engine.flat_gradient()))
+    assert results[0][0] == pytest.approx(results[1][0], rel=1e-13)
+    np.testing.assert_allclose(results[0][1], results[1][1], rtol=0, atol=1e-12 * np.abs(results[1][1]).max())
+    with pytest.raises(ValueError, match="threads must be in 1.."):
+        TrainingEngine(model, threads=numba.config.NUMBA_NUM_THREADS + 1)
+
+
 @pytest.mark.parametrize("net, model_params, message", [
     ({"act": "ssp"}, {}, "network.params.act"),
     ({"pi_nodes": [8]}, {}, "network.params.pi_nodes"),

@@ -138,8 +138,9 @@ def test_numba_engine_two_ranks_equal_one_process(launcher, tmp_path):
     assert one.returncode == 0, out_one[-4000:]
     two, out_two = _run(command, tmp_path, "two", "--lr", "1e-3", "--decay-step", "20", *args)
     assert two.returncode == 0, out_two[-4000:]
-    for output in (out_one, out_two):
-        assert "gradients by the numba engine" in output
+    assert "gradients by the numba engine" in out_one
+    # each of the 2 ranks takes its share of the cores (this machine has 2)
+    assert f"gradients by the numba engine ({max(1, (os.cpu_count() or 2) // 2)} thread(s))" in out_two
     assert "step 8: non-finite loss or gradient (from rank 1); update skipped on all ranks" in out_two
     reference = _load(tmp_path / "one", "one", 0)
     ranks = [_load(tmp_path, "two", r) for r in range(2)]
