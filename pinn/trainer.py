@@ -205,6 +205,7 @@ class Trainer:
         self._broadcast_state()
         self._step_fns = None
         self._engine_synced = False  # the numba engine holds the variables' current values
+        self._host = None  # the numba engine step's weights and optimizer state (HostOptimizer)
         self._traced_fns = {}
         self._averaged = False  # the trainable variables hold the average (inside averaged_weights)
         self._frozen = False
@@ -522,46 +523,59 @@ class Trainer:
             return stats[0], stats[1], sums, stats[-world.size:]
 
         if self.engine is not None:
-            whole_step = self._engine_step(variables, terms, metric_keys, apply)
+            whole_step = self._engine_step(variables, terms, metric_keys)
 
         return local_counts, local_gradients, reduce_and_apply, unpack, whole_step
 
-    def _engine_step(self, variables, terms, metric_keys, apply):
+    def _engine_step(self, variables, terms, metric_keys):
         """The step of one process and one batch with the numba engine: its gradients from the NumPy
-        batch, then one compiled call that updates the weights (clipping, Adam, the average, the step
-        count) and returns them, flattened, for the engine's next step."""
+        batch, then the update (clipping, Adam, the average) on the host's flat vectors
+        (:class:`pinn.host_optimizer.HostOptimizer`), which TensorFlow's variables get when something
+        reads them (:meth:`_store_engine_state`)."""
         from pinn.fast_train import BATCH_KEYS, step_stats
+        from pinn.host_optimizer import HostOptimizer
         engine, model = self.engine, self.model
-        sizes = [v.shape.num_elements() for v in variables]
+        host = self._host = HostOptimizer(variables, self.optimizer, self.ema, self.mp["max_grad_norm"])
         schedule_position = self.learning_rate.single_rank_steps
         this_rank = np.ones(1)  # one process: rank 0 of 1
-
-        @tf.function(jit_compile=True)
-        def update(flat_gradient, finite):
-            grads = [tf.reshape(g, v.shape) for g, v in zip(tf.split(flat_gradient, sizes), variables)]
-            applied = tf.cond(finite, lambda: apply(grads), lambda: tf.constant(False))
-            self.step.assign_add(1)
-            return applied, tf.concat([tf.reshape(v, [-1]) for v in variables], axis=0)
-
-        update = update.get_concrete_function(tf.TensorSpec([sum(sizes)], self.dtype), tf.TensorSpec([], tf.bool))
         fixed_weights = None if model.params["loss_weight_schedule"] else \
             {t: float(w) for t, w in model.loss_weights(0.0).items()}
+        block = 256  # learning rates computed per block of steps: one TensorFlow call, not one per step
 
-        dress = [None]
+        @tf.function(input_signature=[tf.TensorSpec([], tf.int64)])
+        def rates_from(start):
+            steps = start + tf.range(block, dtype=tf.int64)
+            return tf.map_fn(self.learning_rate, steps, fn_output_signature=tf.float32) * self.lr_factor
+
+        state = {}  # the step count, e_dress and the learning rates of the current block, read on a sync
 
         def step(batch):
-            if not self._engine_synced:  # the variables changed outside this step (start, rollback)
-                engine.set_weights([v.numpy() for v in variables])
-                dress[0] = model.e_dress.numpy()  # (reading the variable each step costs 0.6 ms)
+            if not self._engine_synced:  # the variables changed outside this step (start, rollback, TF step)
+                host.load()
+                engine.set_flat_weights(host.weights)
+                state.update(step=int(self.step), dress=model.e_dress.numpy(), rates=None)
                 self._engine_synced = True
+            if state["rates"] is None or not state["first"] <= state["step"] < state["first"] + block:
+                state.update(first=state["step"], rates=rates_from(tf.constant(state["step"], tf.int64)).numpy())
             arrays = {k: batch[k].numpy() for k in BATCH_KEYS if k in batch}
             weights = fixed_weights or {t: float(w) for t, w in
-                                        model.loss_weights(schedule_position(self.step)).items()}
-            out = engine(arrays, weights, engine.loss_counts(arrays, terms), dress[0])
-            applied, weights_now = update(tf.constant(engine.flat_gradient()), tf.constant(out["finite"]))
-            engine.set_flat_weights(weights_now.numpy())
-            return applied, tf.constant(step_stats(out, metric_keys, this_rank, self.dtype.as_numpy_dtype))
+                                        model.loss_weights(schedule_position(state["step"])).items()}
+            out = engine(arrays, weights, engine.loss_counts(arrays, terms), state["dress"])
+            if out["finite"]:
+                host.apply(engine.flat_gradient(), state["rates"][state["step"] - state["first"]])
+                engine.set_flat_weights(host.weights)
+            self.step.assign_add(1)
+            state["step"] += 1
+            return out["finite"], tf.constant(step_stats(out, metric_keys, this_rank, self.dtype.as_numpy_dtype))
         return step
+
+    def _store_engine_state(self):
+        """Give TensorFlow's variables the weights, Adam's state and the average that the numba
+        engine's step keeps on the host (before anything reads them); the learning rates are read
+        again after (a validation may lower them)."""
+        if self._host is not None and self._host.ahead:
+            self._host.store()
+            self._engine_synced = False
 
     def _fit_dress(self, input_fn):
         """Fit e_dress to what the freshly initialised network leaves unexplained (over all ranks),
@@ -687,6 +701,7 @@ class Trainer:
                                    f"{int(self.step)}, most likely because another rank died; "
                                    f"{self._last_checkpoint_text()}") from err
             finally:
+                self._store_engine_state()
                 self.bar.clear()
                 recorder.close()
         return self
@@ -750,6 +765,7 @@ class Trainer:
             if not world.is_parallel and k == 1 and batches and signals.received is None:
                 applied, stats = whole_step(batches[0])
             else:  # also where a single process stops: input ended, or a signal
+                self._store_engine_state()
                 applied, stats, times = self._split_step(batches, k, signals, step, max_steps)
                 if applied is None:
                     break
@@ -810,6 +826,7 @@ class Trainer:
 
     def _validate(self, run, step):
         """Evaluate the validation input; keep the best checkpoint; return whether to stop early."""
+        self._store_engine_state()
         mp = self.mp
         result, arrays = self._evaluate(run.eval_fn, parity=True)
         metric = mp["early_stopping_metric"]
@@ -856,6 +873,8 @@ class Trainer:
         """Back to the latest checkpoint's model, optimizer and weight average (step and data position go on),
         with the learning rate multiplied by ``rollback_lr_factor``."""
         factor = float(self.lr_factor) * self.mp["rollback_lr_factor"]
+        if self._host is not None:
+            self._host.ahead = False  # its diverged weights are dropped
         if self.is_chief:
             path = self.manager.latest_checkpoint
             parts = dict(model=self.model, optimizer=self.optimizer)
@@ -883,6 +902,7 @@ class Trainer:
         Returns:
             Its path on rank 0, ``None`` elsewhere.
         """
+        self._store_engine_state()
         if not self.is_chief:
             return None
         if self._averaged:

@@ -218,18 +218,47 @@ def test_training_with_the_numba_engine_equals_tensorflow(alloy_xyz, tmp_path, a
     runs = {}
     for engine in ("numba", "tensorflow"):
         trainer = potential_model(_trainer_params(tmp_path / engine, engine=engine, jit=False if engine ==
-                                                  "tensorflow" else None, accumulate_batches=accumulate))
+                                                  "tensorflow" else None, accumulate_batches=accumulate,
+                                                  eval_every_n_steps=2, save_checkpoint_steps=3))
         assert (trainer.engine is not None) == (engine == "numba")
-        trainer.train(lambda: data.apply(sparse_batch(5)).repeat(), max_steps=6)
+        # validations and checkpoints mid-run: the engine's host-side state is written out for them
+        trainer.train(lambda: data.apply(sparse_batch(5)).repeat(), max_steps=6,
+                      eval_fn=lambda: data.take(10).apply(sparse_batch(5)))
         with trainer.averaged_weights():
             averaged = [v.numpy() for v in trainer.model.trainable_variables]
         runs[engine] = ([v.numpy() for v in trainer.model.trainable_variables], averaged,
-                        [r["loss"] for r in read_metrics(tmp_path / engine, "train")])
+                        [r["loss"] for r in read_metrics(tmp_path / engine, "train")],
+                        [v.numpy() for v in trainer.optimizer.variables],
+                        [r["F_MAE"] for r in read_metrics(tmp_path / engine, "eval")])
     numba_run, tensorflow_run = runs["numba"], runs["tensorflow"]
-    assert len(numba_run[2]) == 6
+    assert len(numba_run[2]) == 6 and len(numba_run[4]) == 3
     np.testing.assert_allclose(numba_run[2], tensorflow_run[2], rtol=1e-9)
-    for mine, theirs in zip(numba_run[0] + numba_run[1], tensorflow_run[0] + tensorflow_run[1]):
+    np.testing.assert_allclose(numba_run[4], tensorflow_run[4], rtol=1e-9)
+    assert numba_run[3][0] == tensorflow_run[3][0] == 6  # Adam's step count
+    for mine, theirs in zip(numba_run[0] + numba_run[1] + numba_run[3], tensorflow_run[0] + tensorflow_run[1]
+                            + tensorflow_run[3]):  # weights, averages, Adam's moments and learning rate
         np.testing.assert_allclose(mine, theirs, rtol=1e-9, atol=1e-12)
     initial = potential_model(_trainer_params(tmp_path / "initial"))
     assert max(np.abs(a - b).max() for a, b in zip(numba_run[0], [v.numpy() for v in
                                                                   initial.model.trainable_variables])) > 1e-4
+
+
+def test_numba_engine_run_resumed_from_a_checkpoint_equals_one_run(alloy_xyz, tmp_path):
+    """Three steps, a new trainer on the same model_dir, three more: the same weights, averages and
+    Adam state as six steps in one run (the engine's host-side state reaches the checkpoint)."""
+    from pinn.io import load_ase, sparse_batch
+    from pinn.models import potential_model
+    data = load_ase(alloy_xyz).take(40).cache()
+    train = lambda: data.apply(sparse_batch(5)).repeat()  # noqa: E731
+    params = dict(engine="numba", data_resume="skip")
+    whole = potential_model(_trainer_params(tmp_path / "whole", **params)).train(train, max_steps=6)
+    potential_model(_trainer_params(tmp_path / "resumed", **params)).train(train, max_steps=3)
+    resumed = potential_model(_trainer_params(tmp_path / "resumed", **params))
+    assert int(resumed.step) == 3 and int(resumed.optimizer.iterations) == 3
+    resumed.train(train, max_steps=6)
+
+    def state(trainer):
+        return [v.numpy() for v in list(trainer.model.trainable_variables) + list(trainer.ema.shadow)
+                + list(trainer.optimizer.variables)]
+    for mine, theirs in zip(state(resumed), state(whole)):
+        np.testing.assert_allclose(mine, theirs, rtol=1e-9, atol=1e-12)
