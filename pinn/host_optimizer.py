@@ -119,6 +119,7 @@ class HostOptimizer:
         ``lr`` (a float32 value, as Keras keeps it)."""
         dt = self.dtype.type
         grad = np.asarray(grad, self.dtype)
+        self.ahead = True  # first: an interrupt during the update still has it written by store()
         one = dt(1.0)
         scale = one
         if self.clip_norm > 0:  # tf.clip_by_global_norm
@@ -140,4 +141,3 @@ class HostOptimizer:
         _update(self.weights, grad, self.m, self.v, self.averaged, dt(scale), dt(alpha), dt(1.0 - opt.beta_1),
                 dt(1.0 - opt.beta_2), dt(opt.epsilon), decay)
         self.last_lr = float(rate)
-        self.ahead = True

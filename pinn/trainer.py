@@ -561,11 +561,13 @@ class Trainer:
             weights = fixed_weights or {t: float(w) for t, w in
                                         model.loss_weights(schedule_position(state["step"])).items()}
             out = engine(arrays, weights, engine.loss_counts(arrays, terms), state["dress"])
-            if out["finite"]:
-                host.apply(engine.flat_gradient(), state["rates"][state["step"] - state["first"]])
-                engine.set_flat_weights(host.weights)
-            self.step.assign_add(1)
-            state["step"] += 1
+            try:
+                if out["finite"]:
+                    host.apply(engine.flat_gradient(), state["rates"][state["step"] - state["first"]])
+                    engine.set_flat_weights(host.weights)
+            finally:  # an interrupt (Ctrl-C) in the update still counts the step with it, as the checkpoint will
+                self.step.assign_add(1)
+                state["step"] += 1
             return out["finite"], tf.constant(step_stats(out, metric_keys, this_rank, self.dtype.as_numpy_dtype))
         return step
 
