@@ -30,10 +30,15 @@ class WeightAverage(tf.Module):
         """One update of the averages towards ``variables`` (call after each applied step)."""
         self.updates.assign_add(1)
         n = tf.cast(self.updates, tf.float64)
-        decay = tf.minimum(tf.constant(self.decay, tf.float64), (1.0 + n) / (10.0 + n))
+        decay = self.decay_after(n, lambda a, b: tf.minimum(tf.constant(a, tf.float64), b))
         for average, v in zip(self.shadow, variables):
             d = tf.cast(decay, v.dtype)
             average.assign(d * average + (1.0 - d) * v)
+
+    def decay_after(self, n, minimum=min):
+        """The decay d of the n-th update (``n`` a float, or a float64 tensor with a TensorFlow ``minimum``):
+        min(ema_decay, (1 + n) / (10 + n)).  The numba engine's host update uses it too."""
+        return minimum(self.decay, (1.0 + n) / (10.0 + n))
 
     def reset(self, variables):
         """Start the averages at ``variables`` (after an initialisation that training did not make)."""

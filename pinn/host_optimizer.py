@@ -136,8 +136,7 @@ class HostOptimizer:
         decay = dt(-1.0)
         if self.average is not None:
             self.average_updates += 1
-            n = float(self.average_updates)
-            decay = dt(min(self.average.decay, (1.0 + n) / (10.0 + n)))
+            decay = dt(self.average.decay_after(float(self.average_updates)))
         _update(self.weights, grad, self.m, self.v, self.averaged, dt(scale), dt(alpha), dt(1.0 - opt.beta_1),
                 dt(1.0 - opt.beta_2), dt(opt.epsilon), decay)
         self.last_lr = float(rate)
