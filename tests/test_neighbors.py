@@ -65,10 +65,14 @@ def _pair_set(ind_2, shift):
 
 
 @pytest.mark.parametrize("periodic", [True, False])
-def test_verlet_list_equals_fresh_lists_along_a_trajectory(periodic):
+@pytest.mark.parametrize("compiled", [False, True], ids=["numpy-filter", "compiled-filter"])
+def test_verlet_list_equals_fresh_lists_along_a_trajectory(periodic, compiled, monkeypatch):
     """The Verlet list (kept while atoms move less than skin/2) gives exactly the pairs of a
-    fresh list at every step, also when atoms leave the cell, and rebuilds only when needed."""
+    fresh list at every step, also when atoms leave the cell, and rebuilds only when needed;
+    with the per-step filter in NumPy and in the compiled loop (used for large lists)."""
+    from pinn import neighbors
     from pinn.neighbors import VerletNeighbors, neighbor_list
+    monkeypatch.setattr(neighbors, "COMPILED_FILTER_MIN_PAIRS", 0 if compiled else 10**12)
     rng = np.random.RandomState(3)
     cell = np.array([[7.0, 0.0, 0.0], [1.2, 6.5, 0.0], [0.4, -0.8, 6.8]])
     coord = rng.uniform(0, 1, (40, 3)) @ cell
@@ -89,3 +93,29 @@ def test_verlet_list_equals_fresh_lists_along_a_trajectory(periodic):
     assert verlet.builds == builds + 1
     with pytest.raises(ValueError, match="skin"):
         VerletNeighbors(rc, -0.1)
+
+
+def test_compiled_filter_equals_numpy_filter_over_several_chunks():
+    """The compiled filter of a large Verlet list returns the same arrays, in the same order, as
+    the NumPy one, with pairs placed to within float64 rounding of the cutoff."""
+    pytest.importorskip("numba")
+    from pinn import neighbors
+    rng = np.random.RandomState(7)
+    n_atoms, n_pairs, rc = 500, 3 * neighbors._FILTER_CHUNK + 123, 4.0
+    coord = rng.uniform(-5, 5, (n_atoms, 3))
+    ind_2 = np.sort(rng.randint(0, n_atoms, (n_pairs, 2)).astype(np.int32), axis=0)
+    shift = rng.randint(-1, 2, (n_pairs, 3)).astype(np.float64)
+    offsets = shift @ np.diag([6.0, 7.0, 8.0])
+    # a third of the pairs put at rc (times 1 - 1e-16 .. 1 + 1e-16) from their first atom
+    at_rc = rng.rand(n_pairs) < 1 / 3
+    direction = rng.normal(size=(n_pairs, 3))
+    direction /= np.linalg.norm(direction, axis=1, keepdims=True)
+    target = coord[ind_2[:, 0]] + direction * rc * (1 + rng.uniform(-1e-16, 1e-16, (n_pairs, 1)))
+    offsets[at_rc] = (target - coord[ind_2[:, 1]])[at_rc]
+    diff = coord[ind_2[:, 1]] - coord[ind_2[:, 0]] + offsets
+    close = np.sum(diff * diff, axis=1) < rc * rc  # the NumPy filter of VerletNeighbors
+    assert 0 < close.sum() < n_pairs and close[at_rc].any() and not close[at_rc].all()
+    got_ind, got_shift = neighbors._close_pairs(coord, ind_2, shift, offsets, rc * rc)
+    np.testing.assert_array_equal(got_ind, ind_2[close])
+    np.testing.assert_array_equal(got_shift, shift[close])
+    assert got_ind.dtype == np.int32 and got_shift.dtype == np.float64

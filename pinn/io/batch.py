@@ -209,13 +209,19 @@ def batch_from_atoms(atoms_list, rc, float_dtype="float32", neighbors=None):
         cell.append(np.asarray(atoms.cell[:]))
         pbc.append(atoms.pbc)
         ind_1.append(np.full(len(atoms), s))
-        ind_2.append(pairs + offset)
+        ind_2.append(pairs + offset if offset else pairs)
         shift.append(sh)
         offset += len(atoms)
-    return {K.ELEMS: np.concatenate(elems).astype(np.int32),
-            K.COORD: np.concatenate(coord).astype(float_dtype),
+    return {K.ELEMS: _joined(elems, np.int32),
+            K.COORD: _joined(coord, float_dtype),
             K.CELL: np.stack(cell).astype(float_dtype),
             K.PBC: np.stack(pbc).astype(bool),
-            K.IND_1: np.concatenate(ind_1).astype(np.int32)[:, None],
-            K.IND_2: np.concatenate(ind_2).astype(np.int32),
-            K.SHIFT: np.concatenate(shift).astype(float_dtype)}
+            K.IND_1: _joined(ind_1, np.int32)[:, None],
+            K.IND_2: _joined(ind_2, np.int32),
+            K.SHIFT: _joined(shift, float_dtype)}
+
+
+def _joined(parts, dtype):
+    """The arrays ``parts`` concatenated, as a new array of ``dtype`` (one part: one copy, not two;
+    the calculator's batch of one large cell)."""
+    return (parts[0] if len(parts) == 1 else np.concatenate(parts)).astype(dtype)
