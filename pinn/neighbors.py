@@ -3,7 +3,7 @@
 Pure NumPy, vectorised (no per-atom Python loops), so it can run inside the
 ``tf.data`` pipeline through :func:`tf.numpy_function` and in the ASE
 calculator; only the per-step filter of a large Verlet list (:class:`VerletNeighbors`)
-runs in a compiled Numba loop when Numba is installed.  Distances themselves are computed in TensorFlow from the pair
+runs in a compiled Numba loop (:mod:`pinn.verlet_filter`) when Numba is installed.  Distances themselves are computed in TensorFlow from the pair
 indices and integer image shifts, so forces and stress stay differentiable.
 
 A pair (i, j, S) means atom j in the periodic image ``S`` (integer multiples of
@@ -17,17 +17,12 @@ through a periodic image, and a pair may appear with several shifts.
 """
 import numpy as np
 
-try:
-    from numba import njit, prange
-except ImportError:  # pragma: no cover - numba is a dependency; the filter falls back to NumPy
-    njit = None
-
 #: below this many candidate pairs the O(N^2) search beats binning
 _BRUTE_FORCE_PAIRS = 40000
-#: a Verlet list of at least this many pairs is filtered by the compiled loop (below it NumPy
-#: takes well under a millisecond and no compile is needed); pairs per parallel chunk
+#: a Verlet list of at least this many pairs is filtered by the compiled loop of
+#: :mod:`pinn.verlet_filter` (below it NumPy takes well under a millisecond, and Numba is not
+#: imported)
 COMPILED_FILTER_MIN_PAIRS = 20000
-_FILTER_CHUNK = 8192
 
 
 def _face_distances(cell):
@@ -261,8 +256,10 @@ class VerletNeighbors:
         if self._update(coord, cell, pbc) and self.skin == 0:
             return self._pairs
         ind_2, shift = self._pairs
-        if njit is not None and len(ind_2) >= COMPILED_FILTER_MIN_PAIRS:
-            return _close_pairs(coord, ind_2, shift, self._offsets, self.rc * self.rc)
+        if len(ind_2) >= COMPILED_FILTER_MIN_PAIRS:
+            from pinn import verlet_filter
+            if verlet_filter.available():
+                return verlet_filter.close_pairs(coord, ind_2, shift, self._offsets, self.rc * self.rc)
         diff = coord[ind_2[:, 1]] - coord[ind_2[:, 0]] + self._offsets
         close = np.sum(diff * diff, axis=1) < self.rc * self.rc  # x² + y² + z² in turn, as _is_close
         return ind_2[close], shift[close]
@@ -278,55 +275,3 @@ class VerletNeighbors:
         self._update(coord, cell, pbc)
         return self._first, self._second, self._offsets
 
-
-def _close_pairs(coord, ind_2, shift, offsets, rc2):
-    """``(ind_2, shift)`` of the listed pairs with squared distance below ``rc2`` (Å²), in list
-    order: what the NumPy filter of :meth:`VerletNeighbors.__call__` gives, by two parallel
-    passes over chunks of the list (count, then copy), with no per-pair temporaries.
-
-    Args:
-        coord: [n_atoms, 3] float64 positions, Å; ind_2: [n_pairs, 2] int32 atom indices;
-        shift: [n_pairs, 3] float64 image multiples; offsets: [n_pairs, 3] float64 shift @ cell, Å.
-    """
-    n_chunks = (len(ind_2) + _FILTER_CHUNK - 1) // _FILTER_CHUNK
-    counts = _count_close(coord, ind_2, offsets, rc2, _FILTER_CHUNK, n_chunks)
-    starts = np.zeros(n_chunks + 1, np.int64)
-    np.cumsum(counts, out=starts[1:])
-    out_ind = np.empty((starts[-1], 2), ind_2.dtype)
-    out_shift = np.empty((starts[-1], 3), shift.dtype)
-    _copy_close(coord, ind_2, shift, offsets, rc2, _FILTER_CHUNK, starts, out_ind, out_shift)
-    return out_ind, out_shift
-
-
-if njit is not None:
-    # no fastmath: the squared distance is summed as NumPy's sum over 3 values sums it (x, y, z
-    # in turn, no fused multiply-adds), so a pair at the cutoff is kept or dropped as by the
-    # NumPy filter
-    @njit(cache=True, nogil=True)
-    def _is_close(coord, ind_2, offsets, rc2, p):
-        i, j = ind_2[p, 0], ind_2[p, 1]
-        dx = coord[j, 0] - coord[i, 0] + offsets[p, 0]
-        dy = coord[j, 1] - coord[i, 1] + offsets[p, 1]
-        dz = coord[j, 2] - coord[i, 2] + offsets[p, 2]
-        return dx * dx + dy * dy + dz * dz < rc2
-
-    @njit(cache=True, nogil=True, parallel=True)
-    def _count_close(coord, ind_2, offsets, rc2, chunk, n_chunks):
-        counts = np.zeros(n_chunks, np.int64)
-        for c in prange(n_chunks):
-            k = 0
-            for p in range(c * chunk, min(len(ind_2), (c + 1) * chunk)):
-                if _is_close(coord, ind_2, offsets, rc2, p):
-                    k += 1
-            counts[c] = k
-        return counts
-
-    @njit(cache=True, nogil=True, parallel=True)
-    def _copy_close(coord, ind_2, shift, offsets, rc2, chunk, starts, out_ind, out_shift):
-        for c in prange(len(starts) - 1):
-            k = starts[c]
-            for p in range(c * chunk, min(len(ind_2), (c + 1) * chunk)):
-                if _is_close(coord, ind_2, offsets, rc2, p):
-                    out_ind[k, 0], out_ind[k, 1] = ind_2[p, 0], ind_2[p, 1]
-                    out_shift[k, 0], out_shift[k, 1], out_shift[k, 2] = shift[p, 0], shift[p, 1], shift[p, 2]
-                    k += 1

@@ -99,9 +99,9 @@ def test_compiled_filter_equals_numpy_filter_over_several_chunks():
     """The compiled filter of a large Verlet list returns the same arrays, in the same order, as
     the NumPy one, with pairs placed to within float64 rounding of the cutoff."""
     pytest.importorskip("numba")
-    from pinn import neighbors
+    from pinn import verlet_filter
     rng = np.random.RandomState(7)
-    n_atoms, n_pairs, rc = 500, 3 * neighbors._FILTER_CHUNK + 123, 4.0
+    n_atoms, n_pairs, rc = 500, 3 * verlet_filter.CHUNK + 123, 4.0
     coord = rng.uniform(-5, 5, (n_atoms, 3))
     ind_2 = np.sort(rng.randint(0, n_atoms, (n_pairs, 2)).astype(np.int32), axis=0)
     shift = rng.randint(-1, 2, (n_pairs, 3)).astype(np.float64)
@@ -115,7 +115,7 @@ def test_compiled_filter_equals_numpy_filter_over_several_chunks():
     diff = coord[ind_2[:, 1]] - coord[ind_2[:, 0]] + offsets
     close = np.sum(diff * diff, axis=1) < rc * rc  # the NumPy filter of VerletNeighbors
     assert 0 < close.sum() < n_pairs and close[at_rc].any() and not close[at_rc].all()
-    got_ind, got_shift = neighbors._close_pairs(coord, ind_2, shift, offsets, rc * rc)
+    got_ind, got_shift = verlet_filter.close_pairs(coord, ind_2, shift, offsets, rc * rc)
     np.testing.assert_array_equal(got_ind, ind_2[close])
     np.testing.assert_array_equal(got_shift, shift[close])
     assert got_ind.dtype == np.int32 and got_shift.dtype == np.float64
