@@ -40,9 +40,9 @@ import numpy as np
 
 from pinn import keys as K
 from pinn.fast_pinet import (_B_II, _B_NII, _B_NOUT, _B_NPI, _B_NPP, _B_OUT, _B_PI, _B_PP, _B_RES, _B_UNITS,
-                             _B_WIN, _B_WOUT, _TANH_FAST, TILE, _forces_virial, _jit, _spread_by_first_atom,
-                             _sum_by_first_atom, _tanh32, _tensor, _tile_matmul, _tile_matmul_t,
-                             contraction_adjoint, find_pairs, radial_basis_tile)
+                             _B_WIN, _B_WOUT, _TANH_FAST, TILE, _add_by_both_atoms, _add_by_first_atom, _atom_major,
+                             _forces_virial, _jit, _pair_input, _spread_first_atom, _tanh32, _tensor, _tile_matmul,
+                             _tile_matmul_t, contraction_adjoint, find_pairs, radial_basis_tile)
 
 try:
     import numba
@@ -305,21 +305,17 @@ def _atom_layout(layers, blk):
 
 # ------------------------------------------------------------------ pair tiles
 @_jit()
-def _pair_value(tile, n_pairs, pair_i, pair_j, e, pa, pb, flat, table, layers, blk, code, Y, u, starts, out):
+def _pair_value(tile, n_pairs, pair_i, pair_j, e, pa, pb, flat, table, layers, blk, code, Y, u, out):
     """Pass 1, one tile forward: the PI and II nets' values kept in ``Y`` [rows, tile], the last II
     output summed by first atom into ``out`` [n_atoms, n_ii].  ``e``: the basis [n_basis, tile];
-    ``pa``/``pb`` [n_first, n_atoms]: the first PI layer per atom (no bias); ``u``: scratch."""
+    ``pa``/``pb`` [n_atoms, n_first]: the first PI layer per atom (no bias); ``u``: scratch."""
     n_t = e.shape[1]
     p0 = tile * n_t
     n_valid = min(n_t, n_pairs - p0)
     n_basis = e.shape[0]
-    n_first = pa.shape[0]
+    n_first = layers[blk[_B_PI], 3]
     x = Y[0:n_first]
-    n_runs = _spread_by_first_atom(pa, n_first, pair_i, p0, n_valid, starts, x)
-    for c in range(n_first):
-        row_b = pb[c]
-        for t in range(n_valid):
-            x[c, t] += row_b[pair_j[p0 + t]]
+    _pair_input(pa, pb, n_first, pair_i, pair_j, p0, n_valid, x)
     _tanh_bias(x, flat, table[layers[blk[_B_PI], 1], 0], n_first, code)
     row, n_h = _stack_forward(Y, Y, flat, table, layers, blk[_B_PI] + 1, blk[_B_NPI] - 2, 0, n_first, code, False)
     # I_c = Σ_b e_b (h K_b + β_b)_c
@@ -340,13 +336,12 @@ def _pair_value(tile, n_pairs, pair_i, pair_j, e, pa, pb, flat, table, layers, b
             for t in range(n_t):
                 inter[c, t] += (u[c, t] + bc) * e[b, t]
     row, n_h = _stack_forward(Y, Y, flat, table, layers, blk[_B_II], blk[_B_NII], i_row, n_pi, code, False)
-    _sum_by_first_atom(Y[row:row + n_h], n_h, pair_i, p0, n_runs, starts, out)
+    _add_by_first_atom(Y[row:row + n_h], n_h, pair_i, p0, n_valid, out)
 
 
 @_jit()
-def _pair_adjoint(tile, n_pairs, pair_i, pair_j, e, de, gnew1, flat, table, layers, blk, Y, A, sc, starts, ga1, gb1,
-                  grad_r):
-    """Pass 1, one tile backward (first order): from ∂E/∂new per atom (``gnew1`` [n_ii, n_atoms]) the
+def _pair_adjoint(tile, n_pairs, pair_i, pair_j, e, de, gnew1, flat, table, layers, blk, Y, A, sc, ga1, gb1, grad_r):
+    """Pass 1, one tile backward (first order): from ∂E/∂new per atom (``gnew1`` [n_atoms, n_ii]) the
     adjoints ∂E/∂(each kept value), kept in ``A``; ∂E/∂pa and ∂E/∂pb added per atom to ``ga1``/``gb1``
     [n_atoms, n_first]; ∂E/∂r added to ``grad_r`` (``de``: the basis's r-derivative)."""
     n_t = e.shape[1]
@@ -357,7 +352,7 @@ def _pair_adjoint(tile, n_pairs, pair_i, pair_j, e, de, gnew1, flat, table, laye
     tmp, v, ebar = sc[0], sc[1], sc[2]
     h_row, n_h, i_row, n_pi, end = _pair_layout(layers, blk, n_basis)
     n_last = layers[blk[_B_II] + blk[_B_NII] - 1, 3]
-    n_runs = _spread_by_first_atom(gnew1, n_last, pair_i, p0, n_valid, starts, A[end - n_last:end])
+    _spread_first_atom(gnew1, n_last, pair_i, p0, n_valid, A[end - n_last:end])
     _stack_adjoint(Y, A, flat, table, layers, blk[_B_II], blk[_B_NII], end - n_last, tmp, tmp)
     # h̄ = Σ_b e_b K_b Ī;  ∂E/∂e_b = Σ_c Ī_c (h K_b + β_b)_c = Σ_k h_k (K_b Ī)_k + Σ_c Ī_c β_bc
     pi_out = layers[blk[_B_PI] + blk[_B_NPI] - 1]
@@ -383,30 +378,22 @@ def _pair_adjoint(tile, n_pairs, pair_i, pair_j, e, de, gnew1, flat, table, laye
     for c in range(n_first):
         for t in range(n_t):
             tmp[c, t] = A[c, t] - A[c, t] * Y[c, t] * Y[c, t]
-    _sum_by_first_atom(tmp, n_first, pair_i, p0, n_runs, starts, ga1)
-    for t in range(n_valid):
-        j = pair_j[p0 + t]
-        for c in range(n_first):
-            gb1[j, c] += tmp[c, t]
+    _add_by_both_atoms(tmp, n_first, pair_i, pair_j, p0, n_valid, ga1, gb1)
 
 
 @_jit()
-def _pair_tangent(tile, n_pairs, pair_i, pair_j, e, ed, pad, pbd, flat, table, layers, blk, Y, D, sc, starts, outd):
+def _pair_tangent(tile, n_pairs, pair_i, pair_j, e, ed, pad, pbd, flat, table, layers, blk, Y, D, sc, outd):
     """Pass 2, one tile: the tangents of the kept values along w, into ``D``; the last II output's
-    summed by first atom into ``outd``.  ``ed``: the basis's tangent; ``pad``/``pbd``: the first PI
-    layer's per atom."""
+    summed by first atom into ``outd``.  ``ed``: the basis's tangent; ``pad``/``pbd`` [n_atoms,
+    n_first]: the first PI layer's per atom."""
     n_t = e.shape[1]
     p0 = tile * n_t
     n_valid = min(n_t, n_pairs - p0)
     n_basis = e.shape[0]
-    n_first = pad.shape[0]
+    n_first = layers[blk[_B_PI], 3]
     u, wv = sc[0], sc[1]
     xd = D[0:n_first]
-    n_runs = _spread_by_first_atom(pad, n_first, pair_i, p0, n_valid, starts, xd)
-    for c in range(n_first):
-        row_b = pbd[c]
-        for t in range(n_valid):
-            xd[c, t] += row_b[pair_j[p0 + t]]
+    _pair_input(pad, pbd, n_first, pair_i, pair_j, p0, n_valid, xd)
     _dtanh_scale(Y[0:n_first], xd, n_first)
     row, n_h = _stack_forward(Y, D, flat, table, layers, blk[_B_PI] + 1, blk[_B_NPI] - 2, 0, n_first, 0, True)
     # İ = Σ_b (ė_b h + e_b ḣ) K_b + ė_b β_b
@@ -430,14 +417,13 @@ def _pair_tangent(tile, n_pairs, pair_i, pair_j, e, ed, pad, pbd, flat, table, l
             for t in range(n_t):
                 interd[c, t] += u[c, t] + ed[b, t] * bc
     row, n_h = _stack_forward(Y, D, flat, table, layers, blk[_B_II], blk[_B_NII], i_row, n_pi, 0, True)
-    _sum_by_first_atom(D[row:row + n_h], n_h, pair_i, p0, n_runs, starts, outd)
+    _add_by_first_atom(D[row:row + n_h], n_h, pair_i, p0, n_valid, outd)
 
 
 @_jit()
-def _pair_back(tile, n_pairs, pair_i, pair_j, e, ed, gnew, flat, table, layers, blk, Y, D, A, sc, starts, ga, gb,
-               gflat):
-    """Pass 3, one tile: from the adjoint of the block's new properties' values (``gnew`` [n_ii,
-    n_atoms]) the weight gradients of the PI and II nets (added to ``gflat``) and the adjoints of the
+def _pair_back(tile, n_pairs, pair_i, pair_j, e, ed, gnew, flat, table, layers, blk, Y, D, A, sc, ga, gb, gflat):
+    """Pass 3, one tile: from the adjoint of the block's new properties' values (``gnew`` [n_atoms,
+    n_ii]) the weight gradients of the PI and II nets (added to ``gflat``) and the adjoints of the
     first PI layer's per-atom values (added to ``ga``/``gb`` [n_atoms, n_first])."""
     n_t = e.shape[1]
     p0 = tile * n_t
@@ -447,7 +433,7 @@ def _pair_back(tile, n_pairs, pair_i, pair_j, e, ed, gnew, flat, table, layers, 
     ab, sb, a1, hb, tmp = sc[0], sc[1], sc[2], sc[3], sc[4]
     h_row, n_h, i_row, n_pi, end = _pair_layout(layers, blk, n_basis)
     n_last = layers[blk[_B_II] + blk[_B_NII] - 1, 3]
-    n_runs = _spread_by_first_atom(gnew, n_last, pair_i, p0, n_valid, starts, ab)
+    _spread_first_atom(gnew, n_last, pair_i, p0, n_valid, ab)
     ab, sb = _stack_back(Y, D, A, flat, table, layers, blk[_B_II], blk[_B_NII], end - n_last, gflat, ab, sb, a1)
     # ab: Ī.  ū_b = e_b Ī + ė_b Ī₁, ū₁_b = e_b Ī₁ (u_b = h K_b): K̄_b += h ū_bᵀ + ḣ ū₁_bᵀ, h̄ = Σ_b K_b ū_b
     pi_out = layers[blk[_B_PI] + blk[_B_NPI] - 1]
@@ -479,11 +465,7 @@ def _pair_back(tile, n_pairs, pair_i, pair_j, e, ed, gnew, flat, table, layers, 
     ab, sb = _stack_back(Y, D, A, flat, table, layers, blk[_B_PI] + 1, blk[_B_NPI] - 2, h_row, gflat, hb, ab, a1)
     # the first PI layer's pre-activation, per atom
     _second_order_adjoint(Y[0:n_first], D[0:n_first], A[0:n_first], ab, a1, n_first)
-    _sum_by_first_atom(ab, n_first, pair_i, p0, n_runs, starts, ga)
-    for t in range(n_valid):
-        j = pair_j[p0 + t]
-        for c in range(n_first):
-            gb[j, c] += ab[c, t]
+    _add_by_both_atoms(ab, n_first, pair_i, pair_j, p0, n_valid, ga, gb)
 
 
 # ------------------------------------------------------------------ the passes
@@ -507,8 +489,9 @@ def _energies_forces(types, n_pairs, pair_i, pair_j, dist, flat, table, layers, 
         flat, table, layers, blocks, codes, scal: the network (:func:`pinn.fast_pinet.pinet_arrays`).
         n_chunks: the pair tiles are split into this many chunks, one per thread.
         basis, dbasis: [n_tiles, n_basis, tile] outputs, the basis and its r-derivative.
-        keep, adj: [depth, n_tiles, rows, tile]; aty, ata: [depth, rows, n_atoms];
-            pa, pb, pa1, pb1: [depth, n_first, n_atoms]; buf: [n_chunks, 4, n_atoms, width]: workspace.
+        keep, adj: [depth, n_tiles, rows, tile]; aty, ata: [depth, rows, n_atoms]; pa, pb:
+            [depth, n_atoms, n_first]; pa1, pb1: [depth, n_first, n_atoms]; buf: [n_chunks, 2, n_atoms,
+            width]: workspace.
         grad_r: [>= n_pairs] output, ∂E/∂r (eV/Å); atomic: [n_atoms] output, e_scale × the
             network's atomic energies (eV, no e_dress).
     """
@@ -526,6 +509,9 @@ def _energies_forces(types, n_pairs, pair_i, pair_j, dist, flat, table, layers, 
             grad_r[p0 + t] = 0.0
     for a in range(n_atoms):
         atomic[a] = 0.0
+    tmp = np.empty((width, n_atoms), dt)
+    tmp2 = np.empty((width, n_atoms), dt)
+    g_atoms = np.empty((n_atoms, width), dt)  # a block's ∂E/∂new, atom-major
     # ---- forward
     for d in range(depth):
         blk = blocks[d]
@@ -541,19 +527,20 @@ def _energies_forces(types, n_pairs, pair_i, pair_j, dist, flat, table, layers, 
         q_row, n_pp, new_row, out_row, n_last = _atom_layout(layers, blk)
         kernel = _tensor(flat, table, layers[blk[_B_PI], 0])
         n_first = kernel.shape[1]
-        _tile_matmul(Y[q_row:q_row + n_pp], kernel[:n_pp], pa[d], n_pp, n_first)
-        _tile_matmul(Y[q_row:q_row + n_pp], kernel[n_pp:], pb[d], n_pp, n_first)
+        _tile_matmul(Y[q_row:q_row + n_pp], kernel[:n_pp], tmp, n_pp, n_first)
+        _atom_major(tmp, n_first, pa[d])
+        _tile_matmul(Y[q_row:q_row + n_pp], kernel[n_pp:], tmp, n_pp, n_first)
+        _atom_major(tmp, n_first, pb[d])
         for chunk in prange(n_chunks):
             out = buf[chunk, 0, :, :w_out]
             for a in range(n_atoms):
                 for c in range(w_out):
                     out[a, c] = 0.0
             u = np.empty((width, n_t), dt)
-            starts = np.empty(n_t + 1, np.int64)
             start, stop = _chunk_tiles(chunk, n_chunks, n_tiles)
             for tile in range(start, stop):
                 _pair_value(tile, n_pairs, pair_i, pair_j, basis[tile], pa[d], pb[d], flat, table, layers, blk, code,
-                            keep[d, tile], u, starts, out)
+                            keep[d, tile], u, out)
         _sum_chunks(buf, 0, w_out, Y[new_row:new_row + w_out])
         _stack_forward(Y, Y, flat, table, layers, blk[_B_OUT], blk[_B_NOUT], new_row, w_out, code, False)
         units = _tensor(flat, table, layers[blk[_B_UNITS], 0])
@@ -564,8 +551,6 @@ def _energies_forces(types, n_pairs, pair_i, pair_j, dist, flat, table, layers, 
         if d + 1 < depth:
             _next_input(Y, aty[d + 1], blk, flat, table, layers, new_row)
     # ---- backward, first order: A = ∂E/∂value
-    tmp = np.empty((width, n_atoms), dt)
-    tmp2 = np.empty((width, n_atoms), dt)
     for d in range(depth - 1, -1, -1):
         blk = blocks[d]
         Y, A = aty[d], ata[d]
@@ -582,7 +567,8 @@ def _energies_forces(types, n_pairs, pair_i, pair_j, dist, flat, table, layers, 
             for c in range(w_out):
                 for a in range(n_atoms):
                     A[new_row + c, a] += An[c, a]
-        gnew1 = A[new_row:new_row + w_out]
+        _atom_major(A[new_row:new_row + w_out], w_out, g_atoms)
+        gnew1 = g_atoms[:, :w_out]
         kernel = _tensor(flat, table, layers[blk[_B_PI], 0])
         n_first = kernel.shape[1]
         for chunk in prange(n_chunks):
@@ -592,11 +578,10 @@ def _energies_forces(types, n_pairs, pair_i, pair_j, dist, flat, table, layers, 
                     ga1[a, c] = 0.0
                     gb1[a, c] = 0.0
             sc = np.empty((3, width, n_t), dt)
-            starts = np.empty(n_t + 1, np.int64)
             start, stop = _chunk_tiles(chunk, n_chunks, n_tiles)
             for tile in range(start, stop):
                 _pair_adjoint(tile, n_pairs, pair_i, pair_j, basis[tile], dbasis[tile], gnew1, flat, table, layers,
-                              blk, keep[d, tile], adj[d, tile], sc, starts, ga1, gb1, grad_r)
+                              blk, keep[d, tile], adj[d, tile], sc, ga1, gb1, grad_r)
         _sum_chunks(buf, 0, n_first, pa1[d])
         _sum_chunks(buf, 1, n_first, pb1[d])
         # Q̄ = Ka Ā + Kb B̄
@@ -630,8 +615,8 @@ def _weight_gradients(types, n_pairs, pair_i, pair_j, rdot, flat, table, layers,
             dbasis, keep, adj, aty, ata, pa, pb, pa1, pb1, buf: as for :func:`_energies_forces`, after it.
         rdot: [>= n_pairs] ṙ per pair, the tangent of the distance along w.
         c_atom: [n_atoms] ∂L/∂E of each atom's structure (per eV).
-        tang: [depth, n_tiles, rows, tile], atd: [depth, rows, n_atoms], pad, pbd: [depth, n_first,
-            n_atoms]: workspace for the tangents.
+        tang: [depth, n_tiles, rows, tile], atd: [depth, rows, n_atoms], pad, pbd: [depth, n_atoms,
+            n_first]: workspace for the tangents.
         gchunk: [n_chunks, n_flat] workspace; gflat: [n_flat] output, ∂L/∂(each weight) in ``flat``'s layout.
     """
     n_atoms = types.shape[0]
@@ -650,6 +635,8 @@ def _weight_gradients(types, n_pairs, pair_i, pair_j, rdot, flat, table, layers,
                 ebt[tile, b, t] = dbasis[tile, b, t] * r  # dbasis is 0 past n_pairs
     for i in range(gflat.shape[0]):
         gflat[i] = 0.0
+    t_atoms = np.empty((width, n_atoms), dt)
+    g_atoms = np.empty((n_atoms, width), dt)  # a block's adjoint of new, atom-major
     # ---- pass 2: tangents
     for d in range(depth):
         blk = blocks[d]
@@ -663,19 +650,20 @@ def _weight_gradients(types, n_pairs, pair_i, pair_j, rdot, flat, table, layers,
         q_row, n_pp, new_row, out_row, n_last = _atom_layout(layers, blk)
         kernel = _tensor(flat, table, layers[blk[_B_PI], 0])
         n_first = kernel.shape[1]
-        _tile_matmul(D[q_row:q_row + n_pp], kernel[:n_pp], pad[d], n_pp, n_first)
-        _tile_matmul(D[q_row:q_row + n_pp], kernel[n_pp:], pbd[d], n_pp, n_first)
+        _tile_matmul(D[q_row:q_row + n_pp], kernel[:n_pp], t_atoms, n_pp, n_first)
+        _atom_major(t_atoms, n_first, pad[d])
+        _tile_matmul(D[q_row:q_row + n_pp], kernel[n_pp:], t_atoms, n_pp, n_first)
+        _atom_major(t_atoms, n_first, pbd[d])
         for chunk in prange(n_chunks):
             outd = buf[chunk, 0, :, :w_out]
             for a in range(n_atoms):
                 for c in range(w_out):
                     outd[a, c] = 0.0
             sc = np.empty((2, width, n_t), dt)
-            starts = np.empty(n_t + 1, np.int64)
             start, stop = _chunk_tiles(chunk, n_chunks, n_tiles)
             for tile in range(start, stop):
                 _pair_tangent(tile, n_pairs, pair_i, pair_j, basis[tile], ebt[tile], pad[d], pbd[d], flat, table,
-                              layers, blk, keep[d, tile], tang[d, tile], sc, starts, outd)
+                              layers, blk, keep[d, tile], tang[d, tile], sc, outd)
         _sum_chunks(buf, 0, w_out, D[new_row:new_row + w_out])
         _stack_forward(Y, D, flat, table, layers, blk[_B_OUT], blk[_B_NOUT], new_row, w_out, code, True)
         if d + 1 < depth:
@@ -726,7 +714,8 @@ def _weight_gradients(types, n_pairs, pair_i, pair_j, rdot, flat, table, layers,
             for c in range(w_in):
                 for a in range(n_atoms):
                     pres[c, a] = 0.0
-        gnew = ab[:w_out].copy()
+        _atom_major(ab, w_out, g_atoms)
+        gnew = g_atoms[:, :w_out]
         kernel = _tensor(flat, table, layers[blk[_B_PI], 0])
         n_first = kernel.shape[1]
         for chunk in prange(n_chunks):
@@ -736,11 +725,10 @@ def _weight_gradients(types, n_pairs, pair_i, pair_j, rdot, flat, table, layers,
                     ga[a, c] = 0.0
                     gb[a, c] = 0.0
             sc = np.empty((5, width, n_t), dt)
-            starts = np.empty(n_t + 1, np.int64)
             start, stop = _chunk_tiles(chunk, n_chunks, n_tiles)
             for tile in range(start, stop):
                 _pair_back(tile, n_pairs, pair_i, pair_j, basis[tile], ebt[tile], gnew, flat, table, layers, blk,
-                           keep[d, tile], tang[d, tile], adj[d, tile], sc, starts, ga, gb, gchunk[chunk])
+                           keep[d, tile], tang[d, tile], adj[d, tile], sc, ga, gb, gchunk[chunk])
         _sum_chunks(buf, 0, n_first, ab)  # Ā, B̄ as [n_first, n_atoms]
         _sum_chunks(buf, 1, n_first, sb)
         # the first PI layer per atom: pa = Ka^T Q, pb = Kb^T Q (its bias in the pair tiles' ā)
@@ -913,8 +901,8 @@ class TrainingEngine:
         depth, dt = len(self.blocks), self.dtype
         if self._shape is None or self._shape[0] != n_atoms:
             self.aty, self.atd, self.ata = (np.zeros((depth, self.atom_rows, n_atoms), dt) for _ in range(3))
-            self.pa, self.pb, self.pa1, self.pb1, self.pad, self.pbd = (
-                np.zeros((depth, self.n_first, n_atoms), dt) for _ in range(6))
+            self.pa, self.pb, self.pad, self.pbd = (np.zeros((depth, n_atoms, self.n_first), dt) for _ in range(4))
+            self.pa1, self.pb1 = (np.zeros((depth, self.n_first, n_atoms), dt) for _ in range(2))
             self.buf = np.zeros((self.threads, 2, n_atoms, self.width), dt)
             self.gchunk = np.zeros((self.threads, len(self.flat)), dt)
             self.gflat = np.zeros(len(self.flat), dt)
