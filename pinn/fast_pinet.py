@@ -170,51 +170,6 @@ def _dact_kept(kept, dy, n, code):
         _dact_tile(kept, dy, n, code)
 
 
-@_jit()
-def _runs(pair_i, p0, n_valid, starts):
-    """Runs of equal first atoms in a tile of pairs sorted by first atom: ``starts[:n_runs + 1]``
-    (tile offsets, the last one ``n_valid``); returns n_runs."""
-    n_runs = 0
-    for t in range(n_valid):
-        if t == 0 or pair_i[p0 + t] != pair_i[p0 + t - 1]:
-            starts[n_runs] = t
-            n_runs += 1
-    starts[n_runs] = n_valid
-    return n_runs
-
-
-@_jit()
-def _spread_by_first_atom(src_t, n, pair_i, p0, n_valid, starts, dest):
-    """dest[c, t] = src_t[c, first atom of pair t] for c < n over a tile (0 past ``n_valid``), one
-    broadcast per run of equal first atoms; returns the number of runs (their starts in ``starts``)."""
-    for c in range(n):
-        for t in range(n_valid, dest.shape[1]):
-            dest[c, t] = 0.0
-    n_runs = _runs(pair_i, p0, n_valid, starts)
-    for r in range(n_runs):
-        t0, t1 = starts[r], starts[r + 1]
-        i = pair_i[p0 + t0]
-        for c in range(n):
-            v = src_t[c, i]
-            for t in range(t0, t1):
-                dest[c, t] = v
-    return n_runs
-
-
-@_jit()
-def _sum_by_first_atom(src, n, pair_i, p0, n_runs, starts, out):
-    """out[i, c] += the sum of src[c, t] over the tile's pairs t with first atom i (c < n), one
-    contiguous sum per run of :func:`_runs`."""
-    for r in range(n_runs):
-        t0, t1 = starts[r], starts[r + 1]
-        i = pair_i[p0 + t0]
-        for c in range(n):
-            s = out[i, c] * 0
-            for t in range(t0, t1):
-                s += src[c, t]
-            out[i, c] += s
-
-
 # Per-pair gathers and scatters between a tile [features, pairs] and per-atom arrays kept
 # atom-major, [n_atoms, features]: each pair reads or adds one atom's contiguous row (two AVX
 # vectors for 16 features), where a features-major per-atom array costs a scattered load or a
@@ -367,15 +322,12 @@ def find_pairs(coord, cand_i, cand_j, cand_offset, rc, pair_i, pair_j, diff, dis
         pair_i, pair_j, diff, dist: outputs with room for ``n_cand`` pairs (diff: r_j + offset − r_i).
 
     Returns:
-        the number of pairs kept (they fill the first rows of the outputs, in candidate order),
-        or -1 when the candidates are not sorted by first atom.
+        the number of pairs kept (they fill the first rows of the outputs, in candidate order).
     """
     n = 0
     rc2 = rc * rc
     for p in range(cand_i.shape[0]):
         i, j = cand_i[p], cand_j[p]
-        if p > 0 and i < cand_i[p - 1]:
-            return -1
         dx = coord[j, 0] - coord[i, 0] + cand_offset[p, 0]
         dy = coord[j, 1] - coord[i, 1] + cand_offset[p, 1]
         dz = coord[j, 2] - coord[i, 2] + cand_offset[p, 2]
@@ -488,26 +440,21 @@ def _keep(z, y, dest, n, keep_y):
 
 
 @_jit()
-def _pair_forward(tile, n_pairs, pair_i, pair_j, e, pa_t, pb_t, flat, table, layers, blk, act, z, scratch, starts,
-                  out):
+def _pair_forward(tile, n_pairs, pair_i, pair_j, e, pa, pb, flat, table, layers, blk, act, z, scratch, out):
     """The PI and II nets of one tile of pairs, summed into ``out`` [n_atoms, n_ii] by first atom.
 
-    ``e``: [n_basis, tile] radial basis; ``pa_t`` / ``pb_t`` [n, n_atoms]: the first PI layer per
-    atom for the first / second atom of a pair (bias in pa_t); ``z``: [rows, tile] where
-    the values the reverse pass needs are kept (see :func:`_keeps_output`); pairs sorted by first atom.
+    ``e``: [n_basis, tile] radial basis; ``pa`` / ``pb`` [n_atoms, n]: the first PI layer per
+    atom for the first / second atom of a pair (bias in pa); ``z``: [rows, tile] where
+    the values the reverse pass needs are kept (see :func:`_keeps_output`).
     """
     n_t = e.shape[1]
     p0 = tile * n_t
     n_valid = min(n_t, n_pairs - p0)
     n_basis = e.shape[0]
     x, y, u, inter = scratch[0], scratch[1], scratch[2], scratch[3]
-    n_first = pa_t.shape[0]
+    n_first = layers[blk[_B_PI], 3]
     keep_y = _keeps_output(act)
-    n_runs = _spread_by_first_atom(pa_t, n_first, pair_i, p0, n_valid, starts, x)
-    for c in range(n_first):
-        row_b = pb_t[c]
-        for t in range(n_valid):
-            x[c, t] += row_b[pair_j[p0 + t]]
+    _pair_input(pa, pb, n_first, pair_i, pair_j, p0, n_valid, x)
     n_pi_layers = blk[_B_NPI]
     pi_out = layers[blk[_B_PI] + n_pi_layers - 1]
     kernel = _tensor(flat, table, pi_out[0])
@@ -560,7 +507,7 @@ def _pair_forward(tile, n_pairs, pair_i, pair_j, e, pa_t, pb_t, flat, table, lay
         src = y
         row += n_out
         n_h = n_out
-    _sum_by_first_atom(src, n_h, pair_i, p0, n_runs, starts, out)
+    _add_by_first_atom(src, n_h, pair_i, p0, n_valid, out)
 
 
 @_jit()
@@ -579,17 +526,17 @@ def _tile_layers_back(g, tmp, flat, table, layers, lo, hi, z, row, act):
 
 
 @_jit()
-def _pair_backward(tile, n_pairs, pair_i, pair_j, e, de_dr, pa_t, pb_t, flat, table, layers, blk, act, z,
-                   gnew_t, scratch, starts, ga, gb, grad_r):
+def _pair_backward(tile, n_pairs, pair_i, pair_j, e, de_dr, pa, pb, flat, table, layers, blk, act, z, gnew,
+                   scratch, ga, gb, grad_r):
     """The reverse of :func:`_pair_forward` for one tile: adds dE/d pa and dE/d pb per atom (``ga``,
     ``gb``, [n_atoms, n]) and adds dE/d dist of the tile's pairs to ``grad_r``, given dE/d new_prop
-    (``gnew_t``, [n_ii, n_atoms])."""
+    (``gnew``, [n_atoms, n_ii])."""
     n_t = e.shape[1]
     p0 = tile * n_t
     n_valid = min(n_t, n_pairs - p0)
     n_basis = e.shape[0]
     dy, dx, u, h, de = scratch[0], scratch[1], scratch[2], scratch[3], scratch[4]
-    n_first = pa_t.shape[0]
+    n_first = layers[blk[_B_PI], 3]
     n_pi_layers = blk[_B_NPI]
     pi_out = layers[blk[_B_PI] + n_pi_layers - 1]
     kernel = _tensor(flat, table, pi_out[0])
@@ -605,7 +552,7 @@ def _pair_backward(tile, n_pairs, pair_i, pair_j, e, de_dr, pa_t, pb_t, flat, ta
         ii_end += layers[layer, 3]
     n_last = layers[blk[_B_II] + blk[_B_NII] - 1, 3]
     keep_y = _keeps_output(act)
-    n_runs = _spread_by_first_atom(gnew_t, n_last, pair_i, p0, n_valid, starts, dy)
+    _spread_first_atom(gnew, n_last, pair_i, p0, n_valid, dy)
     _tile_layers_back(dy, dx, flat, table, layers, blk[_B_II], blk[_B_II] + blk[_B_NII], z, ii_end, act)
     # dy is now dE/dI [n_pi, tile]
     for b in range(n_basis):
@@ -617,7 +564,7 @@ def _pair_backward(tile, n_pairs, pair_i, pair_j, e, de_dr, pa_t, pb_t, flat, ta
             for c in range(n_pi):
                 for b in range(n_basis):
                     k = c * n_basis + b
-                    de[b, t] += dy[c, t] * (pa_t[k, i] + pb_t[k, j])
+                    de[b, t] += dy[c, t] * (pa[i, k] + pb[j, k])
         for c in range(n_pi):
             for b in range(n_basis):
                 for t in range(n_t):
@@ -639,12 +586,9 @@ def _pair_backward(tile, n_pairs, pair_i, pair_j, e, de_dr, pa_t, pb_t, flat, ta
                           act)
         _dact_kept(z[0:n_first], dx, n_first, act)
         n_grad = n_first
-    _sum_by_first_atom(dx, n_grad, pair_i, p0, n_runs, starts, ga)
+    _add_by_both_atoms(dx, n_grad, pair_i, pair_j, p0, n_valid, ga, gb)
     for t in range(n_valid):
         p = p0 + t
-        j = pair_j[p]
-        for c in range(n_grad):
-            gb[j, c] += dx[c, t]
         g = 0.0
         for b in range(n_basis):
             g += de[b, t] * de_dr[b, t]
@@ -674,19 +618,18 @@ def contraction_adjoint(gi, kernel, flat, boff, h, e, n_h, n_pi, u, gh, ge):
 # ------------------------------------------------------------------ the whole evaluation
 @_jit(parallel=True)
 def _evaluate(types, n_pairs, pair_i, pair_j, dist, flat, table, layers, blocks, codes, scal, n_chunks,
-              basis, dbasis, zpair, zatom, pa_t, pb_t, buf, grad_r, atomic):
+              basis, dbasis, zpair, zatom, pa, pb, buf, grad_r, atomic):
     """Atomic energies and dE/d dist per pair of one structure.
 
     Args:
         types: [n_atoms] int64 indices into atom_types.
-        n_pairs, pair_i, pair_j, dist: the pairs within the cutoff, sorted by first atom
-            (from :func:`find_pairs`).
+        n_pairs, pair_i, pair_j, dist: the pairs within the cutoff (from :func:`find_pairs`).
         flat, table, layers, blocks: the network's weights and layout (see :class:`FastPiNet`).
         codes: int64 (activation, cutoff, basis type, n_basis, widest layer).
         scal: float64 (rc, gamma, e_scale).
         n_chunks: pair tiles are split into this many chunks, one per thread.
-        basis, dbasis, zpair, zatom, pa_t, pb_t, buf: workspace (see :meth:`FastPiNet._workspace`);
-            the per-atom arrays are features by atoms.
+        basis, dbasis, zpair, zatom, pa, pb, buf: workspace (see :meth:`FastPiNet._workspace`);
+            the per-atom arrays are features by atoms, but for pa and pb (atoms by features).
         grad_r: [>= n_pairs] output, dE/d dist (eV/Å).
         atomic: [n_atoms] output, e_scale × the network's atomic energy (eV, no e_dress).
     """
@@ -711,13 +654,16 @@ def _evaluate(types, n_pairs, pair_i, pair_j, dist, flat, table, layers, blocks,
         kernel = _tensor(flat, table, first[0])
         n_pp = x.shape[0]
         n_first = kernel.shape[1]
-        _tile_matmul(x, kernel[:n_pp], pa_t[d], n_pp, n_first)
-        _tile_matmul(x, kernel[n_pp:], pb_t[d], n_pp, n_first)
+        per_atom = np.empty((n_first, n_atoms), zpair.dtype)
+        _tile_matmul(x, kernel[n_pp:], per_atom, n_pp, n_first)
+        _atom_major(per_atom, n_first, pb[d])
+        _tile_matmul(x, kernel[:n_pp], per_atom, n_pp, n_first)
         bias = table[first[1], 0]
         for c in range(n_first):
             bc = flat[bias + c]
             for a in range(n_atoms):
-                pa_t[d, c, a] += bc
+                per_atom[c, a] += bc
+        _atom_major(per_atom, n_first, pa[d])
         n_new = blk[_B_WOUT]
         for chunk in prange(n_chunks):
             out = buf[chunk, :n_atoms, :n_new]
@@ -725,10 +671,9 @@ def _evaluate(types, n_pairs, pair_i, pair_j, dist, flat, table, layers, blocks,
                 for c in range(n_new):
                     out[a, c] = 0.0
             scratch = np.empty((4, codes[4], n_t), zpair.dtype)
-            starts = np.empty(n_t + 1, np.int64)
             for tile in range(chunk * tiles_per_chunk, min(n_tiles, (chunk + 1) * tiles_per_chunk)):
-                _pair_forward(tile, n_pairs, pair_i, pair_j, basis[tile], pa_t[d], pb_t[d], flat, table, layers, blk,
-                              act, zpair[d, tile], scratch, starts, out)
+                _pair_forward(tile, n_pairs, pair_i, pair_j, basis[tile], pa[d], pb[d], flat, table, layers, blk,
+                              act, zpair[d, tile], scratch, out)
         new = np.zeros((n_new, n_atoms), zpair.dtype)
         for chunk in range(n_chunks):
             for a in range(n_atoms):
@@ -769,10 +714,10 @@ def _evaluate(types, n_pairs, pair_i, pair_j, dist, flat, table, layers, blocks,
             for a in range(n_atoms):
                 gy[k, a] = wk
         gy = _atoms_stack_back(gy, flat, table, layers, blk[_B_OUT], blk[_B_NOUT], zatom[d], blk[_B_ZOUT], act)
-        gnew = np.empty((n_new, n_atoms), zpair.dtype)
-        for c in range(n_new):
-            for a in range(n_atoms):
-                gnew[c, a] = gy[c, a] + g_next[c, a]
+        gnew = np.empty((n_atoms, n_new), zpair.dtype)  # atom-major, for the pair tiles
+        for a in range(n_atoms):
+            for c in range(n_new):
+                gnew[a, c] = gy[c, a] + g_next[c, a]
         # dE/d prop_d through the residual (or the identity)
         g_prop = np.empty((n_prop, n_atoms), zpair.dtype)
         if blk[_B_RES] >= 0:
@@ -793,10 +738,9 @@ def _evaluate(types, n_pairs, pair_i, pair_j, dist, flat, table, layers, blocks,
                     ga[a, c] = 0.0
                     gb[a, c] = 0.0
             scratch = np.empty((5, codes[4], n_t), zpair.dtype)
-            starts = np.empty(n_t + 1, np.int64)
             for tile in range(chunk * tiles_per_chunk, min(n_tiles, (chunk + 1) * tiles_per_chunk)):
-                _pair_backward(tile, n_pairs, pair_i, pair_j, basis[tile], dbasis[tile], pa_t[d], pb_t[d], flat,
-                               table, layers, blk, act, zpair[d, tile], gnew, scratch, starts, ga, gb, grad_r)
+                _pair_backward(tile, n_pairs, pair_i, pair_j, basis[tile], dbasis[tile], pa[d], pb[d], flat,
+                               table, layers, blk, act, zpair[d, tile], gnew, scratch, ga, gb, grad_r)
         if d == 0:
             break  # the one-hot input has no gradient to pass on
         g_first = np.zeros((2, n_first, n_atoms), zpair.dtype)  # dE/d pa, dE/d pb
@@ -1060,8 +1004,8 @@ class FastPiNet:
         self._dbasis = np.zeros((n_tiles, self.n_basis, tile), dt)
         self._zpair = np.zeros((depth, n_tiles, self._zpair_rows, tile), dt)
         self._zatom = np.zeros((depth, self._zatom_cols, n_atoms), dt)
-        self._pa_t = np.zeros((depth, self._n_first, n_atoms), dt)
-        self._pb_t = np.zeros((depth, self._n_first, n_atoms), dt)
+        self._pa = np.zeros((depth, n_atoms, self._n_first), dt)
+        self._pb = np.zeros((depth, n_atoms, self._n_first), dt)
         self._buf = np.zeros((self.threads, 2 * n_atoms, self._max_width), dt)
         self._atomic = np.zeros(n_atoms, dt)
         self._capacity = (n_atoms, n_cand)
@@ -1093,15 +1037,12 @@ class FastPiNet:
         self._workspace(n_atoms, len(cand_i))
         n_pairs = find_pairs(coord, cand_i, cand_j, cand_offset, self.rc, self._pair_i, self._pair_j,
                              self._diff, self._dist)
-        if n_pairs < 0:
-            raise ValueError("FastPiNet: the candidate pairs must be sorted by their first atom (cand_i), "
-                             "as pinn.neighbors.neighbor_list gives them")
         self.last_pairs = n_pairs  # the pairs within the cutoff, first in _pair_i, _pair_j, _diff, _dist
         dist = self._dist_dt
         dist[:n_pairs] = self._dist[:n_pairs]
         args = (types, n_pairs, self._pair_i, self._pair_j, dist, self._flat, self._table, self._layers,
                 self._blocks, self._codes_array, self._scal)
-        work = (self._basis, self._dbasis, self._zpair, self._zatom, self._pa_t, self._pb_t, self._buf,
+        work = (self._basis, self._dbasis, self._zpair, self._zatom, self._pa, self._pb, self._buf,
                 self._grad_r, self._atomic)
         if self.threads > 1 and n_pairs >= PARALLEL_MIN_PAIRS:
             previous = numba.get_num_threads()

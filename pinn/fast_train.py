@@ -485,7 +485,7 @@ def _energies_forces(types, n_pairs, pair_i, pair_j, dist, flat, table, layers, 
 
     Args:
         types: [n_atoms] int64 indices into atom_types.
-        n_pairs, pair_i, pair_j, dist: the pairs within the cutoff, sorted by first atom.
+        n_pairs, pair_i, pair_j, dist: the pairs within the cutoff.
         flat, table, layers, blocks, codes, scal: the network (:func:`pinn.fast_pinet.pinet_arrays`).
         n_chunks: the pair tiles are split into this many chunks, one per thread.
         basis, dbasis: [n_tiles, n_basis, tile] outputs, the basis and its r-derivative.
@@ -969,10 +969,6 @@ class TrainingEngine:
         offset = self.offset[:len(cand_i)]
         _image_offsets(shift, cell, struct, cand_i, offset)
         n_pairs = find_pairs(coord, cand_i, cand_j, offset, self.rc, self.pair_i, self.pair_j, self.diff, self.dist)
-        if n_pairs < 0:  # pairs not sorted by first atom (the engine's tiles need runs of equal first atoms)
-            order = np.argsort(cand_i, kind="stable")
-            n_pairs = find_pairs(coord, cand_i[order], cand_j[order], offset[order], self.rc, self.pair_i,
-                                 self.pair_j, self.diff, self.dist)
         self.dist_dt[:n_pairs] = self.dist[:n_pairs]
         # pass 1: energies, forces, and what passes 2 and 3 need
         work = (self.basis, self.dbasis, self.keep, self.adj, self.aty, self.ata, self.pa, self.pb, self.pa1,

@@ -150,6 +150,27 @@ def test_pairs_beyond_the_cutoff_and_workspace_changes():
             np.testing.assert_allclose(out["forces"], ref["forces"], atol=1e-11)
 
 
+def test_pairs_in_any_order(monkeypatch):
+    """Candidate pairs in any order (not sorted by first atom) give the TensorFlow model's numbers, on
+    one thread and split over chunks."""
+    model = _model("reference")
+    engine = FastPiNet(model)
+    rng = np.random.RandomState(5)
+    for threshold in (10 ** 9, 1):
+        monkeypatch.setattr(fast_pinet, "PARALLEL_MIN_PAIRS", threshold)
+        for name, atoms in _structures().items():
+            ind, shift = neighbor_list(atoms.positions, atoms.cell[:], atoms.pbc, RC + 0.5)
+            order = rng.permutation(len(ind))
+            assert np.any(np.diff(ind[order, 0]) < 0)
+            out = engine(atoms.numbers, atoms.positions, ind[order, 0].copy(), ind[order, 1].copy(),
+                         shift[order] @ atoms.cell[:], atoms.cell[:], atoms.pbc)
+            ref = evaluate(model, atoms, RC)
+            assert out["energy"] == pytest.approx(float(ref["energy"][0]), rel=1e-12), name
+            np.testing.assert_allclose(out["forces"], ref["forces"], atol=1e-11, err_msg=name)
+            if atoms.pbc.any():
+                np.testing.assert_allclose(out["stress"], ref["stress"][0], atol=1e-12, err_msg=name)
+
+
 def test_structures_without_pairs():
     """A single atom, and two atoms beyond the cutoff: the per-atom terms alone, zero forces."""
     from ase import Atoms
@@ -168,11 +189,6 @@ def test_refuses_bad_input():
     for numbers in ([7] + [6] * 8, [100] + [6] * 8):  # N is not in atom_types; Fm is past all of them
         with pytest.raises(ValueError, match=r"elements \[(7|100)\] are not in the model's atom_types \[1, 6, 8, 29\]"):
             engine(numbers, atoms.positions, np.zeros(0, np.int32), np.zeros(0, np.int32), np.zeros((0, 3)))
-    ind, shift = neighbor_list(atoms.positions, atoms.cell[:], atoms.pbc, RC)
-    order = np.argsort(ind[:, 1], kind="stable")  # sorted by the second atom instead
-    with pytest.raises(ValueError, match="sorted by their first atom"):
-        engine(atoms.numbers, atoms.positions, ind[order, 0].copy(), ind[order, 1].copy(),
-               shift[order] @ atoms.cell[:])
     from pinn.models.potential import PotentialModel
     lj = make_model("LJ", {"atom_types": [18], "rc": 5.0})
     assert isinstance(lj, PotentialModel) and not fast_pinet.supports(lj)

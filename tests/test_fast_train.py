@@ -125,6 +125,16 @@ def test_gradients_float32():
     _compare(_model("reference", "float32"), _batch("float32"), rtol=2e-4)
 
 
+def test_pairs_in_any_order():
+    """The kernels add each pair to its atoms' rows wherever it is in the list: a shuffled pair list
+    gives TensorFlow's numbers too."""
+    batch = _batch("float64")
+    order = np.random.RandomState(2).permutation(len(batch[K.IND_2]))
+    assert np.any(np.diff(batch[K.IND_2][order, 0]) < 0)
+    batch[K.IND_2], batch[K.SHIFT] = batch[K.IND_2][order], batch[K.SHIFT][order]
+    _compare(_model("reference", "float64"), batch, rtol=1e-10)
+
+
 def test_weights_follow_set_weights():
     model = _model("reference", "float64")
     batch = _batch("float64")
