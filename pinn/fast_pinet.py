@@ -226,8 +226,9 @@ def _add_by_both_atoms(src, n, pair_i, pair_j, p0, n_valid, out_i, out_j):
 
 @_jit()
 def _atom_major(src, n, dest):
-    """dest[a, c] = src[c, a] for c < n: a features-by-atoms array made atom-major."""
-    for a in range(src.shape[1]):
+    """dest[a, c] = src[c, a] for c < n and each row a of ``dest``: a features-by-atoms array (or its
+    first columns) made atom-major."""
+    for a in range(dest.shape[0]):
         for c in range(n):
             dest[a, c] = src[c, a]
 

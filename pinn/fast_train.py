@@ -245,14 +245,26 @@ def _stack_back(Y, D, A, flat, table, layers, first, count, row, gflat, ab, sb, 
 
 
 @_jit()
-def _sum_chunks(buf, k, n, dest):
-    """dest[c, a] = Σ over threads of buf[thread, k, a, c], c < n: per-atom sums, features by atoms."""
+def _chunk_atoms(chunk, n_chunks, n_atoms):
+    """The atoms of one chunk of the per-atom work, (first, count): the atoms are dealt in runs of
+    ⌈n_atoms / n_chunks⌉, so the last chunk may be shorter (its last columns padding) or empty."""
+    per = (n_atoms + n_chunks - 1) // n_chunks
+    first = min(n_atoms, chunk * per)
+    return first, min(n_atoms, first + per) - first
+
+
+@_jit()
+def _sum_chunks(buf, k, n, first, count, dest):
+    """One chunk's per-atom sums, features by atoms: dest[c, j] = Σ over threads of
+    buf[thread, k, first + j, c] for c < n and j < count, and 0 in the padding columns after."""
     for c in range(n):
-        for a in range(dest.shape[1]):
-            s = buf[0, k, a, c]
+        for j in range(count):
+            s = buf[0, k, first + j, c]
             for chunk in range(1, buf.shape[0]):
-                s += buf[chunk, k, a, c]
-            dest[c, a] = s
+                s += buf[chunk, k, first + j, c]
+            dest[c, j] = s
+        for j in range(count, dest.shape[1]):
+            dest[c, j] = 0.0
 
 
 @_jit()
@@ -469,11 +481,108 @@ def _pair_back(tile, n_pairs, pair_i, pair_j, e, ed, gnew, flat, table, layers, 
 
 
 # ------------------------------------------------------------------ the passes
+# The per-atom work is split over threads too: the atoms are dealt in ``n_chunks`` runs
+# (:func:`_chunk_atoms`), and each chunk keeps its own per-atom arrays, features by its atoms
+# ([n_chunks, depth, rows, columns]), so that every layer runs on contiguous rows, as a tile of
+# pairs does.  The arrays the pairs read or add to stay atom-major over all atoms (``pa``,
+# ``pb``, ``buf``, the adjoints of the new properties).  Padding columns (the last chunk's, when
+# the atoms do not divide evenly) hold zero tangents and zero pass-3 adjoints, so they add
+# nothing to the weight gradients.
 @_jit()
 def _chunk_tiles(chunk, n_chunks, n_tiles):
     """The tiles of one chunk: range(start, stop)."""
     per = (n_tiles + n_chunks - 1) // n_chunks
     return chunk * per, min(n_tiles, (chunk + 1) * per)
+
+
+@_jit()
+def _value_head(Y, types, first, count, first_block, flat, table, layers, blk, code, tmp, pa, pb):
+    """Pass 1, one chunk of atoms before a block's pairs: the PP net forward on the block input
+    (``first_block``: set to the one-hot element types first), and the first PI layer's per-atom
+    terms Qᵀ Ka, Qᵀ Kb (no bias) into the chunk's rows of ``pa``/``pb`` [count, n_first]."""
+    w_in = blk[_B_WIN]
+    if first_block:
+        for c in range(w_in):
+            for j in range(Y.shape[1]):
+                Y[c, j] = 0.0
+        for j in range(count):
+            Y[types[first + j], j] = 1.0
+    _stack_forward(Y, Y, flat, table, layers, blk[_B_PP], blk[_B_NPP], 0, w_in, code, False)
+    q_row, n_pp, _, _, _ = _atom_layout(layers, blk)
+    kernel = _tensor(flat, table, layers[blk[_B_PI], 0])
+    n_first = kernel.shape[1]
+    _tile_matmul(Y[q_row:q_row + n_pp], kernel[:n_pp], tmp, n_pp, n_first)
+    _atom_major(tmp, n_first, pa)
+    _tile_matmul(Y[q_row:q_row + n_pp], kernel[n_pp:], tmp, n_pp, n_first)
+    _atom_major(tmp, n_first, pb)
+
+
+@_jit()
+def _value_tail(Y, Yn, has_next, buf, first, count, flat, table, layers, blk, code, e_scale, atomic):
+    """Pass 1, one chunk of atoms after a block's pairs: the new properties (the threads' sums), the
+    output net, the atomic energies added to ``atomic`` [n_atoms], and (``has_next``) the next
+    block's input ``Yn``."""
+    w_out = blk[_B_WOUT]
+    _, _, new_row, out_row, n_last = _atom_layout(layers, blk)
+    _sum_chunks(buf, 0, w_out, first, count, Y[new_row:new_row + w_out])
+    _stack_forward(Y, Y, flat, table, layers, blk[_B_OUT], blk[_B_NOUT], new_row, w_out, code, False)
+    units = _tensor(flat, table, layers[blk[_B_UNITS], 0])
+    for k in range(n_last):
+        uk = units[k, 0] * e_scale
+        for j in range(count):
+            atomic[first + j] += uk * Y[out_row + k, j]
+    if has_next:
+        _next_input(Y, Yn, blk, flat, table, layers, new_row)
+
+
+@_jit()
+def _adjoint_head(Y, A, An, has_next, first, count, flat, table, layers, blk, e_scale, tmp, tmp2, g_atoms):
+    """Pass 1 backward, one chunk of atoms before a block's pairs: ∂E/∂(output net values) and
+    ∂E/∂new (with the next block's input's adjoint ``An``, ``has_next``), the latter written
+    atom-major to the chunk's rows of ``g_atoms`` [count, width]."""
+    w_out = blk[_B_WOUT]
+    _, _, new_row, out_row, n_last = _atom_layout(layers, blk)
+    units = _tensor(flat, table, layers[blk[_B_UNITS], 0])
+    for k in range(n_last):
+        uk = units[k, 0] * e_scale
+        for j in range(A.shape[1]):
+            A[out_row + k, j] = uk
+    _stack_adjoint(Y, A, flat, table, layers, blk[_B_OUT], blk[_B_NOUT], out_row, tmp, tmp2)
+    if has_next:  # new also feeds the next block's input
+        for c in range(w_out):
+            for j in range(A.shape[1]):
+                A[new_row + c, j] += An[c, j]
+    _atom_major(A[new_row:new_row + w_out], w_out, g_atoms)
+
+
+@_jit()
+def _adjoint_tail(Y, A, An, has_next, buf, first, count, pa1, pb1, flat, table, layers, blk, tmp, tmp2):
+    """Pass 1 backward, one chunk of atoms after a block's pairs: ∂E/∂pa, ∂E/∂pb (the threads'
+    sums, into ``pa1``/``pb1`` [n_first, columns]), back through the PP net to the block input,
+    with the residual path's share (``has_next``: ``An``, the next input's adjoint)."""
+    w_in, w_out = blk[_B_WIN], blk[_B_WOUT]
+    q_row, n_pp, _, _, _ = _atom_layout(layers, blk)
+    kernel = _tensor(flat, table, layers[blk[_B_PI], 0])
+    n_first = kernel.shape[1]
+    _sum_chunks(buf, 0, n_first, first, count, pa1)
+    _sum_chunks(buf, 1, n_first, first, count, pb1)
+    # Q̄ = Ka Ā + Kb B̄
+    _tile_matmul_t(pa1, kernel[:n_pp], A[q_row:q_row + n_pp], n_pp, n_first)
+    _tile_matmul_t(pb1, kernel[n_pp:], tmp, n_pp, n_first)
+    for c in range(n_pp):
+        for j in range(A.shape[1]):
+            A[q_row + c, j] += tmp[c, j]
+    _stack_adjoint(Y, A, flat, table, layers, blk[_B_PP], blk[_B_NPP], q_row, tmp, tmp2)
+    if has_next:  # the residual path: P̄ += R (next input's adjoint)
+        if blk[_B_RES] >= 0:
+            _tile_matmul_t(An[0:w_out], _tensor(flat, table, layers[blk[_B_RES], 0]), tmp, w_in, w_out)
+            for c in range(w_in):
+                for j in range(A.shape[1]):
+                    A[c, j] += tmp[c, j]
+        else:
+            for c in range(w_in):
+                for j in range(A.shape[1]):
+                    A[c, j] += An[c, j]
 
 
 @_jit(parallel=True)
@@ -487,11 +596,11 @@ def _energies_forces(types, n_pairs, pair_i, pair_j, dist, flat, table, layers, 
         types: [n_atoms] int64 indices into atom_types.
         n_pairs, pair_i, pair_j, dist: the pairs within the cutoff.
         flat, table, layers, blocks, codes, scal: the network (:func:`pinn.fast_pinet.pinet_arrays`).
-        n_chunks: the pair tiles are split into this many chunks, one per thread.
+        n_chunks: the pair tiles, and the atoms, are split into this many chunks, one per thread.
         basis, dbasis: [n_tiles, n_basis, tile] outputs, the basis and its r-derivative.
-        keep, adj: [depth, n_tiles, rows, tile]; aty, ata: [depth, rows, n_atoms]; pa, pb:
-            [depth, n_atoms, n_first]; pa1, pb1: [depth, n_first, n_atoms]; buf: [n_chunks, 2, n_atoms,
-            width]: workspace.
+        keep, adj: [depth, n_tiles, rows, tile]; aty, ata: [n_chunks, depth, rows, columns]; pa1,
+            pb1: [n_chunks, depth, n_first, columns] (columns: ⌈n_atoms / n_chunks⌉, the chunk's
+            atoms); pa, pb: [depth, n_atoms, n_first]; buf: [n_chunks, 2, n_atoms, width]: workspace.
         grad_r: [>= n_pairs] output, ∂E/∂r (eV/Å); atomic: [n_atoms] output, e_scale × the
             network's atomic energies (eV, no e_dress).
     """
@@ -509,28 +618,19 @@ def _energies_forces(types, n_pairs, pair_i, pair_j, dist, flat, table, layers, 
             grad_r[p0 + t] = 0.0
     for a in range(n_atoms):
         atomic[a] = 0.0
-    tmp = np.empty((width, n_atoms), dt)
-    tmp2 = np.empty((width, n_atoms), dt)
+    scratch = np.empty((n_chunks, 2, width, aty.shape[3]), dt)
     g_atoms = np.empty((n_atoms, width), dt)  # a block's ∂E/∂new, atom-major
-    # ---- forward
+    # ---- forward: per chunk of atoms, the previous block's tail and this block's head in one region
     for d in range(depth):
         blk = blocks[d]
-        Y = aty[d]
-        w_in, w_out = blk[_B_WIN], blk[_B_WOUT]
-        if d == 0:
-            for c in range(w_in):
-                for a in range(n_atoms):
-                    Y[c, a] = 0.0
-            for a in range(n_atoms):
-                Y[types[a], a] = 1.0
-        _stack_forward(Y, Y, flat, table, layers, blk[_B_PP], blk[_B_NPP], 0, w_in, code, False)
-        q_row, n_pp, new_row, out_row, n_last = _atom_layout(layers, blk)
-        kernel = _tensor(flat, table, layers[blk[_B_PI], 0])
-        n_first = kernel.shape[1]
-        _tile_matmul(Y[q_row:q_row + n_pp], kernel[:n_pp], tmp, n_pp, n_first)
-        _atom_major(tmp, n_first, pa[d])
-        _tile_matmul(Y[q_row:q_row + n_pp], kernel[n_pp:], tmp, n_pp, n_first)
-        _atom_major(tmp, n_first, pb[d])
+        w_out = blk[_B_WOUT]
+        for chunk in prange(n_chunks):
+            first, count = _chunk_atoms(chunk, n_chunks, n_atoms)
+            if d > 0:
+                _value_tail(aty[chunk, d - 1], aty[chunk, d], True, buf, first, count, flat, table, layers,
+                            blocks[d - 1], code, e_scale, atomic)
+            _value_head(aty[chunk, d], types, first, count, d == 0, flat, table, layers, blk, code,
+                        scratch[chunk, 0], pa[d][first:first + count], pb[d][first:first + count])
         for chunk in prange(n_chunks):
             out = buf[chunk, 0, :, :w_out]
             for a in range(n_atoms):
@@ -541,36 +641,28 @@ def _energies_forces(types, n_pairs, pair_i, pair_j, dist, flat, table, layers, 
             for tile in range(start, stop):
                 _pair_value(tile, n_pairs, pair_i, pair_j, basis[tile], pa[d], pb[d], flat, table, layers, blk, code,
                             keep[d, tile], u, out)
-        _sum_chunks(buf, 0, w_out, Y[new_row:new_row + w_out])
-        _stack_forward(Y, Y, flat, table, layers, blk[_B_OUT], blk[_B_NOUT], new_row, w_out, code, False)
-        units = _tensor(flat, table, layers[blk[_B_UNITS], 0])
-        for k in range(n_last):
-            uk = units[k, 0] * e_scale
-            for a in range(n_atoms):
-                atomic[a] += uk * Y[out_row + k, a]
-        if d + 1 < depth:
-            _next_input(Y, aty[d + 1], blk, flat, table, layers, new_row)
-    # ---- backward, first order: A = ∂E/∂value
+    for chunk in prange(n_chunks):
+        first, count = _chunk_atoms(chunk, n_chunks, n_atoms)
+        _value_tail(aty[chunk, depth - 1], aty[chunk, depth - 1], False, buf, first, count, flat, table, layers,
+                    blocks[depth - 1], code, e_scale, atomic)
+    # ---- backward, first order: A = ∂E/∂value (the next block's tail and this block's head in one region)
     for d in range(depth - 1, -1, -1):
         blk = blocks[d]
-        Y, A = aty[d], ata[d]
-        w_in, w_out = blk[_B_WIN], blk[_B_WOUT]
-        q_row, n_pp, new_row, out_row, n_last = _atom_layout(layers, blk)
-        units = _tensor(flat, table, layers[blk[_B_UNITS], 0])
-        for k in range(n_last):
-            uk = units[k, 0] * e_scale
-            for a in range(n_atoms):
-                A[out_row + k, a] = uk
-        _stack_adjoint(Y, A, flat, table, layers, blk[_B_OUT], blk[_B_NOUT], out_row, tmp, tmp2)
-        if d + 1 < depth:  # new also feeds the next block's input
-            An = ata[d + 1]
-            for c in range(w_out):
-                for a in range(n_atoms):
-                    A[new_row + c, a] += An[c, a]
-        _atom_major(A[new_row:new_row + w_out], w_out, g_atoms)
-        gnew1 = g_atoms[:, :w_out]
-        kernel = _tensor(flat, table, layers[blk[_B_PI], 0])
-        n_first = kernel.shape[1]
+        for chunk in prange(n_chunks):
+            first, count = _chunk_atoms(chunk, n_chunks, n_atoms)
+            rows = g_atoms[first:first + count]
+            if d + 1 < depth:
+                e = d + 1
+                _adjoint_tail(aty[chunk, e], ata[chunk, e], ata[chunk, min(e + 1, depth - 1)], e + 1 < depth, buf,
+                              first, count, pa1[chunk, e], pb1[chunk, e], flat, table, layers, blocks[e],
+                              scratch[chunk, 0], scratch[chunk, 1])
+                _adjoint_head(aty[chunk, d], ata[chunk, d], ata[chunk, e], True, first, count, flat, table, layers,
+                              blk, e_scale, scratch[chunk, 0], scratch[chunk, 1], rows)
+            else:
+                _adjoint_head(aty[chunk, d], ata[chunk, d], ata[chunk, d], False, first, count, flat, table, layers,
+                              blk, e_scale, scratch[chunk, 0], scratch[chunk, 1], rows)
+        gnew1 = g_atoms[:, :blk[_B_WOUT]]
+        n_first = layers[blk[_B_PI], 3]
         for chunk in prange(n_chunks):
             ga1, gb1 = buf[chunk, 0, :, :n_first], buf[chunk, 1, :, :n_first]
             for a in range(n_atoms):
@@ -582,26 +674,132 @@ def _energies_forces(types, n_pairs, pair_i, pair_j, dist, flat, table, layers, 
             for tile in range(start, stop):
                 _pair_adjoint(tile, n_pairs, pair_i, pair_j, basis[tile], dbasis[tile], gnew1, flat, table, layers,
                               blk, keep[d, tile], adj[d, tile], sc, ga1, gb1, grad_r)
-        _sum_chunks(buf, 0, n_first, pa1[d])
-        _sum_chunks(buf, 1, n_first, pb1[d])
-        # Q̄ = Ka Ā + Kb B̄
-        _tile_matmul_t(pa1[d], kernel[:n_pp], A[q_row:q_row + n_pp], n_pp, n_first)
-        _tile_matmul_t(pb1[d], kernel[n_pp:], tmp, n_pp, n_first)
-        for c in range(n_pp):
-            for a in range(n_atoms):
-                A[q_row + c, a] += tmp[c, a]
-        _stack_adjoint(Y, A, flat, table, layers, blk[_B_PP], blk[_B_NPP], q_row, tmp, tmp2)
-        if d + 1 < depth:  # the residual path: P̄ += R (next input's adjoint)
-            An = ata[d + 1]
-            if blk[_B_RES] >= 0:
-                _tile_matmul_t(An[0:w_out], _tensor(flat, table, layers[blk[_B_RES], 0]), tmp, w_in, w_out)
-                for c in range(w_in):
-                    for a in range(n_atoms):
-                        A[c, a] += tmp[c, a]
-            else:
-                for c in range(w_in):
-                    for a in range(n_atoms):
-                        A[c, a] += An[c, a]
+    for chunk in prange(n_chunks):
+        first, count = _chunk_atoms(chunk, n_chunks, n_atoms)
+        _adjoint_tail(aty[chunk, 0], ata[chunk, 0], ata[chunk, min(1, depth - 1)], depth > 1, buf, first, count,
+                      pa1[chunk, 0], pb1[chunk, 0], flat, table, layers, blocks[0], scratch[chunk, 0],
+                      scratch[chunk, 1])
+
+
+@_jit()
+def _tangent_head(Y, D, first_block, flat, table, layers, blk, t_atoms, pad, pbd):
+    """Pass 2, one chunk of atoms before a block's pairs: the PP net's tangents (``first_block``:
+    the input's set to zero first) and the first PI layer's per-atom tangents into the chunk's
+    rows of ``pad``/``pbd`` [count, n_first]."""
+    w_in = blk[_B_WIN]
+    if first_block:
+        for c in range(w_in):
+            for j in range(D.shape[1]):
+                D[c, j] = 0.0
+    _stack_forward(Y, D, flat, table, layers, blk[_B_PP], blk[_B_NPP], 0, w_in, 0, True)
+    q_row, n_pp, _, _, _ = _atom_layout(layers, blk)
+    kernel = _tensor(flat, table, layers[blk[_B_PI], 0])
+    n_first = kernel.shape[1]
+    _tile_matmul(D[q_row:q_row + n_pp], kernel[:n_pp], t_atoms, n_pp, n_first)
+    _atom_major(t_atoms, n_first, pad)
+    _tile_matmul(D[q_row:q_row + n_pp], kernel[n_pp:], t_atoms, n_pp, n_first)
+    _atom_major(t_atoms, n_first, pbd)
+
+
+@_jit()
+def _tangent_tail(Y, D, Dn, has_next, buf, first, count, flat, table, layers, blk):
+    """Pass 2, one chunk of atoms after a block's pairs: the new properties' tangents (the threads'
+    sums), the output net's, and (``has_next``) the next block input's, ``Dn``."""
+    w_out = blk[_B_WOUT]
+    _, _, new_row, _, _ = _atom_layout(layers, blk)
+    _sum_chunks(buf, 0, w_out, first, count, D[new_row:new_row + w_out])
+    _stack_forward(Y, D, flat, table, layers, blk[_B_OUT], blk[_B_NOUT], new_row, w_out, 0, True)
+    if has_next:
+        _next_input(D, Dn, blk, flat, table, layers, new_row)
+
+
+@_jit()
+def _back_head(Y, D, A, An, has_next, c_atom, first, count, flat, table, layers, blk, e_scale, gp, ab, sb, a1,
+               pres, g, g_atoms):
+    """Pass 3, one chunk of atoms before a block's pairs.  From ∂L/∂E per atom (``c_atom``
+    [n_atoms]), and (``has_next``) the adjoint ``gp`` of the next block input's value (``An``: its
+    first-order adjoint), the adjoint of the new properties' values, written
+    atom-major to the chunk's rows of ``g_atoms`` [count, width]; ``pres`` gets the residual
+    path's share of the block input's adjoint.  The output net's and the residual map's weight
+    gradients are added to ``g`` (the thread's, ``flat``'s layout).  ``ab``, ``sb``, ``a1``:
+    scratch; ``gp`` is not written."""
+    w_in, w_out = blk[_B_WIN], blk[_B_WOUT]
+    _, _, new_row, out_row, n_last = _atom_layout(layers, blk)
+    # the linear unit: E_atom = e_scale Σ_k u_k y_k; Φ = Σ c_a E_atom + Σ Ė_atom
+    units = _tensor(flat, table, layers[blk[_B_UNITS], 0])
+    gunits = _tensor(g, table, layers[blk[_B_UNITS], 0])
+    zero = np.zeros(1, g.dtype)[0]
+    for k in range(n_last):
+        uk = units[k, 0] * e_scale
+        s = zero
+        for j in range(count):
+            ab[k, j] = uk * c_atom[first + j]
+            s += c_atom[first + j] * Y[out_row + k, j] + D[out_row + k, j]
+        for j in range(count, ab.shape[1]):
+            ab[k, j] = 0.0
+        gunits[k, 0] += s * e_scale
+    ab, sb = _stack_back(Y, D, A, flat, table, layers, blk[_B_OUT], blk[_B_NOUT], out_row, g, ab, sb, a1)
+    # the residual: the next input P R + new (adjoints gp, and An first order)
+    if has_next:
+        if blk[_B_RES] >= 0:
+            res = _tensor(flat, table, layers[blk[_B_RES], 0])
+            gres = _tensor(g, table, layers[blk[_B_RES], 0])
+            _outer_acc(Y[0:w_in], gp, gres, w_in, w_out)
+            _outer_acc(D[0:w_in], An[0:w_out], gres, w_in, w_out)
+            _tile_matmul_t(gp, res, pres, w_in, w_out)
+        else:
+            for c in range(w_in):
+                for j in range(pres.shape[1]):
+                    pres[c, j] = gp[c, j]
+        for c in range(w_out):
+            for j in range(ab.shape[1]):
+                ab[c, j] += gp[c, j]
+    else:
+        for c in range(w_in):
+            for j in range(pres.shape[1]):
+                pres[c, j] = 0.0
+    _atom_major(ab, w_out, g_atoms)
+
+
+@_jit()
+def _back_tail(Y, D, A, pa1, pb1, buf, first, count, flat, table, layers, blk, ab, sb, gp, a1, pres, g):
+    """Pass 3, one chunk of atoms after a block's pairs: Ā, B̄ (the adjoints of the first PI layer's
+    per-atom terms, the threads' sums, into ``ab``/``sb``; ``pa1``/``pb1``: their first-order
+    adjoints from pass 1; ``A``: the block's), the first PI layer's weight gradients
+    and the PP net's (added to ``g``), and back through the PP net.  Returns (the adjoint of the
+    block input's value, with the residual's ``pres`` added; a free scratch array), each one of
+    ``gp``/``sb``."""
+    w_in = blk[_B_WIN]
+    q_row, n_pp, _, _, _ = _atom_layout(layers, blk)
+    kernel = _tensor(flat, table, layers[blk[_B_PI], 0])
+    n_first = kernel.shape[1]
+    _sum_chunks(buf, 0, n_first, first, count, ab)
+    _sum_chunks(buf, 1, n_first, first, count, sb)
+    # the first PI layer per atom: pa = Ka^T Q, pb = Kb^T Q (its bias in the pair tiles' ā)
+    gkernel = _tensor(g, table, layers[blk[_B_PI], 0])
+    q, qd = Y[q_row:q_row + n_pp], D[q_row:q_row + n_pp]
+    _outer_acc(q, ab, gkernel[:n_pp], n_pp, n_first)
+    _outer_acc(qd, pa1, gkernel[:n_pp], n_pp, n_first)
+    _outer_acc(q, sb, gkernel[n_pp:], n_pp, n_first)
+    _outer_acc(qd, pb1, gkernel[n_pp:], n_pp, n_first)
+    boff = table[layers[blk[_B_PI], 1], 0]
+    zero = np.zeros(1, g.dtype)[0]
+    for c in range(n_first):
+        s = zero
+        for j in range(count):
+            s += ab[c, j]
+        g[boff + c] += s
+    _tile_matmul_t(ab, kernel[:n_pp], gp, n_pp, n_first)
+    _tile_matmul_t(sb, kernel[n_pp:], a1, n_pp, n_first)
+    for c in range(n_pp):
+        for j in range(gp.shape[1]):
+            gp[c, j] += a1[c, j]
+    # back through the PP net (gp holds Q̄): the block input's adjoint, plus the residual path's
+    p_bar, other = _stack_back(Y, D, A, flat, table, layers, blk[_B_PP], blk[_B_NPP], q_row, g, gp, sb, a1)
+    for c in range(w_in):
+        for j in range(p_bar.shape[1]):
+            p_bar[c, j] += pres[c, j]
+    return p_bar, other
 
 
 @_jit(parallel=True)
@@ -615,13 +813,13 @@ def _weight_gradients(types, n_pairs, pair_i, pair_j, rdot, flat, table, layers,
             dbasis, keep, adj, aty, ata, pa, pb, pa1, pb1, buf: as for :func:`_energies_forces`, after it.
         rdot: [>= n_pairs] ṙ per pair, the tangent of the distance along w.
         c_atom: [n_atoms] ∂L/∂E of each atom's structure (per eV).
-        tang: [depth, n_tiles, rows, tile], atd: [depth, rows, n_atoms], pad, pbd: [depth, n_atoms,
-            n_first]: workspace for the tangents.
+        tang: [depth, n_tiles, rows, tile], atd: [n_chunks, depth, rows, columns], pad, pbd: [depth,
+            n_atoms, n_first]: workspace for the tangents.
         gchunk: [n_chunks, n_flat] workspace; gflat: [n_flat] output, ∂L/∂(each weight) in ``flat``'s layout.
     """
     n_atoms = types.shape[0]
     depth = blocks.shape[0]
-    code, n_basis, width = codes[0], codes[3], codes[4]
+    n_basis, width = codes[3], codes[4]
     e_scale = scal[2]
     n_t = basis.shape[2]
     n_tiles = (n_pairs + n_t - 1) // n_t
@@ -635,25 +833,22 @@ def _weight_gradients(types, n_pairs, pair_i, pair_j, rdot, flat, table, layers,
                 ebt[tile, b, t] = dbasis[tile, b, t] * r  # dbasis is 0 past n_pairs
     for i in range(gflat.shape[0]):
         gflat[i] = 0.0
-    t_atoms = np.empty((width, n_atoms), dt)
+    for chunk in range(n_chunks):
+        for i in range(gflat.shape[0]):
+            gchunk[chunk, i] = 0.0
+    scratch = np.empty((n_chunks, 5, width, aty.shape[3]), dt)
     g_atoms = np.empty((n_atoms, width), dt)  # a block's adjoint of new, atom-major
-    # ---- pass 2: tangents
+    # ---- pass 2: tangents (the previous block's tail and this block's head in one region)
     for d in range(depth):
         blk = blocks[d]
-        Y, D = aty[d], atd[d]
-        w_in, w_out = blk[_B_WIN], blk[_B_WOUT]
-        if d == 0:
-            for c in range(w_in):
-                for a in range(n_atoms):
-                    D[c, a] = 0.0
-        _stack_forward(Y, D, flat, table, layers, blk[_B_PP], blk[_B_NPP], 0, w_in, code, True)
-        q_row, n_pp, new_row, out_row, n_last = _atom_layout(layers, blk)
-        kernel = _tensor(flat, table, layers[blk[_B_PI], 0])
-        n_first = kernel.shape[1]
-        _tile_matmul(D[q_row:q_row + n_pp], kernel[:n_pp], t_atoms, n_pp, n_first)
-        _atom_major(t_atoms, n_first, pad[d])
-        _tile_matmul(D[q_row:q_row + n_pp], kernel[n_pp:], t_atoms, n_pp, n_first)
-        _atom_major(t_atoms, n_first, pbd[d])
+        w_out = blk[_B_WOUT]
+        for chunk in prange(n_chunks):
+            first, count = _chunk_atoms(chunk, n_chunks, n_atoms)
+            if d > 0:
+                _tangent_tail(aty[chunk, d - 1], atd[chunk, d - 1], atd[chunk, d], True, buf, first, count, flat,
+                              table, layers, blocks[d - 1])
+            _tangent_head(aty[chunk, d], atd[chunk, d], d == 0, flat, table, layers, blk, scratch[chunk, 0],
+                          pad[d][first:first + count], pbd[d][first:first + count])
         for chunk in prange(n_chunks):
             outd = buf[chunk, 0, :, :w_out]
             for a in range(n_atoms):
@@ -664,60 +859,31 @@ def _weight_gradients(types, n_pairs, pair_i, pair_j, rdot, flat, table, layers,
             for tile in range(start, stop):
                 _pair_tangent(tile, n_pairs, pair_i, pair_j, basis[tile], ebt[tile], pad[d], pbd[d], flat, table,
                               layers, blk, keep[d, tile], tang[d, tile], sc, outd)
-        _sum_chunks(buf, 0, w_out, D[new_row:new_row + w_out])
-        _stack_forward(Y, D, flat, table, layers, blk[_B_OUT], blk[_B_NOUT], new_row, w_out, code, True)
-        if d + 1 < depth:
-            _next_input(D, atd[d + 1], blk, flat, table, layers, new_row)
-    # ---- pass 3: the reverse pass through values and tangents, seeded with ∂L/∂E and 1
-    gp = np.zeros((width, n_atoms), dt)  # adjoint of the next block's input's value
-    ab = np.empty((width, n_atoms), dt)
-    sb = np.empty((width, n_atoms), dt)
-    a1 = np.empty((width, n_atoms), dt)
-    pres = np.empty((width, n_atoms), dt)
-    for chunk in range(n_chunks):
-        for i in range(gflat.shape[0]):
-            gchunk[chunk, i] = 0.0
-    zero = np.zeros(1, dt)[0]
+    for chunk in prange(n_chunks):
+        first, count = _chunk_atoms(chunk, n_chunks, n_atoms)
+        _tangent_tail(aty[chunk, depth - 1], atd[chunk, depth - 1], atd[chunk, depth - 1], False, buf, first, count,
+                      flat, table, layers, blocks[depth - 1])
+    # ---- pass 3: the reverse pass through values and tangents, seeded with ∂L/∂E and 1.  Each
+    # chunk's scratch: 0, 1: Ā and B̄ (then free), 2: the next block input's adjoint, 3: free,
+    # 4: the residual's share of the block input's adjoint (from one block's head to its tail)
     for d in range(depth - 1, -1, -1):
         blk = blocks[d]
-        Y, D, A = aty[d], atd[d], ata[d]
-        w_in, w_out = blk[_B_WIN], blk[_B_WOUT]
-        q_row, n_pp, new_row, out_row, n_last = _atom_layout(layers, blk)
-        # the linear unit: E_atom = e_scale Σ_k u_k y_k; Φ = Σ c_a E_atom + Σ Ė_atom
-        units = _tensor(flat, table, layers[blk[_B_UNITS], 0])
-        gunits = _tensor(gflat, table, layers[blk[_B_UNITS], 0])
-        for k in range(n_last):
-            uk = units[k, 0] * e_scale
-            s = zero
-            for a in range(n_atoms):
-                ab[k, a] = uk * c_atom[a]
-                s += c_atom[a] * Y[out_row + k, a] + D[out_row + k, a]
-            gunits[k, 0] += s * e_scale
-        ab, sb = _stack_back(Y, D, A, flat, table, layers, blk[_B_OUT], blk[_B_NOUT], out_row, gflat, ab, sb, a1)
-        # the residual: the next input P R + new (adjoints gp, and ata[d + 1] first order)
-        if d + 1 < depth:
-            An = ata[d + 1]
-            if blk[_B_RES] >= 0:
-                res = _tensor(flat, table, layers[blk[_B_RES], 0])
-                gres = _tensor(gflat, table, layers[blk[_B_RES], 0])
-                _outer_acc(Y[0:w_in], gp, gres, w_in, w_out)
-                _outer_acc(D[0:w_in], An[0:w_out], gres, w_in, w_out)
-                _tile_matmul_t(gp, res, pres, w_in, w_out)
+        for chunk in prange(n_chunks):
+            first, count = _chunk_atoms(chunk, n_chunks, n_atoms)
+            s = scratch[chunk]
+            rows = g_atoms[first:first + count]
+            if d + 1 < depth:  # the next block's tail (its pairs are done), then this block's head
+                e = d + 1
+                gp, other = _back_tail(aty[chunk, e], atd[chunk, e], ata[chunk, e], pa1[chunk, e], pb1[chunk, e],
+                                       buf, first, count, flat, table, layers, blocks[e], s[0], s[1], s[2], s[3],
+                                       s[4], gchunk[chunk])
+                _back_head(aty[chunk, d], atd[chunk, d], ata[chunk, d], ata[chunk, e], True, c_atom, first, count,
+                           flat, table, layers, blk, e_scale, gp, s[0], other, s[3], s[4], gchunk[chunk], rows)
             else:
-                for c in range(w_in):
-                    for a in range(n_atoms):
-                        pres[c, a] = gp[c, a]
-            for c in range(w_out):
-                for a in range(n_atoms):
-                    ab[c, a] += gp[c, a]
-        else:
-            for c in range(w_in):
-                for a in range(n_atoms):
-                    pres[c, a] = 0.0
-        _atom_major(ab, w_out, g_atoms)
-        gnew = g_atoms[:, :w_out]
-        kernel = _tensor(flat, table, layers[blk[_B_PI], 0])
-        n_first = kernel.shape[1]
+                _back_head(aty[chunk, d], atd[chunk, d], ata[chunk, d], ata[chunk, d], False, c_atom, first, count,
+                           flat, table, layers, blk, e_scale, s[2], s[0], s[1], s[3], s[4], gchunk[chunk], rows)
+        gnew = g_atoms[:, :blk[_B_WOUT]]
+        n_first = layers[blk[_B_PI], 3]
         for chunk in prange(n_chunks):
             ga, gb = buf[chunk, 0, :, :n_first], buf[chunk, 1, :, :n_first]
             for a in range(n_atoms):
@@ -729,33 +895,11 @@ def _weight_gradients(types, n_pairs, pair_i, pair_j, rdot, flat, table, layers,
             for tile in range(start, stop):
                 _pair_back(tile, n_pairs, pair_i, pair_j, basis[tile], ebt[tile], gnew, flat, table, layers, blk,
                            keep[d, tile], tang[d, tile], adj[d, tile], sc, ga, gb, gchunk[chunk])
-        _sum_chunks(buf, 0, n_first, ab)  # Ā, B̄ as [n_first, n_atoms]
-        _sum_chunks(buf, 1, n_first, sb)
-        # the first PI layer per atom: pa = Ka^T Q, pb = Kb^T Q (its bias in the pair tiles' ā)
-        gkernel = _tensor(gflat, table, layers[blk[_B_PI], 0])
-        q, qd = Y[q_row:q_row + n_pp], D[q_row:q_row + n_pp]
-        _outer_acc(q, ab, gkernel[:n_pp], n_pp, n_first)
-        _outer_acc(qd, pa1[d], gkernel[:n_pp], n_pp, n_first)
-        _outer_acc(q, sb, gkernel[n_pp:], n_pp, n_first)
-        _outer_acc(qd, pb1[d], gkernel[n_pp:], n_pp, n_first)
-        boff = table[layers[blk[_B_PI], 1], 0]
-        for c in range(n_first):
-            s = zero
-            for a in range(n_atoms):
-                s += ab[c, a]
-            gflat[boff + c] += s
-        _tile_matmul_t(ab, kernel[:n_pp], gp, n_pp, n_first)
-        _tile_matmul_t(sb, kernel[n_pp:], a1, n_pp, n_first)
-        for c in range(n_pp):
-            for a in range(n_atoms):
-                gp[c, a] += a1[c, a]
-        # back through the PP net (gp holds Q̄; ab, Ā, is free from here): the block input's adjoint,
-        # plus the residual path's, is the previous block's gp
-        p_bar, other = _stack_back(Y, D, A, flat, table, layers, blk[_B_PP], blk[_B_NPP], q_row, gflat, gp, sb, a1)
-        for c in range(w_in):
-            for a in range(n_atoms):
-                p_bar[c, a] += pres[c, a]
-        gp, sb = p_bar, other
+    for chunk in prange(n_chunks):  # the first block's tail
+        first, count = _chunk_atoms(chunk, n_chunks, n_atoms)
+        s = scratch[chunk]
+        _back_tail(aty[chunk, 0], atd[chunk, 0], ata[chunk, 0], pa1[chunk, 0], pb1[chunk, 0], buf, first, count,
+                   flat, table, layers, blocks[0], s[0], s[1], s[2], s[3], s[4], gchunk[chunk])
     for chunk in range(n_chunks):
         for i in range(gflat.shape[0]):
             gflat[i] += gchunk[chunk, i]
@@ -900,9 +1044,12 @@ class TrainingEngine:
         atom count changes or the pairs outgrow them)."""
         depth, dt = len(self.blocks), self.dtype
         if self._shape is None or self._shape[0] != n_atoms:
-            self.aty, self.atd, self.ata = (np.zeros((depth, self.atom_rows, n_atoms), dt) for _ in range(3))
+            # per-atom values, tangents and adjoints: each thread's run of atoms (_chunk_atoms), features by atoms
+            columns = (n_atoms + self.threads - 1) // self.threads
+            self.aty, self.atd, self.ata = (np.zeros((self.threads, depth, self.atom_rows, columns), dt)
+                                            for _ in range(3))
             self.pa, self.pb, self.pad, self.pbd = (np.zeros((depth, n_atoms, self.n_first), dt) for _ in range(4))
-            self.pa1, self.pb1 = (np.zeros((depth, self.n_first, n_atoms), dt) for _ in range(2))
+            self.pa1, self.pb1 = (np.zeros((self.threads, depth, self.n_first, columns), dt) for _ in range(2))
             self.buf = np.zeros((self.threads, 2, n_atoms, self.width), dt)
             self.gchunk = np.zeros((self.threads, len(self.flat)), dt)
             self.gflat = np.zeros(len(self.flat), dt)

@@ -57,8 +57,8 @@ def _model(arch, precision, loss="mse", use_force=True):
     return model
 
 
-def _batch(precision, padding=False):
-    batch = batch_from_atoms(_structures(), RC, precision)
+def _batch(precision, padding=False, structures=None):
+    batch = batch_from_atoms(structures or _structures(), RC, precision)
     rng = np.random.RandomState(1)
     n_struct, n_atoms = len(batch[K.CELL]), len(batch[K.ELEMS])
     batch[K.E_DATA] = (rng.randn(n_struct) * 0.3 - 20).astype(precision)
@@ -133,6 +133,20 @@ def test_pairs_in_any_order():
     assert np.any(np.diff(batch[K.IND_2][order, 0]) < 0)
     batch[K.IND_2], batch[K.SHIFT] = batch[K.IND_2][order], batch[K.SHIFT][order]
     _compare(_model("reference", "float64"), batch, rtol=1e-10)
+
+
+def test_atoms_not_divisible_by_the_threads():
+    """The per-atom work is dealt to the threads in equal runs of atoms; with 41 atoms (a prime) the
+    last run is short, its columns padding (and with more than 14 threads some runs are empty):
+    TensorFlow's numbers still."""
+    import numba
+    if numba.config.NUMBA_NUM_THREADS < 2:
+        pytest.skip("needs at least 2 Numba threads")
+    batch = _batch("float64", structures=_structures()[:2])
+    assert len(batch[K.ELEMS]) == 41
+    out = _compare(_model("deep nets, residual maps, odd widths", "float64", "huber, energy per atom"), batch,
+                   rtol=1e-10)
+    assert len(out["energy"]) == 2
 
 
 def test_weights_follow_set_weights():
