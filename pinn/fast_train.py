@@ -496,6 +496,20 @@ def _chunk_tiles(chunk, n_chunks, n_tiles):
 
 
 @_jit()
+def _first_layer_per_atom(X, flat, table, layers, blk, tmp, pa, pb):
+    """The first PI layer's per-atom terms (or their tangents) Qᵀ Ka and Qᵀ Kb, no bias, from the
+    PP net's output Q in ``X`` [rows, columns], into ``pa``/``pb`` [count, n_first], atom-major
+    (``tmp``: scratch [>= n_first, columns])."""
+    q_row, n_pp, _, _, _ = _atom_layout(layers, blk)
+    kernel = _tensor(flat, table, layers[blk[_B_PI], 0])
+    n_first = kernel.shape[1]
+    _tile_matmul(X[q_row:q_row + n_pp], kernel[:n_pp], tmp, n_pp, n_first)
+    _atom_major(tmp, n_first, pa)
+    _tile_matmul(X[q_row:q_row + n_pp], kernel[n_pp:], tmp, n_pp, n_first)
+    _atom_major(tmp, n_first, pb)
+
+
+@_jit()
 def _value_head(Y, types, first, count, first_block, flat, table, layers, blk, code, tmp, pa, pb):
     """Pass 1, one chunk of atoms before a block's pairs: the PP net forward on the block input
     (``first_block``: set to the one-hot element types first), and the first PI layer's per-atom
@@ -508,13 +522,7 @@ def _value_head(Y, types, first, count, first_block, flat, table, layers, blk, c
         for j in range(count):
             Y[types[first + j], j] = 1.0
     _stack_forward(Y, Y, flat, table, layers, blk[_B_PP], blk[_B_NPP], 0, w_in, code, False)
-    q_row, n_pp, _, _, _ = _atom_layout(layers, blk)
-    kernel = _tensor(flat, table, layers[blk[_B_PI], 0])
-    n_first = kernel.shape[1]
-    _tile_matmul(Y[q_row:q_row + n_pp], kernel[:n_pp], tmp, n_pp, n_first)
-    _atom_major(tmp, n_first, pa)
-    _tile_matmul(Y[q_row:q_row + n_pp], kernel[n_pp:], tmp, n_pp, n_first)
-    _atom_major(tmp, n_first, pb)
+    _first_layer_per_atom(Y, flat, table, layers, blk, tmp, pa, pb)
 
 
 @_jit()
@@ -692,13 +700,7 @@ def _tangent_head(Y, D, first_block, flat, table, layers, blk, t_atoms, pad, pbd
             for j in range(D.shape[1]):
                 D[c, j] = 0.0
     _stack_forward(Y, D, flat, table, layers, blk[_B_PP], blk[_B_NPP], 0, w_in, 0, True)
-    q_row, n_pp, _, _, _ = _atom_layout(layers, blk)
-    kernel = _tensor(flat, table, layers[blk[_B_PI], 0])
-    n_first = kernel.shape[1]
-    _tile_matmul(D[q_row:q_row + n_pp], kernel[:n_pp], t_atoms, n_pp, n_first)
-    _atom_major(t_atoms, n_first, pad)
-    _tile_matmul(D[q_row:q_row + n_pp], kernel[n_pp:], t_atoms, n_pp, n_first)
-    _atom_major(t_atoms, n_first, pbd)
+    _first_layer_per_atom(D, flat, table, layers, blk, t_atoms, pad, pbd)
 
 
 @_jit()
