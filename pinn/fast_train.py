@@ -246,7 +246,7 @@ def _stack_back(Y, D, A, flat, table, layers, first, count, row, gflat, ab, sb, 
 
 @_jit()
 def _chunk_atoms(chunk, n_chunks, n_atoms):
-    """The atoms of one chunk of the per-atom work, (first, count): the atoms are dealt in runs of
+    """The atoms (or tiles) of one chunk of the work, (first, count): they are dealt in runs of
     ⌈n_atoms / n_chunks⌉, so the last chunk may be shorter (its last columns padding) or empty."""
     per = (n_atoms + n_chunks - 1) // n_chunks
     first = min(n_atoms, chunk * per)
@@ -490,9 +490,9 @@ def _pair_back(tile, n_pairs, pair_i, pair_j, e, ed, gnew, flat, table, layers, 
 # nothing to the weight gradients.
 @_jit()
 def _chunk_tiles(chunk, n_chunks, n_tiles):
-    """The tiles of one chunk: range(start, stop)."""
-    per = (n_tiles + n_chunks - 1) // n_chunks
-    return chunk * per, min(n_tiles, (chunk + 1) * per)
+    """The tiles of one chunk, dealt as :func:`_chunk_atoms` deals atoms: range(start, stop)."""
+    start, count = _chunk_atoms(chunk, n_chunks, n_tiles)
+    return start, start + count
 
 
 @_jit()
