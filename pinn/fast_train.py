@@ -97,20 +97,14 @@ def _layer_tangent(Y, D, in_row, n_in, out_row, n_out, w):
 
 
 @_jit()
-def _layer_adjoint(Y, A, in_row, n_in, out_row, n_out, w, tmp, tmp2, accumulate):
-    """First-order reverse through a tanh layer: A[in] = (or +=, ``accumulate``) W ((1 − y²) A[out])."""
+def _layer_adjoint(Y, A, in_row, n_in, out_row, n_out, w, tmp):
+    """First-order reverse through a tanh layer: A[in] = W ((1 − y²) A[out])."""
     n_t = tmp.shape[1]
     y, a = Y[out_row:out_row + n_out], A[out_row:out_row + n_out]
     for c in range(n_out):
         for t in range(n_t):
             tmp[c, t] = a[c, t] - a[c, t] * y[c, t] * y[c, t]
-    if accumulate:
-        _tile_matmul_t(tmp, w, tmp2, n_in, n_out)
-        for k in range(n_in):
-            for t in range(n_t):
-                A[in_row + k, t] += tmp2[k, t]
-    else:
-        _tile_matmul_t(tmp, w, A[in_row:in_row + n_in], n_in, n_out)
+    _tile_matmul_t(tmp, w, A[in_row:in_row + n_in], n_in, n_out)
 
 
 @_jit()
@@ -218,13 +212,13 @@ def _stack_forward(Y, D, flat, table, layers, first, count, row, n_h, code, tang
 
 
 @_jit()
-def _stack_adjoint(Y, A, flat, table, layers, first, count, row, tmp, tmp2):
+def _stack_adjoint(Y, A, flat, table, layers, first, count, row, tmp):
     """First-order reverse through layers ``first + count − 1`` .. ``first`` (:func:`_layer_adjoint`),
     the last output's rows starting at ``row``; returns where the first layer's input starts."""
     for layer in range(first + count - 1, first - 1, -1):
         w = _tensor(flat, table, layers[layer, 0])
         n_in, n_out = w.shape
-        _layer_adjoint(Y, A, row - n_in, n_in, row, n_out, w, tmp, tmp2, False)
+        _layer_adjoint(Y, A, row - n_in, n_in, row, n_out, w, tmp)
         row -= n_in
     return row
 
@@ -365,7 +359,7 @@ def _pair_adjoint(tile, n_pairs, pair_i, pair_j, e, de, gnew1, flat, table, laye
     h_row, n_h, i_row, n_pi, end = _pair_layout(layers, blk, n_basis)
     n_last = layers[blk[_B_II] + blk[_B_NII] - 1, 3]
     _spread_first_atom(gnew1, n_last, pair_i, p0, n_valid, A[end - n_last:end])
-    _stack_adjoint(Y, A, flat, table, layers, blk[_B_II], blk[_B_NII], end - n_last, tmp, tmp)
+    _stack_adjoint(Y, A, flat, table, layers, blk[_B_II], blk[_B_NII], end - n_last, tmp)
     # h̄ = Σ_b e_b K_b Ī;  ∂E/∂e_b = Σ_c Ī_c (h K_b + β_b)_c = Σ_k h_k (K_b Ī)_k + Σ_c Ī_c β_bc
     pi_out = layers[blk[_B_PI] + blk[_B_NPI] - 1]
     kernel = _tensor(flat, table, pi_out[0])
@@ -385,7 +379,7 @@ def _pair_adjoint(tile, n_pairs, pair_i, pair_j, e, de, gnew1, flat, table, laye
         for b in range(n_basis):
             g += ebar[b, t] * de[b, t]
         grad_r[p0 + t] += g
-    _stack_adjoint(Y, A, flat, table, layers, blk[_B_PI] + 1, blk[_B_NPI] - 2, h_row, tmp, tmp)
+    _stack_adjoint(Y, A, flat, table, layers, blk[_B_PI] + 1, blk[_B_NPI] - 2, h_row, tmp)
     # the first PI layer's pre-activation, per atom
     for c in range(n_first):
         for t in range(n_t):
@@ -442,7 +436,7 @@ def _pair_back(tile, n_pairs, pair_i, pair_j, e, ed, gnew, flat, table, layers, 
     n_valid = min(n_t, n_pairs - p0)
     n_basis = e.shape[0]
     n_first = ga.shape[1]
-    ab, sb, a1, hb, tmp = sc[0], sc[1], sc[2], sc[3], sc[4]
+    ab, sb, a1, hb = sc[0], sc[1], sc[2], sc[3]
     h_row, n_h, i_row, n_pi, end = _pair_layout(layers, blk, n_basis)
     n_last = layers[blk[_B_II] + blk[_B_NII] - 1, 3]
     _spread_first_atom(gnew, n_last, pair_i, p0, n_valid, ab)
@@ -454,9 +448,6 @@ def _pair_back(tile, n_pairs, pair_i, pair_j, e, ed, gnew, flat, table, layers, 
     boff = table[pi_out[1], 0]
     inter1 = A[i_row:i_row + n_pi]
     h, hd = Y[h_row:h_row + n_h], D[h_row:h_row + n_h]
-    for k in range(n_h):
-        for t in range(n_t):
-            hb[k, t] = 0.0
     zero = np.zeros(1, gflat.dtype)[0]
     for b in range(n_basis):
         for c in range(n_pi):
@@ -470,10 +461,7 @@ def _pair_back(tile, n_pairs, pair_i, pair_j, e, ed, gnew, flat, table, layers, 
         gkb = gkernel[:, b::n_basis]
         _outer_acc(h, sb, gkb, n_h, n_pi)
         _outer_acc(hd, a1, gkb, n_h, n_pi)
-        _tile_matmul_t(sb, kernel[:, b::n_basis], tmp, n_h, n_pi)
-        for k in range(n_h):
-            for t in range(n_t):
-                hb[k, t] += tmp[k, t]
+        _tile_matmul_t(sb, kernel[:, b::n_basis], hb, n_h, n_pi, b > 0)
     ab, sb = _stack_back(Y, D, A, flat, table, layers, blk[_B_PI] + 1, blk[_B_NPI] - 2, h_row, gflat, hb, ab, a1)
     # the first PI layer's pre-activation, per atom
     _second_order_adjoint(Y[0:n_first], D[0:n_first], A[0:n_first], ab, a1, n_first)
@@ -544,7 +532,7 @@ def _value_tail(Y, Yn, has_next, buf, first, count, flat, table, layers, blk, co
 
 
 @_jit()
-def _adjoint_head(Y, A, An, has_next, first, count, flat, table, layers, blk, e_scale, tmp, tmp2, g_atoms):
+def _adjoint_head(Y, A, An, has_next, first, count, flat, table, layers, blk, e_scale, tmp, g_atoms):
     """Pass 1 backward, one chunk of atoms before a block's pairs: ∂E/∂(output net values) and
     ∂E/∂new (with the next block's input's adjoint ``An``, ``has_next``), the latter written
     atom-major to the chunk's rows of ``g_atoms`` [count, width]."""
@@ -555,7 +543,7 @@ def _adjoint_head(Y, A, An, has_next, first, count, flat, table, layers, blk, e_
         uk = units[k, 0] * e_scale
         for j in range(A.shape[1]):
             A[out_row + k, j] = uk
-    _stack_adjoint(Y, A, flat, table, layers, blk[_B_OUT], blk[_B_NOUT], out_row, tmp, tmp2)
+    _stack_adjoint(Y, A, flat, table, layers, blk[_B_OUT], blk[_B_NOUT], out_row, tmp)
     if has_next:  # new also feeds the next block's input
         for c in range(w_out):
             for j in range(A.shape[1]):
@@ -564,7 +552,7 @@ def _adjoint_head(Y, A, An, has_next, first, count, flat, table, layers, blk, e_
 
 
 @_jit()
-def _adjoint_tail(Y, A, An, has_next, buf, first, count, pa1, pb1, flat, table, layers, blk, tmp, tmp2):
+def _adjoint_tail(Y, A, An, has_next, buf, first, count, pa1, pb1, flat, table, layers, blk, tmp):
     """Pass 1 backward, one chunk of atoms after a block's pairs: ∂E/∂pa, ∂E/∂pb (the threads'
     sums, into ``pa1``/``pb1`` [n_first, columns]), back through the PP net to the block input,
     with the residual path's share (``has_next``: ``An``, the next input's adjoint)."""
@@ -576,17 +564,11 @@ def _adjoint_tail(Y, A, An, has_next, buf, first, count, pa1, pb1, flat, table, 
     _sum_chunks(buf, 1, n_first, first, count, pb1)
     # Q̄ = Ka Ā + Kb B̄
     _tile_matmul_t(pa1, kernel[:n_pp], A[q_row:q_row + n_pp], n_pp, n_first)
-    _tile_matmul_t(pb1, kernel[n_pp:], tmp, n_pp, n_first)
-    for c in range(n_pp):
-        for j in range(A.shape[1]):
-            A[q_row + c, j] += tmp[c, j]
-    _stack_adjoint(Y, A, flat, table, layers, blk[_B_PP], blk[_B_NPP], q_row, tmp, tmp2)
+    _tile_matmul_t(pb1, kernel[n_pp:], A[q_row:q_row + n_pp], n_pp, n_first, True)
+    _stack_adjoint(Y, A, flat, table, layers, blk[_B_PP], blk[_B_NPP], q_row, tmp)
     if has_next:  # the residual path: P̄ += R (next input's adjoint)
         if blk[_B_RES] >= 0:
-            _tile_matmul_t(An[0:w_out], _tensor(flat, table, layers[blk[_B_RES], 0]), tmp, w_in, w_out)
-            for c in range(w_in):
-                for j in range(A.shape[1]):
-                    A[c, j] += tmp[c, j]
+            _tile_matmul_t(An[0:w_out], _tensor(flat, table, layers[blk[_B_RES], 0]), A[0:w_in], w_in, w_out, True)
         else:
             for c in range(w_in):
                 for j in range(A.shape[1]):
@@ -626,7 +608,7 @@ def _energies_forces(types, n_pairs, pair_i, pair_j, dist, flat, table, layers, 
             grad_r[p0 + t] = 0.0
     for a in range(n_atoms):
         atomic[a] = 0.0
-    scratch = np.empty((n_chunks, 2, width, aty.shape[3]), dt)
+    scratch = np.empty((n_chunks, 1, width, aty.shape[3]), dt)
     g_atoms = np.empty((n_atoms, width), dt)  # a block's ∂E/∂new, atom-major
     # ---- forward: per chunk of atoms, the previous block's tail and this block's head in one region
     for d in range(depth):
@@ -663,12 +645,12 @@ def _energies_forces(types, n_pairs, pair_i, pair_j, dist, flat, table, layers, 
                 e = d + 1
                 _adjoint_tail(aty[chunk, e], ata[chunk, e], ata[chunk, min(e + 1, depth - 1)], e + 1 < depth, buf,
                               first, count, pa1[chunk, e], pb1[chunk, e], flat, table, layers, blocks[e],
-                              scratch[chunk, 0], scratch[chunk, 1])
+                              scratch[chunk, 0])
                 _adjoint_head(aty[chunk, d], ata[chunk, d], ata[chunk, e], True, first, count, flat, table, layers,
-                              blk, e_scale, scratch[chunk, 0], scratch[chunk, 1], rows)
+                              blk, e_scale, scratch[chunk, 0], rows)
             else:
                 _adjoint_head(aty[chunk, d], ata[chunk, d], ata[chunk, d], False, first, count, flat, table, layers,
-                              blk, e_scale, scratch[chunk, 0], scratch[chunk, 1], rows)
+                              blk, e_scale, scratch[chunk, 0], rows)
         gnew1 = g_atoms[:, :blk[_B_WOUT]]
         n_first = layers[blk[_B_PI], 3]
         for chunk in prange(n_chunks):
@@ -685,8 +667,7 @@ def _energies_forces(types, n_pairs, pair_i, pair_j, dist, flat, table, layers, 
     for chunk in prange(n_chunks):
         first, count = _chunk_atoms(chunk, n_chunks, n_atoms)
         _adjoint_tail(aty[chunk, 0], ata[chunk, 0], ata[chunk, min(1, depth - 1)], depth > 1, buf, first, count,
-                      pa1[chunk, 0], pb1[chunk, 0], flat, table, layers, blocks[0], scratch[chunk, 0],
-                      scratch[chunk, 1])
+                      pa1[chunk, 0], pb1[chunk, 0], flat, table, layers, blocks[0], scratch[chunk, 0])
 
 
 @_jit()
@@ -792,10 +773,7 @@ def _back_tail(Y, D, A, pa1, pb1, buf, first, count, flat, table, layers, blk, a
             s += ab[c, j]
         g[boff + c] += s
     _tile_matmul_t(ab, kernel[:n_pp], gp, n_pp, n_first)
-    _tile_matmul_t(sb, kernel[n_pp:], a1, n_pp, n_first)
-    for c in range(n_pp):
-        for j in range(gp.shape[1]):
-            gp[c, j] += a1[c, j]
+    _tile_matmul_t(sb, kernel[n_pp:], gp, n_pp, n_first, True)
     # back through the PP net (gp holds Q̄): the block input's adjoint, plus the residual path's
     p_bar, other = _stack_back(Y, D, A, flat, table, layers, blk[_B_PP], blk[_B_NPP], q_row, g, gp, sb, a1)
     for c in range(w_in):
@@ -892,7 +870,7 @@ def _weight_gradients(types, n_pairs, pair_i, pair_j, rdot, flat, table, layers,
                 for c in range(n_first):
                     ga[a, c] = 0.0
                     gb[a, c] = 0.0
-            sc = np.empty((5, width, n_t), dt)
+            sc = np.empty((4, width, n_t), dt)
             start, stop = _chunk_tiles(chunk, n_chunks, n_tiles)
             for tile in range(start, stop):
                 _pair_back(tile, n_pairs, pair_i, pair_j, basis[tile], ebt[tile], gnew, flat, table, layers, blk,

@@ -118,6 +118,26 @@ def _tanh32_values(x):
     return y[0]
 
 
+@pytest.mark.parametrize("n_in,n_out", [(16, 64), (3, 5), (7, 6), (4, 1)])
+def test_tile_products_set_or_add(n_in, n_out):
+    """The register-blocked products on a tile, for widths that are and are not multiples of the
+    blocking (4): set (the output's old contents, NaN here, must not leak) and accumulate."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(n_in, 37))
+    w = rng.normal(size=(n_in, n_out))
+    dy = rng.normal(size=(n_out, 37))
+    out = np.full((n_out, 37), np.nan)
+    fast_pinet._tile_matmul(x, w, out, n_in, n_out)
+    np.testing.assert_allclose(out, w.T @ x, rtol=1e-12, atol=1e-12)
+    fast_pinet._tile_matmul(x, w, out, n_in, n_out, True)
+    np.testing.assert_allclose(out, 2 * w.T @ x, rtol=1e-12, atol=1e-12)
+    back = np.full((n_in, 37), np.nan)
+    fast_pinet._tile_matmul_t(dy, w, back, n_in, n_out)
+    np.testing.assert_allclose(back, w @ dy, rtol=1e-12, atol=1e-12)
+    fast_pinet._tile_matmul_t(dy, w, back, n_in, n_out, True)
+    np.testing.assert_allclose(back, 2 * w @ dy, rtol=1e-12, atol=1e-12)
+
+
 def test_parallel_chunks_give_the_serial_result(monkeypatch):
     import numba
     if numba.config.NUMBA_NUM_THREADS < 2:
