@@ -548,6 +548,7 @@ class Trainer:
             return tf.map_fn(self.learning_rate, steps, fn_output_signature=tf.float32) * self.lr_factor
 
         state = {}  # the step count, e_dress and the learning rates of the current block, read on a sync
+        one = tf.constant(1, tf.int64)  # the step counter's increment: no read back, no conversion per step
 
         def step(batch):
             if not self._engine_synced:  # the variables changed outside this step (start, rollback, TF step)
@@ -566,9 +567,9 @@ class Trainer:
                     host.apply(engine.flat_gradient(), state["rates"][state["step"] - state["first"]])
                     engine.set_flat_weights(host.weights)
             finally:  # an interrupt (Ctrl-C) in the update still counts the step with it, as the checkpoint will
-                self.step.assign_add(1)
+                self.step.assign_add(one, read_value=False)
                 state["step"] += 1
-            return out["finite"], tf.constant(step_stats(out, metric_keys, this_rank, self.dtype.as_numpy_dtype))
+            return out["finite"], step_stats(out, metric_keys, this_rank, self.dtype.as_numpy_dtype)
         return step
 
     def _store_engine_state(self):
@@ -766,17 +767,19 @@ class Trainer:
             t1 = time.perf_counter()
             if not world.is_parallel and k == 1 and batches and signals.received is None:
                 applied, stats = whole_step(batches[0])
+                counted = step + 1  # a whole step counts one, applied or not
             else:  # also where a single process stops: input ended, or a signal
                 self._store_engine_state()
                 applied, stats, times = self._split_step(batches, k, signals, step, max_steps)
                 if applied is None:
                     break
-            applied, stats = bool(applied), stats.numpy()
+                counted = int(self.step)
+            applied, stats = bool(applied), np.asarray(stats)  # the engine's step gives NumPy already
             comm = 0.0
             if world.is_parallel:  # the agreement on counts and the reduction
                 comm = (times[0] - t1) + (time.perf_counter() - times[1])
             watchdog.beat()
-            step = int(self.step)
+            step = counted
             loss, n_struct, sums, bad_ranks = unpack(stats)
             local_struct = sum(_real_structures(b) for b in batches)
             if applied:
