@@ -240,36 +240,20 @@ def _tile_matmul(x, w, out, n_in, n_out, accumulate=False):
     Register-blocked: four output rows per pass, four inputs per update of them, so that each
     load and store of an output row serves 16 multiply-adds (83-102 GFLOP/s on one core for the
     reference network's 16- and 64-wide layers on 256-pair tiles, against 35-47 with two output
-    rows and one input per update; measured with the products alone).  Unless ``accumulate``, the
-    first four inputs set the output rows, so no pass zeroes them first.
+    rows and one input per update; measured with the products alone).
     """
     n_t = out.shape[1]
     k4 = n_in - n_in % 4
     c4 = n_out - n_out % 4
     for c in range(0, c4, 4):
         o0, o1, o2, o3 = out[c], out[c + 1], out[c + 2], out[c + 3]
-        k_start = 0
         if not accumulate:
-            if k4 == 0:
-                for t in range(n_t):
-                    o0[t] = 0.0
-                    o1[t] = 0.0
-                    o2[t] = 0.0
-                    o3[t] = 0.0
-            else:
-                x0, x1, x2, x3 = x[0], x[1], x[2], x[3]
-                a0, a1, a2, a3 = w[0, c], w[1, c], w[2, c], w[3, c]
-                b0, b1, b2, b3 = w[0, c + 1], w[1, c + 1], w[2, c + 1], w[3, c + 1]
-                d0, d1, d2, d3 = w[0, c + 2], w[1, c + 2], w[2, c + 2], w[3, c + 2]
-                e0, e1, e2, e3 = w[0, c + 3], w[1, c + 3], w[2, c + 3], w[3, c + 3]
-                for t in range(n_t):
-                    v0, v1, v2, v3 = x0[t], x1[t], x2[t], x3[t]
-                    o0[t] = a0 * v0 + a1 * v1 + a2 * v2 + a3 * v3
-                    o1[t] = b0 * v0 + b1 * v1 + b2 * v2 + b3 * v3
-                    o2[t] = d0 * v0 + d1 * v1 + d2 * v2 + d3 * v3
-                    o3[t] = e0 * v0 + e1 * v1 + e2 * v2 + e3 * v3
-                k_start = 4
-        for k in range(k_start, k4, 4):
+            for t in range(n_t):
+                o0[t] = 0.0
+                o1[t] = 0.0
+                o2[t] = 0.0
+                o3[t] = 0.0
+        for k in range(0, k4, 4):
             x0, x1, x2, x3 = x[k], x[k + 1], x[k + 2], x[k + 3]
             a0, a1, a2, a3 = w[k, c], w[k + 1, c], w[k + 2, c], w[k + 3, c]
             b0, b1, b2, b3 = w[k, c + 1], w[k + 1, c + 1], w[k + 2, c + 1], w[k + 3, c + 1]
