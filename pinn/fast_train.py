@@ -40,9 +40,10 @@ import numpy as np
 
 from pinn import keys as K
 from pinn.fast_pinet import (_B_II, _B_NII, _B_NOUT, _B_NPI, _B_NPP, _B_OUT, _B_PI, _B_PP, _B_RES, _B_UNITS,
-                             _B_WIN, _B_WOUT, _TANH_FAST, TILE, _add_by_both_atoms, _add_by_first_atom, _atom_major,
+                             _B_WIN, _B_WOUT, _TANH_FAST, _add_by_both_atoms, _add_by_first_atom, _atom_major,
                              _forces_virial, _jit, _pair_input, _spread_first_atom, _tanh32, _tensor, _tile_matmul,
-                             _tile_matmul_t, contraction_adjoint, find_pairs, radial_basis_tile)
+                             _tile_matmul_t, balanced_tiles, contraction_adjoint, find_pairs, pair_slots,
+                             radial_basis_tile)
 
 try:
     import numba
@@ -1037,15 +1038,26 @@ class TrainingEngine:
             self._shape = (n_atoms, 0)
         if n_cand > self._shape[1]:
             n_cand = max(n_cand, int(1.25 * self._shape[1]))
-            tile = min(TILE, 16 * ((n_cand + 15) // 16))
-            n_tiles = (n_cand + tile - 1) // tile
             self.pair_i, self.pair_j = np.zeros(n_cand, np.int32), np.zeros(n_cand, np.int32)
             self.diff, self.dist, self.offset = np.zeros((n_cand, 3)), np.ones(n_cand), np.zeros((n_cand, 3))
             self.rdot = np.zeros(n_cand, dt)
             self.dist_dt, self.grad_r = np.ones(n_cand, dt), np.zeros(n_cand, dt)
-            self.basis, self.dbasis = (np.zeros((n_tiles, int(self.codes[3]), tile), dt) for _ in range(2))
-            self.keep, self.tang, self.adj = (np.zeros((depth, n_tiles, self.pair_rows, tile), dt) for _ in range(3))
+            # the tile arrays as flat buffers, viewed per call with that call's tiling (_tiles)
+            slots = pair_slots(n_cand, self.threads)
+            self._basis_buf, self._dbasis_buf = (np.zeros(int(self.codes[3]) * slots, dt) for _ in range(2))
+            self._pair_bufs = [np.zeros(depth * self.pair_rows * slots, dt) for _ in range(3)]
             self._shape = (n_atoms, n_cand)
+
+    def _tiles(self, n_pairs):
+        """Views of the tile arrays for ``n_pairs`` pairs in :func:`~pinn.fast_pinet.balanced_tiles`:
+        basis, dbasis [n_tiles, n_basis, tile] and keep, tang, adj [depth, n_tiles, rows, tile]."""
+        tile, n_tiles = balanced_tiles(n_pairs, self.threads)
+        n_basis, depth = int(self.codes[3]), len(self.blocks)
+        basis, dbasis = (b[:n_tiles * n_basis * tile].reshape(n_tiles, n_basis, tile)
+                         for b in (self._basis_buf, self._dbasis_buf))
+        keep, tang, adj = (b[:depth * n_tiles * self.pair_rows * tile].reshape(depth, n_tiles, self.pair_rows, tile)
+                           for b in self._pair_bufs)
+        return basis, dbasis, keep, tang, adj
 
     def __call__(self, batch, weights, counts, e_dress=None):
         """Loss, gradients and error sums of one sparse batch.
@@ -1097,8 +1109,9 @@ class TrainingEngine:
         _image_offsets(shift, cell, struct, cand_i, offset)
         n_pairs = find_pairs(coord, cand_i, cand_j, offset, self.rc, self.pair_i, self.pair_j, self.diff, self.dist)
         self.dist_dt[:n_pairs] = self.dist[:n_pairs]
+        basis, dbasis, keep, tang, adj = self._tiles(n_pairs)
         # pass 1: energies, forces, and what passes 2 and 3 need
-        work = (self.basis, self.dbasis, self.keep, self.adj, self.aty, self.ata, self.pa, self.pb, self.pa1,
+        work = (basis, dbasis, keep, adj, self.aty, self.ata, self.pa, self.pb, self.pa1,
                 self.pb1, self.buf)
         _energies_forces(types, n_pairs, self.pair_i, self.pair_j, self.dist_dt, self.flat, self.table, self.layers,
                          self.blocks, self.codes, self.scal, self.threads, *work, self.grad_r, self.atomic)
@@ -1142,8 +1155,8 @@ class TrainingEngine:
         rdot = self.rdot
         _distance_tangents(n_pairs, self.pair_i, self.pair_j, self.diff, self.dist, w, rdot)
         _weight_gradients(types, n_pairs, self.pair_i, self.pair_j, rdot, self.flat, self.table, self.layers,
-                          self.blocks, self.codes, self.scal, self.threads, self.basis, self.dbasis,
-                          c_struct[struct].astype(self.dtype), self.keep, self.tang, self.adj, self.aty, self.atd,
+                          self.blocks, self.codes, self.scal, self.threads, basis, dbasis,
+                          c_struct[struct].astype(self.dtype), keep, tang, adj, self.aty, self.atd,
                           self.ata, self.pa, self.pb, self.pa1, self.pb1, self.pad, self.pbd, self.buf, self.gchunk,
                           self.gflat)
         finite = bool(np.isfinite(loss) and np.isfinite(self.gflat).all())

@@ -184,6 +184,28 @@ def test_one_thread_gives_the_same_gradients():
         TrainingEngine(model, threads=numba.config.NUMBA_NUM_THREADS + 1)
 
 
+@pytest.mark.parametrize("tile", [16, 112, 256])
+def test_any_tiling_gives_tensorflows_numbers(monkeypatch, tile):
+    """Each call cuts its pairs into tiles (:func:`~pinn.fast_pinet.balanced_tiles`, views of the
+    workspace); whatever the tile size, with the last tile partly padding, TensorFlow's numbers, and
+    a call with another tiling on the same workspace after it too."""
+    import pinn.fast_train as fast_train
+    monkeypatch.setattr(fast_train, "balanced_tiles", lambda n_pairs, threads: (tile, -(-n_pairs // tile)))
+    batch = _batch("float64")
+    assert len(batch[K.IND_2]) % tile
+    model = _model("reference", "float64")
+    _compare(model, batch, rtol=1e-10)
+    engine = TrainingEngine(model)
+    engine.set_weights([v.numpy() for v in model.trainable_variables])
+    counts = {"energy": 4.0, "forces": 3.0 * len(batch[K.ELEMS])}
+    weights = {"energy": 1.0, "forces": 10.0}
+    engine(batch, weights, counts)
+    first = engine.flat_gradient().copy()
+    monkeypatch.setattr(fast_train, "balanced_tiles", lambda n_pairs, threads: (48, -(-n_pairs // 48)))
+    engine(batch, weights, counts)
+    np.testing.assert_allclose(engine.flat_gradient(), first, rtol=0, atol=1e-12 * np.abs(first).max())
+
+
 @pytest.mark.parametrize("net, model_params, message", [
     ({"act": "ssp"}, {}, "network.params.act"),
     ({"pi_nodes": [8]}, {}, "network.params.pi_nodes"),
