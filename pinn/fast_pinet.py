@@ -44,23 +44,6 @@ TILE = 256
 #: below this many pairs a call runs on one thread (a parallel region costs more than it saves)
 PARALLEL_MIN_PAIRS = 2048
 
-
-def balanced_tiles(n_pairs, threads):
-    """The tiling of ``n_pairs`` pairs for ``threads`` threads that each take a run of whole tiles:
-    ``(tile, n_tiles)``, tiles of at most :data:`TILE` pairs (a multiple of 16), as few as allow an
-    equal number per thread.  With tiles of :data:`TILE` pairs, a batch of 32 ethanol molecules
-    (2 304 pairs) makes 9 tiles, 5 for one thread and 4 for the other; here 10 of 240, 5 each.
-    ``n_tiles · tile >= n_pairs``; at most :func:`pair_slots` ``(n_pairs, threads)`` slots."""
-    per_thread = max(1, -(-n_pairs // (TILE * threads)))
-    tile = 16 * max(1, -(-n_pairs // (16 * per_thread * threads)))
-    return tile, max(1, -(-n_pairs // tile))
-
-
-def pair_slots(n_pairs, threads):
-    """An upper bound on ``n_tiles · tile`` of :func:`balanced_tiles` for up to ``n_pairs`` pairs: each
-    tile rounds up by less than 16 pairs."""
-    return n_pairs + 16 * (n_pairs // TILE + threads + 1)
-
 # activation codes (one activation for the whole network, as PiNet has)
 _ACT_CODES = {"tanh": 0, "ssp": 1, "softplus": 2, "swish": 3, "silu": 3, "relu": 4, "linear": 5}
 _TANH_FAST = 6  # tanh by the rational approximation below (float32 models)

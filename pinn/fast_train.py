@@ -40,10 +40,9 @@ import numpy as np
 
 from pinn import keys as K
 from pinn.fast_pinet import (_B_II, _B_NII, _B_NOUT, _B_NPI, _B_NPP, _B_OUT, _B_PI, _B_PP, _B_RES, _B_UNITS,
-                             _B_WIN, _B_WOUT, _TANH_FAST, _add_by_both_atoms, _add_by_first_atom, _atom_major,
+                             _B_WIN, _B_WOUT, _TANH_FAST, TILE, _add_by_both_atoms, _add_by_first_atom, _atom_major,
                              _forces_virial, _jit, _pair_input, _spread_first_atom, _tanh32, _tensor, _tile_matmul,
-                             _tile_matmul_t, balanced_tiles, contraction_adjoint, find_pairs, pair_slots,
-                             radial_basis_tile)
+                             _tile_matmul_t, contraction_adjoint, find_pairs, radial_basis_tile)
 
 try:
     import numba
@@ -886,6 +885,25 @@ def _weight_gradients(types, n_pairs, pair_i, pair_j, rdot, flat, table, layers,
             gflat[i] += gchunk[chunk, i]
 
 
+# ------------------------------------------------------------------ tiling
+def balanced_tiles(n_pairs, threads):
+    """The tiling of ``n_pairs`` pairs for ``threads`` threads that each take a run of whole tiles
+    (:func:`_chunk_tiles`): ``(tile, n_tiles)``, tiles of at most :data:`~pinn.fast_pinet.TILE`
+    pairs (a multiple of 16), as few as allow an equal number per thread.  With tiles of 256
+    pairs, a batch of 32 ethanol molecules (2 304 pairs) makes 9 tiles, 5 for one thread and 4
+    for the other; here 10 of 240, 5 each.
+    ``n_tiles · tile >= n_pairs``; at most :func:`pair_slots` ``(n_pairs, threads)`` slots."""
+    per_thread = max(1, -(-n_pairs // (TILE * threads)))
+    tile = 16 * max(1, -(-n_pairs // (16 * per_thread * threads)))
+    return tile, max(1, -(-n_pairs // tile))
+
+
+def pair_slots(n_pairs, threads):
+    """An upper bound on ``n_tiles · tile`` of :func:`balanced_tiles` for up to ``n_pairs`` pairs: each
+    tile rounds up by less than 16 pairs."""
+    return n_pairs + 16 * (n_pairs // TILE + threads + 1)
+
+
 @_jit(parallel=True)
 def _image_offsets(shift, cell, struct, cand_i, out):
     """out[p] = shift[p] · cell of the structure of pair p's first atom (Å)."""
@@ -994,7 +1012,6 @@ class TrainingEngine:
         self.n_first = max(int(self.layers[b[_B_PI], 3]) for b in self.blocks)
         self.width = max(width, self.atom_rows)
         self._shape = None
-        self._pairs_capacity = 0
 
     def set_weights(self, values):
         """Copy the current weights: ``values`` in the order of ``model.trainable_variables`` (arrays)."""
@@ -1049,7 +1066,7 @@ class TrainingEngine:
             self._shape = (n_atoms, n_cand)
 
     def _tiles(self, n_pairs):
-        """Views of the tile arrays for ``n_pairs`` pairs in :func:`~pinn.fast_pinet.balanced_tiles`:
+        """Views of the tile arrays for ``n_pairs`` pairs in :func:`balanced_tiles`:
         basis, dbasis [n_tiles, n_basis, tile] and keep, tang, adj [depth, n_tiles, rows, tile]."""
         tile, n_tiles = balanced_tiles(n_pairs, self.threads)
         n_basis, depth = int(self.codes[3]), len(self.blocks)

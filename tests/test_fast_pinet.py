@@ -138,21 +138,6 @@ def test_tile_products_set_or_add(n_in, n_out):
     np.testing.assert_allclose(back, 2 * w @ dy, rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.parametrize("threads", [1, 2, 3, 8])
-def test_balanced_tiles(threads):
-    """Tiles of at most TILE pairs, a multiple of 16, covering the pairs with less than one tile to
-    spare, as many per thread where more than one tile is needed; within pair_slots."""
-    for n_pairs in list(range(1, 3000)) + list(range(100_000, 140_000, 997)):
-        tile, n_tiles = fast_pinet.balanced_tiles(n_pairs, threads)
-        assert 16 <= tile <= fast_pinet.TILE and tile % 16 == 0
-        assert (n_tiles - 1) * tile < n_pairs <= n_tiles * tile <= fast_pinet.pair_slots(n_pairs, threads)
-        if n_pairs > fast_pinet.TILE * threads:
-            slowest = max(-(-n_tiles // threads), 1) * tile
-            assert slowest <= -(-n_pairs // threads) + 16 * -(-n_tiles // threads), (n_pairs, tile, n_tiles)
-    # 32 ethanol molecules, two threads: 10 tiles of 240 (5 each), not 9 of 256 (5 and 4)
-    assert fast_pinet.balanced_tiles(2304, 2) == (240, 10)
-
-
 def test_parallel_chunks_give_the_serial_result(monkeypatch):
     import numba
     if numba.config.NUMBA_NUM_THREADS < 2:

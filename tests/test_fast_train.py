@@ -12,7 +12,8 @@ import tensorflow as tf
 from ase.build import bulk, molecule
 
 from pinn import keys as K
-from pinn.fast_train import TrainingEngine, check_supported
+from pinn.fast_pinet import TILE
+from pinn.fast_train import TrainingEngine, balanced_tiles, check_supported, pair_slots
 from pinn.io.batch import batch_from_atoms
 
 from physics import make_model
@@ -184,9 +185,24 @@ def test_one_thread_gives_the_same_gradients():
         TrainingEngine(model, threads=numba.config.NUMBA_NUM_THREADS + 1)
 
 
+@pytest.mark.parametrize("threads", [1, 2, 3, 8])
+def test_balanced_tiles(threads):
+    """Tiles of at most TILE pairs, a multiple of 16, covering the pairs with less than one tile to
+    spare, as many per thread where more than one tile is needed; within pair_slots."""
+    for n_pairs in list(range(1, 3000)) + list(range(100_000, 140_000, 997)):
+        tile, n_tiles = balanced_tiles(n_pairs, threads)
+        assert 16 <= tile <= TILE and tile % 16 == 0
+        assert (n_tiles - 1) * tile < n_pairs <= n_tiles * tile <= pair_slots(n_pairs, threads)
+        if n_pairs > TILE * threads:
+            slowest = max(-(-n_tiles // threads), 1) * tile
+            assert slowest <= -(-n_pairs // threads) + 16 * -(-n_tiles // threads), (n_pairs, tile, n_tiles)
+    # 32 ethanol molecules, two threads: 10 tiles of 240 (5 each), not 9 of 256 (5 and 4)
+    assert balanced_tiles(2304, 2) == (240, 10)
+
+
 @pytest.mark.parametrize("tile", [16, 112, 256])
 def test_any_tiling_gives_tensorflows_numbers(monkeypatch, tile):
-    """Each call cuts its pairs into tiles (:func:`~pinn.fast_pinet.balanced_tiles`, views of the
+    """Each call cuts its pairs into tiles (:func:`~pinn.fast_train.balanced_tiles`, views of the
     workspace); whatever the tile size, with the last tile partly padding, TensorFlow's numbers, and
     a call with another tiling on the same workspace after it too."""
     import pinn.fast_train as fast_train
