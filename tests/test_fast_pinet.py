@@ -157,6 +157,50 @@ def test_parallel_chunks_give_the_serial_result(monkeypatch):
     np.testing.assert_allclose(parallel["forces"], ref["forces"], atol=1e-11)
 
 
+_MANY_THREADS_SCRIPT = """
+import sys
+import numpy as np
+from ase.build import bulk
+from pinn import fast_pinet
+from pinn.neighbors import neighbor_list
+weights = dict(np.load(sys.argv[1]))
+fast_pinet.PARALLEL_MIN_PAIRS = 1
+engine = fast_pinet.FastPiNet(weights, threads=int(sys.argv[3]))
+atoms = bulk("Cu", "fcc", a=3.61, cubic=True) * (5, 5, 5)
+atoms.rattle(0.1, seed=4)
+ind, shift = neighbor_list(atoms.positions, atoms.cell[:], atoms.pbc, 5.0)
+out = engine(atoms.numbers, atoms.positions, ind[:, 0].copy(), ind[:, 1].copy(), shift @ atoms.cell[:],
+             atoms.cell[:], atoms.pbc)
+np.savez(sys.argv[2], energy=out["energy"], forces=out["forces"], stress=out["stress"], pairs=engine.last_pairs)
+"""
+
+
+def test_many_threads_give_the_serial_result(tmp_path):
+    """7 threads (a prime, more than this machine's cores, in a process with NUMBA_NUM_THREADS=7): the
+    threads' sums over the pair tiles, added up per atom in parallel, give the one-thread result
+    and the TensorFlow model's numbers."""
+    import os
+    import subprocess
+    import sys
+    model = _model("reference")
+    engine = FastPiNet(model, threads=1)
+    atoms = bulk("Cu", "fcc", a=3.61, cubic=True) * (5, 5, 5)
+    atoms.rattle(0.1, seed=4)
+    serial = _run(engine, atoms)
+    np.savez(tmp_path / "weights.npz", **engine.arrays)
+    env = dict(os.environ, NUMBA_NUM_THREADS="7")
+    subprocess.run([sys.executable, "-c", _MANY_THREADS_SCRIPT, str(tmp_path / "weights.npz"),
+                    str(tmp_path / "out.npz"), "7"], env=env, check=True, timeout=600)
+    with np.load(tmp_path / "out.npz") as many:
+        tiles = -(-int(many["pairs"]) // fast_pinet.TILE)
+        assert tiles > 6 * -(-tiles // 7), "the last of the 7 threads must get pair tiles too"
+        assert float(many["energy"]) == pytest.approx(serial["energy"], rel=1e-13)
+        np.testing.assert_allclose(many["forces"], serial["forces"], atol=1e-12)
+        np.testing.assert_allclose(many["stress"], serial["stress"], atol=1e-13)
+        ref = evaluate(model, atoms, RC)
+        np.testing.assert_allclose(many["forces"], ref["forces"], atol=1e-11)
+
+
 def test_pairs_beyond_the_cutoff_and_workspace_changes():
     """Candidates from a larger radius give the same result; a structure of another size reuses nothing stale."""
     model = _model("reference")
