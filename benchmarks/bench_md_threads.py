@@ -14,7 +14,7 @@ set (so that Numba's thread pool has that size), after 5 warm-up steps of the MD
 - ``ms_atom_layers``: the same kernel given no pairs, so that only its per-atom layers run
   (on one thread: they are not split among threads);
 - ``ms_outside_engine``: ``ms_per_step - ms_engine`` (ASE's integrator, the calculator's checks,
-  the Verlet list's filter).
+  the Verlet list's filter); a difference of two medians, so noise can make it negative.
 
 These read the engine's internals (:class:`pinn.fast_pinet.FastPiNet`'s workspace): they
 diagnose, they are not an API.  Uses the cu108 model that ``bench_train.py`` left in
