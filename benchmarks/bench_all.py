@@ -11,8 +11,8 @@ Runs, one after the other, each in its own process (so that each peak RSS is its
 
 Their JSON lines go to stdout as they come (data are generated on first use, see
 benchmarks/README.md); at the end, one more line (``"benchmark": "summary"``) gathers the
-figures of the table in docs/benchmarks.md's summary.  About 10-15 minutes on 2 cores once
-the data exist.
+figures of the table in docs/benchmarks.md's summary.  About 7 minutes on 2 cores once the
+data exist.
 """
 import json
 import os

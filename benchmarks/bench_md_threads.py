@@ -10,11 +10,13 @@ set (so that Numba's thread pool has that size), after 5 warm-up steps of the MD
 - ``ms_engine``: the median time of the engine's call on the current positions and candidate
   pairs (cutoff filter, network, forces and virial; no neighbor list, no ASE);
 - ``ms_network``: the median time of the network kernel alone (energies and dE/d distance of
-  every pair: the parallel loops over pair tiles and the per-atom layers between them);
-- ``ms_atom_layers``: the same kernel given no pairs, so that only its per-atom layers run
-  (on one thread: they are not split among threads);
+  every pair: the parallel loops over pair tiles and the per-atom layers between them), in its
+  parallel build also on one thread (where the engine's call runs the serial build);
+- ``ms_without_pairs``: the same kernel given no pairs: its per-atom layers (on one thread:
+  they are not split among threads), the zeroing and the sums of the threads' buffers, and the
+  parallel regions' cost;
 - ``ms_outside_engine``: ``ms_per_step - ms_engine`` (ASE's integrator, the calculator's checks,
-  the Verlet list's filter); a difference of two medians, so noise can make it negative.
+  the Verlet list's update); a difference of two medians, so noise can make it negative.
 
 These read the engine's internals (:class:`pinn.fast_pinet.FastPiNet`'s workspace): they
 diagnose, they are not an API.  Uses the cu108 model that ``bench_train.py`` left in
@@ -82,7 +84,7 @@ def measure(name, steps):
     ms_atoms = _median_ms(network(0), steps)
     emit(benchmark="md_threads", system=name, atoms=len(atoms), pairs=int(n_pairs), threads=fast.threads,
          threading_layer=numba.threading_layer(), omp_wait_policy=os.environ.get("OMP_WAIT_POLICY"),
-         ms_per_step=ms_step, ms_engine=ms_engine, ms_network=ms_network, ms_atom_layers=ms_atoms,
+         ms_per_step=ms_step, ms_engine=ms_engine, ms_network=ms_network, ms_without_pairs=ms_atoms,
          ms_outside_engine=round(ms_step - ms_engine, 3), repeats=steps, peak_rss_mb=round(peak_rss_mb()),
          engine_source=fast_pinet.__file__)
 
