@@ -41,10 +41,18 @@ def _structures():
     return {"ethanol": ethanol, "Cu32": copper, "slab": slab}
 
 
-def _run(engine, atoms, skin=0.5):
+_INPUT_NAMES = ("numbers", "positions", "cand_i", "cand_j", "offsets", "cell", "pbc")
+
+
+def _inputs(atoms, skin=0.5):
+    """The engine's arguments for ``atoms`` (candidates within RC + skin), in the order of _INPUT_NAMES."""
     ind, shift = neighbor_list(atoms.positions, atoms.cell[:], atoms.pbc, RC + skin)
-    return engine(atoms.numbers, atoms.positions, ind[:, 0].copy(), ind[:, 1].copy(), shift @ atoms.cell[:],
-                  atoms.cell[:], atoms.pbc)
+    return (atoms.numbers, atoms.positions, ind[:, 0].copy(), ind[:, 1].copy(), shift @ atoms.cell[:],
+            atoms.cell[:], atoms.pbc)
+
+
+def _run(engine, atoms, skin=0.5):
+    return engine(*_inputs(atoms, skin))
 
 
 def _model(arch, precision="float64", **model_params):
@@ -160,17 +168,11 @@ def test_parallel_chunks_give_the_serial_result(monkeypatch):
 _MANY_THREADS_SCRIPT = """
 import sys
 import numpy as np
-from ase.build import bulk
 from pinn import fast_pinet
-from pinn.neighbors import neighbor_list
-weights = dict(np.load(sys.argv[1]))
+data = dict(np.load(sys.argv[1]))
 fast_pinet.PARALLEL_MIN_PAIRS = 1
-engine = fast_pinet.FastPiNet(weights, threads=int(sys.argv[3]))
-atoms = bulk("Cu", "fcc", a=3.61, cubic=True) * (5, 5, 5)
-atoms.rattle(0.1, seed=4)
-ind, shift = neighbor_list(atoms.positions, atoms.cell[:], atoms.pbc, 5.0)
-out = engine(atoms.numbers, atoms.positions, ind[:, 0].copy(), ind[:, 1].copy(), shift @ atoms.cell[:],
-             atoms.cell[:], atoms.pbc)
+engine = fast_pinet.FastPiNet({key: data[key] for key in fast_pinet.ARRAY_KEYS}, threads=int(sys.argv[3]))
+out = engine(*(data[key] for key in sys.argv[4].split(",")))
 np.savez(sys.argv[2], energy=out["energy"], forces=out["forces"], stress=out["stress"], pairs=engine.last_pairs)
 """
 
@@ -178,7 +180,7 @@ np.savez(sys.argv[2], energy=out["energy"], forces=out["forces"], stress=out["st
 def test_many_threads_give_the_serial_result(tmp_path):
     """7 threads (a prime, more than this machine's cores, in a process with NUMBA_NUM_THREADS=7): the
     threads' sums over the pair tiles, added up per atom in parallel, give the one-thread result
-    and the TensorFlow model's numbers."""
+    and the TensorFlow model's numbers.  Cu 500, so that every thread gets pair tiles."""
     import os
     import subprocess
     import sys
@@ -186,11 +188,12 @@ def test_many_threads_give_the_serial_result(tmp_path):
     engine = FastPiNet(model, threads=1)
     atoms = bulk("Cu", "fcc", a=3.61, cubic=True) * (5, 5, 5)
     atoms.rattle(0.1, seed=4)
-    serial = _run(engine, atoms)
-    np.savez(tmp_path / "weights.npz", **engine.arrays)
+    inputs = _inputs(atoms)
+    serial = engine(*inputs)
+    np.savez(tmp_path / "inputs.npz", **engine.arrays, **dict(zip(_INPUT_NAMES, inputs)))
     env = dict(os.environ, NUMBA_NUM_THREADS="7")
-    subprocess.run([sys.executable, "-c", _MANY_THREADS_SCRIPT, str(tmp_path / "weights.npz"),
-                    str(tmp_path / "out.npz"), "7"], env=env, check=True, timeout=600)
+    subprocess.run([sys.executable, "-c", _MANY_THREADS_SCRIPT, str(tmp_path / "inputs.npz"),
+                    str(tmp_path / "out.npz"), "7", ",".join(_INPUT_NAMES)], env=env, check=True, timeout=600)
     with np.load(tmp_path / "out.npz") as many:
         tiles = -(-int(many["pairs"]) // fast_pinet.TILE)
         assert tiles > 6 * -(-tiles // 7), "the last of the 7 threads must get pair tiles too"
