@@ -18,7 +18,7 @@ set (so that Numba's thread pool has that size), after 5 warm-up steps of the MD
 - ``ms_outside_engine``: ``ms_per_step - ms_engine`` (ASE's integrator, the calculator's checks,
   the Verlet list's update); a difference of two medians, so noise can make it negative.
 
-These read the engine's internals (:class:`pinn.fast_pinet.FastPiNet`'s workspace): they
+These read the engine's internals (:class:`pinn.engines.md.FastPiNet`'s workspace): they
 diagnose, they are not an API.  Uses the cu108 model that ``bench_train.py`` left in
 bench-data (its ``engine-weights.npz``: no TensorFlow is imported).
 """
@@ -53,7 +53,7 @@ def measure(name, steps):
     from ase.md.verlet import VelocityVerlet
 
     import pinn
-    from pinn import fast_pinet
+    from pinn.engines.numba import md_kernels as fast_pinet
 
     model_dir = os.path.join(DATA, "cu108-model")
     if not os.path.exists(model_dir):

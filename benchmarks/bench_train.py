@@ -25,7 +25,7 @@ def main():
     import ase.io
     import numpy as np
     from pinn.io import add_neighbors, load_ase, sparse_batch
-    from pinn.metrics import read_metrics
+    from pinn.training.metrics import read_metrics
     from pinn.models import potential_model
     for name in args.datasets:
         path = dataset_path(name)

@@ -1,4 +1,4 @@
-"""Read speed of pinn.io.trr next to MDAnalysis, on the same file in the same run.
+"""Read speed of pinn.io.readers.trr next to MDAnalysis, on the same file in the same run.
 
     python benchmarks/bench_trr.py [FILE.trr ...]     (default: MDAnalysisTests' cobrotoxin.trr)
     python benchmarks/bench_trr.py --concat 100       (also cobrotoxin.trr repeated 100 times, 209 MB,
@@ -33,7 +33,7 @@ def best(fn):
 
 def bench(path):
     from MDAnalysis.coordinates.TRR import TRRReader
-    from pinn.io.trr import TRRFile
+    from pinn.io.readers.trr import TRRFile
     size_mb = os.path.getsize(path) / 1e6
     with TRRFile(path) as trr:
         n, natoms = len(trr), int(trr.index["natoms"][0])

@@ -14,7 +14,7 @@ import sys
 
 from pinn.io import add_neighbors, load_ase, sparse_batch
 from pinn.models import dipole_model
-from pinn.parallel import launcher_size
+from pinn.parallel.ranks import launcher_size
 
 data_file = sys.argv[1] if len(sys.argv) > 1 else "demo/water-dipole.xyz"
 model_dir = sys.argv[2] if len(sys.argv) > 2 else "demo/dipole-model"

@@ -3,12 +3,14 @@
 Main entry points: :mod:`pinn.io` (data), :func:`pinn.models.potential_model`
 (training), :func:`pinn.get_calc` (ASE calculator).
 """
-__version__ = "0.9.6"
+__version__ = "0.10.0"
 
+from pinn import moved
 from pinn.runtime import use_pooled_cpu_allocator
 
 # before TensorFlow allocates anything: a pooled CPU allocator (pinn.runtime explains why)
 use_pooled_cpu_allocator()
+moved.install()  # the modules' names before 0.10 (pinn.trainer, pinn.io.trr, ...) still import
 
 
 def get_calc(model, **kwargs):

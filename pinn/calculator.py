@@ -9,21 +9,21 @@ with ``ema_decay`` predicts with its averaged weights.
 
 Speed (for MD): two engines.
 
-- ``'numba'`` (the default for a PiNet potential): :class:`pinn.fast_pinet.FastPiNet`, the
+- ``'numba'`` (the default for a PiNet potential): :class:`pinn.engines.md.FastPiNet`, the
   network's energy, forces and stress in compiled Numba kernels that use all cores, with no
   TensorFlow call per step (1.8-5x faster than the TensorFlow engine on 2 cores; the same
   numbers to float rounding, tested).
 - ``'tensorflow'`` (every other model: BPNN, LJ, the dipole model): the model function is a
   ``tf.function`` with a fixed input signature, traced once, not per step.  For PiNet and LJ
   it is compiled with XLA (``jit=True``): the batch is padded to a few bucket sizes
-  (:mod:`pinn.padding`; the padding contributes exactly zero), so a run compiles a few
+  (:mod:`pinn.io.padding`; the padding contributes exactly zero), so a run compiles a few
   times, about 3 s each, and then reuses the code.
 
 For a model directory, the Numba engine reads its weights from ``engine-weights.npz`` beside
-the checkpoint when that file is up to date (:mod:`pinn.exported`; written by the first
+the checkpoint when that file is up to date (:mod:`pinn.engines.exported`; written by the first
 calculator made from the checkpoint), and then never imports TensorFlow.
 
-Both use a Verlet neighbor list (:class:`pinn.neighbors.VerletNeighbors`) with a ``skin``:
+Both use a Verlet neighbor list (:class:`pinn.io.neighbors.VerletNeighbors`) with a ``skin``:
 rebuilt only when an atom has moved more than skin/2, filtered to the cutoff at every
 step, so the pairs are exactly those within the cutoff.
 """
@@ -33,7 +33,7 @@ import numpy as np
 from ase.calculators.calculator import Calculator, PropertyNotImplementedError, all_changes
 from ase.stress import full_3x3_to_voigt_6_stress
 
-from pinn.neighbors import VerletNeighbors
+from pinn.io.neighbors import VerletNeighbors
 
 log = logging.getLogger(__name__)
 
@@ -41,9 +41,10 @@ log = logging.getLogger(__name__)
 class PiNNCalc(Calculator):
     """ASE calculator wrapping a trained model (see :func:`get_calc` for the arguments).
 
-    ``model`` is a :class:`pinn.trainer.Trainer`, or the engine weights of a PiNet potential
-    (the dict of :func:`pinn.exported.load_engine_weights`), which run on the Numba engine
-    without TensorFlow.
+    ``model`` is a :class:`pinn.training.inference.InferenceHandle` (or a
+    :class:`pinn.training.trainer.Trainer`, whose handle is taken), or the engine weights of a
+    PiNet potential (the dict of :func:`pinn.engines.exported.load_engine_weights`), which run on
+    the Numba engine without TensorFlow.
     """
 
     implemented_properties = ["energy", "free_energy", "forces", "stress", "dipole", "charges"]
@@ -53,7 +54,8 @@ class PiNNCalc(Calculator):
         if isinstance(model, dict):
             self._engine = _NumbaEngine(model, engine=engine)
         else:
-            self.trainer = model
+            model = model.inference() if hasattr(model, "inference") else model
+            self.handle = model
             chosen = _choose_engine(model, engine)
             self._engine = _NumbaEngine(model) if chosen == "numba" else _TensorFlowEngine(model, jit)
         self.engine = self._engine.name
@@ -108,26 +110,27 @@ class PiNNCalc(Calculator):
 
 
 class _NumbaEngine:
-    """Predictions of a PiNet potential by :class:`pinn.fast_pinet.FastPiNet`, from a Trainer (its
-    averaged weights, copied again when it has trained since) or from engine weights (no TensorFlow)."""
+    """Predictions of a PiNet potential by :class:`pinn.engines.md.FastPiNet`, from an inference handle
+    (its averaged weights, copied again when the model has trained since) or from engine weights (no
+    TensorFlow)."""
 
     name = "numba"
     is_potential = True
 
     def __init__(self, model, engine="numba"):
-        from pinn.fast_pinet import FastPiNet
+        from pinn.engines.md import FastPiNet
         if isinstance(model, dict):
             if engine not in ("auto", "numba"):
                 raise ValueError(f"get_calc: engine weights run on engine='numba' (or 'auto'), not {engine!r}")
-            self.trainer = None
+            self.handle = None
             self.fast = FastPiNet(model)
             self.e_unit = float(model.get("e_unit", 1.0))
         else:
-            self.trainer = model
+            self.handle = model
             with model.averaged_weights():
                 self.fast = FastPiNet(model)
-            self.weights_step = int(model.step.numpy())
-            self.e_unit = model.mp.get("e_unit", 1.0)
+            self.weights_step = model.step
+            self.e_unit = model.e_unit
         self.rc = self.fast.rc
         self.atom_types = self.fast.atom_types
 
@@ -142,11 +145,11 @@ class _NumbaEngine:
     def _sync_weights(self):
         """The engine copies the weights: copy them again if the model has trained since (a model
         object in memory; a frozen one from a model directory cannot change)."""
-        if self.trainer is None or self.trainer.frozen:
+        if self.handle is None or self.handle.frozen:
             return
-        step = int(self.trainer.step.numpy())
+        step = self.handle.step
         if step != self.weights_step:
-            with self.trainer.averaged_weights():
+            with self.handle.averaged_weights():
                 self.fast.load_weights()
             self.weights_step = step
 
@@ -161,11 +164,11 @@ class _TensorFlowEngine:
         import tensorflow as tf
         from pinn import keys as K
         from pinn.models.potential import PotentialModel
-        self.trainer = model
+        self.handle = model
         self.rc = model.rc
         self.is_potential = isinstance(model.model, PotentialModel)
-        self.e_unit = model.mp.get("e_unit", 1.0)
-        self.atom_types = model.params["network"]["params"]["atom_types"]
+        self.e_unit = model.e_unit
+        self.atom_types = model.atom_types
         dtype = model.dtype
         spec = {K.ELEMS: tf.TensorSpec([None], tf.int32), K.COORD: tf.TensorSpec([None, 3], dtype),
                 K.CELL: tf.TensorSpec([None, 3, 3], dtype), K.PBC: tf.TensorSpec([None, 3], tf.bool),
@@ -184,8 +187,8 @@ class _TensorFlowEngine:
     def __call__(self, atoms, neighbors):
         """The model's predictions for ``atoms`` (NumPy), through the padded, compiled function when ``jit``."""
         from pinn.io.batch import batch_from_atoms
-        from pinn.padding import pad_batch, unpad
-        with self.trainer.averaged_weights():
+        from pinn.io.padding import pad_batch, unpad
+        with self.handle.averaged_weights():
             batch = batch_from_atoms(atoms, self.rc, self._np_dtype, neighbors=neighbors)
             if not self.jit:
                 return {key: value.numpy() for key, value in self._predict(batch).items()}
@@ -199,15 +202,15 @@ ENGINES = ("auto", "numba", "tensorflow")
 def _choose_engine(model, engine):
     """The engine for ``model``: ``engine``, or for 'auto' numba where it can (a PiNet potential,
     Numba installed), else tensorflow."""
-    from pinn import fast_pinet
+    from pinn.engines import lowering
     if engine not in ENGINES:
         raise ValueError(f"get_calc: engine must be one of {ENGINES}, got {engine!r}")
     if engine == "tensorflow":
         return engine
-    if fast_pinet.supports(model):
+    if lowering.supports(model):
         return "numba"
     if engine == "numba":
-        if not fast_pinet.available():
+        if not lowering.available():
             raise ImportError("get_calc: engine='numba' needs Numba (pip install numba)")
         raise ValueError("get_calc: engine='numba' evaluates potential models with a PiNet network; use "
                          "engine='tensorflow' (or 'auto') for this model")
@@ -243,18 +246,18 @@ def get_calc(model, checkpoint=None, jit=None, skin=0.5, engine="auto", **kwargs
             evaluations of many differently sized structures.
         skin: Verlet skin of the neighbor list, Å (0: a fresh list at every call).
         engine: ``'auto'`` (numba for a PiNet potential when Numba is installed, else
-            tensorflow), ``'numba'`` (:class:`pinn.fast_pinet.FastPiNet`; an error for other
+            tensorflow), ``'numba'`` (:class:`pinn.engines.md.FastPiNet`; an error for other
             models) or ``'tensorflow'``.
 
     For a model directory and the Numba engine, the weights come from the checkpoint's
-    ``engine-weights.npz`` (:mod:`pinn.exported`) when it is up to date, without importing
+    ``engine-weights.npz`` (:mod:`pinn.engines.exported`) when it is up to date, without importing
     TensorFlow; otherwise the checkpoint is read with TensorFlow and that file written for
     the next time.
 
     Returns:
         :class:`PiNNCalc`.
     """
-    from pinn import fast_pinet
+    from pinn.engines import lowering
     is_directory = isinstance(model, (str, bytes)) or hasattr(model, "__fspath__")
     if engine not in ENGINES:
         raise ValueError(f"get_calc: engine must be one of {ENGINES}, got {engine!r}")
@@ -263,19 +266,15 @@ def get_calc(model, checkpoint=None, jit=None, skin=0.5, engine="auto", **kwargs
             raise ValueError("get_calc: checkpoint= selects a checkpoint of a model directory; a model object is "
                              "used with its current weights")
         return PiNNCalc(model, jit=jit, skin=skin, engine=engine, **kwargs)
-    from pinn import exported
-    if engine != "tensorflow" and fast_pinet.available():
+    from pinn.engines import exported
+    if engine != "tensorflow" and lowering.available():
         weights = exported.load_engine_weights(model, checkpoint)
         if weights is not None:
             log.info("%s: weights from %s (no TensorFlow)", model, weights["source"])
             return PiNNCalc(weights, skin=skin, engine=engine, **kwargs)
-    import os
-    from pinn.models import get_model
-    trainer = get_model(model, checkpoint=checkpoint)
-    if not trainer.restored:
-        raise ValueError(f"{os.fspath(model)}: no checkpoint to load (train the model first)")
-    trainer.freeze_averaged_weights()
-    calc = PiNNCalc(trainer, jit=jit, skin=skin, engine=engine, **kwargs)
+    from pinn.training.trainer import Trainer
+    handle = Trainer.load_for_inference(model, checkpoint)
+    calc = PiNNCalc(handle, jit=jit, skin=skin, engine=engine, **kwargs)
     if calc.engine == "numba":
-        exported.save_engine_weights(calc._engine.fast.arrays, calc.e_unit, model, trainer.restored)
+        exported.save_engine_weights(calc._engine.fast.arrays, calc.e_unit, model, handle.checkpoint)
     return calc

@@ -80,9 +80,9 @@ def make_mimic_demo(directory, n_runs=8, n_frames=40, seed=0, stride=10):
     from ase.md.velocitydistribution import MaxwellBoltzmannDistribution
 
     from pinn import units
-    from pinn.io.energies import write_energies
-    from pinn.io.mpt import write_mpt
-    from pinn.io.trr import write_trr
+    from pinn.io.readers.energies import write_energies
+    from pinn.io.readers.mpt import write_mpt
+    from pinn.io.readers.trr import write_trr
 
     os.makedirs(directory, exist_ok=True)
     rng = np.random.RandomState(seed)

@@ -27,7 +27,7 @@ key               shape, dtype                  meaning
 ``diff``          [n_pairs, 3] float            r_j + shift·cell − r_i, Å
 ``dist``          [n_pairs] float               |diff|, Å
 ``real``          batch: [n_struct] bool        False for the padding structure of a padded batch
-                                                (:mod:`pinn.padding`); absent: all are real
+                                                (:mod:`pinn.io.padding`); absent: all are real
 ================  ============================  ==================================================
 """
 

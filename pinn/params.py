@@ -6,90 +6,14 @@ key raises :class:`ParamsError` naming the key path (``model.params.use_force``)
 and what is allowed.  Older flat params (``'network': 'pinet'``,
 ``'network_params'``, ``'model_params'``) are normalised first.
 """
-import copy
 import os
 
 import yaml
 
-REQUIRED = object()
+from pinn.schema import REQUIRED, Option, ParamsError, describe, validate_section
 
-
-class ParamsError(ValueError):
-    """Invalid params; the message names the key."""
-
-
-class Option:
-    """One option: ``Option(types, default, doc, choices=None, check=None)``.
-
-    ``types`` is a type or tuple of types (``float`` also accepts ints;
-    ``None`` in the tuple allows ``None``); ``check`` is a function returning
-    an error text or ``None``.
-    """
-
-    def __init__(self, types, default=REQUIRED, doc="", choices=None, check=None):
-        self.types = types if isinstance(types, tuple) else (types,)
-        self.default = default
-        self.doc = doc
-        self.choices = choices
-        self.check = check
-
-    def validate(self, value, path):
-        if value is None and None in self.types:
-            return None
-        allowed = tuple(t for t in self.types if t is not None)
-        if float in allowed and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
-        if bool not in allowed and isinstance(value, bool) and (int in allowed or float in allowed):
-            raise ParamsError(f"{path}: expected {self.type_names()}, got a bool ({value!r})")
-        if list in allowed and isinstance(value, tuple):
-            value = list(value)
-        if not isinstance(value, allowed):
-            raise ParamsError(f"{path}: expected {self.type_names()}, got {type(value).__name__} ({value!r})")
-        if self.choices is not None and value not in self.choices:
-            raise ParamsError(f"{path}: {value!r} is not one of {list(self.choices)}")
-        if self.check is not None:
-            problem = self.check(value)
-            if problem:
-                raise ParamsError(f"{path}: {problem} (got {value!r})")
-        return copy.deepcopy(value)
-
-    def type_names(self):
-        return " or ".join("None" if t is None else t.__name__ for t in self.types)
-
-
-def positive(value):
-    return None if value > 0 else "must be positive"
-
-
-def non_negative(value):
-    return None if value >= 0 else "must not be negative"
-
-
-def positive_int_list(value):
-    if not value or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value):
-        return "must be a non-empty list of positive integers"
-    return None
-
-
-def validate_section(values, schema, path):
-    """Validate ``values`` (a dict) against ``schema`` (a dict of :class:`Option`)."""
-    if values is None:
-        values = {}
-    if not isinstance(values, dict):
-        raise ParamsError(f"{path}: expected a dict, got {type(values).__name__}")
-    unknown = sorted(set(values) - set(schema), key=str)
-    if unknown:
-        raise ParamsError(f"{path}.{unknown[0]}: unknown key; allowed keys: {sorted(schema)}")
-    out = {}
-    for key, option in schema.items():
-        if key in values:
-            out[key] = option.validate(values[key], f"{path}.{key}")
-        elif option.default is REQUIRED:
-            raise ParamsError(f"{path}.{key}: required key is missing ({option.doc})")
-        else:
-            out[key] = copy.deepcopy(option.default)
-    return out
-
+__all__ = ["ParamsError", "Option", "describe", "legacy", "model_schema", "read_params", "resolve",
+           "write_params", "TOP_LEVEL"]
 
 TOP_LEVEL = {
     "model_dir": Option(str, REQUIRED, "directory for checkpoints, params.yml and logs"),
@@ -132,9 +56,9 @@ def resolve(params):
     Raises:
         ParamsError: naming the first bad key.
     """
-    from pinn.models import MODELS
+    from pinn.models.registry import MODELS
     from pinn.networks import NETWORKS, canonical_network_name
-    from pinn.parallel import PARAMS as PARALLEL_PARAMS
+    from pinn.parallel.worlds import PARAMS as PARALLEL_PARAMS
 
     if not isinstance(params, dict):
         raise ParamsError(f"params: expected a dict, got {type(params).__name__}")
@@ -151,9 +75,19 @@ def resolve(params):
     if model["name"] not in MODELS:
         raise ParamsError(f"model.name: {model['name']!r} is not one of {sorted(MODELS)}")
     out["model"] = {"name": model["name"],
-                    "params": validate_section(model["params"], MODELS[model["name"]].PARAMS, "model.params")}
+                    "params": validate_section(model["params"], model_schema(model["name"]), "model.params")}
     out["parallel_params"] = validate_section(out["parallel_params"], PARALLEL_PARAMS, "parallel_params")
     return out
+
+
+def model_schema(name):
+    """The options of ``model.params`` for the model ``name``: the model's own
+    (``MODELS[name].PARAMS``: its physics and loss) and the training loop's
+    (:data:`pinn.training.options.TRAINING_PARAMS`), as upstream PiNN keeps both in
+    ``model_params``."""
+    from pinn.models.registry import MODELS
+    from pinn.training.options import TRAINING_PARAMS
+    return {**MODELS[name].PARAMS, **TRAINING_PARAMS}
 
 
 def write_params(params, model_dir):
@@ -176,13 +110,3 @@ def read_params(model_dir):
         params = yaml.safe_load(f)
     params["model_dir"] = os.fspath(model_dir)
     return resolve(params)
-
-
-def describe(schema):
-    """Markdown table rows (key, type, default, doc) of a schema, for the docs."""
-    rows = []
-    for key, option in schema.items():
-        default = "required" if option.default is REQUIRED else repr(option.default)
-        doc = option.doc + (f" One of {list(option.choices)}." if option.choices else "")
-        rows.append(f"| `{key}` | {option.type_names()} | `{default}` | {doc} |")
-    return "\n".join(["| key | type | default | meaning |", "|---|---|---|---|"] + rows)

@@ -17,7 +17,7 @@ def use_pooled_cpu_allocator():
     step, whose temporaries are one large block per call, page-faults through all of it again
     on every step.  On the benchmark machine (2 cores) that was 42-45 % of the CPU time in the
     kernel during cu108 training; with the pool it is 3 %, and cu108 trains 1.7-2.5x faster
-    (see docs/benchmarks.md; for ethanol, whose blocks are small, the change is within the
+    (CHANGELOG.md, 0.6.0; for ethanol, whose blocks are small, the change is within the
     noise).  The pool grows on demand (up to ``TF_CPU_BFC_MEM_LIMIT_IN_MB``, TensorFlow's
     default 64 GB) and never shrinks, so the peak RSS stays that of the busiest step.
 

@@ -1,4 +1,4 @@
-"""Engine weights on disk (pinn.exported): MD without TensorFlow, and never from stale weights."""
+"""Engine weights on disk (pinn.engines.exported): MD without TensorFlow, and never from stale weights."""
 import json
 import os
 import shutil
@@ -10,7 +10,7 @@ import pytest
 from ase.build import bulk
 
 import pinn
-from pinn import exported
+from pinn.engines import exported
 from pinn.io import load_ase, sparse_batch
 from pinn.models import potential_model
 
@@ -81,7 +81,7 @@ def test_written_on_first_use_and_used_without_tensorflow(model_dir):
     np.testing.assert_allclose(out["stress"], stress, atol=1e-6)
     # and in this process: the same numbers from the file as from the first calculator
     again = pinn.get_calc(str(model_dir))
-    assert not hasattr(again, "trainer")
+    assert not hasattr(again, "handle")
     for a, b in zip(_predict(again), _predict(first)):
         np.testing.assert_array_equal(a, b)
 
@@ -128,9 +128,9 @@ def test_stale_files_are_not_used(alloy_xyz, tmp_path):
 
 def _check_file_gives(model_dir, expected):
     calc = pinn.get_calc(str(model_dir))  # remakes the file
-    assert hasattr(calc, "trainer")
+    assert hasattr(calc, "handle")
     from_file = pinn.get_calc(str(model_dir))
-    assert not hasattr(from_file, "trainer")
+    assert not hasattr(from_file, "handle")
     energy, forces, stress = _predict(from_file)
     assert energy == pytest.approx(expected[0], rel=1e-6, abs=1e-5)
     np.testing.assert_allclose(forces, expected[1], atol=1e-5)
@@ -184,9 +184,9 @@ def test_unwritable_directory_falls_back(model_dir, tmp_path, monkeypatch, caplo
         raise PermissionError(13, "Permission denied", kwargs.get("dir"))
 
     monkeypatch.setattr(exported.tempfile, "mkstemp", refuse)
-    with caplog.at_level("INFO", logger="pinn.exported"):
+    with caplog.at_level("INFO", logger="pinn.engines.exported"):
         calc = pinn.get_calc(str(copy))
-    assert calc.engine == "numba" and hasattr(calc, "trainer")
+    assert calc.engine == "numba" and hasattr(calc, "handle")
     assert not (copy / exported.FILE_NAME).exists() and not list(copy.glob(".engine-weights-*"))
     assert "not written" in caplog.text and "Permission denied" in caplog.text
     reference = _predict(pinn.get_calc(str(copy), engine="tensorflow", jit=False))

@@ -9,9 +9,11 @@ import numpy as np
 import pytest
 from ase.build import bulk, molecule
 
-from pinn import fast_pinet
-from pinn.fast_pinet import FastPiNet
-from pinn.neighbors import neighbor_list
+from pinn.engines import lowering
+from pinn.engines import md as fast_pinet
+from pinn.engines.md import FastPiNet
+from pinn.engines.numba import md_kernels
+from pinn.io.neighbors import neighbor_list
 
 from physics import evaluate, make_model
 
@@ -122,7 +124,7 @@ def test_float32_tanh_approximation():
 
 def _tanh32_values(x):
     y = np.empty((1, x.size), np.float32)
-    fast_pinet._act_tile(x.reshape(1, -1), y, 1, fast_pinet._TANH_FAST)
+    md_kernels._act_tile(x.reshape(1, -1), y, 1, md_kernels._TANH_FAST)
     return y[0]
 
 
@@ -135,14 +137,14 @@ def test_tile_products_set_or_add(n_in, n_out):
     w = rng.normal(size=(n_in, n_out))
     dy = rng.normal(size=(n_out, 37))
     out = np.full((n_out, 37), np.nan)
-    fast_pinet._tile_matmul(x, w, out, n_in, n_out)
+    md_kernels._tile_matmul(x, w, out, n_in, n_out)
     np.testing.assert_allclose(out, w.T @ x, rtol=1e-12, atol=1e-12)
-    fast_pinet._tile_matmul(x, w, out, n_in, n_out, True)
+    md_kernels._tile_matmul(x, w, out, n_in, n_out, True)
     np.testing.assert_allclose(out, 2 * w.T @ x, rtol=1e-12, atol=1e-12)
     back = np.full((n_in, 37), np.nan)
-    fast_pinet._tile_matmul_t(dy, w, back, n_in, n_out)
+    md_kernels._tile_matmul_t(dy, w, back, n_in, n_out)
     np.testing.assert_allclose(back, w @ dy, rtol=1e-12, atol=1e-12)
-    fast_pinet._tile_matmul_t(dy, w, back, n_in, n_out, True)
+    md_kernels._tile_matmul_t(dy, w, back, n_in, n_out, True)
     np.testing.assert_allclose(back, 2 * w @ dy, rtol=1e-12, atol=1e-12)
 
 
@@ -168,7 +170,7 @@ def test_parallel_chunks_give_the_serial_result(monkeypatch):
 _MANY_THREADS_SCRIPT = """
 import sys
 import numpy as np
-from pinn import fast_pinet
+from pinn.engines import md as fast_pinet
 data = dict(np.load(sys.argv[1]))
 fast_pinet.PARALLEL_MIN_PAIRS = 1
 engine = fast_pinet.FastPiNet({key: data[key] for key in fast_pinet.ARRAY_KEYS}, threads=int(sys.argv[3]))
@@ -195,7 +197,7 @@ def test_many_threads_give_the_serial_result(tmp_path):
     subprocess.run([sys.executable, "-c", _MANY_THREADS_SCRIPT, str(tmp_path / "inputs.npz"),
                     str(tmp_path / "out.npz"), "7", ",".join(_INPUT_NAMES)], env=env, check=True, timeout=600)
     with np.load(tmp_path / "out.npz") as many:
-        tiles = -(-int(many["pairs"]) // fast_pinet.TILE)
+        tiles = -(-int(many["pairs"]) // md_kernels.TILE)
         assert tiles > 6 * -(-tiles // 7), "the last of the 7 threads must get pair tiles too"
         assert float(many["energy"]) == pytest.approx(serial["energy"], rel=1e-13)
         np.testing.assert_allclose(many["forces"], serial["forces"], atol=1e-12)
@@ -258,7 +260,7 @@ def test_refuses_bad_input():
             engine(numbers, atoms.positions, np.zeros(0, np.int32), np.zeros(0, np.int32), np.zeros((0, 3)))
     from pinn.models.potential import PotentialModel
     lj = make_model("LJ", {"atom_types": [18], "rc": 5.0})
-    assert isinstance(lj, PotentialModel) and not fast_pinet.supports(lj)
+    assert isinstance(lj, PotentialModel) and not lowering.supports(lj)
     with pytest.raises(ValueError, match="PiNet"):
         FastPiNet(lj)
 

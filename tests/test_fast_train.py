@@ -1,4 +1,4 @@
-"""The numba training engine (pinn.fast_train) against TensorFlow's gradient tapes.
+"""The numba training engine (pinn.engines.training) against TensorFlow's gradient tapes.
 
 The engine computes the training loss and its gradient with respect to every weight by hand
 (a forward pass with tangents and one reverse pass, see its module docstring); TensorFlow
@@ -12,8 +12,10 @@ import tensorflow as tf
 from ase.build import bulk, molecule
 
 from pinn import keys as K
-from pinn.fast_pinet import TILE
-from pinn.fast_train import TrainingEngine, balanced_tiles, check_supported, pair_slots
+from pinn.engines.lowering import check_supported
+from pinn.engines.numba.md_kernels import TILE
+from pinn.engines.numba.train_kernels import balanced_tiles, pair_slots
+from pinn.engines.training import TrainingEngine
 from pinn.io.batch import batch_from_atoms
 
 from physics import make_model
@@ -202,10 +204,10 @@ def test_balanced_tiles(threads):
 
 @pytest.mark.parametrize("tile", [16, 112, 256])
 def test_any_tiling_gives_tensorflows_numbers(monkeypatch, tile):
-    """Each call cuts its pairs into tiles (:func:`~pinn.fast_train.balanced_tiles`, views of the
+    """Each call cuts its pairs into tiles (:func:`~pinn.engines.numba.train_kernels.balanced_tiles`, views of the
     workspace); whatever the tile size, with the last tile partly padding, TensorFlow's numbers, and
     a call with another tiling on the same workspace after it too."""
-    import pinn.fast_train as fast_train
+    import pinn.engines.training as fast_train
     monkeypatch.setattr(fast_train, "balanced_tiles", lambda n_pairs, threads: (tile, -(-n_pairs // tile)))
     batch = _batch("float64")
     assert len(batch[K.IND_2]) % tile
@@ -274,7 +276,7 @@ def test_training_with_the_numba_engine_equals_tensorflow(alloy_xyz, tmp_path, a
     same weights, averages and logged losses with either engine.  One batch per step is the numba
     engine's own step; two (accumulated) go through its TensorFlow op, as in a parallel run."""
     from pinn.io import load_ase, sparse_batch
-    from pinn.metrics import read_metrics
+    from pinn.training.metrics import read_metrics
     from pinn.models import potential_model
     data = load_ase(alloy_xyz).take(40).cache()
     runs = {}

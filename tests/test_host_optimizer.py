@@ -1,11 +1,11 @@
-"""The numba engine's host-side update (pinn.host_optimizer) against TensorFlow's: Keras' Adam,
-tf.clip_by_global_norm and pinn.ema.WeightAverage, step by step."""
+"""The numba engine's host-side update (pinn.engines.host_optimizer) against TensorFlow's: Keras' Adam,
+tf.clip_by_global_norm and pinn.training.ema.WeightAverage, step by step."""
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from pinn.ema import WeightAverage
-from pinn.host_optimizer import HostOptimizer, adam_slots
+from pinn.training.ema import WeightAverage
+from pinn.engines.host_optimizer import HostOptimizer, adam_slots
 
 
 def _pair(dtype, seed=0):

@@ -70,7 +70,7 @@ def test_pinn_train_run_file_with_mimic_data_on_two_ranks(mimic_data, tmp_path):
     assert run.returncode == 0, output[-4000:]
     assert "parallel training on 2 rank(s)" in output and "rank 0 of 2 gets 2 of 4 file sets" in output
     assert output.count("quantity  MAE") == 1  # the final table, printed by rank 0 only
-    from pinn.metrics import read_metrics
+    from pinn.training.metrics import read_metrics
     assert [e["step"] for e in read_metrics(tmp_path / "model", "eval")] == [10, 20]
 
 
@@ -88,7 +88,7 @@ def test_dipole_input_script_on_two_ranks(tmp_path):
     assert run.returncode == 0, output[-4000:]
     assert "parallel training on 2 rank(s)" in output
     assert "validation: D_MAE" in output and "2 rank(s))" in output
-    from pinn.metrics import read_metrics
+    from pinn.training.metrics import read_metrics
     evals = read_metrics(tmp_path / "model", "eval")
     assert [e["step"] for e in evals] == [100, 120] and evals[-1]["D_RMSE"] < evals[0]["D_RMSE"]
     assert (tmp_path / "model" / "eval_predictions.npz").exists() and (tmp_path / "model" / "best").is_dir()

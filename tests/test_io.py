@@ -8,7 +8,7 @@ from ase.calculators.singlepoint import SinglePointCalculator
 from pinn import keys as K
 from pinn.io import (DataError, add_neighbors, load_ase, load_numpy, load_tfrecord, sparse_batch, split_items,
                      write_tfrecord)
-from pinn.neighbors import neighbor_list
+from pinn.io.neighbors import neighbor_list
 
 
 def _frames(n, rng, with_stress=True):

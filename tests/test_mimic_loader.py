@@ -187,7 +187,7 @@ def test_forces_from_ftrajectory(acetone_run, tmp_path):
 
 def test_real_gromacs_double_precision_mixed_blocks(tmp_path):
     """GROMACS-written double-precision trr with x every 2 and f every 3 steps, and its mimicpy-written .mpt."""
-    from pinn.io.trr import TRRFile
+    from pinn.io.readers.trr import TRRFile
     mpt, trr = os.path.join(GMX, "water.mpt"), os.path.join(GMX, "water_double_mixed.trr")
     ener = write_energies(tmp_path / "ENERGIES", range(1, 20), -10.0 - np.arange(1, 20))
     with pytest.raises(DataError, match=r"water_double_mixed.trr: frame 3 \(step 15\) has no positions.*1 of 5"):

@@ -9,12 +9,12 @@ import subprocess
 import numpy as np
 import pytest
 
-from pinn.io.cpmd import FTrajectory, gromacs_to_cpmd_order, read_overlaps
-from pinn.io.energies import read_energies, write_energies
+from pinn.io.readers.cpmd import FTrajectory, gromacs_to_cpmd_order, read_overlaps
+from pinn.io.readers.energies import read_energies, write_energies
 from pinn.io.errors import DataError
-from pinn.io.mpt import read_mpt, write_mpt
-from pinn.io.ndx import read_ndx
-from pinn.io.trr import TRRFile, write_trr
+from pinn.io.readers.mpt import read_mpt, write_mpt
+from pinn.io.readers.ndx import read_ndx
+from pinn.io.readers.trr import TRRFile, write_trr
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
 GMX = os.path.join(DATA, "gromacs")
@@ -28,7 +28,7 @@ def _mdanalysis_files():
 
 
 def assert_same_as_mdanalysis(path):
-    """Every frame, every block: pinn.io.trr against MDAnalysis's TRRReader (its own C xdrfile code)."""
+    """Every frame, every block: pinn.io.readers.trr against MDAnalysis's TRRReader (its own C xdrfile code)."""
     from MDAnalysis.coordinates.TRR import TRRReader
     reader = TRRReader(path, convert_units=False)
     with TRRFile(path) as trr:

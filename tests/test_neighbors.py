@@ -4,8 +4,8 @@ import pytest
 from ase import Atoms
 from ase.neighborlist import neighbor_list as ase_neighbor_list
 
-from pinn.neighbors import batch_neighbor_list, neighbor_list
-import pinn.neighbors as nbmod
+from pinn.io.neighbors import batch_neighbor_list, neighbor_list
+import pinn.io.neighbors as nbmod
 
 
 def _pairs(i, j, shift):
@@ -70,8 +70,8 @@ def test_verlet_list_equals_fresh_lists_along_a_trajectory(periodic, compiled, m
     """The Verlet list (kept while atoms move less than skin/2) gives exactly the pairs of a
     fresh list at every step, also when atoms leave the cell, and rebuilds only when needed;
     with the per-step filter in NumPy and in the compiled loop (used for large lists)."""
-    from pinn import neighbors
-    from pinn.neighbors import VerletNeighbors, neighbor_list
+    from pinn.io import neighbors
+    from pinn.io.neighbors import VerletNeighbors, neighbor_list
     monkeypatch.setattr(neighbors, "COMPILED_FILTER_MIN_PAIRS", 0 if compiled else 10**12)
     rng = np.random.RandomState(3)
     cell = np.array([[7.0, 0.0, 0.0], [1.2, 6.5, 0.0], [0.4, -0.8, 6.8]])
@@ -99,8 +99,8 @@ def test_compiled_filter_equals_numpy_filter_over_several_chunks():
     """The compiled filter of a large Verlet list returns the same arrays, in the same order, as
     the NumPy one, with pairs placed to within float64 rounding of the cutoff."""
     pytest.importorskip("numba")
-    from pinn import verlet_filter
-    from pinn.neighbors import close_pairs_numpy
+    from pinn.engines.numba import verlet_filter
+    from pinn.io.neighbors import close_pairs_numpy
     rng = np.random.RandomState(7)
     n_atoms, n_pairs, rc = 500, 3 * verlet_filter.CHUNK + 123, 4.0
     coord = rng.uniform(-5, 5, (n_atoms, 3))

@@ -11,7 +11,7 @@ from pinn.models import potential_model
 from pinn.models.base import cast_floats
 from pinn.models.dipole import DipoleModel
 from pinn.networks import get_network
-from pinn.padding import bucket_size, pad_batch, pad_tensors
+from pinn.io.padding import bucket_size, pad_batch, pad_tensors
 from pinn.params import ParamsError, resolve
 
 from physics import make_model
@@ -138,7 +138,7 @@ def _train(tmp_path, alloy_xyz, jit, steps=4, parts=None):
 def test_compiled_training_takes_the_same_steps(tmp_path, alloy_xyz, parts):
     """jit=True (XLA on padded batches), in one part or in 3 uneven parts of a batch of 5
     (batch_parts), trains to the same weights and figures as jit=False in one part."""
-    from pinn.metrics import read_metrics
+    from pinn.training.metrics import read_metrics
     plain = _train(tmp_path, alloy_xyz, jit=False, parts=1)
     compiled = _train(tmp_path, alloy_xyz, jit=True, parts=parts)
     assert compiled.jit and not plain.jit and compiled.parts == parts and plain.parts == 1
@@ -196,7 +196,7 @@ def test_split_batch_parts_make_up_the_batch(alloy_xyz):
     shuffled[K.IND_1] = tf.reverse(batch[K.IND_1], [0])
     with pytest.raises(tf.errors.InvalidArgumentError, match="not ordered by structure"):
         split_batch(shuffled, 2)
-    from pinn.padding import pad_tensors
+    from pinn.io.padding import pad_tensors
     with pytest.raises(ValueError, match="before padding"):
         split_batch(pad_tensors(batch, 4.5, 29), 2)
 

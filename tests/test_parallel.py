@@ -100,7 +100,7 @@ def test_two_ranks_equal_one_process_on_the_union(launcher, one_process, tmp_pat
     for key, value in reference["metrics"].items():
         assert ranks[0]["metrics"][key] == pytest.approx(value, rel=1e-5), key
     # validation during training: the same records and predictions as the 1-process run, rank 0's files only
-    from pinn.metrics import read_eval_predictions, read_metrics
+    from pinn.training.metrics import read_eval_predictions, read_metrics
     evals = read_metrics(tmp_path / "model", "eval")
     reference_evals = read_metrics(reference_dir(one_process), "eval")
     assert [e["step"] for e in evals] == [e["step"] for e in reference_evals] == [5, 10, 15, 20]

@@ -171,11 +171,11 @@ def test_scatter_sum_gradients_match_tensorflow(rng):
 
 @pytest.mark.parametrize("name", ["PiNet", "PiNet-poly", "LJ"])
 def test_padding_contributes_exactly_zero(rng, name):
-    """A batch padded to bucket sizes (pinn.padding, for XLA) gives the same energies, forces and
+    """A batch padded to bucket sizes (pinn.io.padding, for XLA) gives the same energies, forces and
     stresses for its real structures as the unpadded batch."""
     import tensorflow as tf
     from pinn.io.batch import batch_from_atoms
-    from pinn.padding import bucket_size, pad_batch, unpad
+    from pinn.io.padding import bucket_size, pad_batch, unpad
     if name == "LJ":
         model = make_model("LJ", {"atom_types": [1, 6, 8, 29, 79], "rc": RC, "epsilon": 0.01, "sigma": 2.5})
     else:
@@ -191,7 +191,7 @@ def test_padding_contributes_exactly_zero(rng, name):
 
 
 def test_bucket_sizes():
-    from pinn.padding import bucket_size
+    from pinn.io.padding import bucket_size
     sizes = [bucket_size(n) for n in range(1, 20000)]
     assert all(s >= n for n, s in zip(range(1, 20000), sizes))
     assert all(s <= max(16, 1.091 * n + 8) for n, s in zip(range(1, 20000), sizes))

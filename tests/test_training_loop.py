@@ -8,12 +8,12 @@ import pytest
 import tensorflow as tf
 
 from pinn import keys as K
-from pinn.guards import PREEMPTED_EXIT_CODE, TrainingPreempted
+from pinn.training.guards import PREEMPTED_EXIT_CODE, TrainingPreempted
 from pinn.io.batch import batch_from_atoms
-from pinn.metrics import read_metrics
+from pinn.training.metrics import read_metrics
 from pinn.models import potential_model
-from pinn.schedule import LearningRate
-from pinn.trainer import TrainingDiverged
+from pinn.training.schedule import LearningRate
+from pinn.training.trainer import TrainingDiverged
 
 from settings import PLAIN_SCHEDULE
 
@@ -156,7 +156,7 @@ def test_the_watchdog_ends_a_stalled_process():
     import sys
     code = ("import time\n"
             "from pinn.logs import setup_logging\n"
-            "from pinn.guards import Watchdog\n"
+            "from pinn.training.guards import Watchdog\n"
             "setup_logging()\n"
             "with Watchdog(1.0, lambda: 'the last checkpoint is X') as dog:\n"
             "    dog.beat()\n"
@@ -167,7 +167,7 @@ def test_the_watchdog_ends_a_stalled_process():
 
 
 def test_scaling_line():
-    from pinn.progress import scaling_line
+    from pinn.training.progress import scaling_line
     figures = np.array([[512.0, 0.12], [498.0, 0.14]])
     assert scaling_line(figures) == "ranks: 512, 498 structures/s; communication 12%, 14%"
     assert scaling_line(figures, 543.0).endswith("efficiency 93% of 2 × 543")

@@ -1,4 +1,4 @@
-"""Write docs/params.md from the params schema (pinn.params, pinn.networks, pinn.models).
+"""Write docs/params.md from the params schema (pinn.params, pinn.networks, pinn.models, pinn.training.options).
 
 Usage:  python tools/gen_params_doc.py [--check]
 
@@ -12,11 +12,12 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)  # the checkout's pinn, even when it is not installed
 
-from pinn.models import MODELS  # noqa: E402  (the potential model's schema is pinn.models.potential.PARAMS)
+from pinn.models.registry import MODELS  # noqa: E402
 from pinn.networks import NETWORKS  # noqa: E402
-from pinn.parallel import PARAMS as PARALLEL_PARAMS  # noqa: E402
-from pinn.params import TOP_LEVEL, describe  # noqa: E402
-from pinn.runconfig import DATA_PARAMS, TRAIN_PARAMS  # noqa: E402
+from pinn.parallel.worlds import PARAMS as PARALLEL_PARAMS  # noqa: E402
+from pinn.params import TOP_LEVEL, model_schema  # noqa: E402
+from pinn.schema import describe  # noqa: E402
+from pinn.cli.runconfig import DATA_PARAMS, TRAIN_PARAMS  # noqa: E402
 
 OUT = os.path.join(ROOT, "docs", "params.md")
 
@@ -86,8 +87,8 @@ def render():
              describe(PARALLEL_PARAMS)]
     for name, cls in NETWORKS.items():
         parts += [f"\n## `network.params` for `{name}`\n", describe(cls.PARAMS)]
-    for name, cls in MODELS.items():
-        parts += [f"\n## `model.params` for `{name}`\n", describe(cls.PARAMS)]
+    for name in MODELS:
+        parts += [f"\n## `model.params` for `{name}`\n", describe(model_schema(name))]
     parts += ["\n## Run files: `data`\n", "Sections of a YAML run file for `pinn train` only; see the "
               "[command line](cli.md).\n", describe(DATA_PARAMS),
               "\n## Run files: `train`\n", describe(TRAIN_PARAMS)]

@@ -1,6 +1,6 @@
 """Data loading: loaders produce ``tf.data.Dataset`` objects of structures keyed as in :mod:`pinn.keys`.
 
-- :func:`load_ase`: any ASE-readable file, an ASE database, a list of ``Atoms``;
+- :func:`load_ase`: any ASE-readable file (or a list of them), an ASE database, a list of ``Atoms``;
 - :func:`load_numpy`: a dict of arrays;
 - :func:`load_mimic`: the files a MiMiC QM/MM run leaves (``.mpt``, ``.trr``, ``ENERGIES``);
 - :func:`distribute_data`: this rank's share of parallel file lists;
@@ -10,11 +10,11 @@
 - :func:`split_batch`: a sparse batch in parts of consecutive structures;
 - :func:`write_tfrecord` / :func:`load_tfrecord`: a preprocessed cache.
 
-The file readers :mod:`pinn.io.trr`, :mod:`pinn.io.mpt`, :mod:`pinn.io.energies`
-and :mod:`pinn.io.ndx` work on their own and do not import TensorFlow; the names
-above are imported on first use, so ``import pinn.io.trr`` stays light.
+The file readers in :mod:`pinn.io.readers` (trr, mpt, ENERGIES, ndx, CPMD) work on
+their own with NumPy and do not import TensorFlow; the names above are imported on
+first use, so ``import pinn.io.readers.trr`` stays light.
 """
-import importlib
+from pinn.lazy import lazy_exports
 
 _EXPORTS = {
     "DataError": "pinn.io.errors",
@@ -29,15 +29,4 @@ _EXPORTS = {
 }
 
 __all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name):
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'pinn.io' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_EXPORTS[name]), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

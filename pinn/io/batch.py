@@ -3,7 +3,7 @@ import numpy as np
 import tensorflow as tf
 
 from pinn import keys as K
-from pinn.neighbors import batch_neighbor_list, neighbor_list
+from pinn.io.neighbors import batch_neighbor_list, neighbor_list
 
 
 def sparse_batch(batch_size, drop_remainder=False, num_parallel_calls=tf.data.AUTOTUNE):
@@ -150,7 +150,7 @@ def add_neighbors(rc, num_parallel_calls=tf.data.AUTOTUNE):
 
     Works on single structures (apply it before ``.cache()`` to compute every
     list once) and on sparse batches (what models do when the input has no
-    list yet).  The list is computed in NumPy by :func:`pinn.neighbors.neighbor_list`.
+    list yet).  The list is computed in NumPy by :func:`pinn.io.neighbors.neighbor_list`.
     """
     rc = float(rc)
 
@@ -189,8 +189,8 @@ def batch_from_atoms(atoms_list, rc, float_dtype="float32", neighbors=None):
         rc: cutoff radius of the neighbor list, Å.
         float_dtype: dtype of the float arrays.
         neighbors: function ``(coord, cell, pbc) -> (ind_2, shift)`` giving the pairs
-            within ``rc`` (default :func:`pinn.neighbors.neighbor_list`; the calculator
-            passes a :class:`pinn.neighbors.VerletNeighbors`).
+            within ``rc`` (default :func:`pinn.io.neighbors.neighbor_list`; the calculator
+            passes a :class:`pinn.io.neighbors.VerletNeighbors`).
 
     Returns:
         dict with ``elems``, ``coord``, ``cell``, ``pbc``, ``ind_1``, ``ind_2``, ``shift``.

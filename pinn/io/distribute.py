@@ -4,7 +4,7 @@ import os
 
 import numpy as np
 
-from pinn import parallel
+from pinn.parallel import ranks as parallel
 from pinn.io.errors import DataError
 
 log = logging.getLogger(__name__)
@@ -114,7 +114,7 @@ def _trr_files(lists):
 
 def _weights(lists):
     """Frames per position from the trr list if there is one, else bytes."""
-    from pinn.io.trr import TRRFile
+    from pinn.io.readers.trr import TRRFile
     trr_files = _trr_files(lists)
     if trr_files is not None:
         counts = []

@@ -26,12 +26,12 @@ import numpy as np
 from pinn import keys as K
 from pinn import units
 from pinn.io.base import Frame, list_loader
-from pinn.io.cpmd import FTrajectory, gromacs_to_cpmd_order, read_overlaps
-from pinn.io.energies import last_occurrence, read_energies
+from pinn.io.readers.cpmd import FTrajectory, gromacs_to_cpmd_order, read_overlaps
+from pinn.io.readers.energies import last_occurrence, read_energies
 from pinn.io.errors import DataError
-from pinn.io.mpt import read_mpt
-from pinn.io.ndx import read_ndx
-from pinn.io.trr import TRRFile
+from pinn.io.readers.mpt import read_mpt
+from pinn.io.readers.ndx import read_ndx
+from pinn.io.readers.trr import TRRFile
 
 log = logging.getLogger(__name__)
 

@@ -6,8 +6,7 @@ model object with the estimator-like API ``train(input_fn, max_steps)``,
 """
 from pinn.models.dipole import DipoleModel
 from pinn.models.potential import PotentialModel
-
-MODELS = {"potential_model": PotentialModel, "dipole_model": DipoleModel}
+from pinn.models.registry import MODELS
 
 
 def potential_model(params):
@@ -22,7 +21,7 @@ def potential_model(params):
         params: params dict (see the params reference) or a model directory.
 
     Returns:
-        :class:`pinn.trainer.Trainer` wrapping a :class:`PotentialModel`.
+        :class:`pinn.training.trainer.Trainer` wrapping a :class:`PotentialModel`.
     """
     return _build(params, PotentialModel)
 
@@ -34,7 +33,7 @@ def dipole_model(params):
     ``params['model']['name']`` is ``'dipole_model'``.
 
     Returns:
-        :class:`pinn.trainer.Trainer` wrapping a :class:`DipoleModel`.
+        :class:`pinn.training.trainer.Trainer` wrapping a :class:`DipoleModel`.
     """
     return _build(params, DipoleModel)
 
@@ -44,10 +43,10 @@ def get_model(params, checkpoint=None):
 
     Args:
         params: params dict or model directory.
-        checkpoint: ``None``/``'last'``, ``'best'`` or a checkpoint path (see :class:`pinn.trainer.Trainer`).
+        checkpoint: ``None``/``'last'``, ``'best'`` or a checkpoint path (see :class:`pinn.training.trainer.Trainer`).
 
     Returns:
-        :class:`pinn.trainer.Trainer`.
+        :class:`pinn.training.trainer.Trainer`.
     """
     from pinn.params import read_params, resolve
     import os
@@ -57,7 +56,7 @@ def get_model(params, checkpoint=None):
 
 def _build(params, model_cls, checkpoint=None):
     from pinn.params import ParamsError, legacy, read_params, resolve
-    from pinn.trainer import Trainer
+    from pinn.training.trainer import Trainer
     import os
     expected = {cls: name for name, cls in MODELS.items()}[model_cls]
     from_model_dir = isinstance(params, (str, os.PathLike))
@@ -77,7 +76,7 @@ def _build(params, model_cls, checkpoint=None):
         params = resolve(params)
     world = None
     if params["parallel"] and not from_model_dir:
-        from pinn.parallel import parallelize_model
+        from pinn.parallel.worlds import parallelize_model
         world = parallelize_model(params)
     return Trainer(params, model_cls, world, checkpoint)
 

@@ -9,15 +9,14 @@ each term's multiplier (``WEIGHT_KEYS``) and which terms are on
 with penalty(e) = e² (``loss_type: mse``) or, for ``huber``, e² when |e| ≤ δ
 and 2δ|e| − δ² beyond (the same as MSE for small errors, linear for outliers).
 Sums and counts are kept apart so a parallel run can normalise by the global
-counts (see :mod:`pinn.trainer`).
+counts (see :mod:`pinn.training.trainer`).
 """
 import copy
 
 import tensorflow as tf
 
-from pinn.params import Option, ParamsError
-from pinn.schedule import check_weight_schedule, piecewise_linear
-from pinn.trainer import TRAINING_PARAMS
+from pinn.models.loss_weights import check_weight_schedule, piecewise_linear
+from pinn.schema import Option, ParamsError
 
 #: loss options shared by all models (``model.params``)
 LOSS_PARAMS = {
@@ -30,7 +29,9 @@ LOSS_PARAMS = {
                                    "decay_step); replaces that term's multiplier", check=check_weight_schedule),
 }
 
-COMMON_PARAMS = {**LOSS_PARAMS, **TRAINING_PARAMS}
+#: what every model's ``PARAMS`` includes (the training loop's options are added by
+#: :func:`pinn.params.model_schema`)
+COMMON_PARAMS = LOSS_PARAMS
 
 
 class Model(tf.Module):

@@ -16,8 +16,8 @@ import tensorflow as tf
 from pinn import keys as K
 from pinn.models.base import COMMON_PARAMS, Model, abs_sq_count, cast_floats, per_row
 from pinn.models.potential import pair_geometry
-from pinn.padding import atom_weights, structure_weights
-from pinn.params import Option, ParamsError, non_negative, positive
+from pinn.models.loss_weights import atom_weights, structure_weights
+from pinn.schema import Option, ParamsError, non_negative, positive
 
 PARAMS = {
     "use_dipole": Option(bool, True, "train on the dipole moment (d_data, e·Å)"),
@@ -124,7 +124,7 @@ class DipoleModel(Model):
         return out
 
     def parity_arrays(self, batch, pred):
-        """Labels and predictions of one evaluated batch (NumPy) for parity plots (see :mod:`pinn.metrics`)."""
+        """Labels and predictions of one evaluated batch (NumPy) for parity plots (see :mod:`pinn.training.metrics`)."""
         out = {}
         if K.D_DATA in batch:
             out["dipole_ref"] = np.asarray(batch[K.D_DATA], np.float64)

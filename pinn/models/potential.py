@@ -15,9 +15,9 @@ import tensorflow as tf
 
 from pinn import keys as K
 from pinn.models.base import COMMON_PARAMS, Model, abs_sq_count, cast_floats
-from pinn.padding import atom_weights, structure_weights
+from pinn.models.loss_weights import atom_weights, structure_weights
 from pinn.networks.layers import scatter_sum
-from pinn.params import Option, non_negative, positive
+from pinn.schema import Option, non_negative, positive
 
 PARAMS = {
     "use_force": Option(bool, False, "train on forces as well as energies"),
@@ -210,7 +210,7 @@ class PotentialModel(Model):
         return out
 
     def parity_arrays(self, batch, pred):
-        """Labels and predictions of one evaluated batch (NumPy) for parity plots (see :mod:`pinn.metrics`)."""
+        """Labels and predictions of one evaluated batch (NumPy) for parity plots (see :mod:`pinn.training.metrics`)."""
         out = {}
         n_struct = len(pred["energy"])
         if K.E_DATA in batch:

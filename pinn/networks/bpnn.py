@@ -23,7 +23,7 @@ import tensorflow as tf
 
 from pinn import keys as K
 from pinn.networks.layers import ACTIVATIONS, CUTOFFS, Dense, ElementIndex, FeedForward, cutoff
-from pinn.params import Option, positive, positive_int_list
+from pinn.schema import Option, positive, positive_int_list
 
 
 def _check_sf_spec(spec):

@@ -10,7 +10,7 @@ import tensorflow as tf
 
 from pinn import keys as K
 from pinn.networks.layers import ElementIndex
-from pinn.params import Option, positive, positive_int_list
+from pinn.schema import Option, positive, positive_int_list
 
 PARAMS = {
     "atom_types": Option(list, [1, 6, 7, 8], "atomic numbers accepted (all share one epsilon and sigma)",

@@ -22,7 +22,7 @@ import tensorflow as tf
 from pinn import keys as K
 from pinn.networks.layers import (ACTIVATIONS, CUTOFFS, Dense, ElementIndex, FeedForward, cutoff, radial_basis,
                                   scatter_sum)
-from pinn.params import Option, positive, positive_int_list
+from pinn.schema import Option, positive, positive_int_list
 
 PARAMS = {
     "atom_types": Option(list, [1, 6, 7, 8], "atomic numbers the network knows", check=positive_int_list),

@@ -19,7 +19,7 @@ Values are returned in GROMACS units, unconverted: x and box in nm, v in
 nm/ps, f in kJ mol⁻¹ nm⁻¹, time in ps (in a MiMiC run the time field holds the
 step number).  Example::
 
-    from pinn.io.trr import TRRFile
+    from pinn.io.readers.trr import TRRFile
     with TRRFile('traj.trr') as trr:
         print(len(trr), trr.steps[:5])
         frame = trr[-1]            # dict: step, time, lambda, box, x, v, f, natoms, double

@@ -23,7 +23,7 @@ seeded pipeline, the data position).
 With an ``eval_fn``, the validation input is evaluated every
 ``eval_every_n_steps`` (with the averaged weights when ``ema_decay`` is set);
 the figures go to the log, ``metrics.jsonl`` and TensorBoard, the
-predictions to ``eval_predictions.npz`` (see :mod:`pinn.metrics`), and
+predictions to ``eval_predictions.npz`` (see :mod:`pinn.training.metrics`), and
 training stops early after ``early_stopping_patience`` evaluations without
 improvement.
 """
@@ -37,98 +37,23 @@ import numpy as np
 import tensorflow as tf
 
 from pinn import keys as K
-from pinn.ema import WeightAverage
-from pinn.guards import StopSignals, TrainingPreempted, Watchdog
+from pinn.training.ema import WeightAverage
+from pinn.training.inference import InferenceHandle
+from pinn.training.guards import StopSignals, TrainingPreempted, Watchdog
 from pinn.io.batch import add_neighbors, split_batch
 from pinn.logs import setup_logging
-from pinn.metrics import MAX_PARITY_ROWS, write_eval_predictions
+from pinn.training.metrics import MAX_PARITY_ROWS, write_eval_predictions
 from pinn.networks import get_network
-from pinn.padding import pad_to_buckets, structure_weights
-from pinn.parallel import SerialWorld
-from pinn.params import Option, ParamsError, non_negative, positive, read_params, resolve, write_params
-from pinn.progress import Meter, ProgressBar, errors_from_sums, scaling_line
-from pinn.recorder import RunRecorder
-from pinn.schedule import LR_SCHEDULES, LearningRate
+from pinn.io.padding import pad_to_buckets
+from pinn.models.loss_weights import structure_weights
+from pinn.parallel.worlds import SerialWorld
+from pinn.params import ParamsError, read_params, resolve, write_params
+from pinn.training.options import TRAINING_PARAMS
+from pinn.training.progress import Meter, ProgressBar, errors_from_sums, scaling_line
+from pinn.training.recorder import RunRecorder
+from pinn.training.schedule import LearningRate
 
 log = logging.getLogger("pinn")
-
-#: training-loop options shared by all models (``model.params``)
-def _fraction(value):
-    return None if 0 < value < 1 else "must be in (0, 1)"
-
-
-def _metric_name(value):
-    import re
-    if value == "loss" or re.fullmatch(r"[EFSDQ]_(MAE|RMSE)", value):
-        return None
-    return "must be 'loss' or <quantity>_MAE / <quantity>_RMSE with quantity E, F, S, D or Q (e.g. 'F_RMSE')"
-
-
-def _step_list(value):
-    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value) or value != sorted(value):
-        return "must be a list of increasing positive step numbers"
-    return None
-
-
-TRAINING_PARAMS = {
-    "learning_rate": Option(float, 3e-3, "Adam learning rate (of one rank; see parallel_params.lr_scaling)",
-                            check=positive),
-    "lr_schedule": Option(str, "cosine", "shape of the learning rate over the steps (see the training page)",
-                          choices=LR_SCHEDULES),
-    "decay_step": Option(int, 10000, "steps per decay of the 'exponential' and 'step' schedules", check=positive),
-    "decay_rate": Option(float, 0.96, "factor of the decay per decay_step (or per boundary)", check=positive),
-    "lr_boundaries": Option(list, [], "steps at which the 'step' schedule multiplies the rate by decay_rate "
-                            "([]: every decay_step)", check=_step_list),
-    "lr_cosine_steps": Option((int, None), None, "length of the 'cosine' schedule in steps (None: the max_steps of "
-                              "the train() call)", check=positive),
-    "lr_min_factor": Option(float, 0.01, "final rate of the 'cosine' schedule as a fraction of learning_rate",
-                            check=lambda v: None if 0 <= v <= 1 else "must be in [0, 1]"),
-    "lr_warmup_steps": Option(int, 200, "linear warmup of the rate over this many steps (0: none)", check=non_negative),
-    "ema_decay": Option((float, None), 0.99, "exponential moving average of the weights with this decay (e.g. "
-                        "0.999): evaluation and inference use the average, training goes on from the raw weights "
-                        "(None: off)", check=_fraction),
-    "engine": Option(str, "auto", "what computes the training gradients: 'tensorflow' (gradient tapes, XLA with "
-                     "jit), 'numba' (pinn.fast_train: hand-written derivatives in compiled CPU kernels; PiNet with "
-                     "tanh, energy and force losses) or 'auto' (numba where it applies, no GPU is visible and "
-                     "neither jit nor batch_parts asks for the TensorFlow step)",
-                     choices=("auto", "tensorflow", "numba")),
-    "jit": Option((bool, None), None, "the tensorflow engine: compile the training step with XLA, on batches padded "
-                  "to a few bucket sizes (pinn.padding; one compile of ~10 s per bucket, then 1.1-1.4x faster training "
-                  "on 2 CPU cores); None: for the networks that support it (PiNet, LJ)"),
-    "batch_parts": Option((int, None), None, "the tensorflow engine: split each training batch into this many parts "
-                          "of consecutive structures whose gradients are computed concurrently and summed (the same "
-                          "update: an "
-                          "XLA-compiled computation runs on about one CPU core, so one part per core keeps the "
-                          "cores busy); None: one part per CPU core, at most 4, for an XLA-compiled step of one "
-                          "process without a GPU, else 1", check=positive),
-    "max_grad_norm": Option((float, None), 10.0, "clip gradients to this global norm (None: no clipping)"),
-    "accumulate_batches": Option(int, 1, "batches per step: their gradients are summed (one allreduce in a "
-                                 "parallel run) and the loss is normalised over all of them", check=positive),
-    "max_nonfinite_steps": Option(int, 5, "after this many consecutive steps with a non-finite loss or "
-                                  "gradient (each skipped), roll back to the last checkpoint", check=positive),
-    "rollback_lr_factor": Option(float, 0.5, "multiply the learning rate by this at each rollback",
-                                 check=lambda v: None if 0 < v <= 1 else "must be in (0, 1]"),
-    "max_rollbacks": Option(int, 3, "stop with an error after this many rollbacks in one train() call",
-                            check=positive),
-    "save_checkpoint_steps": Option(int, 1000, "write a checkpoint every that many steps", check=positive),
-    "keep_checkpoint_max": Option(int, 5, "number of checkpoints kept", check=positive),
-    "eval_every_n_steps": Option((int, None), None, "evaluate the eval_fn input every that many steps (None: at "
-                                 "every checkpoint)", check=positive),
-    "early_stopping_metric": Option(str, "loss", "validation figure that picks the best checkpoint and drives early "
-                                    "stopping: 'loss' or an error such as 'F_RMSE', 'E_MAE', 'D_RMSE' (with a "
-                                    "loss_weight_schedule, pick an error: the loss changes with the weights)",
-                                    check=_metric_name),
-    "early_stopping_patience": Option((int, None), None, "stop after this many evaluations without improvement "
-                                      "(None: never stop early)", check=positive),
-    "early_stopping_min_delta": Option(float, 0.0, "an improvement must lower the metric by more than this "
-                                       "(units of the metric)", check=non_negative),
-    "log_every_n_steps": Option(int, 100, "progress line every that many steps", check=positive),
-    "progress_bar": Option(str, "auto", "progress bar on stderr: 'auto' (when stderr is a terminal), 'on', 'off'",
-                           choices=("auto", "on", "off")),
-    "tensorboard": Option(bool, True, "write TensorBoard summaries to model_dir/tensorboard (rank 0)"),
-    "data_resume": Option(str, "skip", "on resume, 'skip' the batches already trained on (exact for a "
-                          "seeded pipeline) or start the input again ('none')", choices=("skip", "none")),
-}
 
 BEST_DIR = "best"
 
@@ -212,13 +137,36 @@ class Trainer:
         self.bar = ProgressBar(enabled=False)
         self.last_validation = None  # metrics of the latest validation during train()
 
+    @classmethod
+    def from_model_dir(cls, model_dir, checkpoint=None):
+        """The model of ``model_dir`` (its ``params.yml``) in this one process, whatever its stored
+        ``parallel`` says, restored from ``checkpoint`` (see the class)."""
+        from pinn.models.registry import MODELS
+        params = read_params(model_dir)
+        return cls(params, MODELS[params["model"]["name"]], None, checkpoint)
+
+    @classmethod
+    def load_for_inference(cls, model_dir, checkpoint=None):
+        """The :class:`~pinn.training.inference.InferenceHandle` of a model directory's model, with its
+        averaged weights put in for good; a ``ValueError`` when the directory holds no checkpoint."""
+        trainer = cls.from_model_dir(model_dir, checkpoint)
+        if not trainer.restored:
+            raise ValueError(f"{os.fspath(model_dir)}: no checkpoint to load (train the model first)")
+        trainer.freeze_averaged_weights()
+        return trainer.inference()
+
+    def inference(self):
+        """An :class:`~pinn.training.inference.InferenceHandle` of this model (what the calculator takes)."""
+        return InferenceHandle(self)
+
     def _engine_setting(self):
-        """What computes the gradients (``model.params.engine``): a :class:`pinn.fast_train.TrainingEngine`,
+        """What computes the gradients (``model.params.engine``): a :class:`pinn.engines.training.TrainingEngine`,
         or None for TensorFlow."""
         choice = self.mp["engine"]
         if choice == "tensorflow":
             return None
-        from pinn.fast_train import TrainingEngine, check_supported
+        from pinn.engines.lowering import check_supported
+        from pinn.engines.training import TrainingEngine
         reason = check_supported(self.model)
         if choice == "numba" and reason:
             raise ParamsError(f"model.params.engine: {reason}")
@@ -460,7 +408,7 @@ class Trainer:
             return grads, stats
 
         if self.engine is not None:  # the numba engine: one call computes the loss and its gradients
-            from pinn.fast_train import tensorflow_gradients
+            from pinn.engines.training import tensorflow_gradients
 
             def part_gradients(batch, global_counts):  # noqa: F811
                 weights = model.loss_weights(schedule_position(self.step))
@@ -530,10 +478,10 @@ class Trainer:
     def _engine_step(self, variables, terms, metric_keys):
         """The step of one process and one batch with the numba engine: its gradients from the NumPy
         batch, then the update (clipping, Adam, the average) on the host's flat vectors
-        (:class:`pinn.host_optimizer.HostOptimizer`), which TensorFlow's variables get when something
+        (:class:`pinn.engines.host_optimizer.HostOptimizer`), which TensorFlow's variables get when something
         reads them (:meth:`_store_engine_state`)."""
-        from pinn.fast_train import BATCH_KEYS, step_stats
-        from pinn.host_optimizer import HostOptimizer
+        from pinn.engines.training import BATCH_KEYS, step_stats
+        from pinn.engines.host_optimizer import HostOptimizer
         engine, model = self.engine, self.model
         host = self._host = HostOptimizer(variables, self.optimizer, self.ema, self.mp["max_grad_norm"])
         schedule_position = self.learning_rate.single_rank_steps
@@ -935,7 +883,7 @@ class Trainer:
         return self._evaluate(input_fn)[0]
 
     def _evaluate(self, input_fn, parity=False):
-        """(metrics, parity arrays or ``None``); see :meth:`evaluate` and :mod:`pinn.metrics`."""
+        """(metrics, parity arrays or ``None``); see :meth:`evaluate` and :mod:`pinn.training.metrics`."""
         dataset = self._input(input_fn)
         spec = dataset.element_spec
         model = self.model

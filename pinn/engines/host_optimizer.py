@@ -1,8 +1,8 @@
 """The update of a one-process numba-engine step on flat NumPy arrays: clipping, Adam and the
-weight average, as the TensorFlow step applies them (:mod:`pinn.trainer`), without a TensorFlow
+weight average, as the TensorFlow step applies them (:mod:`pinn.training.trainer`), without a TensorFlow
 call per step.
 
-With the numba engine (:mod:`pinn.fast_train`) computing the gradients in about 5 ms for a
+With the numba engine (:mod:`pinn.engines.training`) computing the gradients in about 5 ms for a
 small batch, TensorFlow's update (one XLA call taking the gradient and writing ~60 weight,
 ~120 Adam-slot and ~60 average variables) cost another 1.5–2.5 ms, most of it the call's
 overhead per variable.  Here the weights, Adam's moments and the averages are one vector
@@ -13,12 +13,12 @@ TensorFlow computes, and at the end of training) and read back when something el
 
 The arithmetic is Keras' ``Adam`` (TensorFlow 2.15: ``m += (g − m)(1 − β₁)``,
 ``v += (g² − v)(1 − β₂)``, ``w −= α m / (√v + ε)``, ``α = lr √(1 − β₂ᵗ) / (1 − β₁ᵗ)``),
-``tf.clip_by_global_norm`` and :class:`pinn.ema.WeightAverage`, in the variables' precision;
+``tf.clip_by_global_norm`` and :class:`pinn.training.ema.WeightAverage`, in the variables' precision;
 float64 training gives TensorFlow's numbers to rounding (tested, :mod:`tests.test_fast_train`).
 """
 import numpy as np
 
-from pinn.fast_pinet import _jit
+from pinn.engines.numba.md_kernels import _jit
 
 
 @_jit()
@@ -59,7 +59,7 @@ class HostOptimizer:
         variables: the trainable variables (their values, flattened and concatenated in this
             order, are :attr:`weights`).
         optimizer: the run's ``tf.keras.optimizers.Adam``, built for ``variables``.
-        average: the run's :class:`pinn.ema.WeightAverage`, or None.
+        average: the run's :class:`pinn.training.ema.WeightAverage`, or None.
         max_grad_norm: global-norm clipping of the gradient (None or 0: none).
     """
 

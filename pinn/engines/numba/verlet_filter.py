@@ -1,4 +1,4 @@
-"""The per-step filter of a large Verlet list (:class:`pinn.neighbors.VerletNeighbors`) in a
+"""The per-step filter of a large Verlet list (:class:`pinn.io.neighbors.VerletNeighbors`) in a
 compiled parallel loop: the pairs of the kept list that are closer than the cutoff, with the
 result of the NumPy filter, about 10× faster (a 10 976-atom Cu cell, 470 000 listed pairs:
 5.5 against 56 ms on 2 cores).  Imported only when a list is large enough to need it."""
@@ -20,7 +20,7 @@ def available():
 
 def close_pairs(coord, ind_2, shift, offsets, rc2):
     """``(ind_2, shift)`` of the listed pairs with squared distance below ``rc2`` (Å²), in list
-    order: what :func:`pinn.neighbors.close_pairs_numpy` gives, by two parallel passes over chunks of the list (count, then copy), with no per-pair temporaries.
+    order: what :func:`pinn.io.neighbors.close_pairs_numpy` gives, by two parallel passes over chunks of the list (count, then copy), with no per-pair temporaries.
 
     Args:
         coord: [n_atoms, 3] float64 positions, Å.

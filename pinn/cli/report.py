@@ -1,7 +1,7 @@
 """Report of a training run: learning curves, parity plots and a text summary (``pinn report``).
 
 :func:`write_report` reads what a run leaves in its model directory
-(:mod:`pinn.metrics`: ``metrics.jsonl`` and ``eval_predictions.npz``) and writes
+(:mod:`pinn.training.metrics`: ``metrics.jsonl`` and ``eval_predictions.npz``) and writes
 
 - ``learning_curves.png``: the loss, each quantity's errors (RMSE solid, MAE
   dashed) and the learning rate against the step; training records in
@@ -23,7 +23,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from pinn.metrics import (METRICS_FILE, NAMES, PREDICTIONS_FILE, UNITS, metrics_path, read_eval_predictions,
+from pinn.training.metrics import (METRICS_FILE, NAMES, PREDICTIONS_FILE, UNITS, metrics_path, read_eval_predictions,
                           read_metrics)
 
 TRAIN_COLOR = "#1f77b4"
@@ -46,7 +46,7 @@ def load_curves(model_dir):
         model_dir: model directory.
 
     Returns:
-        ``(train, evals)``: lists of records (dicts, see :mod:`pinn.metrics`)
+        ``(train, evals)``: lists of records (dicts, see :mod:`pinn.training.metrics`)
         sorted by step; of a step logged more than once (a resumed run), the
         record written last.
 
@@ -88,7 +88,7 @@ def flagged_best(evals):
 
 
 def curve_panels(records):
-    """Panels of the learning curves, in order: ``'loss'``, each quantity of :data:`pinn.metrics.UNITS`
+    """Panels of the learning curves, in order: ``'loss'``, each quantity of :data:`pinn.training.metrics.UNITS`
     with logged errors (``'E'``, ``'F'``, ...), then ``'lr'`` when a record has a learning rate."""
     logged = set().union(*(r.keys() for r in records))
     panels = ["loss"] + [q for q in UNITS if {f"{q}_MAE", f"{q}_RMSE"} & logged]
@@ -149,7 +149,7 @@ def learning_curves_figure(train, evals):
     Returns:
         Figure with one panel per entry of :func:`curve_panels`: the loss, each
         quantity's RMSE (solid) and MAE (dashed) in its unit of
-        :data:`pinn.metrics.UNITS`, the learning rate; the step of the best
+        :data:`pinn.training.metrics.UNITS`, the learning rate; the step of the best
         evaluation (``"best": true``) marked in every panel.
     """
     best = flagged_best(evals)
@@ -167,7 +167,7 @@ def parity_sets(predictions):
     """Reference and predicted values of each quantity of an evaluation, for parity panels.
 
     Args:
-        predictions: the arrays of ``eval_predictions.npz`` (:func:`pinn.metrics.read_eval_predictions`).
+        predictions: the arrays of ``eval_predictions.npz`` (:func:`pinn.training.metrics.read_eval_predictions`).
 
     Returns:
         list of ``(label, unit, reference, prediction)``, flat float arrays, for
@@ -311,7 +311,7 @@ def write_report(model_dir, out_dir=None):
 
     Args:
         model_dir: model directory with ``metrics.jsonl`` (and optionally
-            ``eval_predictions.npz``), see :mod:`pinn.metrics`.
+            ``eval_predictions.npz``), see :mod:`pinn.training.metrics`.
         out_dir: directory for the report (created), ``model_dir/report`` by default.
 
     Returns:

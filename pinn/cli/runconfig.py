@@ -22,7 +22,7 @@ import os
 
 import yaml
 
-from pinn.params import Option, ParamsError, non_negative, positive, validate_section
+from pinn.schema import Option, ParamsError, non_negative, positive, validate_section
 
 DATA_PARAMS = {
     "train": Option((str, list, None), None, "training data: a file ASE reads, a TFRecord cache (.tfr) written by "
@@ -194,7 +194,7 @@ def run_training(path, model_dir=None, max_steps=None):
         max_steps: overrides ``train.max_steps`` of the file.
 
     Returns:
-        (model, metrics): the trained :class:`pinn.trainer.Trainer` and the
+        (model, metrics): the trained :class:`pinn.training.trainer.Trainer` and the
         final validation metrics (``None`` without validation data).
     """
     from pinn.models import get_model

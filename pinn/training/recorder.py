@@ -2,7 +2,7 @@
 
 TensorBoard event files are written to ``model_dir/tensorboard/train`` and
 ``model_dir/tensorboard/eval`` (``tensorboard --logdir model_dir/tensorboard``);
-see :mod:`pinn.metrics` for the JSONL records.  On other ranks a recorder
+see :mod:`pinn.training.metrics` for the JSONL records.  On other ranks a recorder
 does nothing.
 """
 import os
@@ -10,7 +10,7 @@ import time
 
 import tensorflow as tf
 
-from pinn.metrics import append_metrics
+from pinn.training.metrics import append_metrics
 
 
 class RunRecorder:

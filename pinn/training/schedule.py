@@ -1,4 +1,5 @@
-"""Schedules of a training run: the learning rate and the loss weights, as functions of the step.
+"""The learning rate of a training run as a function of the step (the loss weights' schedules are
+:mod:`pinn.models.loss_weights`).
 
 Learning rate, with s = step · k single-rank steps::
 
@@ -24,9 +25,8 @@ import math
 
 import tensorflow as tf
 
-from pinn.parallel import lr_scale
-
-LR_SCHEDULES = ("exponential", "step", "cosine", "constant")
+from pinn.parallel.ranks import lr_scale
+from pinn.training.options import LR_SCHEDULES
 
 
 class LearningRate:
@@ -114,35 +114,3 @@ class LearningRate:
         if self.parallel_warmup_steps:
             text += f", scaling ramp over {self.parallel_warmup_steps / per:g} steps"
         return text
-
-
-def piecewise_linear(x, points):
-    """Linear interpolation through ``points`` [[x0, y0], [x1, y1], ...] (x increasing), constant outside.
-
-    Args:
-        x: float64 scalar tensor.
-        points: list of [x, y] pairs.
-
-    Returns:
-        float64 scalar tensor.
-    """
-    value = tf.constant(float(points[0][1]), tf.float64)
-    for (x0, y0), (x1, y1) in zip(points[:-1], points[1:]):
-        value += (float(y1) - float(y0)) * tf.clip_by_value((x - float(x0)) / max(float(x1) - float(x0), 1e-12),
-                                                            0.0, 1.0)
-    return value
-
-
-def check_weight_schedule(value):
-    """Params check of ``loss_weight_schedule``: {term: [[step, weight], ...]} with increasing steps."""
-    for term, points in value.items():
-        if not isinstance(points, list) or not points or not all(
-                isinstance(p, (list, tuple)) and len(p) == 2 and all(isinstance(v, (int, float)) for v in p)
-                for p in points):
-            return f"{term}: expected a non-empty list of [step, weight] pairs"
-        steps = [p[0] for p in points]
-        if steps != sorted(steps) or len(set(steps)) != len(steps):
-            return f"{term}: steps must increase"
-        if any(p[1] < 0 for p in points):
-            return f"{term}: weights must not be negative"
-    return None

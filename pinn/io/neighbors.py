@@ -3,7 +3,7 @@
 Pure NumPy, vectorised (no per-atom Python loops), so it can run inside the
 ``tf.data`` pipeline through :func:`tf.numpy_function` and in the ASE
 calculator; only the per-step filter of a large Verlet list (:class:`VerletNeighbors`)
-runs in a compiled Numba loop (:mod:`pinn.verlet_filter`) when Numba is installed.
+runs in a compiled Numba loop (:mod:`pinn.engines.numba.verlet_filter`) when Numba is installed.
 Distances themselves are computed in TensorFlow from the pair indices and integer image shifts, so forces and stress stay differentiable.
 
 A pair (i, j, S) means atom j in the periodic image ``S`` (integer multiples of
@@ -20,7 +20,7 @@ import numpy as np
 #: below this many candidate pairs the O(N^2) search beats binning
 _BRUTE_FORCE_PAIRS = 40000
 #: a Verlet list of at least this many pairs is filtered by the compiled loop of
-#: :mod:`pinn.verlet_filter` (below it NumPy takes well under a millisecond, and Numba is not
+#: :mod:`pinn.engines.numba.verlet_filter` (below it NumPy takes well under a millisecond, and Numba is not
 #: imported)
 COMPILED_FILTER_MIN_PAIRS = 20000
 
@@ -205,7 +205,7 @@ class VerletNeighbors:
     holds exactly the pairs a fresh :func:`neighbor_list` would give (in the same order; a
     pair within float64 rounding of ``rc`` may fall either way, as the two compute its
     distance in different orders).  A list of ``COMPILED_FILTER_MIN_PAIRS`` pairs or more is
-    filtered by the compiled loop of :mod:`pinn.verlet_filter`, with the result of
+    filtered by the compiled loop of :mod:`pinn.engines.numba.verlet_filter`, with the result of
     :func:`close_pairs_numpy`.
 
     Args:
@@ -257,14 +257,14 @@ class VerletNeighbors:
             return self._pairs
         ind_2, shift = self._pairs
         if len(ind_2) >= COMPILED_FILTER_MIN_PAIRS:
-            from pinn import verlet_filter
+            from pinn.engines.numba import verlet_filter
             if verlet_filter.available():
                 return verlet_filter.close_pairs(coord, ind_2, shift, self._offsets, self.rc * self.rc)
         return close_pairs_numpy(coord, ind_2, shift, self._offsets, self.rc * self.rc)
 
     def candidates(self, coord, cell, pbc):
         """The kept list itself, for a consumer that drops the pairs beyond ``rc`` on its own
-        (:class:`pinn.fast_pinet.FastPiNet`): ``(first, second, offsets)``, the atoms of each
+        (:class:`pinn.engines.md.FastPiNet`): ``(first, second, offsets)``, the atoms of each
         pair (contiguous int32, sorted by first atom) and its image offset shift · cell (Å), a
         superset of the pairs closer than ``rc`` (rebuilt when stale, as for a call)."""
         coord = np.asarray(coord, dtype=np.float64).reshape(-1, 3)
@@ -276,7 +276,7 @@ class VerletNeighbors:
 
 def close_pairs_numpy(coord, ind_2, shift, offsets, rc2):
     """``(ind_2, shift)`` of the listed pairs with squared distance below ``rc2`` (Å²), in list
-    order: the Verlet list's per-step filter in NumPy (:func:`pinn.verlet_filter.close_pairs`
+    order: the Verlet list's per-step filter in NumPy (:func:`pinn.engines.numba.verlet_filter.close_pairs`
     is its compiled twin and gives the same arrays).
 
     Args:

@@ -3,7 +3,7 @@ import time
 
 import numpy as np
 
-from pinn.metrics import UNITS
+from pinn.training.metrics import UNITS
 
 
 def errors_from_sums(sums):

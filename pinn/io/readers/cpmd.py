@@ -100,7 +100,7 @@ def gromacs_to_cpmd_order(atom_types, overlaps):
 
     Args:
         atom_types: GROMACS atom type of every atom, GROMACS order (the
-            ``'type'`` column of :func:`pinn.io.mpt.read_mpt`).
+            ``'type'`` column of :func:`pinn.io.readers.mpt.read_mpt`).
         overlaps: [n_qm, 2] 0-based (GROMACS, CPMD) pairs of the QM atoms, from
             :func:`read_overlaps`.
 

@@ -1,7 +1,7 @@
 """The ``pinn`` command: train, convert, eval, report, log.
 
-Each command is a thin layer over the library (:mod:`pinn.runconfig`,
-:mod:`pinn.io`, :mod:`pinn.trainer`, :mod:`pinn.report`, :mod:`pinn.metrics`).
+Each command is a thin layer over the library (:mod:`pinn.cli.runconfig`,
+:mod:`pinn.io`, :mod:`pinn.training.trainer`, :mod:`pinn.cli.report`, :mod:`pinn.training.metrics`).
 Exit status: 0 success, 1 an error (one line on stderr naming the file or
 key), 2 bad command-line arguments, 75 training stopped by a signal after
 writing a checkpoint (launch it again to resume).
@@ -124,7 +124,7 @@ def _train(args):
         if unknown:
             raise ValueError(f"unexpected arguments {unknown} (only input scripts take arguments)")
         args.model_dir, args.max_steps = parsed.model_dir, parsed.max_steps
-    from pinn.runconfig import run_training
+    from pinn.cli.runconfig import run_training
     model, metrics = run_training(path, model_dir=args.model_dir, max_steps=args.max_steps)
     if metrics is not None and model.is_chief:
         print(_metrics_table(metrics))
@@ -192,7 +192,7 @@ def _atoms_of(files):
 def _evaluate(args):
     from pinn.io import sparse_batch
     from pinn.models import get_model
-    from pinn.runconfig import load_structures
+    from pinn.cli.runconfig import load_structures
     if not os.path.isdir(args.model_dir):
         raise FileNotFoundError(f"{args.model_dir}: no such model directory")
     model = get_model(args.model_dir, checkpoint=None if args.checkpoint == "last" else args.checkpoint)
@@ -212,7 +212,7 @@ def _evaluate(args):
 
 def _metrics_table(metrics):
     """A text table of MAE and RMSE per quantity, with units."""
-    from pinn.metrics import NAMES, UNITS
+    from pinn.training.metrics import NAMES, UNITS
     rows = [("quantity", "MAE", "RMSE", "unit")]
     for key in UNITS:
         if f"{key}_MAE" in metrics:
@@ -223,14 +223,14 @@ def _metrics_table(metrics):
 
 
 def _report(args):
-    from pinn.report import write_report
+    from pinn.cli.report import write_report
     result = write_report(args.model_dir, args.output)
     print(result["text"])
     return 0
 
 
 def _log(args):
-    from pinn.metrics import read_metrics
+    from pinn.training.metrics import read_metrics
     if not os.path.isdir(args.model_dir):
         raise FileNotFoundError(f"{args.model_dir}: no such model directory")
     records = read_metrics(args.model_dir, None if args.kind == "all" else args.kind)

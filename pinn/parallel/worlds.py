@@ -9,23 +9,20 @@ object with one interface and two implementations:
   (Gloo or MPI controller, NCCL on GPUs when Horovod was built with it),
   broadcasts from rank 0, and says who may write files.
 
-:func:`world` reports the (rank, size) of an initialised Horovod without
-importing it, for code such as :func:`pinn.io.distribute_data`.
+:func:`pinn.parallel.ranks.world` reports the (rank, size) of an initialised Horovod
+without importing it, for code such as :func:`pinn.io.distribute_data`.
 """
 import logging
-import math
 import os
 import socket
 import sys
 
 import numpy as np
 
-from pinn.params import Option, non_negative, positive
+from pinn.parallel.ranks import launcher_size
+from pinn.schema import Option, non_negative, positive
 
 log = logging.getLogger("pinn")
-
-#: environment variables through which launchers announce the number of processes
-_LAUNCHER_SIZE_VARS = ("HOROVOD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "SLURM_NTASKS")
 
 #: options of ``params['parallel_params']`` (used when ``params['parallel']`` is true)
 PARAMS = {
@@ -48,36 +45,6 @@ PARAMS = {
     "stall_timeout_s": Option(float, 600.0, "end the job with an error when one training step takes longer than "
                               "this (a rank died or hangs)", check=positive),
 }
-
-
-def world():
-    """This process's (rank, size): from Horovod if it is initialised, else (0, 1).
-
-    Returns:
-        (rank, size) as ints.
-    """
-    hvd = sys.modules.get("horovod.tensorflow")
-    if hvd is not None:
-        try:
-            if hvd.is_initialized():
-                return int(hvd.rank()), int(hvd.size())
-        except (AttributeError, ValueError):
-            pass
-    return 0, 1
-
-
-def launcher_size():
-    """Number of processes the launcher (horovodrun, mpirun, srun) started, from the environment; 1 if none."""
-    for var in _LAUNCHER_SIZE_VARS:
-        value = os.environ.get(var, "")
-        if value.isdigit() and int(value) > 0:
-            return int(value)
-    return 1
-
-
-def lr_scale(size, scaling):
-    """Factor of the learning rate for ``size`` ranks: ``size`` (linear), ``√size`` (sqrt) or 1 (none)."""
-    return {"linear": float(size), "sqrt": math.sqrt(size), "none": 1.0}[scaling]
 
 
 class SerialWorld:
@@ -257,7 +224,7 @@ def init(params=None):
     global _WORLD
     if _WORLD is not None:
         return _WORLD
-    from pinn.params import validate_section
+    from pinn.schema import validate_section
     options = validate_section((params or {}).get("parallel_params"), PARAMS, "parallel_params")
     _configure_horovod_env(options)
     import horovod.tensorflow as hvd

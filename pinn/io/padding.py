@@ -15,7 +15,7 @@ atoms are cut off by :func:`unpad`.
 
 Training batches are padded in the ``tf.data`` pipeline by :func:`pad_to_buckets`, labels
 included; their ``real`` key marks the padding structure, and the models leave it (and its
-atoms) out of every loss sum, count and error metric.
+atoms) out of every loss sum, count and error metric (:mod:`pinn.models.loss_weights`).
 """
 import math
 
@@ -98,21 +98,6 @@ def unpad(pred, sizes):
         else:
             raise KeyError(f"unpad: do not know whether {key!r} is per structure or per atom")
     return out
-
-
-def structure_weights(tensors, dtype):
-    """[n_struct] of ``dtype``: 1 for the batch's structures, 0 for the padding structure of a
-    padded batch (``real`` key, see :mod:`pinn.padding`)."""
-    if K.REAL in tensors:
-        return tf.cast(tensors[K.REAL], dtype)
-    return tf.ones([tf.shape(tensors[K.CELL])[0]], dtype)
-
-
-def atom_weights(tensors, dtype):
-    """[n_atoms] of ``dtype``: 1 for the atoms of real structures, 0 for padding atoms."""
-    if K.REAL in tensors:
-        return tf.gather(tf.cast(tensors[K.REAL], dtype), tensors[K.IND_1][:, 0])
-    return tf.ones([tf.shape(tensors[K.ELEMS])[0]], dtype)
 
 
 def pad_tensors(batch, rc, element):

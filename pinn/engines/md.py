@@ -1,0 +1,157 @@
+"""The MD engine: energy, forces and stress of a PiNet potential in Numba kernels.
+
+:class:`FastPiNet` holds a potential's weights as the arrays of
+:func:`pinn.engines.lowering.pinet_arrays` and calls the kernels of
+:mod:`pinn.engines.numba.md_kernels` (how they work, their accuracy and their
+compilation are described there).  The ASE calculator uses it by default for PiNet
+potentials on CPUs (:mod:`pinn.calculator`).
+"""
+import numpy as np
+
+from pinn.engines.lowering import _potential, pinet_arrays
+from pinn.engines.numba.md_kernels import (PARALLEL_MIN_PAIRS, TILE, _evaluate, _evaluate_serial, _forces_virial,
+                                           available, find_pairs, numba)
+
+#: the arrays of :func:`pinet_arrays` (and of an engine-weights file)
+ARRAY_KEYS = ("flat", "table", "layers", "blocks", "codes", "scal", "type_of", "e_dress", "workspace")
+
+
+class FastPiNet:
+    """Energy, forces and stress of one structure from a PiNet potential, in Numba kernels.
+
+    Args:
+        model: a :class:`pinn.trainer.Trainer` of a potential model with a PiNet network (what
+            :func:`pinn.models.get_model` returns), or the
+            :class:`~pinn.models.potential.PotentialModel` itself: its current weights are
+            copied (the calculator copies them inside ``trainer.averaged_weights()``); call
+            :meth:`load_weights` after they change.  Or the dict of :func:`pinet_arrays`
+            (e.g. read from a file by :func:`pinn.exported.load_engine_weights`), which needs
+            no TensorFlow.
+        threads: threads for the pair work (default: Numba's, i.e. the CPU cores); structures
+            with fewer than :data:`PARALLEL_MIN_PAIRS` pairs run on one.
+
+    Call with positions, the candidate pairs of a Verlet list and the cell
+    (:meth:`__call__`).
+    """
+
+    def __init__(self, model, threads=None):
+        if not available():
+            raise ImportError("the fast PiNet engine needs Numba (pip install numba)")
+        self.model = None if isinstance(model, dict) else _potential(model)
+        if self.model is None and not isinstance(model, dict):
+            raise ValueError("the fast engine evaluates potential models with a PiNet network only")
+        self.threads = int(threads or numba.config.NUMBA_NUM_THREADS)
+        if not 1 <= self.threads <= numba.config.NUMBA_NUM_THREADS:
+            raise ValueError(f"threads must be in 1..{numba.config.NUMBA_NUM_THREADS} (NUMBA_NUM_THREADS), "
+                             f"got {threads}")
+        self._set_arrays(model if isinstance(model, dict) else pinet_arrays(self.model))
+
+    # -- weights
+    def load_weights(self):
+        """Copy the model's current weights (and per-element energy offsets) again."""
+        if self.model is None:
+            raise ValueError("this engine was made from arrays, not a model: there is nothing to reload")
+        self._set_arrays(pinet_arrays(self.model))
+
+    def _set_arrays(self, arrays):
+        missing = [key for key in ARRAY_KEYS if key not in arrays]
+        if missing:
+            raise ValueError(f"FastPiNet: the weight arrays lack {missing}")
+        self.arrays = {key: np.ascontiguousarray(arrays[key]) for key in ARRAY_KEYS}
+        a = self.arrays
+        self.dtype = a["flat"].dtype
+        if self.dtype not in (np.float32, np.float64):
+            raise ValueError(f"FastPiNet: weights must be float32 or float64, not {self.dtype}")
+        self.rc = float(a["scal"][0])
+        self.n_basis = int(a["codes"][3])
+        self._flat, self._table, self._layers, self._blocks = a["flat"], a["table"], a["layers"], a["blocks"]
+        self._codes_array, self._scal, self._type_of = a["codes"], a["scal"], a["type_of"]
+        self._e_dress = a["e_dress"]
+        self._zpair_rows, self._zatom_cols, self._n_first = (int(v) for v in a["workspace"])
+        self._max_width = int(self._codes_array[4])
+        self._capacity = (0, 0)
+
+    @property
+    def atom_types(self):
+        """The atomic numbers the model knows, in its order."""
+        return np.flatnonzero(self._type_of >= 0)[np.argsort(self._type_of[self._type_of >= 0])].tolist()
+
+    def _workspace(self, n_atoms, n_cand):
+        """Arrays for ``n_atoms`` atoms and up to ``n_cand`` pairs, kept between calls (made anew when the
+        atom count changes or the pairs outgrow them): per-atom arrays have the exact atom count, so
+        that their rows are contiguous and the per-atom loops vectorise."""
+        if n_atoms == self._capacity[0] and n_cand <= self._capacity[1]:
+            return
+        n_cand = max(n_cand, int(1.25 * self._capacity[1]) if n_atoms == self._capacity[0] else 0, 1)
+        tile = min(TILE, 16 * ((n_cand + 15) // 16))  # a small molecule: one tile of its own size
+        n_tiles = (n_cand + tile - 1) // tile
+        depth, dt = len(self._blocks), self.dtype
+        self._pair_i = np.zeros(n_cand, np.int32)
+        self._pair_j = np.zeros(n_cand, np.int32)
+        self._diff = np.zeros((n_cand, 3))
+        self._dist = np.ones(n_cand)
+        self._dist_dt = np.ones(n_cand, dt)
+        self._grad_r = np.zeros(n_cand, dt)
+        self._basis = np.zeros((n_tiles, self.n_basis, tile), dt)
+        self._dbasis = np.zeros((n_tiles, self.n_basis, tile), dt)
+        self._zpair = np.zeros((depth, n_tiles, self._zpair_rows, tile), dt)
+        self._zatom = np.zeros((depth, self._zatom_cols, n_atoms), dt)
+        self._pa = np.zeros((depth, n_atoms, self._n_first), dt)
+        self._pb = np.zeros((depth, n_atoms, self._n_first), dt)
+        self._buf = np.zeros((self.threads, 2 * n_atoms, self._max_width), dt)
+        self._atomic = np.zeros(n_atoms, dt)
+        self._capacity = (n_atoms, n_cand)
+
+    def __call__(self, numbers, coord, cand_i, cand_j, cand_offset, cell=None, pbc=None):
+        """Energy, forces and stress of one structure.
+
+        Args:
+            numbers: [n_atoms] atomic numbers (all in the model's ``atom_types``).
+            coord: [n_atoms, 3] positions, Å.
+            cand_i, cand_j, cand_offset: candidate pairs (int32 atoms, [n, 3] float64 image offsets
+                shift · cell in Å), a superset of the pairs within the cutoff, e.g. a Verlet list;
+                pairs at or beyond ``rc`` are dropped here.
+            cell, pbc: the cell (rows a, b, c, Å) and periodicity; the stress needs a periodic cell.
+
+        Returns:
+            dict with ``energy`` (float, eV, e_dress included), ``forces`` [n_atoms, 3] (eV/Å)
+            and ``virial`` [3, 3] (eV, Σ_pairs diff ⊗ ∂E/∂diff) and, for a periodic cell,
+            ``stress`` [3, 3] (eV/Å³, virial / volume, ASE's sign), all float64 NumPy.
+        """
+        coord = np.ascontiguousarray(coord, dtype=np.float64)
+        n_atoms = len(coord)
+        numbers = np.asarray(numbers)
+        types = self._type_of[np.clip(numbers, 0, len(self._type_of) - 1)]
+        if n_atoms and (types.min() < 0 or numbers.max() >= len(self._type_of)):
+            known = np.flatnonzero(self._type_of >= 0).tolist()
+            unknown = sorted(set(numbers.tolist()) - set(known))
+            raise ValueError(f"FastPiNet: elements {unknown} are not in the model's atom_types {known}")
+        self._workspace(n_atoms, len(cand_i))
+        n_pairs = find_pairs(coord, cand_i, cand_j, cand_offset, self.rc, self._pair_i, self._pair_j,
+                             self._diff, self._dist)
+        self.last_pairs = n_pairs  # the pairs within the cutoff, first in _pair_i, _pair_j, _diff, _dist
+        dist = self._dist_dt
+        dist[:n_pairs] = self._dist[:n_pairs]
+        args = (types, n_pairs, self._pair_i, self._pair_j, dist, self._flat, self._table, self._layers,
+                self._blocks, self._codes_array, self._scal)
+        work = (self._basis, self._dbasis, self._zpair, self._zatom, self._pa, self._pb, self._buf,
+                self._grad_r, self._atomic)
+        if self.threads > 1 and n_pairs >= PARALLEL_MIN_PAIRS:
+            previous = numba.get_num_threads()
+            numba.set_num_threads(self.threads)
+            try:
+                _evaluate(*args, self.threads, *work)
+            finally:
+                numba.set_num_threads(previous)
+        else:  # a parallel region costs more than it saves (and the serial build skips its set-up)
+            _evaluate_serial(*args, 1, *work)
+        forces = np.zeros((n_atoms, 3))
+        virial = np.zeros((3, 3))
+        _forces_virial(n_pairs, self._pair_i, self._pair_j, self._diff, self._dist, self._grad_r, forces, virial)
+        energy = float(np.sum(self._atomic[:n_atoms], dtype=np.float64)) + float(np.sum(self._e_dress[types]))
+        out = {"energy": energy, "forces": forces, "virial": virial}
+        if pbc is not None and np.any(pbc):
+            cell = np.asarray(cell, np.float64)
+            volume = abs(np.dot(cell[0], np.cross(cell[1], cell[2])))
+            out["stress"] = virial / volume
+        return out

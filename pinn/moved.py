@@ -1,0 +1,58 @@
+"""Modules that moved in pinn 0.10, importable under their old names (with a DeprecationWarning).
+
+0.10 grouped the package into stage folders (``docs/architecture.md``).  A script that
+imports ``pinn.trainer`` or ``pinn.io.trr`` gets the module at its new place; the warning
+names it.
+"""
+import importlib
+import importlib.abc
+import importlib.util
+import sys
+import warnings
+
+#: old module name → new module name
+MOVED = {
+    "pinn.trainer": "pinn.training.trainer",
+    "pinn.schedule": "pinn.training.schedule",
+    "pinn.ema": "pinn.training.ema",
+    "pinn.guards": "pinn.training.guards",
+    "pinn.progress": "pinn.training.progress",
+    "pinn.recorder": "pinn.training.recorder",
+    "pinn.metrics": "pinn.training.metrics",
+    "pinn.padding": "pinn.io.padding",
+    "pinn.neighbors": "pinn.io.neighbors",
+    "pinn.io.trr": "pinn.io.readers.trr",
+    "pinn.io.mpt": "pinn.io.readers.mpt",
+    "pinn.io.energies": "pinn.io.readers.energies",
+    "pinn.io.ndx": "pinn.io.readers.ndx",
+    "pinn.io.cpmd": "pinn.io.readers.cpmd",
+    "pinn.exported": "pinn.engines.exported",
+    "pinn.host_optimizer": "pinn.engines.host_optimizer",
+    "pinn.verlet_filter": "pinn.engines.numba.verlet_filter",
+    "pinn.report": "pinn.cli.report",
+    "pinn.runconfig": "pinn.cli.runconfig",
+}
+
+
+class _MovedFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Finds the old names of :data:`MOVED` and loads them as the modules at the new place."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name in MOVED:
+            return importlib.util.spec_from_loader(name, self)
+        return None
+
+    def create_module(self, spec):
+        new = MOVED[spec.name]
+        warnings.warn(f"{spec.name} is now {new} (pinn 0.10); import it from there", DeprecationWarning,
+                      stacklevel=3)
+        return importlib.import_module(new)
+
+    def exec_module(self, module):
+        """The module at the new place is already executed."""
+
+
+def install():
+    """Put the finder on ``sys.meta_path`` (once)."""
+    if not any(isinstance(finder, _MovedFinder) for finder in sys.meta_path):
+        sys.meta_path.append(_MovedFinder())

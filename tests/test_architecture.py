@@ -1,0 +1,171 @@
+"""The package's shape: the layering of docs/architecture.md holds for every import, and there is no cycle.
+
+Every import statement of ``pinn/`` counts, those inside functions too, and so do the
+modules that a package's lazy namespace (``_EXPORTS``) or the table of old names
+(``MOVED``) import by name.  The table of layers is read from docs/architecture.md, so
+the page and the tree cannot drift apart.
+"""
+import ast
+import os
+import re
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PACKAGE = os.path.join(ROOT, "pinn")
+DOC = os.path.join(ROOT, "docs", "architecture.md")
+
+#: what the kernels and the readers may import besides the standard library and pinn (the readers: ASE for
+#: its table of elements)
+THIRD_PARTY = {"kernels": {"numpy", "numba"}, "readers": {"numpy", "ase"}}
+
+
+def package_modules():
+    """{module name: file path} of every module of pinn/."""
+    modules = {}
+    for folder, _, files in os.walk(PACKAGE):
+        for name in files:
+            if name.endswith(".py"):
+                path = os.path.join(folder, name)
+                module = os.path.relpath(path, ROOT)[:-3].replace(os.sep, ".")
+                modules[module[:-len(".__init__")] if module.endswith(".__init__") else module] = path
+    return modules
+
+
+def layer_table():
+    """[(layer, [module patterns])] from docs/architecture.md, lowest layer first."""
+    with open(DOC) as f:
+        text = f.read()
+    section = text.split("| layer | modules |", 1)[1].split("\n\n", 1)[0]
+    rows = [line for line in section.strip().splitlines()[1:] if line.startswith("|")]
+    return [(cells[0], re.findall(r"`([\w.*]+)`", cells[1]))
+            for cells in ([c.strip() for c in row.strip("|").split("|")] for row in rows)]
+
+
+def layer_of(module, table):
+    """(index, name) of the module's layer: a module named exactly wins over a pattern."""
+    for exact in (True, False):
+        for index, (name, patterns) in enumerate(table):
+            for pattern in patterns:
+                if exact and pattern == module:
+                    return index, name
+                if not exact and pattern.endswith(".*") and module.startswith(pattern[:-1]):
+                    return index, name
+    return None
+
+
+def imports_of(module, path, modules):
+    """(pinn modules, top-level third-party or stdlib names) imported by a module."""
+    with open(path) as f:
+        tree = ast.parse(f.read(), path)
+    package = module if path.endswith("__init__.py") else module.rsplit(".", 1)[0]
+    internal, external = set(), set()
+
+    def add(name):
+        if name == "pinn" or name.startswith("pinn."):
+            while name not in modules:  # an attribute of a module (pinn.io.load_ase) is that module
+                name = name.rsplit(".", 1)[0]
+            internal.add(name)
+        else:
+            external.add(name.split(".")[0])
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                add(alias.name)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[:len(parts) - node.level + 1] + ([base] if base else []))
+            for alias in node.names:
+                full = f"{base}.{alias.name}"
+                add(full if full in modules else base)
+        elif isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id in ("_EXPORTS", "MOVED")
+                                                   for t in node.targets):
+            for value in ast.literal_eval(node.value).values():
+                add(value)
+    internal.discard(module)
+    return internal, external
+
+
+@pytest.fixture(scope="module")
+def graph():
+    modules = package_modules()
+    return modules, {m: imports_of(m, p, modules) for m, p in modules.items()}
+
+
+def test_every_module_has_a_layer(graph):
+    modules, _ = graph
+    table = layer_table()
+    assert [name for name, _ in table][:2] == ["core", "readers"]
+    unplaced = sorted(m for m in modules if layer_of(m, table) is None)
+    assert not unplaced, f"modules that docs/architecture.md does not place in a layer: {unplaced}"
+
+
+def test_no_module_imports_a_higher_layer(graph):
+    modules, edges = graph
+    table = layer_table()
+    wrong = []
+    for module, (internal, _) in sorted(edges.items()):
+        own = layer_of(module, table)
+        for target in sorted(internal):
+            theirs = layer_of(target, table)
+            if theirs is not None and own is not None and theirs[0] > own[0]:
+                wrong.append(f"{module} ({own[1]}) imports {target} ({theirs[1]})")
+    assert not wrong, "imports against the layering of docs/architecture.md:\n" + "\n".join(wrong)
+
+
+def test_no_import_cycle(graph):
+    _, edges = graph
+    internal = {m: deps for m, (deps, _) in edges.items()}
+    index, low, stack, on_stack, cycles = {}, {}, [], set(), []
+
+    def visit(node):  # Tarjan's strongly connected components
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in internal.get(node, ()):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for module in sorted(internal):
+        if module not in index:
+            visit(module)
+    assert not cycles, f"import cycles: {cycles}"
+
+
+@pytest.mark.parametrize("layer", sorted(THIRD_PARTY))
+def test_kernels_and_readers_import_little(graph, layer):
+    """The kernels import NumPy and Numba only, the readers NumPy and ASE's element table (and the standard library)."""
+    modules, edges = graph
+    table = layer_table()
+    allowed = THIRD_PARTY[layer] | set(sys.stdlib_module_names) | {"__future__"}
+    wrong = {m: sorted(external - allowed) for m, (_, external) in edges.items()
+             if layer_of(m, table)[1] == layer and external - allowed}
+    assert not wrong, f"{layer} import more than {sorted(THIRD_PARTY[layer])}: {wrong}"
+
+
+def test_the_check_finds_a_violation(tmp_path):
+    """The import reader sees imports inside functions and resolves ``from pinn import x``."""
+    path = tmp_path / "mod.py"
+    path.write_text("def f():\n    from pinn.training import trainer\n    from pinn import keys as K\n")
+    modules = {"pinn.training.trainer": "", "pinn.keys": "", "pinn.training": "", "pinn": ""}
+    internal, _ = imports_of("pinn.io.readers.x", str(path), modules)
+    assert internal == {"pinn.training.trainer", "pinn.keys"}
+    table = layer_table()
+    assert layer_of("pinn.training.trainer", table)[0] > layer_of("pinn.io.readers.x", table)[0]
