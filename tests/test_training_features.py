@@ -165,7 +165,7 @@ def test_validation_best_checkpoint_and_early_stopping(alloy_xyz, tmp_path):
     assert predictions["forces_pred"].shape == predictions["forces_ref"].shape
     # resuming keeps the early-stopping state: one more evaluation without improvement stops at once
     again = potential_model(str(tmp_path / "m"))
-    assert int(again.evals_since_best) == 2
+    assert int(again.early_stopping.since_best) == 2
     again.train(lambda: train().repeat(), max_steps=100, eval_fn=vali)
     assert int(again.step) == 20
     with pytest.raises(ParamsError, match="early_stopping_metric: 'D_RMSE' is not measured"):

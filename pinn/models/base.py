@@ -116,6 +116,18 @@ class Model(tf.Module):
         sums, counts = self.loss_sums(tensors, pred), self.loss_counts(tensors)
         return {t: (sums[t], tf.cast(counts[t], dtype)) for t in sums}
 
+    def prepare_training(self, input_fn, reduce):
+        """Model-specific preparation before the first training step (here none).
+
+        Args:
+            input_fn: the training input function (sparse batches).
+            reduce: a function summing a float64 array over all ranks.
+
+        Returns:
+            whether the model's variables changed (the trainer then makes every rank take rank 0's).
+        """
+        return False
+
     def missing_labels(self, spec):
         """Enabled loss terms whose labels data with element spec ``spec`` lack."""
         return [t for t in self.loss_term_names() if self.LABELS[t] not in spec]

@@ -10,10 +10,13 @@ Forces and stress come from one backward pass through the pair vectors
 
 which holds because the networks see positions only through ``diff``.
 """
+import logging
+
 import numpy as np
 import tensorflow as tf
 
 from pinn import keys as K
+from pinn.io.batch import add_neighbors
 from pinn.models.base import COMMON_PARAMS, Model, abs_sq_count, cast_floats
 from pinn.models.loss_weights import atom_weights, structure_weights
 from pinn.networks.layers import scatter_sum
@@ -234,6 +237,37 @@ class PotentialModel(Model):
             if pbc[s].any():
                 out["stress"] = pred["stress"][s]
             yield out
+
+    def prepare_training(self, input_fn, reduce):
+        """With ``fit_e_dress`` (once per model): fit e_dress to what the freshly initialised network
+        leaves unexplained in the first ``fit_e_dress_batches`` training batches of every rank, so
+        that training starts from a small energy error (:meth:`fit_dress`).
+
+        Args:
+            input_fn: the training input function (sparse batches).
+            reduce: a function summing a float64 array over all ranks.
+
+        Returns:
+            whether e_dress was fitted.
+        """
+        if not self.params["fit_e_dress"] or bool(self.dress_fitted):
+            return False
+        self.e_dress.assign(tf.zeros_like(self.e_dress))
+        dataset = input_fn().take(self.params["fit_e_dress_batches"])
+        if K.IND_2 not in dataset.element_spec:
+            dataset = dataset.apply(add_neighbors(self.network.rc))
+        predict = tf.function(lambda b: self.predict(b, forces=False, stress=False)["energy"],
+                              input_signature=[dataset.element_spec])
+        batches = []
+        for b in dataset:
+            residual = {k: v.numpy() for k, v in b.items()}
+            residual[K.E_DATA] = residual[K.E_DATA] - predict(b).numpy()
+            batches.append(residual)
+        dress = self.fit_dress(batches, reduce=reduce)
+        n_batches, n_struct = reduce(np.array([len(batches), sum(len(b[K.E_DATA]) for b in batches)]))
+        logging.getLogger("pinn").info("fitted e_dress on %d batches (%d structures, repeats counted): %s",
+                                       n_batches, n_struct, ", ".join(f"Z={z}: {v:.6f} eV" for z, v in dress.items()))
+        return True
 
     def fit_dress(self, batches, reduce=None):
         """Least-squares per-element offsets from ``batches`` (numpy dicts with ``elems``, ``ind_1``, ``e_data``;

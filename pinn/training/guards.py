@@ -110,3 +110,44 @@ class Watchdog:
     def __exit__(self, *exc):
         self._done.set()
         return False
+
+
+class TrainingDiverged(FloatingPointError):
+    """Non-finite losses persisted through ``max_rollbacks`` rollbacks."""
+
+
+class DivergenceGuard:
+    """Counts steps skipped for a non-finite loss or gradient and says when to roll back.
+
+    Args:
+        max_nonfinite_steps: roll back after this many skipped steps in a row.
+        max_rollbacks: raise :class:`TrainingDiverged` at the rollback after this many (in one
+            ``train()`` call).
+    """
+
+    def __init__(self, max_nonfinite_steps, max_rollbacks):
+        self.max_nonfinite_steps, self.max_rollbacks = max_nonfinite_steps, max_rollbacks
+        self.streak = self.rollbacks = 0
+
+    def record(self, applied, step):
+        """Count a step; returns whether the run must roll back now.
+
+        Args:
+            applied: whether the step's update was applied (its loss and gradient were finite).
+            step: the step's number, for the error message.
+
+        Raises:
+            TrainingDiverged: a rollback beyond ``max_rollbacks``.
+        """
+        if applied:
+            self.streak = 0
+            return False
+        self.streak += 1
+        if self.streak < self.max_nonfinite_steps:
+            return False
+        self.rollbacks += 1
+        if self.rollbacks > self.max_rollbacks:
+            raise TrainingDiverged(f"step {step}: the loss stayed non-finite after {self.max_rollbacks} "
+                                   f"rollbacks; lower model.params.learning_rate or check the data")
+        self.streak = 0
+        return True

@@ -1,0 +1,218 @@
+"""What computes a training step's gradients: TensorFlow, or the numba engine.
+
+A backend answers three things for :class:`pinn.training.steps.StepFunctions`: how the
+input is shaped (padded to buckets for XLA, split into parts), the gradients of one part
+of a batch, and the whole step of one process (one call per step).  The numba backend
+also owns the host copy of the weights, Adam's state and the average
+(:class:`pinn.engines.host_optimizer.HostOptimizer`): :meth:`NumbaBackend.store` gives
+TensorFlow's variables the current values before anything reads them, and
+:meth:`NumbaBackend.reload` makes the next step read the variables again after something
+else changed them.  Nothing outside this module branches on the engine.
+"""
+import os
+
+import numpy as np
+import tensorflow as tf
+
+from pinn.schema import ParamsError
+
+
+def choose_backend(params, model, world):
+    """The backend of ``model.params.engine`` (with ``jit`` and ``batch_parts``) for this run.
+
+    Args:
+        params: resolved params.
+        model: the model (its network decides what the numba engine and XLA support).
+        world: the run's world (a rank of a parallel run takes its share of the cores).
+
+    Returns:
+        :class:`TensorFlowBackend` or :class:`NumbaBackend`.
+
+    Raises:
+        ParamsError: naming the setting that cannot hold.
+    """
+    mp = params["model"]["params"]
+    choice = mp["engine"]
+    if choice != "tensorflow":
+        from pinn.engines.lowering import check_supported
+        reason = check_supported(model)
+        if choice == "numba" and reason:
+            raise ParamsError(f"model.params.engine: {reason}")
+        if not reason and not (choice == "auto" and (tf.config.list_physical_devices("GPU") or mp["jit"]
+                                                     or mp["batch_parts"] not in (None, 1))):
+            if mp["jit"]:
+                raise ParamsError("model.params.jit: XLA compiles TensorFlow's training step; the numba engine "
+                                  "(model.params.engine) has its own compiled kernels: leave jit unset")
+            if mp["batch_parts"] not in (None, 1):
+                raise ParamsError("model.params.batch_parts: the numba engine (model.params.engine) spreads a "
+                                  "batch over the cores itself: leave batch_parts unset")
+            threads = tf.config.threading.get_intra_op_parallelism_threads() if world.is_parallel else 0
+            return NumbaBackend(model, threads or None)
+    jit = _jit_setting(params, model.network)
+    return TensorFlowBackend(jit, _parts_setting(mp, jit, world))
+
+
+def _jit_setting(params, network):
+    """Whether the TensorFlow step is XLA-compiled (``model.params.jit``; default: if the network can be)."""
+    requested = params["model"]["params"]["jit"]
+    supported = bool(getattr(network, "JIT_COMPATIBLE", False))
+    if requested is None:
+        return supported
+    if requested and not supported:
+        raise ParamsError(f"model.params.jit: the {params['network']['name']} network cannot be compiled "
+                          f"with XLA (its shapes depend on the data); set jit to false or leave it unset")
+    return requested
+
+
+def _parts_setting(mp, jit, world):
+    """Parts per training batch (``batch_parts``; default: one per CPU core, at most 4, for an
+    XLA-compiled step of one process on CPU, since XLA runs a computation's loops on one core)."""
+    if mp["batch_parts"] is not None:
+        return mp["batch_parts"]
+    if not jit or world.is_parallel or tf.config.list_physical_devices("GPU"):
+        return 1
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(cores, 4))
+
+
+class TensorFlowBackend:
+    """Gradients by TensorFlow's tapes, the step in one graph (XLA-compiled when ``jit``).
+
+    Args:
+        jit: compile the step with XLA, on batches padded to bucket sizes.
+        parts: split each batch into this many parts whose gradients run concurrently.
+    """
+
+    name = "tensorflow"
+
+    def __init__(self, jit, parts):
+        self.jit, self.parts = jit, parts
+
+    def describe(self):
+        """The backend, for the log line at the start of training."""
+        return "TensorFlow" + (" (XLA)" if self.jit else "")
+
+    def part_gradients(self, steps):
+        """A function ``(batch, global_counts) -> (gradients, stats)`` for one sparse batch; ``steps``
+        is the :class:`~pinn.training.steps.StepFunctions` that asks (model, terms, dtype, ...)."""
+        model, variables, terms, dtype = steps.model, steps.variables, steps.terms, steps.dtype
+        from pinn.models.loss_weights import structure_weights
+
+        def part_gradients(batch, global_counts):
+            weights = model.loss_weights(steps.schedule_position(steps.step))
+            with tf.GradientTape() as tape:
+                pred = model.predict(batch, **steps.outputs)
+                sums = model.loss_sums(batch, pred)
+                loss = tf.add_n([tf.cast(weights[t], dtype)
+                                 * tf.math.divide_no_nan(sums[t], tf.cast(global_counts[i], dtype))
+                                 for i, t in enumerate(terms)])
+            grads = [tf.convert_to_tensor(g) if g is not None else tf.zeros_like(v)
+                     for g, v in zip(tape.gradient(loss, variables), variables)]
+            finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in grads] + [tf.math.is_finite(loss)])
+            errors = model.error_sums(batch, pred)
+            return grads, tf.concat([[loss, tf.reduce_sum(structure_weights(batch, dtype))]]
+                                    + [tf.stack(errors[k]) for k in steps.metric_keys]
+                                    + [steps.one_hot_rank * tf.cast(tf.logical_not(finite), dtype)], axis=0)
+        return part_gradients
+
+    def whole_step(self, steps, graph_step):
+        """The step of one process and one batch: here the graph step ``graph_step`` itself."""
+        return graph_step
+
+    def store(self):
+        """Give TensorFlow's variables the current state (here they always hold it)."""
+
+    def reload(self, diverged=False):
+        """The variables changed outside the step (here nothing to do)."""
+
+
+class NumbaBackend(TensorFlowBackend):
+    """Gradients by the numba engine (:class:`pinn.engines.training.TrainingEngine`); the update of a
+    one-process step on the host (:class:`pinn.engines.host_optimizer.HostOptimizer`).
+
+    Args:
+        model: a PiNet potential model (see :func:`pinn.engines.lowering.check_supported`).
+        threads: the engine's threads (``None``: Numba's).
+    """
+
+    name = "numba"
+
+    def __init__(self, model, threads=None):
+        from pinn.engines.training import TrainingEngine
+        super().__init__(jit=False, parts=1)
+        self.engine = TrainingEngine(model, threads=threads)
+        self.host = None  # the weights, Adam's state and the average of the host step
+        self.synced = False  # the engine holds the variables' current values
+
+    def describe(self):
+        return f"the numba engine ({self.engine.threads} thread(s))"
+
+    def part_gradients(self, steps):
+        from pinn.engines.training import tensorflow_gradients
+        model, terms, engine = steps.model, steps.terms, self.engine
+
+        def part_gradients(batch, global_counts):
+            weights = model.loss_weights(steps.schedule_position(steps.step))
+            return tensorflow_gradients(engine, batch, steps.variables, terms,
+                                        tf.stack([tf.cast(weights[t], tf.float64) for t in terms]),
+                                        global_counts, steps.metric_keys, steps.one_hot_rank, steps.dtype)
+        return part_gradients
+
+    def whole_step(self, steps, graph_step):
+        """The step of one process and one batch: the engine's gradients from the NumPy batch, then the
+        update (clipping, Adam, the average) on the host's flat vectors, which TensorFlow's variables
+        get when something reads them (:meth:`store`)."""
+        from pinn.engines.host_optimizer import HostOptimizer
+        from pinn.engines.training import BATCH_KEYS, step_stats
+        engine, model, terms, learning_rate = self.engine, steps.model, steps.terms, steps.learning_rate
+        host = self.host = HostOptimizer(steps.variables, steps.optimizer, steps.ema, steps.max_grad_norm)
+        this_rank = np.ones(1)  # one process: rank 0 of 1
+        fixed_weights = None if model.params["loss_weight_schedule"] else \
+            {t: float(w) for t, w in model.loss_weights(0.0).items()}
+        block = 256  # learning rates computed per block of steps: one TensorFlow call, not one per step
+        counter, lr_factor, np_dtype = steps.step, steps.lr_factor, steps.dtype.as_numpy_dtype
+
+        @tf.function(input_signature=[tf.TensorSpec([], tf.int64)])
+        def rates_from(start):
+            positions = start + tf.range(block, dtype=tf.int64)
+            return tf.map_fn(learning_rate, positions, fn_output_signature=tf.float32) * lr_factor
+
+        state = {}  # the step count, e_dress and the learning rates of the current block, read on a sync
+        one = tf.constant(1, tf.int64)  # the step counter's increment: no read back, no conversion per step
+
+        def step(batch):
+            if not self.synced:  # the variables changed outside this step (start, rollback, TF step)
+                host.load()
+                engine.set_flat_weights(host.weights)
+                state.update(step=int(counter), dress=model.e_dress.numpy(), rates=None)
+                self.synced = True
+            if state["rates"] is None or not state["first"] <= state["step"] < state["first"] + block:
+                state.update(first=state["step"], rates=rates_from(tf.constant(state["step"], tf.int64)).numpy())
+            arrays = {k: batch[k].numpy() for k in BATCH_KEYS if k in batch}
+            weights = fixed_weights or {t: float(w) for t, w in
+                                        model.loss_weights(learning_rate.single_rank_steps(state["step"])).items()}
+            out = engine(arrays, weights, engine.loss_counts(arrays, terms), state["dress"])
+            try:
+                if out["finite"]:
+                    host.apply(engine.flat_gradient(), state["rates"][state["step"] - state["first"]])
+                    engine.set_flat_weights(host.weights)
+            finally:  # an interrupt (Ctrl-C) in the update still counts the step with it, as the checkpoint will
+                counter.assign_add(one, read_value=False)
+                state["step"] += 1
+            return out["finite"], step_stats(out, steps.metric_keys, this_rank, np_dtype)
+        return step
+
+    def store(self):
+        """Give TensorFlow's variables the weights, Adam's state and the average that the host step
+        keeps (before anything reads them); the learning rates are read again after (a validation may
+        lower them)."""
+        if self.host is not None and self.host.ahead:
+            self.host.store()
+            self.synced = False
+
+    def reload(self, diverged=False):
+        """Read the variables again at the next step; ``diverged``: the host's values are dropped (a
+        rollback)."""
+        if diverged and self.host is not None:
+            self.host.ahead = False
+        self.synced = False
