@@ -9,7 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 . tools/env.sh
-export TF_CPP_MIN_LOG_LEVEL=${TF_CPP_MIN_LOG_LEVEL:-2}
+export TF_CPP_MIN_LOG_LEVEL=${TF_CPP_MIN_LOG_LEVEL:-3}  # TensorFlow's C++ log lines hidden unless you set it (docs/cli.md)
 ranks=${PINN_DEMO_RANKS:-2}
 horovodrun -np "$ranks" --gloo python inputs/train_mimic_parallel.py demo/mimic demo/mimic-model "${PINN_DEMO_STEPS:-2000}"
 pinn report demo/mimic-model | tail -n 12   # learning curves and parity plots: demo/mimic-model/report/

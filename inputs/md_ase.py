@@ -17,7 +17,11 @@ from ase.build import bulk
 from ase.md.velocitydistribution import MaxwellBoltzmannDistribution
 from ase.md.verlet import VelocityVerlet
 
-import pinn
+from pinn.runtime import quiet_tensorflow
+
+quiet_tensorflow()  # before TensorFlow is imported: its start-up messages only if TF_CPP_MIN_LOG_LEVEL is set
+
+import pinn  # noqa: E402
 
 model_dir = sys.argv[1] if len(sys.argv) > 1 else "demo/model"
 n_steps = int(sys.argv[2]) if len(sys.argv) > 2 else 500

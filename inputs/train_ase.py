@@ -9,8 +9,12 @@ Running it again continues from the last checkpoint in MODEL_DIR.
 import os
 import sys
 
-from pinn.io import add_neighbors, load_ase, sparse_batch
-from pinn.models import potential_model
+from pinn.runtime import quiet_tensorflow
+
+quiet_tensorflow()  # before TensorFlow is imported: its start-up messages only if TF_CPP_MIN_LOG_LEVEL is set
+
+from pinn.io import add_neighbors, load_ase, sparse_batch  # noqa: E402
+from pinn.models import potential_model  # noqa: E402
 
 data_file = sys.argv[1] if len(sys.argv) > 1 else "demo/alloy.xyz"
 model_dir = sys.argv[2] if len(sys.argv) > 2 else "demo/model"
@@ -18,7 +22,6 @@ max_steps = int(sys.argv[3]) if len(sys.argv) > 3 else 3000
 
 if not os.path.exists(data_file) and data_file == "demo/alloy.xyz":
     from pinn.demo import make_alloy_dataset
-    os.makedirs("demo", exist_ok=True)
     print(f"writing EMT demo data to {data_file}")
     make_alloy_dataset(data_file, n_frames=400, seed=0)
 

@@ -12,9 +12,13 @@ Running it again continues from the last checkpoint in MODEL_DIR.
 import os
 import sys
 
-from pinn.io import add_neighbors, load_ase, sparse_batch
-from pinn.models import dipole_model
-from pinn.parallel.ranks import launcher_size
+from pinn.runtime import quiet_tensorflow
+
+quiet_tensorflow()  # before TensorFlow is imported: its start-up messages only if TF_CPP_MIN_LOG_LEVEL is set
+
+from pinn.io import add_neighbors, load_ase, sparse_batch  # noqa: E402
+from pinn.models import dipole_model  # noqa: E402
+from pinn.parallel.ranks import launcher_size  # noqa: E402
 
 data_file = sys.argv[1] if len(sys.argv) > 1 else "demo/water-dipole.xyz"
 model_dir = sys.argv[2] if len(sys.argv) > 2 else "demo/dipole-model"
@@ -42,7 +46,6 @@ world = model.world
 
 if world.is_chief and not os.path.exists(data_file) and data_file == "demo/water-dipole.xyz":
     from pinn.demo import make_dipole_dataset
-    os.makedirs("demo", exist_ok=True)
     print(f"writing the water-cluster dipole demo data to {data_file}", flush=True)
     make_dipole_dataset(data_file, n_frames=600, seed=0)
 world.barrier()  # the other ranks wait for the data

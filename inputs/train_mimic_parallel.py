@@ -20,8 +20,12 @@ import glob
 import os
 import sys
 
-from pinn.io import add_neighbors, distribute_data, load_mimic, sparse_batch
-from pinn.models import potential_model
+from pinn.runtime import quiet_tensorflow
+
+quiet_tensorflow()  # before TensorFlow is imported: its start-up messages only if TF_CPP_MIN_LOG_LEVEL is set
+
+from pinn.io import add_neighbors, distribute_data, load_mimic, sparse_batch  # noqa: E402
+from pinn.models import potential_model  # noqa: E402
 
 data_dir = sys.argv[1] if len(sys.argv) > 1 else "demo/mimic"
 model_dir = sys.argv[2] if len(sys.argv) > 2 else "demo/mimic-model"

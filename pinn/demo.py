@@ -6,6 +6,9 @@ trajectory has its own random composition (0–60 % Au), lattice constant from
 Vegard's law, a small random strain and a temperature between 300 and 900 K.
 Frames carry EMT energy (eV), forces (eV/Å) and stress (eV/Å³), in extended
 XYZ.  Deterministic for a seed.
+
+Every ``make_*`` function creates the folder it writes to when it is missing
+(``make_alloy_dataset('demo/alloy.xyz')`` from any directory).
 """
 import numpy as np
 
@@ -44,10 +47,19 @@ def alloy_frames(n_frames=400, seed=0, size=2, frames_per_trajectory=20, stride=
     return frames
 
 
+def _parent_made(path):
+    """``path``, after creating its folder if missing (``make_alloy_dataset('new/dir/x.xyz')`` works)."""
+    import os
+    folder = os.path.dirname(os.fspath(path))
+    if folder:
+        os.makedirs(folder, exist_ok=True)
+    return path
+
+
 def make_alloy_dataset(path, n_frames=400, seed=0):
-    """Write :func:`alloy_frames` to ``path`` (extended XYZ) and return ``path``."""
+    """Write :func:`alloy_frames` to ``path`` (extended XYZ; its folder is created if missing) and return ``path``."""
     import ase.io
-    ase.io.write(path, alloy_frames(n_frames, seed), format="extxyz")
+    ase.io.write(_parent_made(path), alloy_frames(n_frames, seed), format="extxyz")
     return path
 
 
@@ -180,7 +192,8 @@ def water_dipole_frames(n_frames=200, seed=0, max_molecules=3, box=6.0):
 
 
 def make_dipole_dataset(path, n_frames=200, seed=0):
-    """Write :func:`water_dipole_frames` to ``path`` (extended XYZ) and return ``path``."""
+    """Write :func:`water_dipole_frames` to ``path`` (extended XYZ; its folder is created if missing) and return
+    ``path``."""
     import ase.io
-    ase.io.write(path, water_dipole_frames(n_frames, seed), format="extxyz")
+    ase.io.write(_parent_made(path), water_dipole_frames(n_frames, seed), format="extxyz")
     return path

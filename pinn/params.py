@@ -10,7 +10,7 @@ import os
 
 import yaml
 
-from pinn.schema import REQUIRED, Option, ParamsError, describe, validate_section
+from pinn.schema import REQUIRED, Option, ParamsError, describe, did_you_mean, validate_section
 
 __all__ = ["ParamsError", "Option", "describe", "legacy", "model_schema", "read_params", "resolve",
            "write_params", "TOP_LEVEL"]
@@ -67,13 +67,15 @@ def resolve(params):
                                             "params": Option(dict, {}, "network options")}, "network")
     name = canonical_network_name(net["name"])
     if name is None:
-        raise ParamsError(f"network.name: {net['name']!r} is not one of {sorted(NETWORKS)}")
+        raise ParamsError(f"network.name: {net['name']!r} is not one of {sorted(NETWORKS)};"
+                          f"{did_you_mean(net['name'], NETWORKS)}".rstrip(";"))
     out["network"] = {"name": name,
                       "params": validate_section(net["params"], NETWORKS[name].PARAMS, "network.params")}
     model = validate_section(out["model"], {"name": Option(str, "potential_model", "model name"),
                                             "params": Option(dict, {}, "model options")}, "model")
     if model["name"] not in MODELS:
-        raise ParamsError(f"model.name: {model['name']!r} is not one of {sorted(MODELS)}")
+        raise ParamsError(f"model.name: {model['name']!r} is not one of {sorted(MODELS)};"
+                          f"{did_you_mean(model['name'], MODELS)}".rstrip(";"))
     out["model"] = {"name": model["name"],
                     "params": validate_section(model["params"], model_schema(model["name"]), "model.params")}
     out["parallel_params"] = validate_section(out["parallel_params"], PARALLEL_PARAMS, "parallel_params")

@@ -1,7 +1,8 @@
-"""Process-wide TensorFlow settings that must be in place before TensorFlow allocates its first tensor.
+"""Process-wide TensorFlow settings that must be in place before TensorFlow is imported or allocates anything.
 
-:func:`use_pooled_cpu_allocator` runs when :mod:`pinn` is imported.  It imports nothing
-heavy itself (an MD run with the Numba engine never imports TensorFlow).
+:func:`use_pooled_cpu_allocator` runs when :mod:`pinn` is imported.  :func:`quiet_tensorflow`
+runs first in the ``pinn`` command and the scripts in ``inputs/``, not at ``import pinn``.
+Neither imports anything heavy (an MD run with the Numba engine never imports TensorFlow).
 """
 import os
 
@@ -29,3 +30,45 @@ def use_pooled_cpu_allocator():
         The value of the variable now in the environment (str).
     """
     return os.environ.setdefault(CPU_ALLOCATOR_VAR, "true")
+
+
+#: TensorFlow's C++ log threshold: 0 all, 1 no INFO, 2 no INFO or WARNING, 3 no ERROR either (FATAL only)
+LOG_LEVEL_VAR = "TF_CPP_MIN_LOG_LEVEL"
+#: pinn's default: TensorFlow 2.15 logs a harmless "SetPriority unimplemented" as an ERROR at every XLA
+#: compilation on the CPU (and, with CUDA, "Unable to register cuDNN factory" at import), so 2 is not enough
+QUIET_LEVEL = "3"
+
+
+def quiet_tensorflow(verbose=False):
+    """Hide TensorFlow's C++ log lines unless asked for them; call it before TensorFlow is imported.
+
+    TensorFlow prints lines from C++ on stderr when it starts and compiles (``oneDNN custom
+    operations are on``, ``This TensorFlow binary is optimized to use available CPU
+    instructions``, ``XLA service ... initialized``, ``SetPriority unimplemented for this
+    stream``), none of which a user can act on.  The ``pinn`` command and the scripts in
+    ``inputs/`` call this first.  ``import pinn`` does not: a library user keeps
+    TensorFlow's own logging.
+
+    The default, ``TF_CPP_MIN_LOG_LEVEL=3``, hides TensorFlow's C++ INFO, WARNING and ERROR
+    lines (FATAL ones still print); an error that stops a run still raises a Python
+    exception carrying TensorFlow's message.  Two lines that TensorFlow 2.15 writes through
+    another logger (absl) at the first XLA compilation ignore the variable and still appear
+    once per process: ``WARNING: All log messages before absl::InitializeLog() is called
+    are written to STDERR`` and ``Compiled cluster using XLA!``.
+
+    Args:
+        verbose: ``False``: set ``TF_CPP_MIN_LOG_LEVEL`` to :data:`QUIET_LEVEL` unless the
+            variable is set already, so a user's own value is kept.  ``True`` (``pinn
+            --verbose``): set it to ``0``, every line shown, overriding the environment
+            as a command-line flag does.
+
+    TensorFlow reads the variable once, when it is imported: this has no effect after
+    ``import tensorflow``.
+
+    Returns:
+        The value of the variable now in the environment (str).
+    """
+    if verbose:
+        os.environ[LOG_LEVEL_VAR] = "0"
+        return "0"
+    return os.environ.setdefault(LOG_LEVEL_VAR, QUIET_LEVEL)

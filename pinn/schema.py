@@ -99,6 +99,12 @@ def describe(schema):
 
 
 def did_you_mean(key, allowed):
-    """`` did you mean `x`?`` for the allowed name closest to ``key``, or an empty string."""
-    close = difflib.get_close_matches(str(key), [str(a) for a in allowed], n=1, cutoff=0.6)
-    return f" did you mean `{close[0]}`?" if close else ""
+    """`` did you mean `x`?`` for the allowed name closest to ``key`` (ignoring case), or an empty string.
+
+    Every message that refuses an unknown name (a params key, a network or model name, a
+    section of a run file) adds it: ``model.params.learnin_rate: unknown key; did you mean
+    `learning_rate`? allowed keys: [...]``.
+    """
+    names = {str(a).lower(): str(a) for a in allowed}
+    close = difflib.get_close_matches(str(key).lower(), list(names), n=1, cutoff=0.6)
+    return f" did you mean `{names[close[0]]}`?" if close else ""

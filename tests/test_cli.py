@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import yaml
 
+from chatter import tensorflow_chatter, user_env
 from pinn.cli import main
 from pinn.demo import make_dipole_dataset
 
@@ -57,6 +58,14 @@ def test_train_bad_run_files(tmp_path, capsys):
         ({"model": {"name": "dipole_model", "params": {"use_force": True}}}, "model.params.use_force: unknown key"),
         ({"data": {"train": "missing.xyz", "batch_size": 4}}, "missing.xyz: no such file"),
         ({"data": {"train": "water.xyz", "split": {"train": 8, "vali": 2}}}, "data.split: parts must be train and"),
+        # unknown names suggest the nearest allowed one
+        ({"trian": {"max_steps": 3}}, "trian: unknown top-level key; did you mean `train`?"),
+        ({"data": {"train": "water.xyz", "split": {"train": 8, "vali": 2}}}, "(got ['train', 'vali']); did you mean `eval`?"),
+        ({"data": {"trian": "water.xyz"}}, "data.trian: unknown key; did you mean `train`?"),
+        ({"data": {"mimic": {"mpt": "a.mpt", "force": "trr"}}}, "data.mimic.force: unknown key; did you mean `forces`?"),
+        ({"data": {"mimic": {"mpt": "a.mpt", "seed": 1}}}, "data.mimic.seed: unknown key; give it as data.seed;"),
+        ({"network": {"name": "PiNett", "params": NET}}, "network.name: 'PiNett' is not one of"),
+        ({"network": {"name": "PiNett", "params": NET}}, "did you mean `PiNet`?"),
     ]
     for changes, message in cases:
         path = _run_file(tmp_path, **changes)
@@ -151,3 +160,23 @@ def test_console_script_help_and_exit_codes():
     assert sub.returncode == 0 and "run file" in sub.stdout
     bad = subprocess.run([pinn, "frobnicate"], capture_output=True, text=True, env=env)
     assert bad.returncode == 2 and "invalid choice" in bad.stderr
+
+
+def test_tensorflow_start_up_lines_only_when_asked(tmp_path):
+    """`pinn convert` imports TensorFlow and runs it: its C++ start-up lines are hidden, shown with --verbose
+    (before or after the command) or when the user sets TF_CPP_MIN_LOG_LEVEL, whose value is kept."""
+    make_dipole_dataset(str(tmp_path / "water.xyz"), n_frames=4, seed=0)
+    pinn = os.path.join(os.path.dirname(sys.executable), "pinn")
+
+    def convert(before=(), after=(), level=None):
+        env = user_env() if level is None else user_env(TF_CPP_MIN_LOG_LEVEL=level)
+        out = subprocess.run([pinn, *before, "convert", "water.xyz", "-o", "w", *after], cwd=tmp_path,
+                             env=env, capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0 and "w.tfr: 4 structures" in out.stdout, out.stdout + out.stderr
+        return out.stdout + out.stderr
+
+    quiet = convert()
+    assert tensorflow_chatter(quiet) == [], quiet
+    for loud in (convert(before=["--verbose"]), convert(after=["-v"]), convert(level="0")):
+        assert "oneDNN custom operations are on" in loud or "This TensorFlow binary is optimized" in loud, loud
+    assert tensorflow_chatter(convert(before=["--verbose"], level="3")) != []  # the flag overrides the environment

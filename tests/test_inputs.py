@@ -1,16 +1,40 @@
-"""The input scripts in inputs/ run as they stand, and a single-process run never imports Horovod."""
+"""The input scripts in inputs/ run as they stand, without TensorFlow's start-up lines, and a single-process run
+never imports Horovod."""
+import ast
+import glob
 import os
 import subprocess
 import sys
 
+from chatter import tensorflow_chatter, user_env
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _run(args, cwd):
-    env = dict(os.environ, PYTHONPATH=ROOT)
+def _run(args, cwd, input_script=True):
+    """Run a script as a user would (no TF_CPP_MIN_LOG_LEVEL set): it succeeds and, an input script, TensorFlow
+    keeps quiet."""
+    env = user_env(PYTHONPATH=ROOT)
     out = subprocess.run([sys.executable] + args, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout + out.stderr
+    if input_script:
+        assert tensorflow_chatter(out.stdout + out.stderr) == [], out.stderr
     return out.stdout + out.stderr
+
+
+def test_every_input_script_quietens_tensorflow_before_importing_it():
+    """Each script in inputs/ calls pinn.runtime.quiet_tensorflow() before any import that may bring in TensorFlow
+    (every pinn module but pinn.runtime), so TF_CPP_MIN_LOG_LEVEL is in place when TensorFlow reads it."""
+    scripts = sorted(glob.glob(os.path.join(ROOT, "inputs", "*.py")))
+    assert len(scripts) >= 4
+    for script in scripts:
+        body = ast.parse(open(script).read()).body
+        calls = [i for i, node in enumerate(body) if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)
+                 and getattr(node.value.func, "id", None) == "quiet_tensorflow"]
+        heavy = [i for i, node in enumerate(body) if isinstance(node, (ast.Import, ast.ImportFrom))
+                 and any(name.split(".")[0] in ("pinn", "tensorflow") and name != "pinn.runtime"
+                         for name in ([a.name for a in node.names] if isinstance(node, ast.Import) else [node.module]))]
+        assert calls and heavy and calls[0] < heavy[0], f"{script}: call quiet_tensorflow() before importing pinn"
 
 
 def test_train_then_md(alloy_xyz, tmp_path):
@@ -40,10 +64,11 @@ def test_yaml_params_example_with_pinn_train(alloy_xyz, tmp_path):
     shutil.copy(os.path.join(ROOT, "inputs", "params_example.yml"), tmp_path / "inputs")
     shutil.copy(alloy_xyz, tmp_path / "demo" / "alloy.xyz")
     pinn = os.path.join(os.path.dirname(sys.executable), "pinn")
-    env = dict(os.environ, PYTHONPATH=ROOT)
+    env = user_env(PYTHONPATH=ROOT)
     out = subprocess.run([pinn, "train", "inputs/params_example.yml", "--max-steps", "30"], cwd=tmp_path, env=env,
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout + out.stderr
+    assert tensorflow_chatter(out.stdout + out.stderr) == [], out.stderr  # nor XLA's compilation lines
     assert "forces" in out.stdout and "eV/Å" in out.stdout  # the final metrics table
     assert (tmp_path / "demo" / "yaml-model" / "ckpt-30.index").exists()
 
@@ -59,4 +84,4 @@ def test_single_process_does_not_import_horovod(alloy_xyz, tmp_path):
         "pinn.get_calc('m')\n"
         "assert not any(k.startswith('horovod') for k in sys.modules), 'horovod was imported'\n"
     )
-    _run(["-c", script], tmp_path)
+    _run(["-c", script], tmp_path, input_script=False)

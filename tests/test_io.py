@@ -61,6 +61,31 @@ def test_load_ase_file_list_and_db(tmp_path, rng):
         assert got[1][K.PBC].all()
 
 
+def test_load_ase_list_of_files(tmp_path, rng):
+    """A list of file names (what distribute_data returns) gives the frames of every file, in order."""
+    import ase.io
+    from pinn.io import distribute_data
+    frames = _frames(5, rng)
+    ase.io.write(tmp_path / "a.xyz", frames[:2])
+    ase.io.write(tmp_path / "b.xyz", frames[2:])
+    files = [str(tmp_path / "a.xyz"), tmp_path / "b.xyz"]  # str and os.PathLike
+    got = list(load_ase(files, shuffle=False).as_numpy_iterator())
+    assert len(got) == 5
+    for item, atoms in zip(got, frames):
+        np.testing.assert_allclose(item[K.COORD], atoms.positions, rtol=1e-6, atol=1e-6)
+        assert item[K.E_DATA] == pytest.approx(atoms.get_potential_energy(), rel=1e-6)
+    (share,) = distribute_data(files, rank=0, size=1)
+    assert len(list(load_ase(share, shuffle=False))) == 5
+    split = load_ase(files, split={"train": 4, "test": 1}, seed=0)
+    assert sum(len(list(split[k])) for k in ("train", "test")) == 5
+    with pytest.raises(DataError, match=r"missing.xyz: no such file"):
+        load_ase([files[0], str(tmp_path / "missing.xyz")])
+    with pytest.raises(DataError, match=r"mixes file names and Atoms \(item 0 is a file name, item 1 an Atoms\)"):
+        load_ase([files[0], frames[0]])
+    with pytest.raises(DataError, match=r"item 1 of the list is a int, not a file name or ase.Atoms"):
+        load_ase([frames[0], 3])
+
+
 def test_load_ase_errors(tmp_path, rng):
     empty = tmp_path / "empty.xyz"
     empty.write_text("")

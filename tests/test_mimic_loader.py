@@ -113,6 +113,25 @@ def test_units_and_step_pairing(acetone_run, caplog):
     assert len(_items(split["train"])) == 2 and len(_items(split["test"])) == 1
 
 
+def test_trr_forces_warn_only_when_not_asked_for(acetone_run, caplog):
+    """The MM-only warning is for trr forces taken by default (forces='auto' without FTRAJECTORY);
+    forces='trr' is the caller's choice (the argon demo's trr forces are exact) and loads them silently."""
+    trr, ener, frames, _ = acetone_run
+    warning = "(MM force-field) forces only"
+    for forces, warned in (("auto", True), ("trr", False)):
+        caplog.clear()
+        done = _log_of(caplog)
+        try:
+            got = _items(load_mimic(ACETONE_MPT, trr, ener, shuffle=False, forces=forces))
+        finally:
+            done()
+        assert (warning in caplog.text) is warned, (forces, caplog.text)
+        assert "forces: trr (kJ/mol/nm -> eV/Å)" in caplog.text  # the summary still names the source
+        np.testing.assert_allclose(got[0][K.F_DATA], frames[1]["f"] * KJMOLNM_EVA, rtol=1e-6)
+        if not warned:  # no other warning either
+            assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+
 def test_several_runs(tmp_path):
     rng = np.random.RandomState(2)
     runs = []

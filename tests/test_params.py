@@ -33,6 +33,32 @@ def test_bad_params_name_the_key(change, message):
         resolve({**BASE, **change})
 
 
+@pytest.mark.parametrize("change,suggestion", [
+    ({"model": {"params": {"learnin_rate": 1e-3}}},
+     r"model\.params\.learnin_rate: unknown key; did you mean `learning_rate`\?"),
+    ({"model": {"params": {"Use_Forces": True}}},  # case ignored
+     r"model\.params\.Use_Forces: unknown key; did you mean `use_force`\?"),
+    ({"network": {"name": "PiNet", "params": {"atom_types": [1], "rcut": 4.0}}}, r"did you mean `rc`\?"),
+    ({"network": {"name": "PiNett"}},
+     r"network\.name: 'PiNett' is not one of \['BPNN', 'LJ', 'PiNet'\]; did you mean `PiNet`\?"),
+    ({"network": {"name": "bpn"}}, r"network\.name: 'bpn' .*; did you mean `BPNN`\?"),
+    ({"model": {"name": "potential"}}, r"model\.name: 'potential' .*; did you mean `potential_model`\?"),
+    ({"modle": {"name": "potential_model"}}, r"params\.modle: unknown key; did you mean `model`\?"),
+    ({"parallel_params": {"lr_scalling": "linear"}},
+     r"parallel_params\.lr_scalling: unknown key; did you mean `lr_scaling`\?"),
+])
+def test_unknown_names_suggest_the_nearest(change, suggestion):
+    with pytest.raises(ParamsError, match=suggestion):
+        resolve({**BASE, **change})
+
+
+@pytest.mark.parametrize("change", [{"network": {"name": "SchNet"}}, {"model": {"params": {"zzz": 1}}}])
+def test_nothing_near_no_suggestion(change):
+    with pytest.raises(ParamsError) as info:
+        resolve({**BASE, **change})
+    assert "did you mean" not in str(info.value)
+
+
 def test_missing_model_dir():
     with pytest.raises(ParamsError, match="params.model_dir: required"):
         resolve({"network": BASE["network"]})

@@ -5,6 +5,8 @@ import sys
 
 import pytest
 
+from pinn.runtime import LOG_LEVEL_VAR, quiet_tensorflow
+
 PROBE = """
 import pinn, os
 import tensorflow as tf
@@ -36,3 +38,23 @@ def test_import_pinn_pools_tensorflow_cpu_memory():
 @pytest.mark.parametrize("value", ["false", "0"])
 def test_users_setting_is_kept(value):
     assert _probe(value) == ["malloc", value]
+
+
+def test_quiet_tensorflow_keeps_the_users_level(monkeypatch):
+    """pinn's default hides TensorFlow's C++ INFO, WARNING and ERROR lines; a level the user set is kept; verbose
+    shows all."""
+    monkeypatch.delenv(LOG_LEVEL_VAR, raising=False)
+    assert quiet_tensorflow() == "3" and os.environ[LOG_LEVEL_VAR] == "3"
+    monkeypatch.setenv(LOG_LEVEL_VAR, "0")
+    assert quiet_tensorflow() == "0" and os.environ[LOG_LEVEL_VAR] == "0"
+    monkeypatch.setenv(LOG_LEVEL_VAR, "3")
+    assert quiet_tensorflow(verbose=True) == "0" and os.environ[LOG_LEVEL_VAR] == "0"
+
+
+def test_import_pinn_leaves_tensorflow_logging_alone():
+    """Library users keep TensorFlow's own logging: only the pinn command and the input scripts quieten it."""
+    env = {k: v for k, v in os.environ.items() if k != LOG_LEVEL_VAR}
+    out = subprocess.run([sys.executable, "-c", "import os, pinn, pinn.io, pinn.models; "
+                          f"print(os.environ.get({LOG_LEVEL_VAR!r}))"], capture_output=True, text=True, env=env,
+                         timeout=120)
+    assert out.returncode == 0 and out.stdout.split() == ["None"], out.stderr[-2000:]

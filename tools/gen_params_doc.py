@@ -57,12 +57,14 @@ checked:
 **Validation.** `potential_model(params)` (or `pinn.params.resolve(params)` on its own)
 checks every key before anything is built and fills in every default. An unknown,
 missing or ill-typed key raises `pinn.params.ParamsError` (a `ValueError`) whose message
-starts with the key path, for example:
+starts with the key path; an unknown key, network name or model name is followed by the
+nearest allowed one when there is one (case ignored), for example:
 
 ```
 model.params.use_force: expected bool, got str ('yes')
-model.params.use_forces: unknown key; allowed keys: ['data_resume', 'decay_rate', ...]
+model.params.learnin_rate: unknown key; did you mean `learning_rate`? allowed keys: ['accumulate_batches', ...]
 network.params.rc: must be positive (got -1.0)
+network.name: 'PiNett' is not one of ['BPNN', 'LJ', 'PiNet']; did you mean `PiNet`?
 network.name: 'schnet' is not one of ['BPNN', 'LJ', 'PiNet']
 params.model_dir: required key is missing (directory for checkpoints, params.yml and logs)
 ```

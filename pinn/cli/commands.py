@@ -2,6 +2,8 @@
 
 Each command is a thin layer over the library (:mod:`pinn.cli.runconfig`,
 :mod:`pinn.io`, :mod:`pinn.training.trainer`, :mod:`pinn.cli.report`, :mod:`pinn.training.metrics`).
+TensorFlow's start-up messages are hidden unless ``--verbose`` is given or
+``TF_CPP_MIN_LOG_LEVEL`` is set (:func:`pinn.runtime.quiet_tensorflow`).
 Exit status: 0 success, 1 an error (one line on stderr naming the file or
 key), 2 bad command-line arguments, 75 training stopped by a signal after
 writing a checkpoint (launch it again to resume).
@@ -33,15 +35,24 @@ commands:
   report    learning curves and parity plots (PNG) and a text summary of a model directory
   log       the metrics a training run recorded (a table, or CSV)
 
-Run `pinn COMMAND --help` for the options of each."""
+Run `pinn COMMAND --help` for the options of each.  TensorFlow's start-up messages are
+hidden unless you give --verbose or set TF_CPP_MIN_LOG_LEVEL yourself."""
+
+
+VERBOSE_HELP = ("show TensorFlow's start-up and compilation messages (hidden by default unless "
+                "TF_CPP_MIN_LOG_LEVEL is set)")
 
 
 def _parser():
     parser = argparse.ArgumentParser(prog="pinn", description=DESCRIPTION,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("-v", "--verbose", action="store_true", help=VERBOSE_HELP)
+    # --verbose after the command too (SUPPRESS: absent there, the value before the command stays)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help=VERBOSE_HELP)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    train = commands.add_parser("train", help="train from a YAML run file or an input script",
+    train = commands.add_parser("train", parents=[common], help="train from a YAML run file or an input script",
                                 description="Train a model.  A .yml/.yaml file holds the params of an input "
                                 "script plus `data` and `train` sections (see docs/cli.md); a .py file is run as "
                                 "an input script, with the remaining arguments as its sys.argv.  In a parallel "
@@ -51,7 +62,7 @@ def _parser():
     train.add_argument("--max-steps", type=_positive_int, help="override train.max_steps of a run file")
     train.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments of an input script")
 
-    convert = commands.add_parser("convert", help="write data to TFRecord caches",
+    convert = commands.add_parser("convert", parents=[common], help="write data to TFRecord caches",
                                   description="Read structures (any ASE-readable file, or MiMiC files with "
                                   "--mpt/--trr/--energies) and write OUTPUT.tfr, or OUTPUT.<part>.tfr per part "
                                   "of --split, each with its .yml spec; `pinn train` and load_tfrecord read them.")
@@ -64,7 +75,7 @@ def _parser():
     convert.add_argument("--energies", nargs="+", help="CPMD ENERGIES file(s), one per run")
     convert.add_argument("--precision", choices=("float32", "float64"), default="float32")
 
-    evaluate = commands.add_parser("eval", help="errors of a trained model on data",
+    evaluate = commands.add_parser("eval", parents=[common], help="errors of a trained model on data",
                                    description="Evaluate a model directory on data (ASE-readable files or .tfr "
                                    "caches): MAE and RMSE of every labelled quantity.")
     evaluate.add_argument("model_dir")
@@ -73,13 +84,14 @@ def _parser():
     evaluate.add_argument("--batch-size", type=_positive_int, default=32)
     evaluate.add_argument("--json", action="store_true", help="print the metrics as JSON")
 
-    report = commands.add_parser("report", help="learning curves, parity plots and a summary of a model directory",
+    report = commands.add_parser("report", parents=[common],
+                                 help="learning curves, parity plots and a summary of a model directory",
                                  description="Write learning_curves.png, parity.png and summary.txt from the "
                                  "metrics.jsonl and eval_predictions.npz of a model directory.")
     report.add_argument("model_dir")
     report.add_argument("-o", "--output", help="directory for the report (default MODEL_DIR/report)")
 
-    logs = commands.add_parser("log", help="the metrics a training run recorded",
+    logs = commands.add_parser("log", parents=[common], help="the metrics a training run recorded",
                                description="Print the training and validation records of MODEL_DIR/metrics.jsonl.")
     logs.add_argument("model_dir")
     logs.add_argument("--kind", choices=("train", "eval", "all"), default="all")
@@ -97,12 +109,31 @@ def main(argv=None):
         return 2
     from pinn.io.errors import DataError
     from pinn.params import ParamsError
+    from pinn.runtime import quiet_tensorflow
     try:
+        if args.command == "train":
+            _train_options(args)
+        quiet_tensorflow(verbose=args.verbose)  # before any command imports TensorFlow
         return COMMANDS[args.command](args)
     except (ParamsError, DataError, ValueError, FileNotFoundError) as err:
         message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         print(f"pinn {args.command}: error: {message}", file=sys.stderr)
         return EXIT_ERROR
+
+
+def _train_options(args):
+    """Options given after a run file (``pinn train run.yml --max-steps 10``); an input script's are its own."""
+    if args.config.endswith(".py") or not args.script_args:
+        return
+    late = argparse.ArgumentParser(prog="pinn train", add_help=False)
+    late.add_argument("--model-dir", default=args.model_dir)
+    late.add_argument("--max-steps", type=_positive_int, default=args.max_steps)
+    late.add_argument("-v", "--verbose", action="store_true", default=args.verbose)
+    parsed, unknown = late.parse_known_args(args.script_args)
+    if unknown:
+        raise ValueError(f"unexpected arguments {unknown} (only input scripts take arguments)")
+    args.model_dir, args.max_steps, args.verbose = parsed.model_dir, parsed.max_steps, parsed.verbose
+    args.script_args = []
 
 
 def _train(args):
@@ -116,14 +147,6 @@ def _train(args):
         return 0
     if not path.endswith((".yml", ".yaml")):
         raise ValueError(f"{path}: expected a run file (.yml, .yaml) or an input script (.py)")
-    if args.script_args:  # options given after the run file
-        late = argparse.ArgumentParser(prog="pinn train", add_help=False)
-        late.add_argument("--model-dir", default=args.model_dir)
-        late.add_argument("--max-steps", type=_positive_int, default=args.max_steps)
-        parsed, unknown = late.parse_known_args(args.script_args)
-        if unknown:
-            raise ValueError(f"unexpected arguments {unknown} (only input scripts take arguments)")
-        args.model_dir, args.max_steps = parsed.model_dir, parsed.max_steps
     from pinn.cli.runconfig import run_training
     model, metrics = run_training(path, model_dir=args.model_dir, max_steps=args.max_steps)
     if metrics is not None and model.is_chief:
@@ -161,8 +184,7 @@ def _convert(args):
     else:
         if not args.inputs:
             raise ValueError("no input files (give ASE-readable files or --mpt/--trr/--energies)")
-        sources = args.inputs[0] if len(args.inputs) == 1 else _atoms_of(args.inputs)
-        data = load_ase(sources, split=split, seed=args.seed)
+        data = load_ase(args.inputs, split=split, seed=args.seed)  # the frames of every file, pooled
     parts = data if isinstance(data, dict) else {None: data}
     for name, dataset in _flatten(parts):
         if args.precision == "float64":
@@ -182,11 +204,6 @@ def _flatten(parts, prefix=""):
             yield from _flatten(value, f"{full}.")
         else:
             yield full, value
-
-
-def _atoms_of(files):
-    import ase.io
-    return [atoms for f in files for atoms in ase.io.read(f, ":")]
 
 
 def _evaluate(args):

@@ -22,7 +22,8 @@ import os
 
 import yaml
 
-from pinn.schema import Option, ParamsError, non_negative, positive, validate_section
+from pinn.params import TOP_LEVEL
+from pinn.schema import Option, ParamsError, did_you_mean, non_negative, positive, validate_section
 
 DATA_PARAMS = {
     "train": Option((str, list, None), None, "training data: a file ASE reads, a TFRecord cache (.tfr) written by "
@@ -42,6 +43,8 @@ TRAIN_PARAMS = {
     "max_epochs": Option((float, None), None, "train this many passes over the training data", check=positive),
 }
 SECTIONS = {"data": DATA_PARAMS, "train": TRAIN_PARAMS}
+#: the top-level keys of a run file: the params of an input script (upstream PiNN's flat form too) and SECTIONS
+RUN_FILE_KEYS = [*TOP_LEVEL, "network_params", "model_params", *SECTIONS]
 
 
 def read_config(path):
@@ -66,6 +69,10 @@ def read_config(path):
             raise ParamsError(f"{path}: not valid YAML ({err})".replace("\n", " ")) from err
     if not isinstance(config, dict):
         raise ParamsError(f"{path}: expected a mapping of params at the top level")
+    unknown = [key for key in config if key not in RUN_FILE_KEYS]
+    if unknown:
+        raise ParamsError(f"{path}: {unknown[0]}: unknown top-level key;{did_you_mean(unknown[0], RUN_FILE_KEYS)} "
+                          f"allowed keys: {RUN_FILE_KEYS}")
     sections = {}
     for name, schema in SECTIONS.items():
         try:
@@ -77,7 +84,12 @@ def read_config(path):
         raise ParamsError(f"{path}: data: give either data.train (files) or data.mimic (MiMiC files)")
     split = data["split"]
     if split is not None and ("train" not in split or set(split) - {"train", "eval"}):
-        raise ParamsError(f"{path}: data.split: parts must be train and, optionally, eval (got {sorted(split)})")
+        odd = sorted(set(split) - {"train", "eval"}, key=str)
+        hint = did_you_mean(odd[0], ["train", "eval"] if "train" not in split else ["eval"]) if odd else ""
+        raise ParamsError(f"{path}: data.split: parts must be train and, optionally, eval (got {sorted(split)});"
+                          f"{hint}".rstrip(";"))
+    if data["mimic"] is not None:
+        _check_mimic_keys(data["mimic"], path)
     if data["eval"] is not None and (split is not None or data["mimic"] is not None):
         raise ParamsError(f"{path}: data.eval: give validation data as data.eval (with data.train) or as the eval "
                           f"part of data.split, not both; MiMiC validation data come from data.split")
@@ -85,6 +97,19 @@ def read_config(path):
         raise ParamsError(f"{path}: train: give max_steps or max_epochs")
     base = os.path.dirname(os.path.abspath(path))
     return _relative_to(config, base), _data_relative_to(data, base), train
+
+
+def _check_mimic_keys(mimic, path):
+    """data.mimic holds load_mimic's arguments, less split and seed (data.split, data.seed)."""
+    import inspect
+
+    from pinn.io import load_mimic
+    allowed = [name for name in inspect.signature(load_mimic).parameters if name not in ("split", "seed")]
+    for key in mimic:
+        if key not in allowed:
+            where = {"split": "data.split", "seed": "data.seed"}.get(key)
+            hint = f" give it as {where};" if where else did_you_mean(key, allowed)
+            raise ParamsError(f"{path}: data.mimic.{key}: unknown key;{hint} allowed keys: {allowed}")
 
 
 def _relative_to(params, base):
@@ -142,7 +167,7 @@ def datasets(data, world):
         if any(os.fspath(f).endswith(".tfr") for f in ([sources] if isinstance(sources, str) else sources)):
             raise ParamsError("data.split: a TFRecord cache is split when written (pinn convert --split); give "
                               "data.train and data.eval instead")
-        parts = load_ase(sources if isinstance(sources, str) else _atoms_of(sources), split=split, seed=data["seed"])
+        parts = load_ase(sources, split=split, seed=data["seed"])  # a file or a list of files
         sharded = world.is_parallel
     else:
         parts = {"train": load_structures(data["train"]),
@@ -155,11 +180,6 @@ def datasets(data, world):
         train = train.shard(world.size, world.rank)
         evaluation = evaluation.shard(world.size, world.rank) if evaluation is not None else None
     return train, evaluation
-
-
-def _atoms_of(files):
-    import ase.io
-    return [atoms for f in files for atoms in ase.io.read(f, ":")]
 
 
 def input_fns(data, train_section, world, rc):

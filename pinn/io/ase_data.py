@@ -1,4 +1,4 @@
-"""Load structures through ASE: any ASE-readable file, a list of ``Atoms``, or an ASE database."""
+"""Load structures through ASE: any ASE-readable file or a list of them, a list of ``Atoms``, or an ASE database."""
 import os
 
 import numpy as np
@@ -46,36 +46,47 @@ def atoms_to_structure(atoms, source="Atoms"):
 
 
 def _read_atoms(dataset):
-    """Return a list of (source, Atoms) from a file name, a database or a list of Atoms."""
+    """Return a list of (source, Atoms) from a file name, a database, a list of file names or a list of Atoms."""
     from ase import Atoms
     if isinstance(dataset, Atoms):
         dataset = [dataset]
     if isinstance(dataset, (str, os.PathLike)):
-        path = os.fspath(dataset)
-        if not os.path.exists(path):
-            raise DataError(f"{path}: no such file")
-        if os.path.getsize(path) == 0:
-            raise DataError(f"{path}: file is empty")
-        if path.endswith((".db", ".json")) and _is_ase_db(path):
-            import ase.db
-            with ase.db.connect(path) as db:
-                return [(f"{path}, row {row.id}", row.toatoms(add_additional_information=False))
-                        for row in db.select()]
-        import ase.io
-        try:
-            frames = ase.io.read(path, index=":")
-        except Exception as err:
-            raise DataError(f"{path}: ASE could not read it: {type(err).__name__}: {err}") from err
-        if not isinstance(frames, list):
-            frames = [frames]
-        return [(f"{path}, frame {i}", a) for i, a in enumerate(frames)]
+        return _read_file(os.fspath(dataset))
     if hasattr(dataset, "select"):  # an open ase.db connection
         return [(f"database row {row.id}", row.toatoms()) for row in dataset.select()]
-    frames = list(dataset)
-    for i, a in enumerate(frames):
-        if not isinstance(a, Atoms):
-            raise DataError(f"item {i} of the list is a {type(a).__name__}, not ase.Atoms")
-    return [(f"Atoms {i}", a) for i, a in enumerate(frames)]
+    items = list(dataset)
+    is_path = [isinstance(item, (str, os.PathLike)) for item in items]
+    for i, item in enumerate(items):
+        if not is_path[i] and not isinstance(item, Atoms):
+            raise DataError(f"item {i} of the list is a {type(item).__name__}, not a file name or ase.Atoms")
+    if any(is_path) and not all(is_path):
+        first_path, first_atoms = is_path.index(True), is_path.index(False)
+        raise DataError(f"load_ase: the list mixes file names and Atoms (item {first_path} is a file name, "
+                        f"item {first_atoms} an Atoms); give a list of file names or a list of Atoms")
+    if items and all(is_path):  # e.g. what distribute_data returns: the frames of every file, in order
+        return [frame for path in items for frame in _read_file(os.fspath(path))]
+    return [(f"Atoms {i}", a) for i, a in enumerate(items)]
+
+
+def _read_file(path):
+    """(source, Atoms) of every frame of one file: anything ase.io reads, or an ASE database."""
+    if not os.path.exists(path):
+        raise DataError(f"{path}: no such file")
+    if os.path.getsize(path) == 0:
+        raise DataError(f"{path}: file is empty")
+    if path.endswith((".db", ".json")) and _is_ase_db(path):
+        import ase.db
+        with ase.db.connect(path) as db:
+            return [(f"{path}, row {row.id}", row.toatoms(add_additional_information=False))
+                    for row in db.select()]
+    import ase.io
+    try:
+        frames = ase.io.read(path, index=":")
+    except Exception as err:
+        raise DataError(f"{path}: ASE could not read it: {type(err).__name__}: {err}") from err
+    if not isinstance(frames, list):
+        frames = [frames]
+    return [(f"{path}, frame {i}", a) for i, a in enumerate(frames)]
 
 
 def _is_ase_db(path):
@@ -94,7 +105,9 @@ def load_ase(dataset, split=False, shuffle=True, seed=0):
 
     Args:
         dataset: a file name in any format ``ase.io.read`` understands (all
-            frames are read), an ASE database file (``.db``) or connection, an
+            frames are read), an ASE database file (``.db``) or connection, a
+            list of such file names (the frames of every file, in order, e.g.
+            this rank's share from :func:`pinn.io.distribute_data`), an
             ``Atoms`` or a list of ``Atoms``.  Labels (energy, forces, stress,
             dipole, charges) come from the stored calculator results.
         split: ``False`` for one dataset, or nested ratios such as
@@ -107,7 +120,8 @@ def load_ase(dataset, split=False, shuffle=True, seed=0):
 
     Raises:
         DataError: missing or empty file, frames without a label the first
-            frame has, non-finite values; messages name the file and frame.
+            frame has, non-finite values, a list that mixes file names and
+            ``Atoms``; messages name the file and frame.
     """
     frames = [Frame(src, check_structure(atoms_to_structure(a, src), src)) for src, a in _read_atoms(dataset)]
     if not frames:

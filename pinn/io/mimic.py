@@ -56,7 +56,9 @@ def load_mimic(mpt, trr, energies, split=False, shuffle=True, seed=0, *, energy_
             alignment; the 2020 loader effectively used 1 for ``nstxout = 1``.
         forces: ``'auto'`` (``FTRAJECTORY`` when given, else the trr),
             ``'trr'``, ``'ftrajectory'`` or ``'none'`` (energy only, no
-            ``f_data``).
+            ``f_data``).  With ``'auto'`` and no ``FTRAJECTORY``, a warning
+            says that trr forces are the MM forces only; ``forces='trr'``
+            given explicitly loads the same forces without it.
         ftrajectory: CPMD ``FTRAJECTORY`` file(s), parallel to ``trr``.
         cpmd_input: the CPMD input(s) whose ``&MIMIC OVERLAPS`` map QM atoms;
             one file for all runs or a parallel list.  Needed for
@@ -91,6 +93,7 @@ def load_mimic(mpt, trr, energies, split=False, shuffle=True, seed=0, *, energy_
     runs = _runs(mpt, trr, energies, ftrajectory, cpmd_input)
     if forces not in FORCE_SOURCES:
         raise DataError(f"load_mimic: forces={forces!r}; allowed: {list(FORCE_SOURCES)}")
+    trr_by_default = forces == "auto" and ftrajectory is None  # trr forces the caller did not ask for
     if forces == "auto":
         forces = "ftrajectory" if ftrajectory is not None else "trr"
     if forces == "ftrajectory" and ftrajectory is None:
@@ -121,7 +124,7 @@ def load_mimic(mpt, trr, energies, split=False, shuffle=True, seed=0, *, energy_
         run_id = reader.add_run(run, index, elems, atoms, order, ftraj)
         items += _pair_frames(run, run_id, index, topology, table[energy_column] * units.HARTREE,
                               table["NFI"], nfi_offset, forces, ftraj, skip_incomplete, stats)
-    _log_summary(runs, items, stats, forces, energy_column, select)
+    _log_summary(runs, items, stats, forces, energy_column, select, trr_by_default)
     if not items:
         raise DataError("load_mimic: no frame could be paired with an energy in any run")
 
@@ -272,7 +275,7 @@ class _Skipped(collections.Counter):
         self.missing_steps = []
 
 
-def _log_summary(runs, items, stats, forces, energy_column, select):
+def _log_summary(runs, items, stats, forces, energy_column, select, trr_by_default):
     skipped = []
     if stats["no energy"]:
         skipped.append(f"{stats['no energy']} without an energy line (first steps {stats.missing_steps}; "
@@ -287,7 +290,7 @@ def _log_summary(runs, items, stats, forces, energy_column, select):
              {"trr": "trr (kJ/mol/nm -> eV/Å)", "ftrajectory": "FTRAJECTORY (Hartree/bohr -> eV/Å)",
               "none": "not loaded"}[forces],
              "; skipped " + ", ".join(skipped) if skipped else "")
-    if forces == "trr":
+    if forces == "trr" and trr_by_default:  # forces='trr' given explicitly: the caller has chosen them
         log.warning("load_mimic: trr forces of a MiMiC run are the GROMACS (MM force-field) forces only, "
                     "not the gradient of the QM/MM energy %s; see docs/mimic.md before training on them",
                     energy_column)
