@@ -10,7 +10,8 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 DATA = os.environ.get("PINN_BENCH_DATA", os.path.join(HERE, "..", "bench-data"))
 
-#: the reference configuration (../shared/bench/README.md): PiNet depth 4, [16, 16] nodes,
+#: the reference configuration (upstream PiNN's published benchmark, docs/benchmarks.md):
+#: PiNet depth 4, [16, 16] nodes,
 #: polynomial basis with 4 functions, cutoff f1, tanh, rc 4.5 Å; Adam 3e-4 with clipping,
 #: batch 32, force weight 10, per-element energy offsets fitted on the training split.
 REFERENCE_NETWORK = {"rc": 4.5, "depth": 4, "pp_nodes": [16, 16], "pi_nodes": [16, 16], "ii_nodes": [16, 16],
@@ -42,7 +43,7 @@ def dataset_path(name, part=None):
 
     ``part`` None: all frames in MD order (``NAME.xyz``); 'train' / 'val': the fixed 90 % / 10 %
     split (``NAME-train.xyz``, ``NAME-val.xyz``).  The recipe is the reference one
-    (../shared/bench/README.md), with the same seeds: 2000 frames after 1 ps of Langevin
+    (upstream PiNN's published benchmark, docs/benchmarks.md), with the same seeds: 2000 frames after 1 ps of Langevin
     equilibration (friction 0.01/fs, fixcm off, Maxwell-Boltzmann start without net momentum
     or rotation); cu108: bulk Cu 3x3x3 (a = 3.61 Å), EMT, 800 K, 2 fs, a frame every 5 steps,
     seed 2024; ethanol: GFN2-xTB (tblite, ``pip install tblite``), 500 K, 0.5 fs, a frame

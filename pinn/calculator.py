@@ -200,20 +200,21 @@ ENGINES = ("auto", "numba", "tensorflow")
 
 
 def _choose_engine(model, engine):
-    """The engine for ``model``: ``engine``, or for 'auto' numba where it can (a PiNet potential,
-    Numba installed), else tensorflow."""
+    """The engine for ``model``: ``engine``, or for 'auto' numba where it can
+    (:func:`pinn.engines.lowering.refusal`), else tensorflow, with the reason in the log."""
     from pinn.engines import lowering
     if engine not in ENGINES:
         raise ValueError(f"get_calc: engine must be one of {ENGINES}, got {engine!r}")
     if engine == "tensorflow":
         return engine
-    if lowering.supports(model):
+    reason = lowering.refusal(model, "md")
+    if reason is None:
         return "numba"
     if engine == "numba":
         if not lowering.available():
             raise ImportError("get_calc: engine='numba' needs Numba (pip install numba)")
-        raise ValueError("get_calc: engine='numba' evaluates potential models with a PiNet network; use "
-                         "engine='tensorflow' (or 'auto') for this model")
+        raise ValueError(f"get_calc: engine='numba': {reason}; use engine='tensorflow' (or 'auto') for this model")
+    log.info("get_calc: the tensorflow engine, since %s", reason)
     return "tensorflow"
 
 

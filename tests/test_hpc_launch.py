@@ -4,7 +4,7 @@ and the project's Slurm job scripts under a real single-node Slurm started here.
 Run on its own with  ./run_tests.sh -m hpc
 The Slurm cluster (slurmctld, slurmd and munged from Debian's slurm-wlm and munge) is
 private to the test: its own config, key, socket, ports and state directory, stopped by
-the pids in its pid files.  See ../shared/SLURM_CI.md for the recipe.
+the pids in its pid files; the recipe is in the fixture below (slurm.conf, munge key, daemons).
 """
 import os
 import shutil

@@ -7,7 +7,7 @@ starts in a second instead of several.  When the file is missing or stale, the c
 loads the checkpoint with TensorFlow as before and writes the file (where the directory is
 writable), so the next run is TensorFlow-free.
 
-The file holds the arrays of :func:`pinn.engines.lowering.pinet_arrays` (the averaged weights for a
+The file holds the arrays of :meth:`pinn.engines.spec.PiNetSpec.arrays` (the averaged weights for a
 model trained with ``ema_decay``, as the calculator uses), ``e_unit``, and what it was made
 from: the checkpoint's name, its index file's size and modification time, and a SHA-256 of
 ``params.yml`` (without its ``model_dir`` entry, the path the directory was opened by).  It
@@ -94,11 +94,11 @@ def load_engine_weights(model_dir, checkpoint=None):
         checkpoint: as for :func:`checkpoint_path`.
 
     Returns:
-        dict of NumPy arrays (:data:`pinn.engines.md.ARRAY_KEYS`, plus ``e_unit`` (eV per energy
+        dict of NumPy arrays (:data:`pinn.engines.spec.ARRAY_KEYS`, plus ``e_unit`` (eV per energy
         unit of the data) and ``source``, the file's path), or ``None`` when there is no
         checkpoint, no file, or the file is stale or unreadable (the reason is logged).
     """
-    from pinn.engines.md import ARRAY_KEYS
+    from pinn.engines.spec import ARRAY_KEYS
     ckpt = checkpoint_path(model_dir, checkpoint)
     if ckpt is None:
         return None
@@ -126,7 +126,7 @@ def save_engine_weights(arrays, e_unit, model_dir, ckpt):
     """Write the engine weights of checkpoint ``ckpt`` of ``model_dir`` (atomically).
 
     Args:
-        arrays: the dict of :func:`pinn.engines.lowering.pinet_arrays` for that checkpoint's weights
+        arrays: the dict of :meth:`pinn.engines.spec.PiNetSpec.arrays` for that checkpoint's weights
             (the averaged ones where the model keeps an average).
         e_unit: the model's ``e_unit`` (eV per energy unit of the data).
         model_dir: the model directory (its ``params.yml`` is part of the file's identity).

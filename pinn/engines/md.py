@@ -8,25 +8,25 @@ potentials on CPUs (:mod:`pinn.calculator`).
 """
 import numpy as np
 
-from pinn.engines.lowering import _potential, pinet_arrays
+from pinn.engines.lowering import capability, pinet_arrays, potential_of
 from pinn.engines.numba.md_kernels import (PARALLEL_MIN_PAIRS, TILE, _evaluate, _evaluate_serial, _forces_virial,
                                            available, find_pairs, numba)
+from pinn.engines.spec import ARRAY_KEYS
 
-#: the arrays of :func:`pinet_arrays` (and of an engine-weights file)
-ARRAY_KEYS = ("flat", "table", "layers", "blocks", "codes", "scal", "type_of", "e_dress", "workspace")
+__all__ = ["FastPiNet", "ARRAY_KEYS", "PARALLEL_MIN_PAIRS", "TILE"]
 
 
 class FastPiNet:
     """Energy, forces and stress of one structure from a PiNet potential, in Numba kernels.
 
     Args:
-        model: a :class:`pinn.trainer.Trainer` of a potential model with a PiNet network (what
-            :func:`pinn.models.get_model` returns), or the
-            :class:`~pinn.models.potential.PotentialModel` itself: its current weights are
-            copied (the calculator copies them inside ``trainer.averaged_weights()``); call
-            :meth:`load_weights` after they change.  Or the dict of :func:`pinet_arrays`
-            (e.g. read from a file by :func:`pinn.exported.load_engine_weights`), which needs
-            no TensorFlow.
+        model: a PiNet potential that :func:`pinn.engines.lowering.capability` accepts for
+            ``'md'``: a :class:`~pinn.models.potential.PotentialModel`, the
+            :class:`pinn.training.trainer.Trainer` holding one or its inference handle; its
+            current weights are copied (the calculator copies them inside
+            ``averaged_weights()``); call :meth:`load_weights` after they change.  Or the
+            arrays of :meth:`pinn.engines.spec.PiNetSpec.arrays` (e.g. read from a file by
+            :func:`pinn.engines.exported.load_engine_weights`), which need no TensorFlow.
         threads: threads for the pair work (default: Numba's, i.e. the CPU cores); structures
             with fewer than :data:`PARALLEL_MIN_PAIRS` pairs run on one.
 
@@ -37,14 +37,17 @@ class FastPiNet:
     def __init__(self, model, threads=None):
         if not available():
             raise ImportError("the fast PiNet engine needs Numba (pip install numba)")
-        self.model = None if isinstance(model, dict) else _potential(model)
-        if self.model is None and not isinstance(model, dict):
-            raise ValueError("the fast engine evaluates potential models with a PiNet network only")
+        arrays, self.model = model, None
+        if not isinstance(model, dict):
+            answer = capability(model, "md")
+            if not answer:
+                raise ValueError(answer.reason)
+            arrays, self.model = answer.spec.arrays(), potential_of(model)
         self.threads = int(threads or numba.config.NUMBA_NUM_THREADS)
         if not 1 <= self.threads <= numba.config.NUMBA_NUM_THREADS:
             raise ValueError(f"threads must be in 1..{numba.config.NUMBA_NUM_THREADS} (NUMBA_NUM_THREADS), "
                              f"got {threads}")
-        self._set_arrays(model if isinstance(model, dict) else pinet_arrays(self.model))
+        self._set_arrays(arrays)
 
     # -- weights
     def load_weights(self):

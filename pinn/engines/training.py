@@ -9,7 +9,7 @@ TensorFlow step of a parallel run.  ``model.params.engine: numba`` selects it
 import numpy as np
 
 from pinn import keys as K
-from pinn.engines.lowering import check_supported, pinet_arrays
+from pinn.engines.lowering import capability
 from pinn.engines.numba.md_kernels import (_B_II, _B_NII, _B_NOUT, _B_NPI, _B_NPP, _B_OUT, _B_PI, _B_PP, _B_WIN,
                                            _B_WOUT, _forces_virial, find_pairs, numba)
 from pinn.engines.numba.train_kernels import (_distance_tangents, _energies_forces, _image_offsets,
@@ -30,8 +30,8 @@ class TrainingEngine:
     """The loss of a PiNet potential and its gradient with respect to the weights, in Numba kernels.
 
     Args:
-        model: a :class:`~pinn.models.potential.PotentialModel` with a PiNet network (see
-            :func:`check_supported`).
+        model: a :class:`~pinn.models.potential.PotentialModel` with a PiNet network that
+            :func:`pinn.engines.lowering.capability` accepts for ``'training'``.
         threads: threads of its parallel loops (default: Numba's, i.e. the CPU cores; at most
             ``NUMBA_NUM_THREADS``); a rank of a parallel run gets its share of the cores.
 
@@ -40,13 +40,12 @@ class TrainingEngine:
     """
 
     def __init__(self, model, threads=None):
-        reason = check_supported(model)
-        if reason:
-            raise ValueError(reason)
+        answer = capability(model, "training")
+        if not answer:
+            raise ValueError(answer.reason)
         self.model = model
         self.variables = list(model.trainable_variables)
-        sources = []
-        arrays = pinet_arrays(model, sources)
+        arrays, sources = answer.spec.arrays(), answer.spec.sources()
         self.threads = int(threads or numba.config.NUMBA_NUM_THREADS)
         if not 1 <= self.threads <= numba.config.NUMBA_NUM_THREADS:
             raise ValueError(f"threads must be in 1..{numba.config.NUMBA_NUM_THREADS} (NUMBA_NUM_THREADS), "

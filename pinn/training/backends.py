@@ -9,12 +9,15 @@ TensorFlow's variables the current values before anything reads them, and
 :meth:`NumbaBackend.reload` makes the next step read the variables again after something
 else changed them.  Nothing outside this module branches on the engine.
 """
+import logging
 import os
 
 import numpy as np
 import tensorflow as tf
 
 from pinn.schema import ParamsError
+
+log = logging.getLogger("pinn")
 
 
 def choose_backend(params, model, world):
@@ -34,10 +37,12 @@ def choose_backend(params, model, world):
     mp = params["model"]["params"]
     choice = mp["engine"]
     if choice != "tensorflow":
-        from pinn.engines.lowering import check_supported
-        reason = check_supported(model)
+        from pinn.engines.lowering import refusal
+        reason = refusal(model, "training")
         if choice == "numba" and reason:
             raise ParamsError(f"model.params.engine: {reason}")
+        if reason and world.is_chief:
+            log.info("model.params.engine 'auto': gradients by TensorFlow, since %s", reason)
         if not reason and not (choice == "auto" and (tf.config.list_physical_devices("GPU") or mp["jit"]
                                                      or mp["batch_parts"] not in (None, 1))):
             if mp["jit"]:
@@ -131,7 +136,7 @@ class NumbaBackend(TensorFlowBackend):
     one-process step on the host (:class:`pinn.engines.host_optimizer.HostOptimizer`).
 
     Args:
-        model: a PiNet potential model (see :func:`pinn.engines.lowering.check_supported`).
+        model: a PiNet potential model (see :func:`pinn.engines.lowering.capability`).
         threads: the engine's threads (``None``: Numba's).
     """
 

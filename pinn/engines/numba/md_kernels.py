@@ -346,7 +346,7 @@ def find_pairs(coord, cand_i, cand_j, cand_offset, rc, pair_i, pair_j, diff, dis
 @_jit()
 def radial_basis_tile(tile, n_pairs, dist, codes, scal, basis, dbasis):
     """The radial basis e_b(r) and its derivative de_b/dr (1/Å) of one tile's pairs, [n_basis, tile]
-    each (zero past ``n_pairs``); ``codes``/``scal`` as in :func:`pinet_arrays`."""
+    each (zero past ``n_pairs``); ``codes``/``scal`` as in :meth:`pinn.engines.spec.PiNetSpec.arrays`."""
     cutoff_code, basis_code, n_basis = codes[1], codes[2], codes[3]
     rc, gamma = scal[0], scal[1]
     n_t = basis.shape[1]

@@ -28,7 +28,7 @@ constants of pass 3: no second derivative of the cutoff or the basis is needed.
 
 Supported: PiNet with tanh activations and at least one hidden PI layer (the default
 ``pi_nodes``), the energy and force loss terms (``mse`` or ``huber``, per-atom energies
-too), float32 or float64.  :func:`check_supported` names what is not.
+too), float32 or float64.  :func:`pinn.engines.lowering.capability` names what is not.
 
 Numbers: the gradients equal TensorFlow's to float rounding (tested against the tape's, float64:
 ~1e-10 relative; float32: ~1e-5, float32 sums in a different order).  The kernels compile on
@@ -585,7 +585,7 @@ def _energies_forces(types, n_pairs, pair_i, pair_j, dist, flat, table, layers, 
     Args:
         types: [n_atoms] int64 indices into atom_types.
         n_pairs, pair_i, pair_j, dist: the pairs within the cutoff.
-        flat, table, layers, blocks, codes, scal: the network (:func:`pinn.engines.lowering.pinet_arrays`).
+        flat, table, layers, blocks, codes, scal: the network (:meth:`pinn.engines.spec.PiNetSpec.arrays`).
         n_chunks: the pair tiles, and the atoms, are split into this many chunks, one per thread.
         basis, dbasis: [n_tiles, n_basis, tile] outputs, the basis and its r-derivative.
         keep, adj: [depth, n_tiles, rows, tile]; aty, ata: [n_chunks, depth, rows, columns]; pa1,
