@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Run the whole test suite (sets up the environment first, once).
-# Extra arguments go to pytest, e.g.  ./run_tests.sh -k physics
+# Two pytest-xdist workers, a test file each at a time (the launch tests first, tests/conftest.py);
+# extra arguments go to pytest, e.g.  ./run_tests.sh -k physics   or   ./run_tests.sh -n 0  (one process)
 set -euo pipefail
 cd "$(dirname "$0")"
 . tools/env.sh
 export TF_CPP_MIN_LOG_LEVEL=${TF_CPP_MIN_LOG_LEVEL:-2}
-python -m pytest -q tests "$@"
+python -m pytest -q -n 2 --dist loadfile tests "$@"

@@ -23,7 +23,8 @@ setup(
         "cpu": [f"tensorflow-cpu=={TF_VERSION}"],
         "gpu": [f"tensorflow[and-cuda]=={TF_VERSION}"],
         # MDAnalysis(+Tests) and mimicpy 0.2.1 are independent oracles for the trr and .mpt readers
-        "test": [f"tensorflow-cpu=={TF_VERSION}", "pytest>=7", "pytest-timeout", "MDAnalysis==2.11.0",
+        "test": [f"tensorflow-cpu=={TF_VERSION}", "pytest>=7", "pytest-timeout", "pytest-xdist>=3",
+                 "MDAnalysis==2.11.0",
                  "MDAnalysisTests==2.11.0", "mimicpy==0.2.1", "pandas<3",
                  # the documentation site, built in strict mode by tests/test_docs.py
                  "mkdocs>=1.6,<2", "mkdocs-material>=9,<10", "mkdocstrings[python]>=0.24"],

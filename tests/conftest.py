@@ -35,3 +35,12 @@ def trained_alloy_model(alloy_xyz, tmp_path_factory):
     model = potential_model(params)
     model.train(lambda: load_ase(alloy_xyz).cache().repeat().shuffle(100, seed=0).apply(sparse_batch(8)), 300)
     return str(model_dir)
+
+
+#: the test files that launch many processes, run first: with pytest-xdist (run_tests.sh runs two
+#: workers, a file each at a time) the short files then fill the other worker around them
+LONG_FILES = ("test_parallel.py", "test_hpc_launch.py")
+
+
+def pytest_collection_modifyitems(items):
+    items.sort(key=lambda item: item.path.name not in LONG_FILES)  # stable: the order within a file stays

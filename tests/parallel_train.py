@@ -37,6 +37,8 @@ parser.add_argument("--stall-timeout", type=float, default=600.0)
 parser.add_argument("--compression", default="none")
 parser.add_argument("--fusion-mb", type=float, default=None)
 parser.add_argument("--model-dir", default=None)
+parser.add_argument("--jit", choices=("auto", "off"), default="auto",
+                    help="model.params.jit: auto (XLA for PiNet) or off (the tests of launching and stopping)")
 parser.add_argument("--engine", default="auto", help="model.params.engine; numba: a PiNet it trains (a hidden PI "
                     "layer, no stress loss)")
 args = parser.parse_args()
@@ -97,6 +99,7 @@ params = {
                         "compression": args.compression, "fusion_threshold_mb": args.fusion_mb},
 }
 params["model"]["params"]["engine"] = args.engine
+params["model"]["params"]["jit"] = None if args.jit == "auto" else False
 if args.engine == "numba":
     params["network"]["params"]["pi_nodes"] = [8, 8]
     params["model"]["params"]["use_stress"] = False

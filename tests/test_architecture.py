@@ -169,3 +169,34 @@ def test_the_check_finds_a_violation(tmp_path):
     assert internal == {"pinn.training.trainer", "pinn.keys"}
     table = layer_table()
     assert layer_of("pinn.training.trainer", table)[0] > layer_of("pinn.io.readers.x", table)[0]
+
+
+PUBLIC_NAMES = ["pinn.io.load_ase", "pinn.io.load_mimic", "pinn.io.distribute_data", "pinn.io.sparse_batch",
+                "pinn.io.add_neighbors", "pinn.io.load_numpy", "pinn.io.list_loader", "pinn.io.load_tfrecord",
+                "pinn.models.potential_model", "pinn.models.dipole_model", "pinn.models.get_model",
+                "pinn.get_calc", "pinn.calculator.get_calc", "pinn.calculator.PiNNCalc", "pinn.networks.PiNet",
+                "pinn.networks.BPNN", "pinn.params.resolve", "pinn.params.ParamsError", "pinn.parallel.init",
+                "pinn.parallel.parallelize_model", "pinn.demo.make_mimic_demo", "pinn.cli.main"]
+
+
+@pytest.mark.parametrize("name", PUBLIC_NAMES)
+def test_public_names_import_where_users_find_them(name):
+    import importlib
+    module, attribute = name.rsplit(".", 1)
+    assert callable(getattr(importlib.import_module(module), attribute))
+
+
+def test_old_module_names_import_with_a_warning():
+    """Scripts written for pinn < 0.10 (``pinn.trainer``, ``pinn.io.trr``, ...) still run."""
+    import importlib
+    import warnings
+
+    import pinn  # noqa: F401 (installs the finder of the old names)
+    from pinn.moved import MOVED
+    for old, new in MOVED.items():
+        sys.modules.pop(old, None)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            module = importlib.import_module(old)
+        assert module is importlib.import_module(new), old
+        assert any(new in str(w.message) for w in caught), old

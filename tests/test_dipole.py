@@ -109,7 +109,8 @@ def test_training_lowers_dipole_error_and_calculator_gives_dipole(tmp_path):
     vali = lambda: data()["vali"].apply(sparse_batch(16))
     params = {"model_dir": str(tmp_path / "dipole"), "network": {"name": "PiNet", "params": NET},
               "model": {"name": "dipole_model",
-                        "params": {"use_charge": True, "learning_rate": 3e-3, "log_every_n_steps": 100}}}
+                        "params": {"use_charge": True, "learning_rate": 3e-3, "log_every_n_steps": 100,
+                                   "jit": False}}}  # training without XLA: the calculator below runs it
     model = dipole_model(params)
     before = model.evaluate(vali)
     model.train(train, max_steps=300)

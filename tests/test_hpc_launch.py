@@ -1,4 +1,4 @@
-"""The HPC launch path with the real tools: the MiMiC input script under horovodrun and mpirun,
+"""The HPC launch path with the real tools: the MiMiC input script under horovodrun and srun,
 and the project's Slurm job scripts under a real single-node Slurm started here.
 
 Run on its own with  ./run_tests.sh -m hpc
@@ -30,14 +30,12 @@ def mimic_data(tmp_path_factory):
     return str(directory)
 
 
-@pytest.mark.parametrize("launcher", ["horovodrun-gloo", "mpirun"])
-def test_mimic_input_script_on_two_ranks(launcher, mimic_data, tmp_path):
-    if launcher == "mpirun":
-        if not (shutil.which("mpirun") and horovod_has("mpi")):
-            pytest.skip("OpenMPI or Horovod's MPI controller not installed")
-        command = ["mpirun", "-np", "2", "--oversubscribe", "--bind-to", "none"]
-    else:
-        command = ["horovodrun", "-np", "2", "--gloo"]
+def test_mimic_input_script_on_two_ranks(mimic_data, tmp_path):
+    """The script under horovodrun (Gloo); under Slurm's srun (MPI) in
+    test_sbatch_of_the_job_script_trains_on_two_ranks, and mpirun's launches in test_parallel.py."""
+    if not (shutil.which("horovodrun") and horovod_has("gloo")):
+        pytest.skip("horovodrun or Horovod's Gloo controller not installed")
+    command = ["horovodrun", "-np", "2", "--gloo"]
     run = subprocess.run(command + [sys.executable, INPUT, mimic_data, str(tmp_path / "model"), "30"], env=ENV,
                          cwd=tmp_path, capture_output=True, text=True, timeout=600)
     output = run.stdout + run.stderr
@@ -206,7 +204,7 @@ def test_restart_chain_resubmits_after_the_walltime_signal(slurm, mimic_data, tm
     out = tmp_path / "chain-%j.out"
     env = dict(slurm, PINN_SBATCH_ARGS=f"--ntasks=2 --ntasks-per-node=2 --cpus-per-task=1 --gres=none "
                                        f"--time=20 --output={out}")
-    run, first = _sbatch(env, "scripts/slurm_restart_chain.sh", INPUT, mimic_data, str(model_dir), "400",
+    run, first = _sbatch(env, "scripts/slurm_restart_chain.sh", INPUT, mimic_data, str(model_dir), "200",
                          sbatch_args=[f"--output={out}"])
     assert run.returncode == 0, run.stdout + run.stderr
     train_log = model_dir / "train.log"
@@ -221,4 +219,4 @@ def test_restart_chain_resubmits_after_the_walltime_signal(slurm, mimic_data, tm
     assert "resubmitted as job 2 of the chain" in first_log, first_log[-3000:]
     (second_log,) = logs.values()
     assert "restart chain, job 2" in second_log and "restored" in second_log
-    assert "(step 400, 2 rank(s))" in second_log
+    assert "(step 200, 2 rank(s))" in second_log

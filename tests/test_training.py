@@ -7,7 +7,7 @@ from ase.build import molecule
 from pinn.io import load_ase, sparse_batch
 from pinn.models import potential_model
 
-from settings import PLAIN_SCHEDULE
+from settings import MECHANICS
 
 SMALL_PINET = {"atom_types": [29, 79], "rc": 4.5, "depth": 2, "pp_nodes": [8], "pi_nodes": [8],
                "ii_nodes": [8], "out_nodes": [8]}
@@ -17,7 +17,7 @@ def _params(model_dir, **model_params):
     mp = {"use_force": True, "fit_e_dress": True, "learning_rate": 3e-3, "f_loss_multiplier": 10.0,
           "log_every_n_steps": 50,
           "save_checkpoint_steps": 100}
-    mp.update(PLAIN_SCHEDULE)
+    mp.update(MECHANICS)
     mp.update(model_params)
     return {"model_dir": str(model_dir), "network": {"name": "PiNet", "params": SMALL_PINET},
             "model": {"name": "potential_model", "params": mp}}
@@ -62,7 +62,8 @@ def test_lj_training_recovers_parameters(tmp_path):
         frames.append(a)
     params = {"model_dir": str(tmp_path / "lj"),
               "network": {"name": "LJ", "params": {"atom_types": [18], "rc": 7.0, "epsilon": 0.02, "sigma": 3.0}},
-              "model": {"params": {"use_force": True, "learning_rate": 1e-2, "f_loss_multiplier": 100.0}}}
+              "model": {"params": {"use_force": True, "learning_rate": 1e-2, "f_loss_multiplier": 100.0,
+                                   "jit": False}}}
     model = potential_model(params)
     model.train(lambda: load_ase(frames).repeat().apply(sparse_batch(8)), max_steps=600)
     assert float(model.network.epsilon) == pytest.approx(0.0104, rel=0.05)
@@ -74,21 +75,22 @@ def _weights(model):
 
 
 def test_resume_is_exact(alloy_xyz, tmp_path):
+    """10 steps in one go equal 5 + 5 with a restart: weights, Adam's state, e_dress, the data position."""
     train, _ = _inputs(alloy_xyz, batch=4)
     one_go = potential_model(_params(tmp_path / "a"))
-    one_go.train(train, max_steps=400)
+    one_go.train(train, max_steps=10)
     first = potential_model(_params(tmp_path / "b"))
-    first.train(train, max_steps=200)
+    first.train(train, max_steps=5)
     del first
     resumed = potential_model(_params(tmp_path / "b"))  # a new process would do the same
-    assert int(resumed.step) == 200
-    resumed.train(train, max_steps=400)
+    assert int(resumed.step) == 5
+    resumed.train(train, max_steps=10)
     for a, b in zip(_weights(one_go), _weights(resumed)):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
     np.testing.assert_array_equal(one_go.model.e_dress.numpy(), resumed.model.e_dress.numpy())
     # training again to the same max_steps does nothing
-    resumed.train(train, max_steps=400)
-    assert int(resumed.step) == 400
+    resumed.train(train, max_steps=10)
+    assert int(resumed.step) == 10
 
 
 def test_unknown_element_is_refused(tmp_path):

@@ -14,7 +14,7 @@ from pinn.training.progress import ProgressBar
 from pinn.models.loss_weights import piecewise_linear
 from pinn.training.schedule import LearningRate
 
-from settings import PLAIN_SCHEDULE
+from settings import MECHANICS
 
 NET = {"atom_types": [29, 79], "rc": 4.5, "depth": 2, "pp_nodes": [8], "pi_nodes": [8], "ii_nodes": [8],
        "out_nodes": [8]}
@@ -23,7 +23,7 @@ NET = {"atom_types": [29, 79], "rc": 4.5, "depth": 2, "pp_nodes": [8], "pi_nodes
 def _params(model_dir, **model_params):
     mp = {"use_force": True, "fit_e_dress": True, "learning_rate": 3e-3, "f_loss_multiplier": 10.0,
           "log_every_n_steps": 5, "save_checkpoint_steps": 10, "progress_bar": "off"}
-    mp.update(PLAIN_SCHEDULE)
+    mp.update(MECHANICS)
     mp.update(model_params)
     return {"model_dir": str(model_dir), "network": {"name": "PiNet", "params": NET},
             "model": {"name": "potential_model", "params": mp}}

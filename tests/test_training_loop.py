@@ -15,7 +15,7 @@ from pinn.models import potential_model
 from pinn.training.schedule import LearningRate
 from pinn.training.trainer import TrainingDiverged
 
-from settings import PLAIN_SCHEDULE
+from settings import MECHANICS
 
 RC = 4.5
 NET = {"atom_types": [29, 79], "rc": RC, "depth": 2, "pp_nodes": [8], "pi_nodes": [8], "ii_nodes": [8],
@@ -25,7 +25,7 @@ NET = {"atom_types": [29, 79], "rc": RC, "depth": 2, "pp_nodes": [8], "pi_nodes"
 def _params(model_dir, **model_params):
     mp = {"use_force": True, "use_stress": True, "learning_rate": 3e-3, "f_loss_multiplier": 10.0,
           "log_every_n_steps": 5, "save_checkpoint_steps": 5}
-    mp.update(PLAIN_SCHEDULE)
+    mp.update(MECHANICS)
     mp.update(model_params)
     return {"model_dir": str(model_dir), "network": {"name": "PiNet", "params": NET},
             "model": {"name": "potential_model", "params": mp}}

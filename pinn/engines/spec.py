@@ -167,22 +167,11 @@ class PiNetSpec:
         zpair_rows = zatom_cols = 0
         for block in self.blocks:
             row = [0] * 13
-            row[_B_PP] = len(layers)
-            for spec in block.pp:
-                layer(spec)
-            row[_B_NPP] = len(block.pp)
-            row[_B_PI] = len(layers)
-            for spec in block.pi:
-                layer(spec)
-            row[_B_NPI] = len(block.pi)
-            row[_B_II] = len(layers)
-            for spec in block.ii:
-                layer(spec)
-            row[_B_NII] = len(block.ii)
-            row[_B_OUT] = len(layers)
-            for spec in block.out:
-                layer(spec)
-            row[_B_NOUT] = len(block.out)
+            for first, count, group in ((_B_PP, _B_NPP, block.pp), (_B_PI, _B_NPI, block.pi),
+                                        (_B_II, _B_NII, block.ii), (_B_OUT, _B_NOUT, block.out)):
+                row[first], row[count] = len(layers), len(group)
+                for spec in group:
+                    layer(spec)
             row[_B_UNITS] = layer(block.units)
             row[_B_RES] = layer(block.residual) if block.residual is not None else -1
             row[_B_WIN] = block.n_in
