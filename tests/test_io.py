@@ -1,7 +1,6 @@
 import numpy as np
 import pytest
 import tensorflow as tf
-from ase import Atoms
 from ase.build import bulk
 from ase.calculators.singlepoint import SinglePointCalculator
 

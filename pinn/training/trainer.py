@@ -51,8 +51,6 @@ from pinn.training.early_stopping import EarlyStopping
 from pinn.training.ema import WeightAverage
 from pinn.training.evaluation import Evaluator
 from pinn.training.guards import StopSignals, TrainingDiverged, Watchdog
-
-__all__ = ["Trainer", "TrainingDiverged"]
 from pinn.training.inference import InferenceHandle
 from pinn.training.inputs import prepared_input, steps_per_epoch_of
 from pinn.training.loop import Run, TrainingLoop
@@ -61,6 +59,8 @@ from pinn.training.progress import ProgressBar
 from pinn.training.recorder import RunRecorder
 from pinn.training.schedule import LearningRate
 from pinn.training.steps import StepFunctions
+
+__all__ = ["Trainer", "TrainingDiverged"]
 
 log = logging.getLogger("pinn")
 
