@@ -46,8 +46,8 @@ def _structures():
 
 
 def test_the_cases_cover_the_schema():
+    """A new option with choices must be added to the lowering (and so to these cases) knowingly."""
     assert {key for key, _ in CHOICES} == {"act", "basis_type", "cutoff_type"}
-    assert len(CHOICES) == sum(len(o.choices) for o in PINET_PARAMS.values() if o.choices)
 
 
 def test_every_option_is_lowered_or_refused():

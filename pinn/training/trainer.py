@@ -257,7 +257,7 @@ class Trainer:
         """Back to the latest checkpoint's model, optimizer and weight average (step and data position go on),
         with the learning rate multiplied by ``rollback_lr_factor``."""
         factor = float(self.lr_factor) * self.mp["rollback_lr_factor"]
-        self.backend.reload(diverged=True)
+        self.backend.reload(diverged=True)  # the engine's diverged weights are dropped; the next step reads these
         if self.is_chief:
             parts = dict(model=self.model, optimizer=self.optimizer)
             if self.ema is not None:
@@ -267,7 +267,6 @@ class Trainer:
             log.warning("rolled back to %s; learning rate × %g from now on", path, factor)
         self.lr_factor.assign(factor)
         self._broadcast_state()
-        self.backend.reload()
 
     def save(self):
         """Write a checkpoint of the current step on rank 0 (unless one exists for it).
