@@ -10,6 +10,7 @@ import os
 
 import yaml
 
+from pinn.files.durable import replacing
 from pinn.schema import REQUIRED, Option, ParamsError, describe, did_you_mean, validate_section
 
 __all__ = ["ParamsError", "Option", "describe", "legacy", "model_schema", "read_params", "resolve",
@@ -96,10 +97,8 @@ def write_params(params, model_dir):
     """Write resolved params to ``model_dir/params.yml`` (atomically)."""
     os.makedirs(model_dir, exist_ok=True)
     path = os.path.join(model_dir, "params.yml")
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
+    with replacing(path) as f:
         yaml.safe_dump(params, f, sort_keys=False)
-    os.replace(tmp, path)
     return path
 
 
@@ -108,7 +107,12 @@ def read_params(model_dir):
     path = os.path.join(model_dir, "params.yml")
     if not os.path.exists(path):
         raise ParamsError(f"{path}: no params.yml, is {model_dir!r} a pinn model directory?")
-    with open(path) as f:
-        params = yaml.safe_load(f)
+    try:
+        with open(path) as f:
+            params = yaml.safe_load(f)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
+        raise ParamsError(f"{path}: damaged, not readable as YAML ({str(err).splitlines()[0]})") from None
+    if not isinstance(params, dict):
+        raise ParamsError(f"{path}: damaged, not a params mapping (found {type(params).__name__})")
     params["model_dir"] = os.fspath(model_dir)
     return resolve(params)

@@ -72,15 +72,15 @@ from pinn.io.batch import batch_from_atoms  # noqa: E402
 from pinn.models import potential_model  # noqa: E402
 
 RC = 4.0
-_save = tf.train.CheckpointManager.save
+_write = tf.train.Checkpoint.write
 
 
-def _recording_save(self, *a, **kw):
-    writes.append("CheckpointManager.save")
-    return _save(self, *a, **kw)
+def _recording_write(self, *a, **kw):
+    writes.append("Checkpoint.write")
+    return _write(self, *a, **kw)
 
 
-tf.train.CheckpointManager.save = _recording_save
+tf.train.Checkpoint.write = _recording_write
 
 params = {
     "model_dir": MODEL_DIR,

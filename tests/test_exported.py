@@ -161,15 +161,26 @@ def test_best_and_explicit_checkpoints(alloy_xyz, tmp_path):
 
 
 def test_checkpoint_state_parsing(tmp_path):
-    """The state file TensorFlow writes, relative or absolute paths, read without TensorFlow."""
+    """The state file TensorFlow writes, relative or absolute paths, read without TensorFlow; a
+    checkpoint it names counts when its index exists, and a garbled state file falls back to the
+    checkpoints on disk."""
+    for step in (6, 7):
+        (tmp_path / f"ckpt-{step}.index").write_bytes(b"")
     (tmp_path / "checkpoint").write_text('model_checkpoint_path: "ckpt-7"\n'
                                          'all_model_checkpoint_paths: "ckpt-6"\n'
                                          'all_model_checkpoint_paths: "ckpt-7"\n')
     assert exported.checkpoint_path(tmp_path) == str(tmp_path / "ckpt-7")
     (tmp_path / "best").mkdir()
-    (tmp_path / "best" / "checkpoint").write_text('model_checkpoint_path: "/abs/dir/ckpt-3"\n')
-    assert exported.checkpoint_path(tmp_path, "best") == "/abs/dir/ckpt-3"
+    (tmp_path / "abs").mkdir()
+    (tmp_path / "abs" / "ckpt-3.index").write_bytes(b"")
+    (tmp_path / "best" / "checkpoint").write_text(f'model_checkpoint_path: "{tmp_path}/abs/ckpt-3"\n')
+    assert exported.checkpoint_path(tmp_path, "best") == f"{tmp_path}/abs/ckpt-3"
+    (tmp_path / "checkpoint").write_text('model_checkpoint_path: "ckpt-6"\n')
+    assert exported.checkpoint_path(tmp_path) == str(tmp_path / "ckpt-6")
     (tmp_path / "checkpoint").write_text("garbage\n")
+    assert exported.checkpoint_path(tmp_path) == str(tmp_path / "ckpt-7")
+    for step in (6, 7):
+        (tmp_path / f"ckpt-{step}.index").unlink()
     assert exported.checkpoint_path(tmp_path) is None
 
 
@@ -183,11 +194,12 @@ def test_unwritable_directory_falls_back(model_dir, tmp_path, monkeypatch, caplo
     def refuse(*args, **kwargs):
         raise PermissionError(13, "Permission denied", kwargs.get("dir"))
 
-    monkeypatch.setattr(exported.tempfile, "mkstemp", refuse)
+    from pinn.files import durable
+    monkeypatch.setattr(durable.tempfile, "mkstemp", refuse)
     with caplog.at_level("INFO", logger="pinn.engines.exported"):
         calc = pinn.get_calc(str(copy))
     assert calc.engine == "numba" and hasattr(calc, "handle")
-    assert not (copy / exported.FILE_NAME).exists() and not list(copy.glob(".engine-weights-*"))
+    assert not (copy / exported.FILE_NAME).exists() and not list(copy.glob(".engine-weights*"))
     assert "not written" in caplog.text and "Permission denied" in caplog.text
     reference = _predict(pinn.get_calc(str(copy), engine="tensorflow", jit=False))
     energy, forces, _ = _predict(calc)

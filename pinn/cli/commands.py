@@ -119,6 +119,11 @@ def main(argv=None):
         message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         print(f"pinn {args.command}: error: {message}", file=sys.stderr)
         return EXIT_ERROR
+    except SystemExit as err:  # a one-line stop of the library (no intact checkpoint): the same form
+        if not isinstance(err.code, str):
+            raise
+        print(f"pinn {args.command}: error: {err.code}", file=sys.stderr)
+        return EXIT_ERROR
 
 
 def _train_options(args):

@@ -14,18 +14,20 @@ from: the checkpoint's name, its index file's size and modification time, and a 
 counts as stale, and is ignored, when any of those differ from what is on disk now, when its
 format version is another, or when it cannot be read.
 
-All of this runs without TensorFlow; the checkpoint state files (``checkpoint``, a text
-protocol buffer that TensorFlow's checkpoint manager writes) are parsed here.
+All of this runs without TensorFlow (the checkpoint state file is read by
+:mod:`pinn.files.checkpoint_dir`).  A damaged file is ignored with a warning and written
+again from the checkpoint.
 """
 import hashlib
 import json
 import logging
 import os
-import re
-import tempfile
 
 import numpy as np
 import yaml
+
+from pinn.files import checkpoint_dir
+from pinn.files.durable import existing_dir, replacing
 
 log = logging.getLogger(__name__)
 
@@ -45,23 +47,14 @@ def checkpoint_path(model_dir, checkpoint=None):
             ``model_dir/best``) or a checkpoint path (the prefix of its ``.index`` file).
 
     Returns:
-        the checkpoint's path prefix (e.g. ``model_dir/ckpt-12``), or ``None`` when the state
-        file names none or does not exist.
+        the checkpoint's path prefix (e.g. ``model_dir/ckpt-12``): the one the state file names
+        when its index exists, else the newest on disk; ``None`` when there is none
+        (:func:`pinn.files.checkpoint_dir.latest`).
     """
     if checkpoint not in (None, "last", "best"):
         return os.fspath(checkpoint)
     directory = os.path.join(os.fspath(model_dir), "best") if checkpoint == "best" else os.fspath(model_dir)
-    state = os.path.join(directory, "checkpoint")
-    try:
-        with open(state) as f:
-            text = f.read()
-    except OSError:
-        return None
-    match = re.search(r'^model_checkpoint_path:\s*"((?:[^"\\]|\\.)*)"', text, re.MULTILINE)
-    if not match:
-        return None
-    path = match.group(1).encode().decode("unicode_escape")
-    return path if os.path.isabs(path) else os.path.join(directory, path)
+    return checkpoint_dir.latest(existing_dir(directory))
 
 
 def _source(model_dir, ckpt):
@@ -73,7 +66,7 @@ def _source(model_dir, ckpt):
 
 def _params_sha(model_dir):
     """SHA-256 of ``model_dir/params.yml``'s content without ``model_dir`` (which records the path the
-    directory was last opened by, and is rewritten whenever TensorFlow loads the model)."""
+    directory had when the file was written: a moved or copied directory keeps the old one)."""
     with open(os.path.join(os.fspath(model_dir), "params.yml")) as f:
         params = yaml.safe_load(f)
     if isinstance(params, dict):
@@ -115,8 +108,9 @@ def load_engine_weights(model_dir, checkpoint=None):
             arrays = {key: data[key] for key in ARRAY_KEYS + ("e_unit",)}
     except FileNotFoundError:
         return None
-    except (OSError, ValueError, KeyError, yaml.YAMLError) as err:
-        log.warning("%s: unreadable (%s); reading %s with TensorFlow", path, err, ckpt)
+    except Exception as err:  # noqa: BLE001 - a damaged zip raises BadZipFile, EOFError, ValueError, …
+        log.warning("%s is damaged (%s: %s); reading %s with TensorFlow and writing it again", path,
+                    type(err).__name__, str(err).splitlines()[0] if str(err) else "", ckpt)
         return None
     arrays["source"] = path
     return arrays
@@ -139,17 +133,8 @@ def save_engine_weights(arrays, e_unit, model_dir, ckpt):
     path = weights_file(ckpt)
     try:
         source = _source(model_dir, ckpt)
-        fd, tmp = tempfile.mkstemp(prefix=".engine-weights-", suffix=".npz", dir=os.path.dirname(path))
-        try:
-            with os.fdopen(fd, "wb") as f:
-                np.savez(f, **arrays, e_unit=np.float64(e_unit), **source)
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(tmp, 0o666 & ~umask)  # mkstemp's file is private; this one is as any other written here
-            os.replace(tmp, path)
-        except BaseException:
-            os.unlink(tmp)
-            raise
+        with replacing(path, "wb") as f:
+            np.savez(f, **arrays, e_unit=np.float64(e_unit), **source)
     except OSError as err:
         log.info("%s: not written (%s); the next run loads the weights with TensorFlow again", path, err)
         return None

@@ -1,22 +1,132 @@
-"""A run's checkpoints in its model directory: restore, save, the best one, rollback.
+"""A run's checkpoints in its model directory: verified restore, crash-safe save, the best one, rollback.
 
 Rank 0 alone writes: the latest ``keep_checkpoint_max`` checkpoints in ``model_dir``, the
 best by the validation metric in ``model_dir/best`` (with ``best.json`` naming its step,
-metric and value), and ``params.yml``.  The other ranks hold a store without managers and
-take rank 0's state by broadcast (:class:`pinn.training.trainer.Trainer`).
+metric and value), and ``params.yml``.  The other ranks hold a store that does not write
+and take rank 0's state by broadcast (:class:`pinn.training.trainer.Trainer`).
+
+What a crash can do, and what is done about it:
+
+- **Restore verifies.**  A checkpoint is read whole before it is used: its index and data
+  (TensorFlow checks each tensor's checksum), every variable of the model, optimizer and
+  weight average present with its shape, and every floating-point value finite.  A damaged
+  newest checkpoint is passed over with a warning naming it and the one used instead; only
+  when none is intact does :class:`NoIntactCheckpoint` end the process with a one-line error
+  (exit status 1).  A missing or torn ``checkpoint`` state file costs nothing: the
+  checkpoints are found by their index files (:mod:`pinn.files.checkpoint_dir`).
+- **Saving never destroys the last good state.**  A new checkpoint is written, flushed to
+  the disk, read back and verified; only then does the state file (replaced atomically)
+  name it, and only then are checkpoints beyond ``keep_checkpoint_max`` deleted.
+  ``best/`` is built beside the old one and put in its place whole.  A damaged checkpoint
+  passed over by a resume is moved to ``model_dir/damaged/`` before the next save.
+- **A full disk** (or quota) during a save ends training with one line naming the file,
+  the free space and the space needed, and exit status :data:`SAVE_FAILED_EXIT_CODE`
+  (:class:`CheckpointWriteFailed`); the partial files are removed and the previous
+  checkpoint stays the latest.
+
+``PINN_TEST_SLOW_SAVE`` (seconds; tests only) pauses twice inside every save: after the
+files are written (before the state file names them), and after the state file names them
+(before older checkpoints are deleted), so that a test can kill a run there.
 """
+import contextlib
 import json
 import logging
 import os
+import shutil
+import time
 
+import numpy as np
 import tensorflow as tf
 
-from pinn.params import read_params, write_params
+from pinn.files import checkpoint_dir as ckdir
+from pinn.files.durable import (existing_dir, format_bytes, free_bytes, fsync_dir, fsync_file, is_no_space,
+                                recover_dir, replace_dir, write_atomic)
+from pinn.params import ParamsError, read_params, write_params
 
 log = logging.getLogger("pinn")
 
 #: the folder of the best checkpoint, inside model_dir
 BEST_DIR = "best"
+#: the file naming the best checkpoint's step, metric and value, in :data:`BEST_DIR`
+BEST_JSON = "best.json"
+#: exit status of a run that could not write a file of its model directory (EX_IOERR of sysexits.h)
+SAVE_FAILED_EXIT_CODE = 74
+#: checkpoint entries that may hold ±inf (the best validation value before the first validation)
+MAY_BE_INFINITE = ("best_metric/",)
+_SLOW_SAVE = "PINN_TEST_SLOW_SAVE"
+
+
+class CheckpointDamaged(Exception):
+    """A checkpoint that cannot be used; the message says why."""
+
+
+class NoIntactCheckpoint(SystemExit):
+    """No checkpoint of those asked for is intact.  A :class:`SystemExit` with a one-line message
+    (exit status 1), so a script or the ``pinn`` command ends without a traceback."""
+
+
+class CheckpointWriteFailed(SystemExit):
+    """A file of the model directory could not be written (a full disk); exit status
+    :data:`SAVE_FAILED_EXIT_CODE`, after the one-line reason is logged (:attr:`message`)."""
+
+    def __init__(self, message):
+        super().__init__(SAVE_FAILED_EXIT_CODE)
+        self.message = message
+
+    def __str__(self):
+        return self.message
+
+
+def verify_files(path):
+    """Read checkpoint ``path`` whole: index, data (checksummed), finite floating-point values.
+
+    Raises:
+        CheckpointDamaged: naming what is wrong.
+    """
+    if not os.path.exists(path + ".index"):
+        raise CheckpointDamaged("its index file is missing")
+    try:
+        reader = tf.train.load_checkpoint(path)
+        dtypes = reader.get_variable_to_dtype_map()
+        for key in sorted(dtypes):
+            value = reader.get_tensor(key)
+            if dtypes[key].is_floating:
+                value = np.asarray(value)
+                bad = np.isnan(value) if key.startswith(MAY_BE_INFINITE) else ~np.isfinite(value)
+                if bad.any():
+                    raise CheckpointDamaged(f"{key.split('/.ATTRIBUTES')[0]} holds non-finite values")
+    except CheckpointDamaged:
+        raise
+    except Exception as err:  # noqa: BLE001 - TensorFlow raises many kinds for a damaged bundle
+        raise CheckpointDamaged(_first_line(err)) from None
+
+
+def _first_line(err):
+    text = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {text[0] if text else ''}".rstrip(": ")
+
+
+@contextlib.contextmanager
+def stop_when_disk_full(path, needed=None, kept=None):
+    """Turn a full disk while writing ``path`` into :class:`CheckpointWriteFailed` (logged as one line).
+
+    Args:
+        path: the file or checkpoint being written (named in the message).
+        needed: about how many bytes it needs (``None``: not said).
+        kept: the checkpoint that stays the latest (named in the message), or ``None``.
+    """
+    try:
+        yield
+    except (OSError, tf.errors.OpError) as err:
+        if not is_no_space(err):
+            raise
+        free = free_bytes(os.path.dirname(os.path.abspath(path)))
+        need = f"; it needs about {format_bytes(needed)}" if needed else ""
+        after = f"; {kept} is intact and a relaunch resumes from it" if kept else ""
+        message = (f"cannot write {path}: no space left on device ({format_bytes(free)} free{need}){after}; "
+                   f"free some space and launch the same command again")
+        log.error(message)
+        raise CheckpointWriteFailed(message) from None
 
 
 class CheckpointStore:
@@ -24,113 +134,269 @@ class CheckpointStore:
 
     Args:
         model_dir: the directory.
-        checkpoint: the ``tf.train.Checkpoint`` of everything a resume needs.
+        parts: dict name → trackable of everything a resume needs (model, optimizer, step, …);
+            ``'weight_average'``, when present, may be missing from a checkpoint (trained without).
         is_chief: whether this process writes (rank 0).
         keep: how many of the latest checkpoints are kept (``keep_checkpoint_max``).
     """
 
-    def __init__(self, model_dir, checkpoint, is_chief, keep):
-        self.model_dir = model_dir
-        self.checkpoint = checkpoint
-        self.manager = self.best_manager = None
-        if is_chief:
-            self.manager = tf.train.CheckpointManager(checkpoint, model_dir, max_to_keep=keep,
-                                                      checkpoint_name="ckpt")
-            self.best_manager = tf.train.CheckpointManager(checkpoint, os.path.join(model_dir, BEST_DIR),
-                                                           max_to_keep=1, checkpoint_name="ckpt")
+    def __init__(self, model_dir, parts, is_chief, keep):
+        self.model_dir = os.fspath(model_dir)
+        self.parts = dict(parts)
+        self.checkpoint = tf.train.Checkpoint(**self.parts)
+        self.checkpoint.save_counter  # created now, so every checkpoint holds what a restore expects  # noqa: B018
+        self.is_chief = is_chief
+        self.keep = keep
+        self.current = None  # the newest checkpoint known intact (restored or saved here)
+        self.passed_over = []  # damaged checkpoints a restore skipped; moved aside before the next save
 
+    # ------------------------------------------------------------------ reading
     @property
     def latest(self):
-        """Path of the latest checkpoint (rank 0), or ``None``."""
-        return self.manager.latest_checkpoint if self.manager else None
+        """Path of the latest checkpoint: the one restored or saved here, else the newest on disk; or ``None``."""
+        return self.current or ckdir.latest(self.model_dir)
+
+    @property
+    def best_dir(self):
+        """The folder holding the best checkpoint (``best``, or what a crash in its replacement left)."""
+        return existing_dir(os.path.join(self.model_dir, BEST_DIR))
 
     def check_and_write_params(self, params):
-        """Refuse a model directory that holds another network; write ``params.yml`` (rank 0).
+        """Refuse a model directory that holds another network; write ``params.yml`` (rank 0) unless it
+        holds these params already.
+
+        A ``params.yml`` that cannot be read is replaced by the given params, with a warning.
 
         Raises:
             ValueError: ``params.yml`` of the directory has another network.
         """
         path = os.path.join(self.model_dir, "params.yml")
         if os.path.exists(path):
-            stored = read_params(self.model_dir)
-            if stored["network"] != params["network"]:
-                raise ValueError(f"{path}: the network in model_dir differs from the given params; "
-                                 f"use another model_dir or the stored params")
-        write_params(params, self.model_dir)
+            try:
+                stored = read_params(self.model_dir)
+            except (ParamsError, ValueError) as err:
+                log.warning("%s is damaged (%s); writing it again from the given params", path,
+                            str(err).splitlines()[0])
+            else:
+                if stored["network"] != params["network"]:
+                    raise ValueError(f"{path}: the network in model_dir differs from the given params; "
+                                     f"use another model_dir or the stored params")
+                if _without_dir(stored) == _without_dir(params):
+                    return  # as stored: nothing to write (a model loaded for inference, a read-only folder)
+        with stop_when_disk_full(path, kept=self.latest):
+            write_params(params, self.model_dir)
 
     def restore(self, which):
-        """Restore a checkpoint (rank 0).
+        """Restore a checkpoint, verified (see the module's docstring).
 
         Args:
-            which: ``None`` or ``'last'`` (the latest), ``'best'`` or a checkpoint path.
+            which: ``None`` or ``'last'`` (the newest intact one), ``'best'`` or a checkpoint path.
 
         Returns:
             its path, or ``None`` when there is none to restore (a fresh model).
 
         Raises:
             ValueError: ``'best'`` without a best checkpoint, or a path that is no checkpoint.
+            NoIntactCheckpoint: checkpoints exist but none of them is intact.
         """
         if which in (None, "last"):
-            path = self.manager.latest_checkpoint
+            candidates, problem = ckdir.candidates(self.model_dir)
+            if problem:
+                log.warning("%s; using the checkpoints found beside it", problem)
         elif which == "best":
-            path = self.best_manager.latest_checkpoint
-            if path is None:
+            candidates, problem = ckdir.candidates(self.best_dir)
+            if not candidates:
                 raise ValueError(f"{self.model_dir}: no best checkpoint (train with an eval_fn to keep one)")
         else:
             path = os.fspath(which)
             if not tf.io.gfile.exists(path + ".index"):
                 raise ValueError(f"{path}: no such checkpoint (expected {path}.index)")
-        if path:
-            self.checkpoint.restore(path).expect_partial()
-        return path
+            candidates = [path]
+        damaged = []
+        for path in candidates:
+            try:
+                self._load(path, self.parts)
+            except CheckpointDamaged as err:
+                damaged.append((path, str(err)))
+                continue
+            if damaged:
+                log.warning("%s; using %s, the newest intact checkpoint", _damaged_text(damaged), path)
+            if which in (None, "last"):
+                self.current = path
+                self.passed_over = [p for p, _ in damaged]
+            return path
+        if damaged:
+            raise NoIntactCheckpoint(f"no intact checkpoint in {os.path.dirname(damaged[0][0])}: "
+                                     f"{_damaged_text(damaged, names_only=True)}")
+        return None
+
+    def _load(self, path, parts):
+        """Verify checkpoint ``path`` and restore ``parts`` (dict name → trackable) from it.
+
+        Raises:
+            CheckpointDamaged: the files are damaged, or lack a variable of ``parts`` or its shape.
+        """
+        verify_files(path)
+        if "weight_average" in parts and not self.holds(path, "weight_average"):
+            parts = {k: v for k, v in parts.items() if k != "weight_average"}
+        try:
+            status = tf.train.Checkpoint(**parts).restore(path)
+            status.assert_existing_objects_matched()
+            status.expect_partial()
+        except (AssertionError, ValueError, tf.errors.OpError) as err:
+            raise CheckpointDamaged(_first_line(err)) from None
 
     @staticmethod
     def holds(path, name):
         """Whether the checkpoint at ``path`` holds the object ``name`` (e.g. ``'weight_average'``)."""
         return tf.train.load_checkpoint(path).has_tensor(f"{name}/updates/.ATTRIBUTES/VARIABLE_VALUE")
 
-    def save(self, step):
-        """Write a checkpoint of ``step`` (rank 0), unless the latest is of that step already.
-
-        Returns:
-            its path (rank 0), ``None`` elsewhere.
-        """
-        if self.manager is None:
-            return None
-        latest = self.manager.latest_checkpoint
-        if latest and latest.endswith(f"-{int(step)}"):
-            return latest
-        path = self.manager.save(checkpoint_number=int(step))
-        log.info("checkpoint %s", path)
-        return path
-
-    def save_best(self, step, metric, value):
-        """Write the best checkpoint and ``best.json`` (rank 0)."""
-        path = self.best_manager.save(checkpoint_number=step)
-        info = {"step": int(step), "metric": metric, "value": float(value), "checkpoint": os.path.basename(path)}
-        with open(os.path.join(self.model_dir, BEST_DIR, "best.json"), "w") as f:
-            json.dump(info, f)
-
     def best_metric_name(self):
-        """The metric that chose the stored best checkpoint (``best.json``), or ``None``."""
-        path = os.path.join(self.model_dir, BEST_DIR, "best.json")
+        """The metric that chose the stored best checkpoint (``best.json``), or ``None`` (also when it is
+        damaged: logged)."""
+        path = os.path.join(self.best_dir, BEST_JSON)
         if not os.path.exists(path):
             return None
-        with open(path) as f:
-            return json.load(f).get("metric")
+        try:
+            with open(path) as f:
+                return json.load(f).get("metric")
+        except (OSError, ValueError, AttributeError) as err:
+            log.warning("%s is damaged (%s); it is written again with the next best checkpoint", path,
+                        _first_line(err))
+            return None
 
     def restore_parts(self, **parts):
-        """Restore only ``parts`` (e.g. model, optimizer, weight average) from the latest checkpoint (rank 0):
-        a rollback, which keeps the step and the data position.
+        """Restore only ``parts`` (e.g. model, optimizer, weight average) from the latest intact checkpoint
+        (rank 0): a rollback, which keeps the step and the data position.
 
         Returns:
             the checkpoint's path.
         """
-        path = self.manager.latest_checkpoint
-        tf.train.Checkpoint(**parts).restore(path).expect_partial()
-        return path
+        candidates = [self.current] if self.current else []
+        candidates += [p for p in ckdir.candidates(self.model_dir)[0] if p != self.current]
+        damaged = []
+        for path in candidates:
+            try:
+                self._load(path, parts)
+                return path
+            except CheckpointDamaged as err:
+                damaged.append((path, str(err)))
+        raise NoIntactCheckpoint(f"cannot roll back: {_damaged_text(damaged) if damaged else 'no checkpoint'}")
 
     def last_checkpoint_text(self):
         """Where a user finds the last checkpoint, for error messages."""
         latest = self.latest
         return f"the last checkpoint is {latest}" if latest else "see rank 0's log for the last checkpoint"
+
+    # ------------------------------------------------------------------ writing
+    def save(self, step):
+        """Write a checkpoint of ``step`` (rank 0), unless the latest is of that step already.
+
+        Returns:
+            its path (rank 0), ``None`` elsewhere.
+
+        Raises:
+            CheckpointWriteFailed: the disk is full (the partial files are removed).
+        """
+        if not self.is_chief:
+            return None
+        step = int(step)
+        latest = self.latest
+        if latest and ckdir.step_of(latest) == step and latest not in self.passed_over:
+            return latest
+        self._move_damaged_aside()
+        path = os.path.join(self.model_dir, f"{ckdir.PREFIX}-{step}")
+        kept = [p for p in self._kept() if p != path]
+        self._write(path, kept[-1] if kept else None)
+        kept.append(path)
+        ckdir.write_state(self.model_dir, kept[-self.keep:])
+        self.current = path
+        _pause_for_tests()
+        for old in kept[:-self.keep]:
+            ckdir.remove(old)
+        log.info("checkpoint %s", path)
+        return path
+
+    def save_best(self, step, metric, value):
+        """Write the best checkpoint and ``best.json`` (rank 0), replacing ``best/`` whole."""
+        best = os.path.join(self.model_dir, BEST_DIR)
+        recover_dir(best)
+        new = best + ".new"
+        shutil.rmtree(new, ignore_errors=True)
+        os.makedirs(new)
+        path = os.path.join(new, f"{ckdir.PREFIX}-{int(step)}")
+        self._write(path, self.latest)
+        info = {"step": int(step), "metric": metric, "value": float(value), "checkpoint": os.path.basename(path)}
+        with stop_when_disk_full(os.path.join(best, BEST_JSON), kept=self.latest):
+            ckdir.write_state(new, [path])
+            write_atomic(os.path.join(new, BEST_JSON), json.dumps(info))
+            replace_dir(new, best)
+        return os.path.join(best, os.path.basename(path))
+
+    def _kept(self):
+        """The checkpoints of ``model_dir`` that the keep rule counts: those on disk (also those a crash left
+        unnamed, or not yet deleted) and the state file's, without those passed over as damaged; oldest
+        first."""
+        try:
+            state = ckdir.read_state(self.model_dir)
+        except ckdir.StateFileError:
+            state = None
+        kept = set(ckdir.on_disk(self.model_dir))  # with those a crash left unnamed or not yet deleted
+        kept.update(p for p in (state[1] if state else []) if os.path.exists(p + ".index"))
+        if self.current:
+            kept.add(self.current)
+        return sorted((p for p in kept if p not in self.passed_over), key=ckdir.step_of)
+
+    def _write(self, path, kept):
+        """Write checkpoint ``path``, flush it to the disk and verify it; on failure remove its files.
+
+        Args:
+            path: the checkpoint's path prefix.
+            kept: the checkpoint that stays the latest if this one fails (for the message), or ``None``.
+        """
+        ckdir.remove(path)  # leftovers of a run killed while writing this step
+        needed = ckdir.size_of(kept) if kept else None
+        try:
+            with stop_when_disk_full(path + ".index", needed, kept):
+                self.checkpoint.write(path)
+                for file in ckdir.files_of(path):
+                    if os.path.isfile(file):
+                        fsync_file(file)
+                fsync_dir(os.path.dirname(path))
+            _pause_for_tests()
+            verify_files(path)
+        except CheckpointDamaged as err:
+            ckdir.remove(path)
+            raise RuntimeError(f"{path}: the checkpoint just written does not verify ({err}); not kept") from None
+        except BaseException:
+            ckdir.remove(path)
+            raise
+
+    def _move_damaged_aside(self):
+        """Move the checkpoints a resume passed over into ``model_dir/damaged`` (kept for inspection)."""
+        for path in self.passed_over:
+            if ckdir.files_of(path):
+                folder = ckdir.quarantine(path)
+                log.warning("moved the damaged %s to %s", os.path.basename(path), folder)
+        self.passed_over = []
+
+
+def _without_dir(params):
+    return {key: value for key, value in params.items() if key != "model_dir"}
+
+
+def _damaged_text(damaged, names_only=False):
+    """'A is damaged (reason)' for each (path, reason), joined; ``names_only``: the file names (one folder)
+    and each reason once."""
+    if not names_only:
+        return "; ".join(f"{path} is damaged ({reason})" for path, reason in damaged)
+    reasons = {}
+    for path, reason in damaged:
+        reasons.setdefault(reason, []).append(os.path.basename(path))
+    return "; ".join(f"{', '.join(names)} damaged ({reason})" for reason, names in reasons.items())
+
+
+def _pause_for_tests():
+    delay = os.environ.get(_SLOW_SAVE)
+    if delay:
+        time.sleep(float(delay))

@@ -25,6 +25,8 @@ import os
 
 import numpy as np
 
+from pinn.files.durable import append_line, replacing
+
 #: unit of each quantity whose errors are logged
 UNITS = {"E": "eV", "F": "eV/Å", "S": "eV/Å³", "D": "e·Å", "Q": "e"}
 #: names of the quantities, for tables and plots
@@ -41,11 +43,11 @@ def metrics_path(model_dir):
 
 
 def append_metrics(model_dir, record):
-    """Append one record (a dict of JSON-serialisable values) to ``model_dir/metrics.jsonl``."""
+    """Append one record (a dict of JSON-serialisable values) to ``model_dir/metrics.jsonl`` (one whole
+    line, flushed to the disk: :func:`pinn.files.durable.append_line`)."""
     clean = {k: (float(v) if isinstance(v, (np.floating, np.integer)) and not isinstance(v, np.bool_) else v)
              for k, v in record.items()}
-    with open(metrics_path(model_dir), "a") as f:
-        f.write(json.dumps(clean) + "\n")
+    append_line(metrics_path(model_dir), json.dumps(clean))
 
 
 def read_metrics(model_dir, kind=None):
@@ -84,9 +86,8 @@ def read_metrics(model_dir, kind=None):
 def write_eval_predictions(model_dir, arrays):
     """Write ``arrays`` (see the module docstring) to ``model_dir/eval_predictions.npz`` atomically."""
     path = os.path.join(os.fspath(model_dir), PREDICTIONS_FILE)
-    tmp = path + ".part.npz"
-    np.savez_compressed(tmp, **arrays)
-    os.replace(tmp, path)
+    with replacing(path, "wb") as f:
+        np.savez_compressed(f, **arrays)
     return path
 
 

@@ -46,7 +46,7 @@ from pinn.networks import get_network
 from pinn.parallel.worlds import SerialWorld
 from pinn.params import read_params, resolve
 from pinn.training.backends import choose_backend
-from pinn.training.checkpoints import BEST_DIR, CheckpointStore
+from pinn.training.checkpoints import BEST_DIR, CheckpointStore, NoIntactCheckpoint
 from pinn.training.early_stopping import EarlyStopping
 from pinn.training.ema import WeightAverage
 from pinn.training.evaluation import Evaluator
@@ -119,8 +119,7 @@ class Trainer:
                      best_metric=self.early_stopping.best, evals_since_best=self.early_stopping.since_best)
         if self.ema is not None:
             parts["weight_average"] = self.ema
-        self.store = CheckpointStore(self.model_dir, tf.train.Checkpoint(**parts), self.is_chief,
-                                     mp["keep_checkpoint_max"])
+        self.store = CheckpointStore(self.model_dir, parts, self.is_chief, mp["keep_checkpoint_max"])
         self.restored = self._restore_on_chief(checkpoint)
         self._broadcast_state()
         self.step_functions = None  # StepFunctions of the training input's spec (_steps_spec)
@@ -207,7 +206,7 @@ class Trainer:
                         log.info("%s holds no weight average (trained without ema_decay): the average starts "
                                  "at its weights", path)
                 self.early_stopping.restart_if_metric_changed(self.store.best_metric_name())
-            except ValueError as err:
+            except (ValueError, NoIntactCheckpoint) as err:
                 error = err
         if self.world.is_parallel and self.world.allreduce_sum_numpy(np.array([float(error is not None)]))[0]:
             if error is None:

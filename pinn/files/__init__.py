@@ -1,0 +1,7 @@
+"""Files a run leaves on disk, written so that a crash never tears them.
+
+- :mod:`pinn.files.durable`: atomic replacement (temporary file, fsync, rename), appended
+  lines, a folder replaced as a whole, and the message of a full disk;
+- :mod:`pinn.files.checkpoint_dir`: the checkpoints of a directory and TensorFlow's
+  ``checkpoint`` state file, read and written without TensorFlow.
+"""
