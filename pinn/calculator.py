@@ -181,7 +181,7 @@ class _TensorFlowEngine:
         # the concrete function, traced here once: calling it skips tf.function's argument
         # binding and signature matching, about a third of a small molecule's step
         self._function = tf.function(lambda tensors: model.model.predict(tensors), input_signature=[spec],
-                                     jit_compile=self.jit)
+                                     jit_compile=self.jit, autograph=False)
         self._predict = self._function.get_concrete_function()
 
     def __call__(self, atoms, neighbors):

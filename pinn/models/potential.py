@@ -257,7 +257,7 @@ class PotentialModel(Model):
         if K.IND_2 not in dataset.element_spec:
             dataset = dataset.apply(add_neighbors(self.network.rc))
         predict = tf.function(lambda b: self.predict(b, forces=False, stress=False)["energy"],
-                              input_signature=[dataset.element_spec])
+                              input_signature=[dataset.element_spec], autograph=False)
         batches = []
         for b in dataset:
             residual = {k: v.numpy() for k, v in b.items()}

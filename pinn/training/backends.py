@@ -177,7 +177,7 @@ class NumbaBackend(TensorFlowBackend):
         block = 256  # learning rates computed per block of steps: one TensorFlow call, not one per step
         counter, lr_factor, np_dtype = steps.step, steps.lr_factor, steps.dtype.as_numpy_dtype
 
-        @tf.function(input_signature=[tf.TensorSpec([], tf.int64)])
+        @tf.function(input_signature=[tf.TensorSpec([], tf.int64)], autograph=False)
         def rates_from(start):
             positions = start + tf.range(block, dtype=tf.int64)
             return tf.map_fn(learning_rate, positions, fn_output_signature=tf.float32) * lr_factor

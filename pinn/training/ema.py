@@ -60,7 +60,7 @@ class WeightAverage(tf.Module):
                     for average, v, raw in zip(self.shadow, live, raws):
                         v.assign(tf.identity(average))
                         average.assign(raw)
-            object.__setattr__(self, "_swap_fn", tf.function(exchange))
+            object.__setattr__(self, "_swap_fn", tf.function(exchange, autograph=False))
             object.__setattr__(self, "_swap_vars", live)
         if [id(v) for v in variables] != [id(v) for v in self._swap_vars]:
             raise ValueError("WeightAverage.swap: other variables than the first swap's")

@@ -79,7 +79,7 @@ class Evaluator:
     def _eval_step(self, spec, outputs, terms, metric_keys):
         model = self.model
 
-        @tf.function(input_signature=[spec])
+        @tf.function(input_signature=[spec], autograph=False)
         def eval_step(batch):
             pred = model.predict(batch, **outputs)
             loss_terms = model.loss_terms(batch, pred)
@@ -110,7 +110,7 @@ class Evaluator:
         """Yield one dict per structure of ``dataset`` (see :meth:`pinn.training.trainer.Trainer.predict`)."""
         spec = dataset.element_spec
         predict_step = self._function("predict", spec,
-                                      lambda: tf.function(self.model.predict, input_signature=[spec]))
+                                      lambda: tf.function(self.model.predict, input_signature=[spec], autograph=False))
         for batch in dataset:
             with self.weights():
                 pred = {k: v.numpy() for k, v in predict_step(batch).items()}

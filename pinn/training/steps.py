@@ -56,7 +56,7 @@ class StepFunctions:
 
         part_gradients = backend.part_gradients(self)
         if split:  # one compiled function per part, the parts' calls concurrent in an uncompiled step
-            compiled_part = tf.function(part_gradients, jit_compile=backend.jit)
+            compiled_part = tf.function(part_gradients, jit_compile=backend.jit, autograph=False)
 
             def gradients_of(batch, global_counts):
                 results = [compiled_part(part, global_counts) for part in batch]
@@ -65,7 +65,7 @@ class StepFunctions:
         else:
             gradients_of = part_gradients
 
-        @tf.function(jit_compile=True)  # clipping, Adam and the average fused: ~10 % of a small step
+        @tf.function(jit_compile=True, autograph=False)  # clipping, Adam and the average fused: ~10 % of a small step
         def apply(grads):
             clipped = grads
             if self.max_grad_norm:
@@ -86,21 +86,21 @@ class StepFunctions:
             self.step.assign_add(1)
             return applied, stats
 
-        self.local_counts = tf.function(counts_of, input_signature=[spec])
+        self.local_counts = tf.function(counts_of, input_signature=[spec], autograph=False)
         # XLA (jit): compiled once per bucket of padded batch sizes; the tf.function is traced once
         self.local_gradients = tf.function(
             gradients_of, input_signature=[spec, tf.TensorSpec([len(self.terms)], tf.float64)],
-            jit_compile=backend.jit and not split)
+            jit_compile=backend.jit and not split, autograph=False)
         grad_specs = [tf.TensorSpec(v.shape, v.dtype) for v in variables]
         n_stats = 2 + 3 * len(self.metric_keys) + world.size
 
-        @tf.function(input_signature=[grad_specs, tf.TensorSpec([n_stats], self.dtype)])
+        @tf.function(input_signature=[grad_specs, tf.TensorSpec([n_stats], self.dtype)], autograph=False)
         def reduce_and_apply(grads, stats):
             grads = world.allreduce_sum(grads, compress=True)
             stats = world.allreduce_sum([stats])[0]
             return apply_if_finite(grads, stats)
 
-        @tf.function(input_signature=[spec], jit_compile=backend.jit and not split)
+        @tf.function(input_signature=[spec], jit_compile=backend.jit and not split, autograph=False)
         def graph_step(batch):
             """One process, one batch per step: the step in one graph (one call, no host round trips)."""
             grads, stats = gradients_of(batch, counts_of(batch))
