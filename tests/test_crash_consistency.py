@@ -290,8 +290,9 @@ def test_sigkill_at_random_moments_and_inside_saves_loses_nothing(alloy_xyz, tmp
                     f.seek(offset)
                     return f.read()
             assert _wait(lambda: "training PiNet from step" in log_text(), proc), (tmp_path / "run.out").read_text()
-            if mode == "random":
-                time.sleep(rng.uniform(0.0, 1.5))
+            if mode == "random":  # after the first steps (traced by then), at any moment of steps and saves
+                assert _wait(lambda: " INFO step " in log_text(), proc), (tmp_path / "run.out").read_text()
+                time.sleep(rng.uniform(0.3, 2.0))
                 hit = True
             elif mode == "files written":  # a checkpoint newer than any before is on disk, unnamed
                 hit = _wait(lambda: max(_on_disk_steps(model_dir), default=-1) > max(newest_before,

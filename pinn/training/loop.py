@@ -14,8 +14,9 @@ import tensorflow as tf
 
 from pinn import keys as K
 from pinn.schema import ParamsError
+from pinn.training.checkpoints import stop_when_disk_full
 from pinn.training.guards import DivergenceGuard, TrainingPreempted
-from pinn.training.metrics import write_eval_predictions
+from pinn.training.metrics import predictions_path, write_eval_predictions
 from pinn.training.progress import Meter, scaling_line
 
 log = logging.getLogger("pinn")
@@ -159,7 +160,8 @@ class TrainingLoop:
             line += "; " + scaling_line(figures, trainer.world.options["single_rank_throughput"])
         self.log(logging.INFO, line)
         if meter.n_steps:
-            run.recorder.record("train", step, {"lr": lr, **meter.figures()}, epoch)
+            with stop_when_disk_full(run.recorder.path, kept=trainer.store.latest):
+                run.recorder.record("train", step, {"lr": lr, **meter.figures()}, epoch)
 
     def _validate(self, step):
         """Evaluate the validation input; keep the best checkpoint; return whether to stop early."""
@@ -176,11 +178,13 @@ class TrainingLoop:
         text = " ".join(f"{k} {v:.4g}" for k, v in figures.items())
         self.log(logging.INFO, "evaluation at step %d: %s%s", step, text,
                  " (best so far)" if improved else f" ({stopping.status()})")
-        run.recorder.record("eval", step, {**figures, "best": improved}, epoch)
+        with stop_when_disk_full(run.recorder.path, kept=trainer.store.latest):
+            run.recorder.record("eval", step, {**figures, "best": improved}, epoch)
         trainer.last_validation = result
         if trainer.is_chief:
             if arrays:
-                write_eval_predictions(trainer.model_dir, {"step": np.array(step), **arrays})
+                with stop_when_disk_full(predictions_path(trainer.model_dir), kept=trainer.store.latest):
+                    write_eval_predictions(trainer.model_dir, {"step": np.array(step), **arrays})
             if improved:
                 trainer.store.save_best(step, stopping.metric, value)
         if stopping.should_stop():

@@ -83,9 +83,13 @@ def read_metrics(model_dir, kind=None):
     return records
 
 
+def predictions_path(model_dir):
+    return os.path.join(os.fspath(model_dir), PREDICTIONS_FILE)
+
+
 def write_eval_predictions(model_dir, arrays):
     """Write ``arrays`` (see the module docstring) to ``model_dir/eval_predictions.npz`` atomically."""
-    path = os.path.join(os.fspath(model_dir), PREDICTIONS_FILE)
+    path = predictions_path(model_dir)
     with replacing(path, "wb") as f:
         np.savez_compressed(f, **arrays)
     return path

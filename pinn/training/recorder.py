@@ -10,7 +10,7 @@ import time
 
 import tensorflow as tf
 
-from pinn.training.metrics import append_metrics
+from pinn.training.metrics import append_metrics, metrics_path
 
 
 class RunRecorder:
@@ -29,6 +29,11 @@ class RunRecorder:
         if enabled and tensorboard:
             root = os.path.join(model_dir, "tensorboard")
             self.writers = {kind: tf.summary.create_file_writer(os.path.join(root, kind)) for kind in ("train", "eval")}
+
+    @property
+    def path(self):
+        """The file the records go to (``model_dir/metrics.jsonl``)."""
+        return metrics_path(self.model_dir)
 
     def record(self, kind, step, figures, epoch=None):
         """Write one record.
