@@ -13,7 +13,11 @@ Throughput is structures per second over the measured steps (after warm-up),
 from the trainer's own progress line; the communication share is the part of
 each rank's step spent in the allreduce of loss counts and gradients
 (waiting for the slower rank included).  Parallel efficiency = N-rank
-throughput / 1-rank throughput on the same cores.
+throughput / 1-rank throughput on the same cores.  ``step_ms`` is the wall time of a step
+(global batch / throughput); ``step_split_ms`` splits a parallel step, in ms, the slowest
+rank's: ``compute`` (this rank's gradients, and the loss counts of its next batches),
+``exchange`` (the step's one allreduce, waiting for the slower rank included) and
+``update`` (clipping, Adam and the weight average, on every rank).
 """
 import argparse
 import json
@@ -55,8 +59,12 @@ def worker(args):
         total = float(re.search(r"([\d.]+) structures/s", line).group(1))
         comm = re.search(r"communication ([\d%, ]+)", line)
         shares = [float(x) / 100 for x in re.findall(r"(\d+)%", comm.group(1))] if comm else [0.0]
+        from pinn.training.metrics import read_metrics
+        last = read_metrics(args.model_dir, "train")[-1]
+        split = {k[len("step_ms_"):]: v for k, v in last.items() if k.startswith("step_ms_")}
         print("RESULT " + json.dumps({"structures_per_s": total, "comm_share": shares, "ranks": size,
-                                      "batch_per_rank": per_rank}), flush=True)
+                                      "batch_per_rank": per_rank, "step_ms": round(1e3 * args.batch / total, 3),
+                                      "step_split_ms": split}), flush=True)
 
 
 def run(command, args, model_dir, parallel):

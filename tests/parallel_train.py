@@ -39,6 +39,8 @@ parser.add_argument("--fusion-mb", type=float, default=None)
 parser.add_argument("--model-dir", default=None)
 parser.add_argument("--jit", choices=("auto", "off"), default="auto",
                     help="model.params.jit: auto (XLA for PiNet) or off (the tests of launching and stopping)")
+parser.add_argument("--perturb-rank1", action="store_true", help="train half the steps, change a weight on "
+                    "rank 1 alone, train on: the ranks' weight checksums must catch it")
 parser.add_argument("--engine", default="auto", help="model.params.engine; numba: a PiNet it trains (a hidden PI "
                     "layer, no stress loss)")
 args = parser.parse_args()
@@ -173,6 +175,11 @@ def vali_input():
     return tf.data.Dataset.from_generator(lambda: iter(batches), output_signature=spec)
 
 
+if args.perturb_rank1:
+    model.train(train_input, max_steps=args.steps // 2)
+    if rank == 1:
+        variable = model.model.trainable_variables[0]
+        variable.assign(variable + 1e-6)
 model.train(train_input, max_steps=args.steps, eval_fn=vali_input)
 metrics = model.evaluate(vali_input)
 np.savez(os.path.join(args.workdir, f"{args.tag}.rank{rank}.npz"),

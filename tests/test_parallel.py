@@ -140,9 +140,20 @@ def test_two_ranks_equal_one_process_on_the_union(launcher, one_process, tmp_pat
     assert "step 20/20" in log and "pinn[rank 1]" not in log
 
 
+def test_ranks_whose_weights_differ_are_stopped(one_launcher, tmp_path):
+    """The ranks compare checksums of their weights every log_every_n_steps (5) steps in the step's
+    exchange: a weight changed on rank 1 alone (after step 5) stops both ranks at step 10."""
+    name, command = one_launcher
+    run, out = _run(command, tmp_path, "perturbed", "--steps", "12", "--perturb-rank1", "--jit", "off")
+    assert run.returncode != 0
+    assert "step 10: the weights differ between ranks (checksums" in out, out[-4000:]
+    assert "step 10/12" not in out
+
+
 def test_numba_engine_two_ranks_equal_one_process(one_launcher, tmp_path):
-    """The numba engine's gradients (a TensorFlow op per rank, summed by Horovod), with a NaN on rank 1
-    at step 8: both ranks end bitwise equal to each other and equal to one process on the union."""
+    """The numba engine's gradients on every rank, one allreduce per step, the host update on every
+    rank, with a NaN on rank 1 at step 8: both ranks end bitwise equal to each other and equal to one
+    process on the union."""
     name, command = one_launcher
     args = ["--steps", "12", "--engine", "numba", "--nan-steps", "7"]
     (tmp_path / "one").mkdir()

@@ -124,6 +124,32 @@ class TensorFlowBackend:
         """The step of one process and one batch: here the graph step ``graph_step`` itself."""
         return graph_step
 
+    # one exchange per step (pinn.training.exchange)
+    def local_flat(self, steps, batches, global_counts):
+        """This rank's gradient summed over ``batches`` as one flat float64 vector (the order of the
+        trainable variables) and its stats, with the loss normalised by ``global_counts``."""
+        counts = tf.constant(global_counts, tf.float64)
+        total = stats = None
+        for batch in batches:
+            grads, part = steps.local_gradients(batch, counts)
+            flat = np.concatenate([np.asarray(g, np.float64).ravel() for g in grads])
+            total = flat if total is None else total + flat
+            stats = part.numpy() if stats is None else stats + part.numpy()
+        return total, stats
+
+    def apply_flat(self, steps, flat, finite):
+        """The update with the summed gradient ``flat`` (when ``finite``); the step counted."""
+        grads, start = [], 0
+        for v in steps.variables:
+            size = v.shape.num_elements()
+            grads.append(tf.constant(flat[start:start + size].reshape(v.shape), v.dtype))
+            start += size
+        return bool(steps.apply_reduced(grads, tf.constant(bool(finite))))
+
+    def flat_weights(self, steps):
+        """The current weights as one float64 vector."""
+        return np.concatenate([np.asarray(v.numpy(), np.float64).ravel() for v in steps.variables])
+
     def store(self):
         """Give TensorFlow's variables the current state (here they always hold it)."""
 
@@ -167,45 +193,110 @@ class NumbaBackend(TensorFlowBackend):
         """The step of one process and one batch: the engine's gradients from the NumPy batch, then the
         update (clipping, Adam, the average) on the host's flat vectors, which TensorFlow's variables
         get when something reads them (:meth:`store`)."""
+        self._prepare(steps)
+
+        def step(batch):
+            self._sync()
+            rate = self._rate()
+            out = self._call(batch, None)
+            try:
+                if out["finite"]:
+                    self.host.apply(self.engine.flat_gradient(), rate)
+                    self.engine.set_flat_weights(self.host.weights)
+            finally:  # an interrupt (Ctrl-C) in the update still counts the step with it, as the checkpoint will
+                self._count_step()
+            return out["finite"], self._stats(out)
+        return step
+
+    def _prepare(self, steps):
+        """The host optimizer and the per-run state of the steps of ``steps`` (a StepFunctions)."""
         from pinn.engines.host_optimizer import HostOptimizer
-        from pinn.engines.training import BATCH_KEYS, step_stats
-        engine, model, terms, learning_rate = self.engine, steps.model, steps.terms, steps.learning_rate
-        host = self.host = HostOptimizer(steps.variables, steps.optimizer, steps.ema, steps.max_grad_norm)
-        this_rank = np.ones(1)  # one process: rank 0 of 1
-        fixed_weights = None if model.params["loss_weight_schedule"] else \
+        model = steps.model
+        self.steps = steps
+        self.host = HostOptimizer(steps.variables, steps.optimizer, steps.ema, steps.max_grad_norm)
+        self.one_hot_rank = steps.one_hot_rank.numpy()
+        self.fixed_weights = None if model.params["loss_weight_schedule"] else \
             {t: float(w) for t, w in model.loss_weights(0.0).items()}
-        block = 256  # learning rates computed per block of steps: one TensorFlow call, not one per step
-        counter, lr_factor, np_dtype = steps.step, steps.lr_factor, steps.dtype.as_numpy_dtype
+        block = self.RATE_BLOCK
+        learning_rate, lr_factor = steps.learning_rate, steps.lr_factor
 
         @tf.function(input_signature=[tf.TensorSpec([], tf.int64)], autograph=False)
         def rates_from(start):
             positions = start + tf.range(block, dtype=tf.int64)
             return tf.map_fn(learning_rate, positions, fn_output_signature=tf.float32) * lr_factor
 
-        state = {}  # the step count, e_dress and the learning rates of the current block, read on a sync
-        one = tf.constant(1, tf.int64)  # the step counter's increment: no read back, no conversion per step
+        self.rates_from = rates_from
+        self.state = {}  # the step count, e_dress and the learning rates of the current block, read on a sync
+        self.one = tf.constant(1, tf.int64)  # the step counter's increment: no read back, no conversion per step
+        self.synced = False
 
-        def step(batch):
-            if not self.synced:  # the variables changed outside this step (start, rollback, TF step)
-                host.load()
-                engine.set_flat_weights(host.weights)
-                state.update(step=int(counter), dress=model.e_dress.numpy(), rates=None)
-                self.synced = True
-            if state["rates"] is None or not state["first"] <= state["step"] < state["first"] + block:
-                state.update(first=state["step"], rates=rates_from(tf.constant(state["step"], tf.int64)).numpy())
-            arrays = {k: batch[k].numpy() for k in BATCH_KEYS if k in batch}
-            weights = fixed_weights or {t: float(w) for t, w in
-                                        model.loss_weights(learning_rate.single_rank_steps(state["step"])).items()}
-            out = engine(arrays, weights, engine.loss_counts(arrays, terms), state["dress"])
-            try:
-                if out["finite"]:
-                    host.apply(engine.flat_gradient(), state["rates"][state["step"] - state["first"]])
-                    engine.set_flat_weights(host.weights)
-            finally:  # an interrupt (Ctrl-C) in the update still counts the step with it, as the checkpoint will
-                counter.assign_add(one, read_value=False)
-                state["step"] += 1
-            return out["finite"], step_stats(out, steps.metric_keys, this_rank, np_dtype)
-        return step
+    #: learning rates are computed per block of steps: one TensorFlow call, not one per step
+    RATE_BLOCK = 256
+
+    def _sync(self):
+        """Read the variables when they changed outside the engine's steps (start, rollback, a TF step)."""
+        if not self.synced:
+            self.host.load()
+            self.engine.set_flat_weights(self.host.weights)
+            self.state.update(step=int(self.steps.step), dress=self.steps.model.e_dress.numpy(), rates=None)
+            self.synced = True
+
+    def _rate(self):
+        """The learning rate of the current step (float32 value)."""
+        state = self.state
+        if state["rates"] is None or not state["first"] <= state["step"] < state["first"] + self.RATE_BLOCK:
+            state.update(first=state["step"], rates=self.rates_from(tf.constant(state["step"], tf.int64)).numpy())
+        return state["rates"][state["step"] - state["first"]]
+
+    def _call(self, batch, counts):
+        """The engine on one batch (tensors) at the current step; ``counts``: the loss counts per term
+        (``None``: this batch's own)."""
+        from pinn.engines.training import BATCH_KEYS
+        steps, engine = self.steps, self.engine
+        arrays = {k: batch[k].numpy() for k in BATCH_KEYS if k in batch}
+        weights = self.fixed_weights or {t: float(w) for t, w in steps.model.loss_weights(
+            steps.learning_rate.single_rank_steps(self.state["step"])).items()}
+        counts = engine.loss_counts(arrays, steps.terms) if counts is None else counts
+        return engine(arrays, weights, counts, self.state["dress"])
+
+    def _stats(self, out):
+        from pinn.engines.training import step_stats
+        return step_stats(out, self.steps.metric_keys, self.one_hot_rank, self.steps.dtype.as_numpy_dtype)
+
+    def _count_step(self):
+        self.steps.step.assign_add(self.one, read_value=False)
+        self.state["step"] += 1
+
+    # one exchange per step (pinn.training.exchange): the host update on every rank
+    def local_flat(self, steps, batches, global_counts):
+        """This rank's gradient summed over ``batches`` (one flat float64 vector, the order of the
+        trainable variables) and its stats, with the loss normalised by ``global_counts`` (all
+        ranks', per loss term)."""
+        self._sync()
+        counts = dict(zip(steps.terms, (float(c) for c in global_counts)))
+        total = stats = None
+        for batch in batches:
+            out = self._call(batch, counts)
+            grad = np.asarray(self.engine.flat_gradient(), np.float64)
+            total = grad if total is None else total + grad
+            stats = self._stats(out) if stats is None else stats + self._stats(out)
+        return total, stats
+
+    def apply_flat(self, steps, flat, finite):
+        """The update with the summed gradient ``flat`` (when ``finite``) on the host; the step counted."""
+        rate = self._rate()
+        try:
+            if finite:
+                self.host.apply(flat, rate)
+                self.engine.set_flat_weights(self.host.weights)
+        finally:
+            self._count_step()
+        return finite
+
+    def flat_weights(self, steps):
+        """The current weights as one float64 vector (the host's copy)."""
+        self._sync()
+        return np.asarray(self.host.weights, np.float64)
 
     def store(self):
         """Give TensorFlow's variables the weights, Adam's state and the average that the host step

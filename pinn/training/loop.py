@@ -15,6 +15,7 @@ import tensorflow as tf
 from pinn import keys as K
 from pinn.schema import ParamsError
 from pinn.training.checkpoints import stop_when_disk_full
+from pinn.training.exchange import FusedExchange, fused
 from pinn.training.guards import DivergenceGuard, TrainingPreempted
 from pinn.training.metrics import predictions_path, write_eval_predictions
 from pinn.training.progress import Meter, scaling_line
@@ -68,32 +69,48 @@ class TrainingLoop:
         skipped = 0
         step = int(trainer.step)
         last_eval = None
+        exchange = FusedExchange(trainer, k, mp["log_every_n_steps"]) if fused(world) else None
+        ahead = (False, False)  # a parallel step's news of the next one: an input ended, a stop signal
         while step < run.max_steps:
-            batches = []
-            for _ in range(k):
-                try:
-                    batches.append(next(iterator))
-                except StopIteration:
-                    break
-            t1 = time.perf_counter()
-            if not world.is_parallel and k == 1 and batches and signals.received is None:
-                applied, stats = steps.whole_step(batches[0])
-                counted = step + 1  # a whole step counts one, applied or not
-            else:  # also where a single process stops: input ended, or a signal
-                trainer.backend.store()
-                applied, stats, times = self._split_step(batches, signals, step)
-                if applied is None:
-                    break
-                counted = int(trainer.step)
+            comm, phases = 0.0, None
+            if exchange is not None:  # one allreduce per step
+                if exchange.batches is None:
+                    ended, stop_signal = exchange.start(iterator, signals)
+                    if stop_signal:
+                        self.bar.clear()
+                        self._preempted(signals.received or "a stop signal on another rank")
+                    if ended:
+                        self.log(logging.INFO, "an input ended at step %d before max_steps %d", step, run.max_steps)
+                        break
+                batches, applied, stats, phases, *ahead = exchange.step(iterator, signals, step)
+                counted, comm = step + 1, phases[1]
+            else:
+                batches = []
+                for _ in range(k):
+                    try:
+                        batches.append(next(iterator))
+                    except StopIteration:
+                        break
+                t1 = time.perf_counter()
+                if not world.is_parallel and k == 1 and batches and signals.received is None:
+                    applied, stats = steps.whole_step(batches[0])
+                    counted = step + 1  # a whole step counts one, applied or not
+                else:  # also where a single process stops: input ended, or a signal
+                    trainer.backend.store()
+                    applied, stats, times = self._split_step(batches, signals, step)
+                    if applied is None:
+                        break
+                    counted = int(trainer.step)
+                if world.is_parallel:  # fp16 gradients: the agreement on counts and the reduction
+                    t4 = time.perf_counter()
+                    phases = np.array([times[1] - times[0], (times[0] - t1) + (t4 - times[1]), 0.0])
+                    comm = phases[1]
             applied, stats = bool(applied), np.asarray(stats)  # the engine's step gives NumPy already
-            comm = 0.0
-            if world.is_parallel:  # the agreement on counts and the reduction
-                comm = (times[0] - t1) + (time.perf_counter() - times[1])
             watchdog.beat()
             step = counted
             loss, n_struct, sums, bad_ranks = steps.unpack(stats)
             if applied:
-                meter.add(loss, sums, n_struct, sum(real_structures(b) for b in batches), comm)
+                meter.add(loss, sums, n_struct, sum(real_structures(b) for b in batches), comm, phases)
             else:
                 skipped += 1
                 where = f" (from rank {', '.join(str(r) for r in np.flatnonzero(bad_ranks))})" \
@@ -113,6 +130,12 @@ class TrainingLoop:
             if step % mp["save_checkpoint_steps"] == 0:
                 trainer.save()
             if stop:
+                break
+            if ahead[1]:  # a stop signal on some rank, told with this step's exchange
+                self.bar.clear()
+                self._preempted(signals.received or "a stop signal on another rank")
+            if ahead[0]:
+                self.log(logging.INFO, "an input ended at step %d before max_steps %d", step, run.max_steps)
                 break
         if run.eval_fn is not None and last_eval != step and step > 0:
             self._validate(step)
@@ -160,8 +183,12 @@ class TrainingLoop:
             line += "; " + scaling_line(figures, trainer.world.options["single_rank_throughput"])
         self.log(logging.INFO, line)
         if meter.n_steps:
+            split = {}
+            if figures is not None:  # ms per step in each phase, the slowest rank's
+                split = {f"step_ms_{name}": round(float(v), 3)
+                         for name, v in zip(Meter.PHASES, figures[:, 2:].max(axis=0))}
             with stop_when_disk_full(run.recorder.path, kept=trainer.store.latest):
-                run.recorder.record("train", step, {"lr": lr, **meter.figures()}, epoch)
+                run.recorder.record("train", step, {"lr": lr, **meter.figures(), **split}, epoch)
 
     def _validate(self, step):
         """Evaluate the validation input; keep the best checkpoint; return whether to stop early."""

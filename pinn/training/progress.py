@@ -27,30 +27,41 @@ class Meter:
     """Accumulates, between two progress lines, the loss and error sums of all ranks
     (already summed) and this rank's structures, step time and communication time."""
 
+    #: the phases of a parallel step whose times are kept (:meth:`add`)
+    PHASES = ("compute", "exchange", "update")
+
     def __init__(self):
         self.t0 = time.perf_counter()
         self.loss, self.n_steps, self.n_struct, self.local_struct = 0.0, 0, 0.0, 0
         self.comm_s = 0.0
+        self.phase_s = np.zeros(len(self.PHASES))
         self.sums = {}
 
-    def add(self, loss, sums, n_struct, local_struct=0, comm_s=0.0):
+    def add(self, loss, sums, n_struct, local_struct=0, comm_s=0.0, phases=None):
         """One step: global ``loss``, ``sums`` (metric → 3 numbers) and structures, this rank's
-        structures and seconds spent communicating."""
+        structures and seconds spent communicating; ``phases``: this rank's seconds in each of
+        :data:`PHASES` (a parallel step: this rank's gradients, the allreduce, the update)."""
         self.loss += float(loss)
         self.n_steps += 1
         self.n_struct += float(n_struct)
         self.local_struct += int(local_struct)
         self.comm_s += comm_s
+        if phases is not None:
+            self.phase_s += phases
         for key, values in sums.items():
             self.sums[key] = self.sums.get(key, np.zeros(3)) + np.asarray(values, dtype=np.float64)
+
+    def phase_ms(self):
+        """Mean milliseconds per step in each of :data:`PHASES` on this rank (zeros for one process)."""
+        return 1e3 * self.phase_s / max(self.n_steps, 1)
 
     def elapsed(self):
         return time.perf_counter() - self.t0
 
     def rank_figures(self):
-        """[this rank's structures/s, share of the time spent communicating]."""
+        """[this rank's structures/s, share of the time spent communicating, ms per step in each phase]."""
         elapsed = max(self.elapsed(), 1e-9)
-        return np.array([self.local_struct / elapsed, self.comm_s / elapsed])
+        return np.concatenate([[self.local_struct / elapsed, self.comm_s / elapsed], self.phase_ms()])
 
     def figures(self):
         """Mean loss, MAE/RMSE of each metric and structures/s (all ranks) since this meter started."""
@@ -72,7 +83,7 @@ def scaling_line(figures, single_rank_throughput=None):
     """The per-rank part of a parallel progress line.
 
     Args:
-        figures: [n_ranks, 2] array of (structures/s, communication share) per rank.
+        figures: [n_ranks, 2 + …] array of (structures/s, communication share, …) per rank.
         single_rank_throughput: structures/s of a 1-rank run, when known.
 
     Returns:

@@ -22,6 +22,7 @@ class StepFunctions:
         local_counts: ``batch -> [terms]`` loss counts of this rank's batch.
         local_gradients: ``(batch, global_counts) -> (gradients, stats)``.
         reduce_and_apply: ``(gradients, stats) -> (applied, stats)``, summed over ranks.
+        apply_reduced: ``(gradients, finite) -> applied``: the update with gradients summed already.
         whole_step: ``batch -> (applied, stats)`` for one process and one batch per step.
     """
 
@@ -106,7 +107,17 @@ class StepFunctions:
             grads, stats = gradients_of(batch, counts_of(batch))
             return apply_if_finite(grads, stats)
 
+        @tf.function(input_signature=[grad_specs, tf.TensorSpec([], tf.bool)], autograph=False)
+        def apply_reduced(grads, finite):
+            """The update with gradients already summed over ranks, when ``finite``; the step counted
+            (:mod:`pinn.training.exchange`)."""
+            applied = tf.cond(finite, lambda: apply(grads), lambda: tf.constant(False))
+            self.step.assign_add(1)
+            return applied
+
         self.reduce_and_apply = reduce_and_apply
+        self.apply_reduced = apply_reduced
+        self.n_stats = n_stats
         self.whole_step = backend.whole_step(self, graph_step)
 
     def unpack(self, stats):
