@@ -150,6 +150,17 @@ def test_ranks_whose_weights_differ_are_stopped(one_launcher, tmp_path):
     assert "step 10/12" not in out
 
 
+def test_an_exception_on_every_rank_ends_the_job(one_launcher, tmp_path):
+    """TrainingDiverged on both ranks (NaN energies on rank 1 from step 6 on): both print it and exit with
+    status 1 at once; the interpreter's own exit hung in Horovod's shutdown until the launcher's timeout."""
+    name, command = one_launcher
+    nan_steps = [str(s) for s in range(6, 60)]
+    run, out = _run(command, tmp_path, "diverged", "--steps", "60", "--jit", "off", "--nan-steps", *nan_steps,
+                    timeout=240)
+    assert run.returncode != 0
+    assert out.count("TrainingDiverged: step 18: the loss stayed non-finite after 3 rollbacks") == 2, out[-4000:]
+
+
 def test_numba_engine_two_ranks_equal_one_process(one_launcher, tmp_path):
     """The numba engine's gradients on every rank, one allreduce per step, the host update on every
     rank, with a NaN on rank 1 at step 8: both ranks end bitwise equal to each other and equal to one

@@ -234,12 +234,34 @@ def init(params=None):
             f"the launcher started {launcher_size()} processes but Horovod sees 1 ({_build_info(hvd)}): "
             "launch with horovodrun or mpirun, or build Horovod with MPI for srun (see docs/parallel.md)")
     device = _pin_devices(hvd, options)
+    _exit_after_uncaught_exceptions()
     world_ = HorovodWorld(hvd, options)
     world_.device = device
     world_.build = _build_info(hvd)
     world_.rank_map = _gather_rank_map(world_)
     _WORLD = world_
     return world_
+
+
+def _exit_after_uncaught_exceptions():
+    """An uncaught exception of a Horovod process (``TrainingDiverged`` on every rank, say) prints its
+    traceback and ends the process with status 1 at once.  Left to the interpreter, the traceback
+    kept the step's frames (a ``tf.data`` iterator among them) alive into the shutdown of Horovod's
+    background thread, and both ranks of a 2-rank run hung there until the launcher's timeout."""
+    import logging
+    import sys
+    previous = sys.excepthook
+
+    def excepthook(kind, value, traceback):
+        try:
+            previous(kind, value, traceback)
+            logging.shutdown()  # train.log and the stderr handler flushed
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(1)
+
+    sys.excepthook = excepthook
 
 
 def _gather_rank_map(world_):
