@@ -212,23 +212,33 @@ class CheckpointStore:
             if not tf.io.gfile.exists(path + ".index"):
                 raise ValueError(f"{path}: no such checkpoint (expected {path}.index)")
             candidates = [path]
+        path, damaged = self._first_intact(candidates, self.parts)
+        if path is None:
+            if damaged:
+                raise NoIntactCheckpoint(f"no intact checkpoint in {os.path.dirname(damaged[0][0])}: "
+                                         f"{_damaged_text(damaged, names_only=True)}")
+            return None
+        if damaged:
+            log.warning("%s; using %s, the newest intact checkpoint", _damaged_text(damaged), path)
+        if which in (None, "last"):
+            self.current = path
+            self.passed_over = [p for p, _ in damaged]
+        return path
+
+    def _first_intact(self, candidates, parts):
+        """Restore ``parts`` from the first of ``candidates`` that is intact.
+
+        Returns:
+            ``(path or None, [(damaged path, reason), …])``.
+        """
         damaged = []
         for path in candidates:
             try:
-                self._load(path, self.parts)
+                self._load(path, parts)
+                return path, damaged
             except CheckpointDamaged as err:
                 damaged.append((path, str(err)))
-                continue
-            if damaged:
-                log.warning("%s; using %s, the newest intact checkpoint", _damaged_text(damaged), path)
-            if which in (None, "last"):
-                self.current = path
-                self.passed_over = [p for p, _ in damaged]
-            return path
-        if damaged:
-            raise NoIntactCheckpoint(f"no intact checkpoint in {os.path.dirname(damaged[0][0])}: "
-                                     f"{_damaged_text(damaged, names_only=True)}")
-        return None
+        return None, damaged
 
     def _load(self, path, parts):
         """Verify checkpoint ``path`` and restore ``parts`` (dict name → trackable) from it.
@@ -274,14 +284,10 @@ class CheckpointStore:
         """
         candidates = [self.current] if self.current else []
         candidates += [p for p in ckdir.candidates(self.model_dir)[0] if p != self.current]
-        damaged = []
-        for path in candidates:
-            try:
-                self._load(path, parts)
-                return path
-            except CheckpointDamaged as err:
-                damaged.append((path, str(err)))
-        raise NoIntactCheckpoint(f"cannot roll back: {_damaged_text(damaged) if damaged else 'no checkpoint'}")
+        path, damaged = self._first_intact(candidates, parts)
+        if path is None:
+            raise NoIntactCheckpoint(f"cannot roll back: {_damaged_text(damaged) if damaged else 'no checkpoint'}")
+        return path
 
     def last_checkpoint_text(self):
         """Where a user finds the last checkpoint, for error messages."""

@@ -25,6 +25,24 @@ import time
 import numpy as np
 
 
+def take(iterator, k):
+    """Up to ``k`` batches of the input (fewer when it ends)."""
+    batches = []
+    for _ in range(k):
+        try:
+            batches.append(next(iterator))
+        except StopIteration:
+            break
+    return batches
+
+
+def local_counts(steps, batches):
+    """This rank's loss counts of ``batches`` summed, per term of ``steps`` (a StepFunctions), float64."""
+    if not batches:
+        return np.zeros(len(steps.terms))
+    return sum(np.asarray(steps.local_counts(b), np.float64) for b in batches)
+
+
 class WeightsDiffer(SystemExit):
     """The ranks' weights differ (they must stay bitwise equal): every rank ends with this one-line
     message and exit status 1 (a :class:`SystemExit`: the ranks leave as after a stop signal)."""
@@ -55,30 +73,15 @@ class FusedExchange:
         self.batches = None  # the next step's batches (taken one step early) …
         self.counts = None  # … and all ranks' loss counts of them
 
-    def _take(self, iterator):
-        """Up to ``k`` batches of the input."""
-        batches = []
-        for _ in range(self.k):
-            try:
-                batches.append(next(iterator))
-            except StopIteration:
-                break
-        return batches
-
-    def _local_counts(self, batches):
-        if not batches:
-            return np.zeros(self.n_terms)
-        return sum(np.asarray(self.steps.local_counts(b), np.float64) for b in batches)
-
     def start(self, iterator, signals):
         """Take the first step's batches and agree on their counts (the one exchange that is not fused).
 
         Returns:
             ``(input_ended, stop_signal)``: on any rank.
         """
-        self.batches = self._take(iterator)
+        self.batches = take(iterator, self.k)
         flags = [float(len(self.batches) < self.k), float(signals.received is not None)]
-        agreed = self.world.allreduce_sum_numpy(np.concatenate([self._local_counts(self.batches), flags]))
+        agreed = self.world.allreduce_sum_numpy(np.concatenate([local_counts(self.steps, self.batches), flags]))
         self.counts = agreed[:self.n_terms]
         return bool(agreed[-2] > 0), bool(agreed[-1] > 0)
 
@@ -102,11 +105,11 @@ class FusedExchange:
         t0 = time.perf_counter()
         batches, size = self.batches, self.world.size
         grad, stats = self.backend.local_flat(self.steps, batches, self.counts)
-        following = self._take(iterator)
+        following = take(iterator, self.k)
         buffer = np.zeros(self.length)
         buffer[:self.at_stats] = grad
         buffer[self.at_stats:self.at_counts] = stats
-        buffer[self.at_counts:self.at_flags] = self._local_counts(following)
+        buffer[self.at_counts:self.at_flags] = local_counts(self.steps, following)
         buffer[self.at_flags] = float(len(following) < self.k)
         buffer[self.at_flags + 1] = float(signals.received is not None)
         checked = (step + 1) % self.check_every == 0

@@ -15,7 +15,7 @@ import tensorflow as tf
 from pinn import keys as K
 from pinn.schema import ParamsError
 from pinn.training.checkpoints import stop_when_disk_full
-from pinn.training.exchange import FusedExchange, fused
+from pinn.training.exchange import FusedExchange, fused, local_counts, take
 from pinn.training.guards import DivergenceGuard, TrainingPreempted
 from pinn.training.metrics import predictions_path, write_eval_predictions
 from pinn.training.progress import Meter, scaling_line
@@ -74,23 +74,12 @@ class TrainingLoop:
         while step < run.max_steps:
             comm, phases = 0.0, None
             if exchange is not None:  # one allreduce per step
-                if exchange.batches is None:
-                    ended, stop_signal = exchange.start(iterator, signals)
-                    if stop_signal:
-                        self.bar.clear()
-                        self._preempted(signals.received or "a stop signal on another rank")
-                    if ended:
-                        self.log(logging.INFO, "an input ended at step %d before max_steps %d", step, run.max_steps)
-                        break
+                if exchange.batches is None and self._stop_or_end(*exchange.start(iterator, signals), signals, step):
+                    break
                 batches, applied, stats, phases, *ahead = exchange.step(iterator, signals, step)
                 counted, comm = step + 1, phases[1]
             else:
-                batches = []
-                for _ in range(k):
-                    try:
-                        batches.append(next(iterator))
-                    except StopIteration:
-                        break
+                batches = take(iterator, k)
                 t1 = time.perf_counter()
                 if not world.is_parallel and k == 1 and batches and signals.received is None:
                     applied, stats = steps.whole_step(batches[0])
@@ -131,15 +120,20 @@ class TrainingLoop:
                 trainer.save()
             if stop:
                 break
-            if ahead[1]:  # a stop signal on some rank, told with this step's exchange
-                self.bar.clear()
-                self._preempted(signals.received or "a stop signal on another rank")
-            if ahead[0]:
-                self.log(logging.INFO, "an input ended at step %d before max_steps %d", step, run.max_steps)
+            if self._stop_or_end(*ahead, signals, step):  # news of the next step, with this step's exchange
                 break
         if run.eval_fn is not None and last_eval != step and step > 0:
             self._validate(step)
         trainer.save()
+
+    def _stop_or_end(self, ended, stop_signal, signals, step):
+        """After an agreement over ranks: preempt on a stop signal (raises); whether an input ended."""
+        if stop_signal:
+            self.bar.clear()
+            self._preempted(signals.received or "a stop signal on another rank")
+        if ended:
+            self.log(logging.INFO, "an input ended at step %d before max_steps %d", step, self.run.max_steps)
+        return ended
 
     def _split_step(self, batches, signals, step):
         """A step in pieces: agree on loss counts (and stop flags) over ranks, local gradients over the
@@ -148,15 +142,11 @@ class TrainingLoop:
         when an input ended on any rank."""
         trainer, k = self.trainer, self.k
         steps, world = trainer.step_functions, trainer.world
-        counts = sum(steps.local_counts(b).numpy() for b in batches) if batches else np.zeros(len(steps.terms))
+        counts = local_counts(steps, batches)
         flags = [float(len(batches) < k), float(signals.received is not None)]
         agreed = world.allreduce_sum_numpy(np.concatenate([counts, flags]))
         t2 = time.perf_counter()
-        if agreed[-1] > 0:
-            self.bar.clear()
-            self._preempted(signals.received or "a stop signal on another rank")
-        if agreed[-2] > 0:
-            self.log(logging.INFO, "an input ended at step %d before max_steps %d", step, self.run.max_steps)
+        if self._stop_or_end(agreed[-2] > 0, agreed[-1] > 0, signals, step):
             return None, None, None
         global_counts = tf.constant(agreed[:-2])
         grads, stats = steps.local_gradients(batches[0], global_counts)
