@@ -22,6 +22,8 @@ setup(
     extras_require={
         "cpu": [f"tensorflow-cpu=={TF_VERSION}"],
         "gpu": [f"tensorflow[and-cuda]=={TF_VERSION}"],
+        # the per-step exchange of MPI-launched parallel jobs (pinn.parallel.mpi_host)
+        "mpi": ["mpi4py>=3.1"],
         # MDAnalysis(+Tests) and mimicpy 0.2.1 are independent oracles for the trr and .mpt readers
         "test": [f"tensorflow-cpu=={TF_VERSION}", "pytest>=7", "pytest-timeout", "pytest-xdist>=3",
                  "MDAnalysis==2.11.0",

@@ -1,9 +1,12 @@
 """Data-parallel scaling: 1 rank with all threads against N ranks with their share, same data and global batch.
 
 Usage:  python benchmarks/bench_parallel.py [cu108|ethanol] [--np 2] [--steps 300] [--warmup 50] [--batch 32]
+                                          [--repeat 1] [--host-exchange auto|mpi|tcp|horovod]
 
 Runs the reference configuration three ways and prints one JSON line each,
-then a summary line:
+then a summary line per parallel launcher.  With ``--repeat R`` the three runs
+alternate R times (a shared machine's speed drifts by tens of percent between
+minutes) and the summary compares the medians.
 
 - ``1 rank``: one process (``parallel`` off), TensorFlow's default threads (all cores);
 - ``N ranks (gloo)``: ``horovodrun -np N --gloo``, batch/N per rank, each rank its share of the cores;
@@ -18,12 +21,15 @@ throughput / 1-rank throughput on the same cores.  ``step_ms`` is the wall time 
 rank's: ``compute`` (this rank's gradients, and the loss counts of its next batches),
 ``exchange`` (the step's one allreduce, waiting for the slower rank included) and
 ``update`` (clipping, Adam and the weight average, on every rank).
+``--host-exchange`` sets ``parallel_params.host_exchange`` (what carries that
+allreduce; ``horovod`` gives the figures of 0.11.0).
 """
 import argparse
 import json
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -44,7 +50,7 @@ def worker(args):
     params = {"model_dir": args.model_dir, "parallel": args.parallel,
               "network": {"name": "PiNet", "params": dict(REFERENCE_NETWORK, atom_types=types)},
               "model": {"name": "potential_model", "params": mp},
-              "parallel_params": {"lr_scaling": "none"}}
+              "parallel_params": {"lr_scaling": "none", "host_exchange": args.host_exchange}}
     model = potential_model(params)
     rank, size = model.world.rank, model.world.size
     splits = load_ase(path, split={"train": 9, "val": 1}, seed=0)
@@ -69,7 +75,8 @@ def worker(args):
 
 def run(command, args, model_dir, parallel):
     cmd = command + [sys.executable, os.path.abspath(__file__), "--worker", args.dataset, "--steps", str(args.steps),
-                     "--warmup", str(args.warmup), "--batch", str(args.batch), "--model-dir", model_dir] + \
+                     "--warmup", str(args.warmup), "--batch", str(args.batch), "--model-dir", model_dir,
+                                   "--host-exchange", args.host_exchange] + \
         (["--parallel"] if parallel else [])
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     out = subprocess.run(cmd, capture_output=True, text=True, env=env)
@@ -87,6 +94,9 @@ def main():
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--warmup", type=int, default=50)
     ap.add_argument("--batch", type=int, default=32, help="global batch (structures per step, all ranks)")
+    ap.add_argument("--repeat", type=int, default=1, help="alternate the runs this many times; compare medians")
+    ap.add_argument("--host-exchange", default="auto", choices=("auto", "mpi", "tcp", "horovod"),
+                    help="parallel_params.host_exchange of the parallel runs")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--parallel", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--model-dir", help=argparse.SUPPRESS)
@@ -99,23 +109,26 @@ def main():
                  (f"{args.np} ranks (gloo)", ["horovodrun", "-np", str(args.np), "--gloo"], True)]
     if shutil.which("mpirun"):
         launchers.append((f"{args.np} ranks (mpi)", ["mpirun", "-np", str(args.np), "--bind-to", "none"], True))
-    for name, command, parallel in launchers:
-        with tempfile.TemporaryDirectory() as tmp:
-            result = run(command, args, os.path.join(tmp, "model"), parallel)
-        if result is None:
-            print(f"{name}: failed", file=sys.stderr)
-            continue
-        results[name] = result
-        emit(benchmark="parallel", dataset=args.dataset, run=name, global_batch=args.batch,
-             measured_steps=args.steps - args.warmup, **result)
-    base = results.get("1 rank")
-    for name, result in results.items():
+    for repeat in range(args.repeat):
+        for name, command, parallel in launchers:
+            with tempfile.TemporaryDirectory() as tmp:
+                result = run(command, args, os.path.join(tmp, "model"), parallel)
+            if result is None:
+                print(f"{name}: failed", file=sys.stderr)
+                continue
+            results.setdefault(name, []).append(result)
+            emit(benchmark="parallel", dataset=args.dataset, run=name, repeat=repeat, global_batch=args.batch,
+                 measured_steps=args.steps - args.warmup, host_exchange=args.host_exchange if parallel else None,
+                 **result)
+    median = {name: statistics.median(r["structures_per_s"] for r in runs) for name, runs in results.items()}
+    base = median.get("1 rank")
+    for name, runs in results.items():
         if base and name != "1 rank":
-            emit(benchmark="parallel-summary", dataset=args.dataset, run=name,
-                 parallel_efficiency=round(result["structures_per_s"] / base["structures_per_s"], 3),
-                 comm_share=result["comm_share"], network=REFERENCE_NETWORK,
-                 note="efficiency: N-rank / 1-rank structures/s on the same cores and global batch")
-
+            emit(benchmark="parallel-summary", dataset=args.dataset, run=name, host_exchange=args.host_exchange,
+                 structures_per_s_median=median[name], one_rank_median=base, runs=len(runs),
+                 parallel_efficiency=round(median[name] / base, 3), network=REFERENCE_NETWORK,
+                 note="efficiency: median N-rank / median 1-rank structures/s on the same cores and global batch, "
+                      "the runs alternating")
 
 if __name__ == "__main__":
     main()

@@ -52,6 +52,9 @@ else
 fi
 env "${build[@]}" MAKEFLAGS="-j${SLURM_CPUS_PER_TASK:-$(nproc)}" \
   python -m pip install -q --no-build-isolation --no-cache-dir horovod==0.28.1
+# the per-step exchange of parallel training (pinn.parallel.mpi_host), built against the loaded MPI module
+log "mpi4py against $(command -v mpicc || echo 'no mpicc')"
+python -m pip install -q --no-cache-dir --no-binary mpi4py 'mpi4py>=3.1'
 python -m pip install -q -e "$here"
 horovodrun --check-build
 log "done: PINN_VENV=$venv sbatch scripts/slurm_train_1node.sh"

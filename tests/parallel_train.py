@@ -36,6 +36,7 @@ parser.add_argument("--save-every", type=int, default=10)
 parser.add_argument("--stall-timeout", type=float, default=600.0)
 parser.add_argument("--compression", default="none")
 parser.add_argument("--fusion-mb", type=float, default=None)
+parser.add_argument("--host-exchange", default="auto", help="parallel_params.host_exchange")
 parser.add_argument("--model-dir", default=None)
 parser.add_argument("--jit", choices=("auto", "off"), default="auto",
                     help="model.params.jit: auto (XLA for PiNet) or off (the tests of launching and stopping)")
@@ -98,7 +99,8 @@ params = {
                          "tensorboard": False}},
     "parallel": True,
     "parallel_params": {"lr_scaling": args.lr_scaling, "stall_timeout_s": args.stall_timeout,
-                        "compression": args.compression, "fusion_threshold_mb": args.fusion_mb},
+                        "compression": args.compression, "fusion_threshold_mb": args.fusion_mb,
+                        "host_exchange": args.host_exchange},
 }
 params["model"]["params"]["engine"] = args.engine
 params["model"]["params"]["jit"] = None if args.jit == "auto" else False

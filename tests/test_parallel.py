@@ -3,6 +3,7 @@
 The training script is tests/parallel_train.py, run unchanged with 1 process
 and with 2.  No part of Horovod is mocked.
 """
+import importlib.util
 import json
 import os
 import shutil
@@ -24,6 +25,9 @@ LAUNCHERS = {
                ["mpirun", "-np", "2", "--oversubscribe", "--bind-to", "none"]),
 }
 CONTROLLER = {"horovodrun-gloo": "controller Gloo", "mpirun": "controller MPI"}
+#: what carries the step's exchange (parallel_params.host_exchange: auto) under each launcher
+EXCHANGE = {"horovodrun-gloo": "host arrays over TCP sockets to rank 0",
+            "mpirun": "host arrays over MPI (" if importlib.util.find_spec("mpi4py") else "host arrays over Horovod"}
 
 
 @pytest.fixture(params=sorted(LAUNCHERS))
@@ -131,7 +135,7 @@ def test_two_ranks_equal_one_process_on_the_union(launcher, one_process, tmp_pat
     assert "Checkpoint.write" in ranks[0]["writes"]
     assert not any("params.yml" in w for w in ranks[0]["writes"])
     # what the log says
-    assert CONTROLLER[name] in out1 and "rank 1: host" in out1
+    assert CONTROLLER[name] in out1 and EXCHANGE[name] in out1 and "rank 1: host" in out1
     assert "step 8: non-finite loss or gradient (from rank 1); update skipped on all ranks" in out1
     assert "restored" in out2 and "(step 10)" in out2
     assert "rolled back to" in out2 and "ckpt-10" in out2
@@ -162,16 +166,19 @@ def test_an_exception_on_every_rank_ends_the_job(one_launcher, tmp_path):
 
 
 def test_numba_engine_two_ranks_equal_one_process(one_launcher, tmp_path):
-    """The numba engine's gradients on every rank, one allreduce per step, the host update on every
-    rank, with a NaN on rank 1 at step 8: both ranks end bitwise equal to each other and equal to one
-    process on the union."""
+    """The numba engine's gradients on every rank, one allreduce per step (here through Horovod's
+    collectives, host_exchange: horovod; the TCP and MPI exchanges are in the test above), the host
+    update on every rank, with a NaN on rank 1 at step 8: both ranks end bitwise equal to each other
+    and equal to one process on the union."""
     name, command = one_launcher
     args = ["--steps", "12", "--engine", "numba", "--nan-steps", "7"]
     (tmp_path / "one").mkdir()
     one, out_one = _run([], tmp_path / "one", "one", "--lr", "2e-3", "--decay-step", "10", *args)
     assert one.returncode == 0, out_one[-4000:]
-    two, out_two = _run(command, tmp_path, "two", "--lr", "1e-3", "--decay-step", "20", *args)
+    two, out_two = _run(command, tmp_path, "two", "--lr", "1e-3", "--decay-step", "20", *args,
+                        "--host-exchange", "horovod")
     assert two.returncode == 0, out_two[-4000:]
+    assert "host arrays over Horovod" in out_two
     assert "gradients by the numba engine" in out_one
     # each of the 2 ranks takes its share of the cores (this machine has 2)
     assert f"gradients by the numba engine ({max(1, (os.cpu_count() or 2) // 2)} thread(s))" in out_two

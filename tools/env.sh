@@ -76,4 +76,10 @@ if [ "${PINN_NO_HOROVOD:-0}" != 1 ] &&
   touch "$horovod_stamp"
   horovodrun --check-build >&2 || true
 fi
+# mpi4py carries the per-step exchange of MPI-launched jobs (pinn.parallel.mpi_host); its wheel
+# finds the installed MPI library at run time
+if [ "${PINN_NO_HOROVOD:-0}" != 1 ] && command -v mpirun >/dev/null 2>&1 &&
+   ! python -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec("mpi4py") is None)' 2>/dev/null; then
+  python -m pip install -q 'mpi4py>=3.1'
+fi
 set +eo pipefail

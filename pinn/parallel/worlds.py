@@ -19,6 +19,7 @@ import sys
 
 import numpy as np
 
+from pinn.parallel import mpi_host, tcp_host
 from pinn.parallel.ranks import launcher_size
 from pinn.schema import Option, non_negative, positive
 
@@ -37,7 +38,14 @@ PARAMS = {
     "fusion_threshold_mb": Option((float, None), None, "Horovod's tensor fusion buffer in MB "
                                   "(HOROVOD_FUSION_THRESHOLD; None: Horovod's default, 128 MB)", check=non_negative),
     "cycle_time_ms": Option((float, None), None, "Horovod's cycle time in ms (HOROVOD_CYCLE_TIME; None: "
-                            "Horovod's default)", check=positive),
+                            "20 ms when the host exchange is mpi or tcp, since Horovod then carries only broadcasts; "
+                            "else Horovod's default)", check=positive),
+    "host_exchange": Option(str, "auto", "what carries the one exchange of a training step (gradients, "
+                            "loss counts, statistics, flags) and the metrics: 'mpi' (mpi4py, for jobs started "
+                            "by mpirun or srun), 'tcp' (sockets to rank 0, for horovodrun --gloo), 'horovod' "
+                            "(Horovod's collectives, which wait for its cycle), or 'auto' (mpi where the job "
+                            "was started by an MPI launcher and mpi4py is installed, tcp under horovodrun "
+                            "--gloo, else horovod)", choices=("auto", "mpi", "tcp", "horovod")),
     "intra_op_threads": Option((int, None), None, "TensorFlow threads per rank on CPU (None: the cores this "
                                "process may use, shared among the ranks on its node)", check=positive),
     "single_rank_throughput": Option((float, None), None, "structures/s of a 1-rank run on the same data; when "
@@ -95,6 +103,7 @@ class HorovodWorld(SerialWorld):
         self.is_chief = self.rank == 0
         self._logged = False
         self._compression = hvd.Compression.fp16 if options["compression"] == "fp16" else hvd.Compression.none
+        self._host = None  # an MpiHost, when it carries the host arrays
 
     def log_summary(self):
         if not self.is_chief or self._logged:
@@ -122,19 +131,30 @@ class HorovodWorld(SerialWorld):
         return hvd.grouped_allreduce(tensors, op=hvd.Sum, compression=compression)
 
     def allreduce_sum_numpy(self, array):
-        """Sum over ranks of a float64 NumPy array, uncompressed (exact metrics)."""
+        """Sum over ranks of a float64 NumPy array, uncompressed (exact metrics), the same bytes on every rank."""
+        if self._host is not None:
+            return self._host.allreduce_sum(array)
         tf, hvd = self._tf, self._hvd
         return hvd.allreduce(tf.constant(np.asarray(array, dtype=np.float64)), op=hvd.Sum).numpy()
 
     def allgather_numpy(self, array):
         """[size, ...] array of every rank's ``array`` (same shape on all ranks)."""
         array = np.asarray(array, dtype=np.float64)
+        if self._host is not None:
+            return self._host.allgather(array)
         gathered = self._hvd.allgather(self._tf.constant(array[None])).numpy()
         return gathered.reshape((self.size,) + array.shape)
 
     def concat_rows_numpy(self, array):
         """Every rank's rows of ``array`` (first dimensions may differ) concatenated in rank order (float64)."""
+        if self._host is not None:
+            return self._host.concat_rows(array)
         return self._hvd.allgather(self._tf.constant(np.asarray(array, dtype=np.float64))).numpy()
+
+    def barrier(self):
+        if self._host is not None:
+            return self._host.barrier()
+        return super().barrier()
 
     def broadcast_variables(self, variables):
         """Assign rank 0's values to ``variables`` on every rank (bool variables travel as int8)."""
@@ -147,12 +167,47 @@ class HorovodWorld(SerialWorld):
                 v.assign(tf.cast(hvd.broadcast(tf.cast(v, tf.int8), root_rank=0), tf.bool))
 
 
-def _configure_horovod_env(options):
-    """Horovod reads its tuning knobs from the environment at ``hvd.init()``."""
+#: Horovod's cycle time (ms) while MPI or TCP carries the per-step exchange: Horovod then carries
+#: only the broadcasts at start, restore and rollback, and its background thread, polling every
+#: cycle, took 7 ms of a 10 ms step at 1 ms and 0.1 ms at 20 ms (2 ranks on 2 cores)
+QUIET_CYCLE_TIME_MS = 20.0
+
+
+def _host_exchange_plan(options):
+    """What will carry this rank's host arrays: ``'mpi'`` (:mod:`pinn.parallel.mpi_host`), ``'tcp'``
+    (:mod:`pinn.parallel.tcp_host`) or ``'horovod'``, from ``parallel_params.host_exchange`` and the launcher.
+
+    Raises:
+        RuntimeError: ``host_exchange`` names one that this job cannot use.
+    """
+    choice = options["host_exchange"]
+    if choice == "horovod":
+        return "horovod"
+    if choice in ("auto", "mpi") and mpi_host.available():
+        return "mpi"
+    if choice in ("auto", "tcp") and tcp_host.launched_by_gloo():
+        return "tcp"
+    if choice == "mpi":
+        why = "mpi4py is not installed (pip install mpi4py)" if mpi_host.launched_by_mpi() else \
+            "the job was not started by an MPI launcher (mpirun, srun --mpi=pmix)"
+        raise RuntimeError(f"parallel_params.host_exchange is 'mpi' but {why}")
+    if choice == "tcp":
+        raise RuntimeError("parallel_params.host_exchange is 'tcp' but the job was not started by horovodrun --gloo")
+    return "horovod"
+
+
+def _configure_horovod_env(options, plan):
+    """Horovod reads its tuning knobs from the environment at ``hvd.init()``; the cycle time is
+    long where MPI or TCP carries the per-step exchange (unless the user set it, or fp16
+    gradients still travel through Horovod every step)."""
     if options.get("fusion_threshold_mb") is not None:
         os.environ["HOROVOD_FUSION_THRESHOLD"] = str(int(options["fusion_threshold_mb"] * 1024 * 1024))
     if options.get("cycle_time_ms") is not None:
         os.environ["HOROVOD_CYCLE_TIME"] = str(options["cycle_time_ms"])
+    elif plan != "horovod" and options["compression"] != "fp16" and "HOROVOD_CYCLE_TIME" not in os.environ:
+        os.environ["HOROVOD_CYCLE_TIME"] = str(QUIET_CYCLE_TIME_MS)
+    if plan == "mpi":
+        mpi_host.yield_when_idle()
 
 
 def _pin_devices(hvd, options):
@@ -193,12 +248,38 @@ def _pin_devices(hvd, options):
     return f"CPU, {threads} intra-op thread(s)"
 
 
-def _build_info(hvd):
+def _build_info(hvd, host):
     parts = [name for name, built in (("MPI", hvd.mpi_built()), ("Gloo", hvd.gloo_built()),
                                       ("NCCL", hvd.nccl_built())) if built]
     controller = "MPI" if hvd.mpi_enabled() else "Gloo" if hvd.gloo_enabled() else "?"
+    exchange = f"host arrays over {host.library}" if host is not None else "host arrays over Horovod"
     return f"Horovod {getattr(sys.modules.get('horovod'), '__version__', '?')} built with " \
-           f"{'+'.join(parts) or 'nothing'}, controller {controller}"
+           f"{'+'.join(parts) or 'nothing'}, controller {controller}, " \
+           f"cycle {os.environ.get('HOROVOD_CYCLE_TIME', 'default')} ms; {exchange}"
+
+
+def _open_host_exchange(hvd, options, plan):
+    """This rank's :class:`~pinn.parallel.mpi_host.MpiHost` or :class:`~pinn.parallel.tcp_host.TcpHost`,
+    or None where Horovod carries the host arrays (with a warning saying why, when another was planned).
+
+    Raises:
+        RuntimeError: the ``host_exchange`` the user named cannot be opened.
+    """
+    if plan == "horovod":
+        return None
+    try:
+        if plan == "mpi":
+            if not hvd.mpi_enabled():
+                raise RuntimeError("Horovod's controller is not MPI")
+            return mpi_host.MpiHost()
+        from horovod.tensorflow.functions import allgather_object
+        return tcp_host.TcpHost(hvd.rank(), hvd.size(), hvd.local_size() == hvd.size(), allgather_object)
+    except (RuntimeError, ImportError, ConnectionError) as err:
+        if options["host_exchange"] != "auto":
+            raise RuntimeError(f"parallel_params.host_exchange is '{plan}' but {err}") from err
+        log.warning("rank %d: the host arrays travel through Horovod (%s); a step pays Horovod's cycle, "
+                    "set parallel_params.cycle_time_ms (e.g. 0.1)", hvd.rank(), err)
+        return None
 
 
 _WORLD = None
@@ -226,18 +307,20 @@ def init(params=None):
         return _WORLD
     from pinn.schema import validate_section
     options = validate_section((params or {}).get("parallel_params"), PARAMS, "parallel_params")
-    _configure_horovod_env(options)
+    plan = _host_exchange_plan(options)
+    _configure_horovod_env(options, plan)
     import horovod.tensorflow as hvd
     hvd.init()
     if hvd.size() == 1 and launcher_size() > 1:
         raise RuntimeError(
-            f"the launcher started {launcher_size()} processes but Horovod sees 1 ({_build_info(hvd)}): "
+            f"the launcher started {launcher_size()} processes but Horovod sees 1 ({_build_info(hvd, None)}): "
             "launch with horovodrun or mpirun, or build Horovod with MPI for srun (see docs/parallel.md)")
     device = _pin_devices(hvd, options)
     _exit_after_uncaught_exceptions()
     world_ = HorovodWorld(hvd, options)
+    world_._host = _open_host_exchange(hvd, options, plan)
     world_.device = device
-    world_.build = _build_info(hvd)
+    world_.build = _build_info(hvd, world_._host)
     world_.rank_map = _gather_rank_map(world_)
     _WORLD = world_
     return world_

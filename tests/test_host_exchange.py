@@ -1,0 +1,95 @@
+"""The host exchanges of parallel training (pinn.parallel.tcp_host, pinn.parallel.mpi_host) on real
+processes: sums equal on every rank to the byte, rows gathered in rank order, and a rank that dies
+named in the others' error instead of a hang.  Their use in training is tested in test_parallel.py."""
+import multiprocessing
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from launching import ENV
+
+from pinn.parallel.tcp_host import TcpHost, interface_address
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _share_through(queue, size):
+    """The collective TcpHost uses once (Horovod's allgather_object in a job): rank 0's address to all."""
+    def share(address):
+        if address is not None:
+            for _ in range(size - 1):
+                queue.put(address)
+            return [address]
+        return [queue.get(timeout=60)]
+    return share
+
+
+def _tcp_rank(rank, size, queue, results, die_at=None):
+    share = _share_through(queue, size)
+    try:
+        host = TcpHost(rank, size, all_local=True, share=lambda a: share(a if rank == 0 else None))
+        array = np.array([1e16, 1.0, -1e16, rank + 0.1]) * (rank + 1) + np.pi * rank
+        total = host.allreduce_sum(array)
+        joined = host.concat_rows(np.full((rank + 1, 2), float(rank)))
+        gathered = host.allgather(np.array([rank, 2.0 * rank]))
+        if die_at == rank:
+            os._exit(3)  # dies without closing its sockets
+        host.barrier()
+        results.put((rank, total.tobytes(), joined.tolist(), gathered.tolist(), None))
+    except Exception as err:  # noqa: BLE001 - the test reads it
+        results.put((rank, None, None, None, f"{type(err).__name__}: {err}"))
+
+
+def _run_tcp(size, die_at=None):
+    context = multiprocessing.get_context("fork")
+    queue, results = context.Queue(), context.Queue()
+    ranks = [context.Process(target=_tcp_rank, args=(r, size, queue, results, die_at)) for r in range(size)]
+    for process in ranks:
+        process.start()
+    expected = size - (die_at is not None)
+    out = sorted(results.get(timeout=60) for _ in range(expected))
+    for process in ranks:
+        process.join(timeout=30)
+    return out
+
+
+def test_tcp_sums_are_the_same_bytes_on_every_rank_and_rows_keep_rank_order():
+    size = 3
+    out = _run_tcp(size)
+    assert [r[4] for r in out] == [None] * size, out
+    assert len({r[1] for r in out}) == 1  # the same bytes on every rank
+    total = np.frombuffer(out[0][1])
+    expected = sum(np.array([1e16, 1.0, -1e16, r + 0.1]) * (r + 1) + np.pi * r for r in range(size))
+    np.testing.assert_allclose(total, expected, rtol=1e-12, atol=8)
+    assert out[0][2] == [[0.0, 0.0], [1.0, 1.0], [1.0, 1.0], [2.0, 2.0], [2.0, 2.0], [2.0, 2.0]]
+    assert all(r[3] == [[0.0, 0.0], [1.0, 2.0], [2.0, 4.0]] for r in out)
+
+
+def test_tcp_a_rank_that_dies_is_named_not_waited_for():
+    """Rank 2 exits in the middle: rank 0, waiting for its array, and rank 1, waiting for rank 0, both
+    end with an error (rank 0's names rank 2) within the test's timeout."""
+    out = _run_tcp(3, die_at=2)
+    errors = {r[0]: r[4] for r in out}
+    assert set(errors) == {0, 1}
+    assert "rank 0: the connection closed while waiting for rank 2's array" in errors[0], errors
+    assert "rank 1: the connection closed while waiting for the sum from rank 0" in errors[1], errors
+
+
+def test_loopback_interface_has_its_address():
+    assert interface_address("lo") == "127.0.0.1"
+    assert interface_address("no-such-interface0") is None
+
+
+def test_mpi_sums_are_the_same_bytes_on_every_rank():
+    pytest.importorskip("mpi4py")
+    if not shutil.which("mpirun"):
+        pytest.skip("mpirun not installed")
+    run = subprocess.run(["mpirun", "-np", "3", "--oversubscribe", "--bind-to", "none", sys.executable,
+                          os.path.join(HERE, "host_exchange_ranks.py")], env=ENV, capture_output=True, text=True,
+                         timeout=180)
+    output = run.stdout + run.stderr
+    assert run.returncode == 0, output[-3000:]
+    assert sorted(line for line in output.splitlines() if line.endswith(": ok")) == [f"rank {r}: ok" for r in range(3)]
