@@ -16,8 +16,12 @@ weights must stay bitwise equal).
 """
 import importlib.util
 import os
+import time
 
 import numpy as np
+
+#: seconds a waiting rank sleeps between tests of a collective (Python's sleep adds ~50 µs of slack)
+POLL_S = 5e-5
 
 #: environment variables that MPI launchers set in every process they start
 _MPI_LAUNCHER_VARS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS", "MV2_COMM_WORLD_SIZE")
@@ -84,9 +88,17 @@ class MpiHost:
         """
         array = np.ascontiguousarray(array, dtype=np.float64)
         total = np.empty_like(array)
-        self.comm.Reduce(array, total, op=self._mpi.SUM, root=0)
-        self.comm.Bcast(total, root=0)
+        self._wait(self.comm.Ireduce(array, total, op=self._mpi.SUM, root=0))
+        self._wait(self.comm.Ibcast(total, root=0))
         return total
+
+    @staticmethod
+    def _wait(request):
+        """Wait for a nonblocking collective, sleeping between tests: a rank that arrives first leaves
+        its core to its own input threads (a blocking call polls at full speed: 16 ms of CPU per 9 ms
+        step per rank on ethanol, against 10-13 ms through sleeping TCP sockets)."""
+        while not request.Test():
+            time.sleep(POLL_S)
 
     def allgather(self, array):
         """[size, ...] float64 array of every rank's ``array`` (same shape on all ranks)."""
