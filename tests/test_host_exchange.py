@@ -3,6 +3,7 @@ processes: sums equal on every rank to the byte, rows gathered in rank order, an
 named in the others' error instead of a hang.  Their use in training is tested in test_parallel.py."""
 import multiprocessing
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -92,4 +93,5 @@ def test_mpi_sums_are_the_same_bytes_on_every_rank():
                          timeout=180)
     output = run.stdout + run.stderr
     assert run.returncode == 0, output[-3000:]
-    assert sorted(line for line in output.splitlines() if line.endswith(": ok")) == [f"rank {r}: ok" for r in range(3)]
+    # mpirun may join the ranks' lines into one
+    assert sorted(re.findall(r"rank (\d): ok", output)) == ["0", "1", "2"], output[-3000:]
