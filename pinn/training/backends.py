@@ -125,6 +125,11 @@ class TensorFlowBackend:
         return graph_step
 
     # one exchange per step (pinn.training.exchange)
+    def local_counts(self, steps, batch, keep=False):
+        """This rank's loss counts of one batch, per term of ``steps`` (float64 array); ``keep``: the batch's
+        gradients follow through :meth:`local_flat` (a backend may keep what it made of the batch)."""
+        return np.asarray(steps.local_counts(batch), np.float64)
+
     def local_flat(self, steps, batches, global_counts):
         """This rank's gradient summed over ``batches`` as one flat float64 vector (the order of the
         trainable variables) and its stats, with the loss normalised by ``global_counts``."""
@@ -174,6 +179,7 @@ class NumbaBackend(TensorFlowBackend):
         self.engine = TrainingEngine(model, threads=threads)
         self.host = None  # the weights, Adam's state and the average of the host step
         self.synced = False  # the engine holds the variables' current values
+        self._converted = {}  # id(batch) -> (batch, its NumPy arrays): batches counted before their step
 
     def describe(self):
         return f"the numba engine ({self.engine.threads} thread(s))"
@@ -213,6 +219,7 @@ class NumbaBackend(TensorFlowBackend):
         from pinn.engines.host_optimizer import HostOptimizer
         model = steps.model
         self.steps = steps
+        self._converted = {}  # batches counted by an earlier train() call that ended before their step
         self.host = HostOptimizer(steps.variables, steps.optimizer, steps.ema, steps.max_grad_norm)
         self.one_hot_rank = steps.one_hot_rank.numpy()
         self.fixed_weights = None if model.params["loss_weight_schedule"] else \
@@ -251,9 +258,8 @@ class NumbaBackend(TensorFlowBackend):
     def _call(self, batch, counts):
         """The engine on one batch (tensors) at the current step; ``counts``: the loss counts per term
         (``None``: this batch's own)."""
-        from pinn.engines.training import BATCH_KEYS
         steps, engine = self.steps, self.engine
-        arrays = {k: batch[k].numpy() for k in BATCH_KEYS if k in batch}
+        arrays = self._arrays(batch, keep=False)
         weights = self.fixed_weights or {t: float(w) for t, w in steps.model.loss_weights(
             steps.learning_rate.single_rank_steps(self.state["step"])).items()}
         counts = engine.loss_counts(arrays, steps.terms) if counts is None else counts
@@ -267,7 +273,25 @@ class NumbaBackend(TensorFlowBackend):
         self.steps.step.assign_add(self.one, read_value=False)
         self.state["step"] += 1
 
+    def _arrays(self, batch, keep):
+        """The NumPy arrays of a batch (tensors), converted once; ``keep``: hold them for the batch's
+        step (its loss counts are taken one step before its gradients)."""
+        from pinn.engines.training import BATCH_KEYS
+        held = self._converted.pop(id(batch), None)
+        if held is None or held[0] is not batch:
+            held = (batch, {k: batch[k].numpy() for k in BATCH_KEYS if k in batch})
+        if keep:
+            self._converted[id(batch)] = held
+        return held[1]
+
     # one exchange per step (pinn.training.exchange): the host update on every rank
+    def local_counts(self, steps, batch, keep=False):
+        """This rank's loss counts of one batch, per term of ``steps`` (float64 array), from its NumPy
+        arrays (a traced TensorFlow function cost 0.3-0.7 ms per call in matching its arguments);
+        ``keep``: hold the arrays for the batch's :meth:`local_flat`."""
+        counts = self.engine.loss_counts(self._arrays(batch, keep=keep), steps.terms)
+        return np.array([counts[t] for t in steps.terms], np.float64)
+
     def local_flat(self, steps, batches, global_counts):
         """This rank's gradient summed over ``batches`` (one flat float64 vector, the order of the
         trainable variables) and its stats, with the loss normalised by ``global_counts`` (all

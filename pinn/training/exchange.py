@@ -36,11 +36,12 @@ def take(iterator, k):
     return batches
 
 
-def local_counts(steps, batches):
-    """This rank's loss counts of ``batches`` summed, per term of ``steps`` (a StepFunctions), float64."""
+def local_counts(backend, steps, batches, keep=False):
+    """This rank's loss counts of ``batches`` summed, per term of ``steps`` (a StepFunctions), float64,
+    as ``backend`` counts them; ``keep``: their gradients follow through ``backend.local_flat``."""
     if not batches:
         return np.zeros(len(steps.terms))
-    return sum(np.asarray(steps.local_counts(b), np.float64) for b in batches)
+    return sum(backend.local_counts(steps, b, keep) for b in batches)
 
 
 class WeightsDiffer(SystemExit):
@@ -81,7 +82,8 @@ class FusedExchange:
         """
         self.batches = take(iterator, self.k)
         flags = [float(len(self.batches) < self.k), float(signals.received is not None)]
-        agreed = self.world.allreduce_sum_numpy(np.concatenate([local_counts(self.steps, self.batches), flags]))
+        counts = local_counts(self.backend, self.steps, self.batches, keep=True)
+        agreed = self.world.allreduce_sum_numpy(np.concatenate([counts, flags]))
         self.counts = agreed[:self.n_terms]
         return bool(agreed[-2] > 0), bool(agreed[-1] > 0)
 
@@ -109,7 +111,7 @@ class FusedExchange:
         buffer = np.zeros(self.length)
         buffer[:self.at_stats] = grad
         buffer[self.at_stats:self.at_counts] = stats
-        buffer[self.at_counts:self.at_flags] = local_counts(self.steps, following)
+        buffer[self.at_counts:self.at_flags] = local_counts(self.backend, self.steps, following, keep=True)
         buffer[self.at_flags] = float(len(following) < self.k)
         buffer[self.at_flags + 1] = float(signals.received is not None)
         checked = (step + 1) % self.check_every == 0

@@ -142,7 +142,7 @@ class TrainingLoop:
         when an input ended on any rank."""
         trainer, k = self.trainer, self.k
         steps, world = trainer.step_functions, trainer.world
-        counts = local_counts(steps, batches)
+        counts = local_counts(trainer.backend, steps, batches)
         flags = [float(len(batches) < k), float(signals.received is not None)]
         agreed = world.allreduce_sum_numpy(np.concatenate([counts, flags]))
         t2 = time.perf_counter()
