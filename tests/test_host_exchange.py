@@ -79,6 +79,35 @@ def test_tcp_a_rank_that_dies_is_named_not_waited_for():
     assert "rank 1: the connection closed while waiting for the sum from rank 0" in errors[1], errors
 
 
+def _silent_rank(queue):
+    queue.get(timeout=60)  # learns rank 0's address, then never connects
+
+
+def _waiting_root(size, queue, results):
+    import pinn.parallel.tcp_host as tcp_host
+    tcp_host.ACCEPT_TIMEOUT_S = 2.0
+    try:
+        TcpHost(0, size, all_local=True, share=_share_through(queue, size))
+        results.put(None)
+    except ConnectionError as err:
+        results.put(str(err))
+
+
+def test_tcp_rank_0_does_not_wait_forever_for_a_rank_that_never_connects():
+    """Rank 1 never connects (a node that cannot reach rank 0): rank 0 gives up after its timeout with
+    an error saying how many connected (the ranks then agree to use Horovod: pinn.parallel.worlds)."""
+    context = multiprocessing.get_context("fork")
+    queue, results = context.Queue(), context.Queue()
+    silent = context.Process(target=_silent_rank, args=(queue,))
+    root = context.Process(target=_waiting_root, args=(2, queue, results))
+    silent.start()
+    root.start()
+    error = results.get(timeout=60)
+    root.join(timeout=30)
+    silent.join(timeout=30)
+    assert error == "rank 0: 0 of the 1 other ranks connected within 2 s"
+
+
 def test_loopback_interface_has_its_address():
     assert interface_address("lo") == "127.0.0.1"
     assert interface_address("no-such-interface0") is None

@@ -122,3 +122,7 @@ class MpiHost:
     def barrier(self):
         """Wait until every rank has come here."""
         self.comm.Barrier()
+
+    def close(self):
+        """Free the communicator (collective: every rank calls it)."""
+        self.comm.Free()

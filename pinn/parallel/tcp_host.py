@@ -22,6 +22,8 @@ import struct
 import numpy as np
 
 _HEADER = struct.Struct("<q")
+#: seconds rank 0 waits for the other ranks to connect (they try for half of it)
+ACCEPT_TIMEOUT_S = 240.0
 _SIOCGIFADDR = 0x8915  # Linux ioctl: an interface's IPv4 address
 
 
@@ -74,6 +76,7 @@ class TcpHost:
             listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             listener.bind(("127.0.0.1" if all_local else "", 0))
             listener.listen(size)
+            listener.settimeout(ACCEPT_TIMEOUT_S)  # a rank that cannot connect must not leave rank 0 waiting
             address = (root_address(all_local), listener.getsockname()[1])
         else:
             address = None
@@ -81,18 +84,26 @@ class TcpHost:
         try:
             if rank == 0:
                 for _ in range(size - 1):
-                    connection, _ = listener.accept()
+                    try:
+                        connection, _ = listener.accept()
+                    except socket.timeout as err:
+                        raise ConnectionError(f"rank 0: {len(self.peers)} of the {size - 1} other ranks connected "
+                                              f"within {ACCEPT_TIMEOUT_S:g} s") from err
+                    connection.settimeout(None)
                     self._tune(connection)
                     peer = int(self._receive(connection, "a rank's greeting")[0])
                     if not 0 < peer < size or peer in self.peers:
                         raise ConnectionError(f"rank 0: a connection greeted as rank {peer} (ranks 1..{size - 1})")
                     self.peers[peer] = connection
             else:
-                connection = socket.create_connection(tuple(root), timeout=120)
+                connection = socket.create_connection(tuple(root), timeout=ACCEPT_TIMEOUT_S / 2)
                 connection.settimeout(None)
                 self._tune(connection)
                 self._send(connection, np.array([float(rank)]))
                 self.peers[0] = connection
+        except ConnectionError:
+            self.close()
+            raise
         except OSError as err:
             self.close()
             raise ConnectionError(f"rank {rank}: the host exchange could not connect to rank 0 at "

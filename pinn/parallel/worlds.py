@@ -260,26 +260,36 @@ def _build_info(hvd, host):
 
 def _open_host_exchange(hvd, options, plan):
     """This rank's :class:`~pinn.parallel.mpi_host.MpiHost` or :class:`~pinn.parallel.tcp_host.TcpHost`,
-    or None where Horovod carries the host arrays (with a warning saying why, when another was planned).
+    or None where Horovod carries the host arrays.  The ranks agree: where any rank could not open
+    the planned one, every rank falls back to Horovod, with a warning naming the ranks and why.
 
     Raises:
         RuntimeError: the ``host_exchange`` the user named cannot be opened.
     """
     if plan == "horovod":
         return None
+    from horovod.tensorflow.functions import allgather_object
+    host = error = None
     try:
         if plan == "mpi":
             if not hvd.mpi_enabled():
                 raise RuntimeError("Horovod's controller is not MPI")
-            return mpi_host.MpiHost()
-        from horovod.tensorflow.functions import allgather_object
-        return tcp_host.TcpHost(hvd.rank(), hvd.size(), hvd.local_size() == hvd.size(), allgather_object)
+            host = mpi_host.MpiHost()
+        else:
+            host = tcp_host.TcpHost(hvd.rank(), hvd.size(), hvd.local_size() == hvd.size(), allgather_object)
     except (RuntimeError, ImportError, ConnectionError) as err:
-        if options["host_exchange"] != "auto":
-            raise RuntimeError(f"parallel_params.host_exchange is '{plan}' but {err}") from err
-        log.warning("rank %d: the host arrays travel through Horovod (%s); a step pays Horovod's cycle, "
-                    "set parallel_params.cycle_time_ms (e.g. 0.1)", hvd.rank(), err)
-        return None
+        error = f"rank {hvd.rank()}: {err}"
+    failures = [e for e in allgather_object(error) if e]
+    if not failures:
+        return host
+    if host is not None:
+        host.close()
+    if options["host_exchange"] != "auto":
+        raise RuntimeError(f"parallel_params.host_exchange is '{plan}' but {'; '.join(failures)}")
+    if hvd.rank() == 0:
+        log.warning("the host arrays travel through Horovod (%s); a step pays Horovod's cycle: set "
+                    "parallel_params.cycle_time_ms (e.g. 0.1)", "; ".join(failures))
+    return None
 
 
 _WORLD = None
