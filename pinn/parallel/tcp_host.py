@@ -71,16 +71,22 @@ class TcpHost:
     def __init__(self, rank, size, all_local, share):
         self.rank, self.size = rank, size
         self.peers = {}  # rank 0: rank -> socket; others: 0 -> the socket to rank 0
-        listener = None
+        listener = address = failure = None
         if rank == 0:
-            listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            listener.bind(("127.0.0.1" if all_local else "", 0))
-            listener.listen(size)
-            listener.settimeout(ACCEPT_TIMEOUT_S)  # a rank that cannot connect must not leave rank 0 waiting
-            address = (root_address(all_local), listener.getsockname()[1])
-        else:
-            address = None
+            try:
+                listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                listener.bind(("127.0.0.1" if all_local else "", 0))
+                listener.listen(size)
+                listener.settimeout(ACCEPT_TIMEOUT_S)  # a rank that cannot connect must not leave rank 0 waiting
+                address = (root_address(all_local), listener.getsockname()[1])
+            except OSError as err:  # every rank still takes part in the share, and learns of it
+                failure = err
+                if listener is not None:
+                    listener.close()
         root = share(address)[0]
+        if root is None:
+            raise ConnectionError(f"rank {rank}: rank 0 could not open a socket for the host exchange"
+                                  + (f" ({failure})" if failure is not None else ""))
         try:
             if rank == 0:
                 for _ in range(size - 1):
