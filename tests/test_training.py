@@ -1,4 +1,6 @@
 """Training end to end: the error goes down, resume is exact, bad input is refused clearly."""
+import logging
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -116,3 +118,27 @@ def test_other_network_in_model_dir_is_refused(tmp_path):
     other["network"]["params"] = dict(SMALL_PINET, depth=3)
     with pytest.raises(ValueError, match="differs"):
         potential_model(other)
+
+
+def test_energy_offsets_leave_out_structures_without_a_finite_energy(tmp_path):
+    """A NaN energy among the fit_e_dress batches made every offset NaN (and the first save was then
+    refused as non-finite): the fit leaves it out and equals the fit without it."""
+    model = potential_model(_params(tmp_path / "m", fit_e_dress=True)).model  # elements Cu (29), Au (79)
+    # structures of Cu and Au in varying proportions: Cu2Au, Cu2, Au2, CuAu; energies -14, -6, -10, -9 eV
+    elems = np.array([79, 29, 29, 29, 29, 79, 79, 79, 29])
+    ind_1 = np.array([0, 0, 0, 1, 1, 2, 2, 3, 3])[:, None]
+    energies = np.array([-14.0, -6.0, -10.0, -9.0])
+    clean = model.fit_dress([{"elems": elems, "ind_1": ind_1, "e_data": energies}])
+    with_nan = np.concatenate([energies, [np.nan]])
+    records = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = records.append
+    logging.getLogger("pinn").addHandler(handler)
+    try:
+        dirty = model.fit_dress([{"elems": np.concatenate([elems, [29, 79]]),
+                                  "ind_1": np.concatenate([ind_1, [[4], [4]]]), "e_data": with_nan}])
+    finally:
+        logging.getLogger("pinn").removeHandler(handler)
+    assert all(np.isfinite(v) for v in dirty.values())
+    assert dirty == pytest.approx(clean, rel=1e-12)
+    assert [r.getMessage() for r in records] == ["fit of e_dress: 1 structure(s) without a finite energy left out"]

@@ -278,6 +278,7 @@ class PotentialModel(Model):
         normal equations CᵀC x = CᵀE: their sums over ranks (``reduce``) give
         every rank the fit to all ranks' structures.  Elements that always
         appear in fixed proportions get the minimum-norm split (pseudo-inverse).
+        Structures whose energy is not finite are left out (with a warning).
 
         Args:
             batches: list of NumPy batch dicts.
@@ -289,15 +290,21 @@ class PotentialModel(Model):
         table = np.full(max(self.atom_types) + 1, -1)
         table[self.atom_types] = np.arange(len(self.atom_types))
         n_types = len(self.atom_types)
-        normal = np.zeros((n_types, n_types + 1))  # [CᵀC | CᵀE]
+        normal = np.zeros((n_types, n_types + 2))  # [CᵀC | CᵀE | structures without a finite energy]
         for b in batches:
             idx = table[b[K.ELEMS]]
             struct = b[K.IND_1][:, 0]
             counts = np.zeros((len(b[K.E_DATA]), n_types))
             np.add.at(counts, (struct, idx), 1.0)
-            normal += counts.T @ np.column_stack([counts, np.asarray(b[K.E_DATA], np.float64)])
+            energies = np.asarray(b[K.E_DATA], np.float64)
+            finite = np.isfinite(energies)  # a NaN label would make every offset NaN
+            normal[:, :-1] += counts[finite].T @ np.column_stack([counts[finite], energies[finite]])
+            normal[0, -1] += np.sum(~finite)
         if reduce is not None:
             normal = reduce(normal)
+        if normal[0, -1]:
+            logging.getLogger("pinn").warning("fit of e_dress: %d structure(s) without a finite energy left out",
+                                              int(normal[0, -1]))
         solution = np.linalg.pinv(normal[:, :n_types], rcond=1e-12, hermitian=True) @ normal[:, n_types]
         self.e_dress.assign(solution)
         self.dress_fitted.assign(True)
