@@ -103,7 +103,8 @@ class HorovodWorld(SerialWorld):
         self.is_chief = self.rank == 0
         self._logged = False
         self._compression = hvd.Compression.fp16 if options["compression"] == "fp16" else hvd.Compression.none
-        self._host = None  # an MpiHost, when it carries the host arrays
+        #: what carries the host arrays: HorovodHost, or MpiHost / TcpHost (:func:`init`)
+        self.host = HorovodHost(hvd, tf)
 
     def log_summary(self):
         if not self.is_chief or self._logged:
@@ -132,29 +133,18 @@ class HorovodWorld(SerialWorld):
 
     def allreduce_sum_numpy(self, array):
         """Sum over ranks of a float64 NumPy array, uncompressed (exact metrics), the same bytes on every rank."""
-        if self._host is not None:
-            return self._host.allreduce_sum(array)
-        tf, hvd = self._tf, self._hvd
-        return hvd.allreduce(tf.constant(np.asarray(array, dtype=np.float64)), op=hvd.Sum).numpy()
+        return self.host.allreduce_sum(array)
 
     def allgather_numpy(self, array):
         """[size, ...] array of every rank's ``array`` (same shape on all ranks)."""
-        array = np.asarray(array, dtype=np.float64)
-        if self._host is not None:
-            return self._host.allgather(array)
-        gathered = self._hvd.allgather(self._tf.constant(array[None])).numpy()
-        return gathered.reshape((self.size,) + array.shape)
+        return self.host.allgather(array)
 
     def concat_rows_numpy(self, array):
         """Every rank's rows of ``array`` (first dimensions may differ) concatenated in rank order (float64)."""
-        if self._host is not None:
-            return self._host.concat_rows(array)
-        return self._hvd.allgather(self._tf.constant(np.asarray(array, dtype=np.float64))).numpy()
+        return self.host.concat_rows(array)
 
     def barrier(self):
-        if self._host is not None:
-            return self._host.barrier()
-        return super().barrier()
+        self.host.barrier()
 
     def broadcast_variables(self, variables):
         """Assign rank 0's values to ``variables`` on every rank (bool variables travel as int8)."""
@@ -194,6 +184,37 @@ def _host_exchange_plan(options):
     if choice == "tcp":
         raise RuntimeError("parallel_params.host_exchange is 'tcp' but the job was not started by horovodrun --gloo")
     return "horovod"
+
+
+class HorovodHost:
+    """Host collectives through Horovod's own (``host_exchange: horovod``, and where the others cannot
+    open): each waits for Horovod's cycle."""
+
+    library = "Horovod"
+
+    def __init__(self, hvd, tf):
+        self._hvd, self._tf = hvd, tf
+
+    def allreduce_sum(self, array):
+        """Sum over ranks of ``array`` (float64)."""
+        return self._hvd.allreduce(self._tf.constant(np.asarray(array, dtype=np.float64)), op=self._hvd.Sum).numpy()
+
+    def allgather(self, array):
+        """[size, ...] float64 array of every rank's ``array`` (same shape on all ranks)."""
+        array = np.asarray(array, dtype=np.float64)
+        gathered = self._hvd.allgather(self._tf.constant(array[None])).numpy()
+        return gathered.reshape((-1,) + array.shape)
+
+    def concat_rows(self, array):
+        """Every rank's rows of ``array`` (first dimensions may differ) concatenated in rank order (float64)."""
+        return self._hvd.allgather(self._tf.constant(np.asarray(array, dtype=np.float64))).numpy()
+
+    def barrier(self):
+        """Wait until every rank has come here."""
+        self.allreduce_sum(np.zeros(1))
+
+    def close(self):
+        """Nothing to close."""
 
 
 def _configure_horovod_env(options, plan):
@@ -287,8 +308,9 @@ def _open_host_exchange(hvd, options, plan):
     if options["host_exchange"] != "auto":
         raise RuntimeError(f"parallel_params.host_exchange is '{plan}' but {'; '.join(failures)}")
     if hvd.rank() == 0:
-        log.warning("the host arrays travel through Horovod (%s); a step pays Horovod's cycle: set "
-                    "parallel_params.cycle_time_ms (e.g. 0.1)", "; ".join(failures))
+        log.warning("the host arrays travel through Horovod (%s); a step waits for Horovod's cycle, now %s ms: "
+                    "set parallel_params.cycle_time_ms (e.g. 0.1) or host_exchange: horovod",
+                    "; ".join(failures), os.environ.get("HOROVOD_CYCLE_TIME", "default"))
     return None
 
 
@@ -328,9 +350,9 @@ def init(params=None):
     device = _pin_devices(hvd, options)
     _exit_after_uncaught_exceptions()
     world_ = HorovodWorld(hvd, options)
-    world_._host = _open_host_exchange(hvd, options, plan)
+    world_.host = _open_host_exchange(hvd, options, plan) or world_.host
     world_.device = device
-    world_.build = _build_info(hvd, world_._host)
+    world_.build = _build_info(hvd, world_.host)
     world_.rank_map = _gather_rank_map(world_)
     _WORLD = world_
     return world_
