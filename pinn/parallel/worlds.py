@@ -20,6 +20,7 @@ import sys
 import numpy as np
 
 from pinn.parallel import mpi_host, tcp_host
+from pinn.parallel.horovod_host import HorovodHost
 from pinn.parallel.ranks import launcher_size
 from pinn.schema import Option, non_negative, positive
 
@@ -184,37 +185,6 @@ def _host_exchange_plan(options):
     if choice == "tcp":
         raise RuntimeError("parallel_params.host_exchange is 'tcp' but the job was not started by horovodrun --gloo")
     return "horovod"
-
-
-class HorovodHost:
-    """Host collectives through Horovod's own (``host_exchange: horovod``, and where the others cannot
-    open): each waits for Horovod's cycle."""
-
-    library = "Horovod"
-
-    def __init__(self, hvd, tf):
-        self._hvd, self._tf = hvd, tf
-
-    def allreduce_sum(self, array):
-        """Sum over ranks of ``array`` (float64)."""
-        return self._hvd.allreduce(self._tf.constant(np.asarray(array, dtype=np.float64)), op=self._hvd.Sum).numpy()
-
-    def allgather(self, array):
-        """[size, ...] float64 array of every rank's ``array`` (same shape on all ranks)."""
-        array = np.asarray(array, dtype=np.float64)
-        gathered = self._hvd.allgather(self._tf.constant(array[None])).numpy()
-        return gathered.reshape((-1,) + array.shape)
-
-    def concat_rows(self, array):
-        """Every rank's rows of ``array`` (first dimensions may differ) concatenated in rank order (float64)."""
-        return self._hvd.allgather(self._tf.constant(np.asarray(array, dtype=np.float64))).numpy()
-
-    def barrier(self):
-        """Wait until every rank has come here."""
-        self.allreduce_sum(np.zeros(1))
-
-    def close(self):
-        """Nothing to close."""
 
 
 def _configure_horovod_env(options, plan):
