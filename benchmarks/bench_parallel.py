@@ -6,7 +6,8 @@ Usage:  python benchmarks/bench_parallel.py [cu108|ethanol] [--np 2] [--steps 30
 Runs the reference configuration three ways and prints one JSON line each,
 then a summary line per parallel launcher.  With ``--repeat R`` the three runs
 alternate R times (a shared machine's speed drifts by tens of percent between
-minutes) and the summary compares the medians.
+minutes) and the summary compares the medians, and gives the median and range of
+the paired efficiencies (each N-rank run over the 1-rank run of its own repeat).
 
 - ``1 rank``: one process (``parallel`` off), TensorFlow's default threads (all cores);
 - ``N ranks (gloo)``: ``horovodrun -np N --gloo``, batch/N per rank, each rank its share of the cores;
@@ -120,8 +121,11 @@ def main():
         return worker(args)
     from common import REFERENCE_NETWORK, emit
     results = {}
+    # horovodrun beside this interpreter (a virtual environment that is not activated) or on PATH
+    beside = os.path.join(os.path.dirname(sys.executable), "horovodrun")
+    horovodrun = beside if os.path.exists(beside) else (shutil.which("horovodrun") or "horovodrun")
     launchers = [("1 rank", [], False),
-                 (f"{args.np} ranks (gloo)", ["horovodrun", "-np", str(args.np), "--gloo"], True)]
+                 (f"{args.np} ranks (gloo)", [horovodrun, "-np", str(args.np), "--gloo"], True)]
     if shutil.which("mpirun"):
         launchers.append((f"{args.np} ranks (mpi)", ["mpirun", "-np", str(args.np), "--bind-to", "none"], True))
     for repeat in range(args.repeat):
@@ -131,7 +135,7 @@ def main():
             if result is None:
                 print(f"{name}: failed", file=sys.stderr)
                 continue
-            results.setdefault(name, []).append(result)
+            results.setdefault(name, []).append(dict(result, repeat=repeat))
             emit(benchmark="parallel", dataset=args.dataset, run=name, repeat=repeat, global_batch=args.batch,
                  measured_steps=args.steps - args.warmup, host_exchange=args.host_exchange if parallel else None,
                  **result)
@@ -139,11 +143,17 @@ def main():
     base = median.get("1 rank")
     for name, runs in results.items():
         if base and name != "1 rank":
+            # each N-rank run against the 1-rank run of its own repeat (minutes apart, not tens of minutes)
+            pairs = [r["structures_per_s"] / one["structures_per_s"] for r in runs for one in results["1 rank"]
+                     if one["repeat"] == r["repeat"]]
             emit(benchmark="parallel-summary", dataset=args.dataset, run=name, host_exchange=args.host_exchange,
                  structures_per_s_median=median[name], one_rank_median=base, runs=len(runs),
-                 parallel_efficiency=round(median[name] / base, 3), network=REFERENCE_NETWORK,
-                 note="efficiency: median N-rank / median 1-rank structures/s on the same cores and global batch, "
-                      "the runs alternating")
+                 parallel_efficiency=round(median[name] / base, 3),
+                 paired_efficiency_median=round(statistics.median(pairs), 3) if pairs else None,
+                 paired_efficiency_range=[round(min(pairs), 3), round(max(pairs), 3)] if pairs else None,
+                 network=REFERENCE_NETWORK,
+                 note="parallel_efficiency: median N-rank / median 1-rank structures/s on the same cores and global "
+                      "batch, the runs alternating; paired: each N-rank run / the 1-rank run of its repeat")
 
 if __name__ == "__main__":
     main()

@@ -22,5 +22,7 @@ rows = np.full((rank + 1, 2, 3), float(rank))
 joined = host.concat_rows(rows)
 assert joined.shape == (sum(r + 1 for r in range(size)), 2, 3), joined.shape
 assert joined[:, 0, 0].tolist() == [float(r) for r in range(size) for _ in range(r + 1)]
+# rank 0's bytes (a length that is not a multiple of 8) on every rank
+assert host.broadcast_bytes(b"rank 0 says \x00\xff hi" if rank == 0 else None) == b"rank 0 says \x00\xff hi"
 host.barrier()
 print(f"rank {rank}: ok", flush=True)

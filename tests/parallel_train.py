@@ -177,6 +177,12 @@ def vali_input():
     return tf.data.Dataset.from_generator(lambda: iter(batches), output_signature=spec)
 
 
+# the world's broadcast (through the host exchange in use): rank 1's weights made different must come back
+# as rank 0's, or the ranks' weights (and the 1-process equivalence) differ
+if rank == 1:
+    for variable in model.model.trainable_variables:
+        variable.assign(variable + 0.01)
+model.world.broadcast_variables(model.model.variables)
 if args.perturb_rank1:
     model.train(train_input, max_steps=args.steps // 2)
     if rank == 1:

@@ -36,12 +36,14 @@ def _tcp_rank(rank, size, queue, results, die_at=None):
         total = host.allreduce_sum(array)
         joined = host.concat_rows(np.full((rank + 1, 2), float(rank)))
         gathered = host.allgather(np.array([rank, 2.0 * rank]))
+        # rank 0's bytes (any length, not a multiple of 8) to every rank
+        broadcast = host.broadcast_bytes(b"rank 0 says \x00\xff hi" if rank == 0 else None)
         if die_at == rank:
             os._exit(3)  # dies without closing its sockets
         host.barrier()
-        results.put((rank, total.tobytes(), joined.tolist(), gathered.tolist(), None))
+        results.put((rank, total.tobytes(), joined.tolist(), gathered.tolist(), None, broadcast))
     except Exception as err:  # noqa: BLE001 - the test reads it
-        results.put((rank, None, None, None, f"{type(err).__name__}: {err}"))
+        results.put((rank, None, None, None, f"{type(err).__name__}: {err}", None))
 
 
 def _run_tcp(size, die_at=None):
@@ -67,6 +69,7 @@ def test_tcp_sums_are_the_same_bytes_on_every_rank_and_rows_keep_rank_order():
     np.testing.assert_allclose(total, expected, rtol=1e-12, atol=8)
     assert out[0][2] == [[0.0, 0.0], [1.0, 1.0], [1.0, 1.0], [2.0, 2.0], [2.0, 2.0], [2.0, 2.0]]
     assert all(r[3] == [[0.0, 0.0], [1.0, 2.0], [2.0, 4.0]] for r in out)
+    assert [r[5] for r in out] == [b"rank 0 says \x00\xff hi"] * size
 
 
 def test_tcp_a_rank_that_dies_is_named_not_waited_for():

@@ -124,18 +124,19 @@ class TcpHost:
         connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def _send(self, connection, array):
-        payload = memoryview(np.ascontiguousarray(array, dtype=np.float64)).cast("B")
+        """One message: the bytes of ``array`` (a NumPy array, float64 but for broadcasts), after their count."""
+        payload = memoryview(np.ascontiguousarray(array)).cast("B")
         connection.sendall(_HEADER.pack(payload.nbytes))
         connection.sendall(payload)
 
-    def _receive(self, connection, what, into=None):
-        """One message from ``connection`` (float64), into ``into`` if given (its size must match)."""
+    def _receive(self, connection, what, into=None, dtype=np.float64):
+        """One message from ``connection`` (of ``dtype``), into ``into`` if given (its size must match)."""
         header = self._exactly(connection, bytearray(_HEADER.size), what)
         nbytes = _HEADER.unpack(header)[0]
         if into is not None and into.nbytes != nbytes:
             raise ConnectionError(f"rank {self.rank}: {what} has {nbytes} bytes, {into.nbytes} expected "
                                   "(the ranks disagree on what they exchange)")
-        target = into if into is not None else np.empty(nbytes // 8)
+        target = into if into is not None else np.empty(nbytes // np.dtype(dtype).itemsize, dtype)
         self._exactly(connection, memoryview(target).cast("B"), what)
         return target
 
@@ -182,6 +183,14 @@ class TcpHost:
             for peer in range(1, self.size):
                 self._send(self.peers[peer], flat)
         return flat.reshape((-1,) + tail)
+
+    def broadcast_bytes(self, data):
+        """Rank 0's ``data`` (bytes; ``None`` on the other ranks) on every rank."""
+        if self.rank != 0:
+            return self._receive(self.peers[0], "rank 0's broadcast", dtype=np.uint8).tobytes()
+        for peer in range(1, self.size):
+            self._send(self.peers[peer], np.frombuffer(data, np.uint8))
+        return data
 
     def allgather(self, array):
         """[size, ...] float64 array of every rank's ``array`` (same shape on all ranks)."""
