@@ -14,9 +14,38 @@ moved.install()  # the modules' names before 0.10 (pinn.trainer, pinn.io.trr, ..
 
 
 def get_calc(model, **kwargs):
-    """ASE calculator for a model directory or a model object (see :func:`pinn.calculator.get_calc`)."""
+    """ASE calculator for a model directory, params or a model object (see :func:`pinn.calculator.get_calc`)."""
     from pinn.calculator import get_calc as _get_calc
     return _get_calc(model, **kwargs)
 
 
-__all__ = ["get_calc", "__version__"]
+def get_model(params, **kwargs):
+    """The model of a params dict, a model directory or its ``params.yml`` (upstream PiNN's
+    ``pinn.get_model``; see :func:`pinn.models.get_model`)."""
+    from pinn.models import get_model as _get_model
+    return _get_model(params, **kwargs)
+
+
+def get_network(spec):
+    """Upstream PiNN's ``pinn.get_network``: a network from its spec.
+
+    Args:
+        spec: ``{'name': 'PiNet', 'params': {...}}`` (validated, defaults filled in; float32,
+            seed 0), a params dict with such a ``network`` section (and its ``precision`` and
+            ``seed``), or a network object (returned as it is).
+
+    Returns:
+        The network (:class:`pinn.networks.PiNet`, ``BPNN`` or ``LJ``).
+
+    Raises:
+        pinn.params.ParamsError: naming the first bad key of the spec.
+    """
+    from pinn.networks import NETWORKS
+    from pinn.networks import get_network as _get_network
+    if isinstance(spec, tuple(NETWORKS.values())):
+        return spec
+    from pinn.params import network_params
+    return _get_network(network_params(spec))
+
+
+__all__ = ["get_calc", "get_model", "get_network", "__version__"]

@@ -49,8 +49,10 @@ class PiNNCalc(Calculator):
 
     implemented_properties = ["energy", "free_energy", "forces", "stress", "dipole", "charges"]
 
-    def __init__(self, model, jit=None, skin=0.5, engine="auto", **kwargs):
-        super().__init__(**kwargs)
+    def __init__(self, model, jit=None, skin=0.5, engine="auto", to_eV=1.0, properties=None, atoms=None,
+                 label=None, directory="."):
+        # ASE's Calculator stores any other keyword as a "parameter" and ignores it: only these are passed on
+        super().__init__(atoms=atoms, label=label, directory=directory)
         if isinstance(model, dict):
             self._engine = _NumbaEngine(model, engine=engine)
         else:
@@ -62,9 +64,19 @@ class PiNNCalc(Calculator):
         self.jit = getattr(self._engine, "jit", False)
         self.rc = self._engine.rc
         self.is_potential = self._engine.is_potential
-        self.implemented_properties = ["energy", "free_energy", "forces", "stress"] if self.is_potential \
-            else ["dipole", "charges"]
-        self.e_unit = self._engine.e_unit
+        gives = ["energy", "free_energy", "forces", "stress"] if self.is_potential else ["dipole", "charges"]
+        if properties is not None:
+            properties = [properties] if isinstance(properties, str) else list(properties)
+            unknown = [p for p in properties if p not in gives]
+            if unknown or not properties:
+                raise ValueError(f"get_calc: properties={properties!r}; this "
+                                 f"{'potential' if self.is_potential else 'dipole'} model gives {gives}")
+            gives = [p for p in gives if p in properties or (p == "free_energy" and "energy" in properties)]
+        self.implemented_properties = gives
+        if isinstance(to_eV, bool) or not isinstance(to_eV, (int, float)) or not np.isfinite(to_eV) or to_eV <= 0:
+            raise ValueError(f"get_calc: to_eV must be a positive number, got {to_eV!r}")
+        self.to_eV = float(to_eV)
+        self.e_unit = self._engine.e_unit * self.to_eV  # the model's own energy unit, then upstream's factor
         self.atom_types = set(self._engine.atom_types)
         self.neighbors = VerletNeighbors(self.rc, skin)
 
@@ -232,13 +244,15 @@ def _changed(old, new, properties):
     return changed
 
 
-def get_calc(model, checkpoint=None, jit=None, skin=0.5, engine="auto", **kwargs):
+def get_calc(model, checkpoint=None, jit=None, skin=0.5, engine="auto", *, checkpoint_path=None, to_eV=1.0,
+             properties=None, atoms=None, label=None, directory="."):
     """ASE calculator for a model directory or a model object.
 
     Args:
-        model: a model directory (holding ``params.yml`` and a checkpoint) or
-            the object returned by :func:`pinn.models.potential_model` or
-            :func:`pinn.models.dipole_model`.
+        model: a model directory (holding ``params.yml`` and a checkpoint), a params dict
+            naming one in ``model_dir`` (upstream PiNN's ``get_calc(params)``; its network
+            must be the directory's), or the object returned by
+            :func:`pinn.models.potential_model` or :func:`pinn.models.dipole_model`.
         checkpoint: for a model directory, ``None``/``'last'``, ``'best'``
             or a checkpoint path.
         jit: for the TensorFlow engine, compile the model function with XLA on padded
@@ -249,6 +263,15 @@ def get_calc(model, checkpoint=None, jit=None, skin=0.5, engine="auto", **kwargs
         engine: ``'auto'`` (numba for a PiNet potential when Numba is installed, else
             tensorflow), ``'numba'`` (:class:`pinn.engines.md.FastPiNet`; an error for other
             models) or ``'tensorflow'``.
+        checkpoint_path: upstream PiNN's name of ``checkpoint`` (give one of the two).
+        to_eV: upstream PiNN's factor from the model's energy unit to eV, multiplying energy,
+            forces and stress after the model's own ``e_unit`` (leave 1 when the params
+            declare ``e_unit``).
+        properties: the properties the calculator gives (upstream PiNN's ``properties``; a
+            subset of energy, forces, stress, or of dipole, charges); default all.
+        atoms, label, directory: as for any ASE calculator.
+
+    Any other keyword is refused (a TypeError), not stored and ignored.
 
     For a model directory and the Numba engine, the weights come from the checkpoint's
     ``engine-weights.npz`` (:mod:`pinn.engines.exported`) when it is up to date, without importing
@@ -257,8 +280,20 @@ def get_calc(model, checkpoint=None, jit=None, skin=0.5, engine="auto", **kwargs
 
     Returns:
         :class:`PiNNCalc`.
+
+    Raises:
+        ValueError: a bad engine, ``properties`` or ``to_eV``; ``checkpoint`` with a model object;
+            params whose network is not the directory's.
     """
     from pinn.engines import lowering
+    if checkpoint_path is not None:
+        if checkpoint is not None:
+            raise ValueError("get_calc: checkpoint= and checkpoint_path= are the same argument "
+                             "(checkpoint_path= is upstream PiNN's name); pass one of them")
+        checkpoint = checkpoint_path
+    if isinstance(model, dict) and "network" in model:
+        model = _model_dir_of_params(model)
+    options = dict(to_eV=to_eV, properties=properties, atoms=atoms, label=label, directory=directory)
     is_directory = isinstance(model, (str, bytes)) or hasattr(model, "__fspath__")
     if engine not in ENGINES:
         raise ValueError(f"get_calc: engine must be one of {ENGINES}, got {engine!r}")
@@ -266,16 +301,37 @@ def get_calc(model, checkpoint=None, jit=None, skin=0.5, engine="auto", **kwargs
         if checkpoint is not None:
             raise ValueError("get_calc: checkpoint= selects a checkpoint of a model directory; a model object is "
                              "used with its current weights")
-        return PiNNCalc(model, jit=jit, skin=skin, engine=engine, **kwargs)
+        return PiNNCalc(model, jit=jit, skin=skin, engine=engine, **options)
     from pinn.engines import exported
     if engine != "tensorflow" and lowering.available():
         weights = exported.load_engine_weights(model, checkpoint)
         if weights is not None:
             log.info("%s: weights from %s (no TensorFlow)", model, weights["source"])
-            return PiNNCalc(weights, skin=skin, engine=engine, **kwargs)
+            return PiNNCalc(weights, skin=skin, engine=engine, **options)
     from pinn.training.trainer import Trainer
     handle = Trainer.load_for_inference(model, checkpoint)
-    calc = PiNNCalc(handle, jit=jit, skin=skin, engine=engine, **kwargs)
+    calc = PiNNCalc(handle, jit=jit, skin=skin, engine=engine, **options)
     if calc.engine == "numba":
-        exported.save_engine_weights(calc._engine.fast.arrays, calc.e_unit, model, handle.checkpoint)
+        exported.save_engine_weights(calc._engine.fast.arrays, calc._engine.e_unit, model, handle.checkpoint)
     return calc
+
+
+def _model_dir_of_params(params):
+    """The model directory of a params dict (upstream PiNN's ``get_calc(params)``), checked against it.
+
+    Raises:
+        ParamsError: the params are not valid; ValueError: their network or precision differs from the
+            directory's ``params.yml`` (the weights there are of another network).
+    """
+    from pinn.params import read_params, resolve
+    given = resolve(params)
+    stored = read_params(given["model_dir"])
+    for key in ("network", "precision"):
+        if given[key] != stored[key]:
+            raise ValueError(f"get_calc: the params' {key} differs from {given['model_dir']}/params.yml "
+                             f"({given[key]!r} against {stored[key]!r}); the checkpoint holds the weights of the latter")
+    return given["model_dir"]
+
+
+#: upstream PiNN's name of the calculator class
+PiNN_calc = PiNNCalc

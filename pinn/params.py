@@ -14,7 +14,7 @@ from pinn.files.durable import replacing
 from pinn.schema import REQUIRED, Option, ParamsError, describe, did_you_mean, validate_section
 
 __all__ = ["ParamsError", "Option", "describe", "legacy", "model_schema", "read_params", "resolve",
-           "write_params", "TOP_LEVEL"]
+           "resolve_network", "network_params", "write_params", "TOP_LEVEL"]
 
 TOP_LEVEL = {
     "model_dir": Option(str, REQUIRED, "directory for checkpoints, params.yml and logs"),
@@ -58,20 +58,12 @@ def resolve(params):
         ParamsError: naming the first bad key.
     """
     from pinn.models.registry import MODELS
-    from pinn.networks import NETWORKS, canonical_network_name
     from pinn.parallel.worlds import PARAMS as PARALLEL_PARAMS
 
     if not isinstance(params, dict):
         raise ParamsError(f"params: expected a dict, got {type(params).__name__}")
     out = validate_section(legacy(params), TOP_LEVEL, "params")
-    net = validate_section(out["network"], {"name": Option(str, REQUIRED, "network name"),
-                                            "params": Option(dict, {}, "network options")}, "network")
-    name = canonical_network_name(net["name"])
-    if name is None:
-        raise ParamsError(f"network.name: {net['name']!r} is not one of {sorted(NETWORKS)};"
-                          f"{did_you_mean(net['name'], NETWORKS)}".rstrip(";"))
-    out["network"] = {"name": name,
-                      "params": validate_section(net["params"], NETWORKS[name].PARAMS, "network.params")}
+    out["network"] = resolve_network(out["network"])
     model = validate_section(out["model"], {"name": Option(str, "potential_model", "model name"),
                                             "params": Option(dict, {}, "model options")}, "model")
     if model["name"] not in MODELS:
@@ -81,6 +73,45 @@ def resolve(params):
                     "params": validate_section(model["params"], model_schema(model["name"]), "model.params")}
     out["parallel_params"] = validate_section(out["parallel_params"], PARALLEL_PARAMS, "parallel_params")
     return out
+
+
+def resolve_network(section):
+    """Validate the network section ``{'name': ..., 'params': {...}}`` and fill in its defaults.
+
+    Returns:
+        ``{'name': canonical name, 'params': every option}``.
+
+    Raises:
+        ParamsError: naming the first bad key (``network.params.depth``).
+    """
+    from pinn.networks import NETWORKS, canonical_network_name
+    net = validate_section(section, {"name": Option(str, REQUIRED, "network name"),
+                                     "params": Option(dict, {}, "network options")}, "network")
+    name = canonical_network_name(net["name"])
+    if name is None:
+        raise ParamsError(f"network.name: {net['name']!r} is not one of {sorted(NETWORKS)};"
+                          f"{did_you_mean(net['name'], NETWORKS)}".rstrip(";"))
+    return {"name": name, "params": validate_section(net["params"], NETWORKS[name].PARAMS, "network.params")}
+
+
+def network_params(spec):
+    """The params :func:`pinn.networks.get_network` builds a network from, for upstream PiNN's network spec.
+
+    Args:
+        spec: ``{'name': 'PiNet', 'params': {...}}`` (float32, seed 0), or a params dict with
+            such a ``network`` section and optionally ``precision`` and ``seed``.
+
+    Returns:
+        ``{'network': resolved section, 'precision': ..., 'seed': ...}``.
+
+    Raises:
+        ParamsError: naming the first bad key.
+    """
+    if not isinstance(spec, dict):
+        raise ParamsError(f"network: expected a dict {{'name': ..., 'params': {{...}}}}, got {type(spec).__name__}")
+    top = {k: spec[k] for k in ("precision", "seed") if k in spec and "network" in spec}
+    top = validate_section(top, {k: TOP_LEVEL[k] for k in ("precision", "seed")}, "params")
+    return {"network": resolve_network(spec.get("network", spec)), **top}
 
 
 def model_schema(name):

@@ -110,6 +110,17 @@ def test_convert_eval_and_bad_arguments(workdir, tmp_path, capsys):
     assert "no input files" in capsys.readouterr().err
     assert main(["convert", str(workdir / "water.xyz"), "-o", prefix, "--split", "train:8"]) == 1
     assert "--split: expected name=ratio pairs" in capsys.readouterr().err
+    # upstream PiNN's form: -o 'name:ratio,...' splits and writes name.tfr per part (never a file of that name)
+    upstream = f"{tmp_path}/up_train:3,{tmp_path}/up_eval:1"
+    assert main(["convert", str(workdir / "water.xyz"), "-o", upstream]) == 0
+    out = capsys.readouterr().out
+    assert f"{tmp_path}/up_train.tfr: 75 structures" in out and f"{tmp_path}/up_eval.tfr: 25 structures" in out
+    for bad in (f"{tmp_path}/x:eight", f"{tmp_path}/a:1,{tmp_path}/a:1", "train:8,"):
+        assert main(["convert", str(workdir / "water.xyz"), "-o", bad]) == 1
+        assert "upstream PiNN's name:ratio pairs" in capsys.readouterr().err
+    assert main(["convert", str(workdir / "water.xyz"), "-o", upstream, "--split", "a=1"]) == 1
+    assert "leave out --split" in capsys.readouterr().err
+    assert not list(tmp_path.glob("*:*"))
     for bad in (["eval", str(workdir / "model")], ["eval", str(workdir / "model"), "x.tfr", "--batch-size", "0"],
                 ["log", str(workdir / "model"), "--last", "0"]):
         with pytest.raises(SystemExit) as exit_info:

@@ -67,7 +67,9 @@ def _parser():
                                   "--mpt/--trr/--energies) and write OUTPUT.tfr, or OUTPUT.<part>.tfr per part "
                                   "of --split, each with its .yml spec; `pinn train` and load_tfrecord read them.")
     convert.add_argument("inputs", nargs="*", help="ASE-readable files")
-    convert.add_argument("-o", "--output", required=True, help="output name without .tfr")
+    convert.add_argument("-o", "--output", required=True,
+                         help="output name without .tfr; or upstream PiNN's 'name:ratio,...' (e.g. 'train:8,eval:2'), "
+                              "which splits and writes name.tfr for each part")
     convert.add_argument("--split", help="parts and ratios, e.g. train=8,eval=2")
     convert.add_argument("--seed", type=int, default=0, help="seed of the split (default 0)")
     convert.add_argument("--mpt", nargs="+", help="MiMiC topology file(s)")
@@ -173,11 +175,38 @@ def _parse_split(text):
     return split
 
 
+def _parse_upstream_outputs(text):
+    """Upstream PiNN's ``-o 'train:8,eval:2'``: {output name: ratio}; ``None`` for a plain output name.
+
+    Raises:
+        ValueError: a name with ':' or ',' that is not such a list (never taken as a file name).
+    """
+    if ":" not in text and "," not in text:
+        return None
+    named = {}
+    for part in text.split(","):
+        name, _, ratio = part.rpartition(":")
+        try:
+            value = float(ratio)
+        except ValueError:
+            value = -1
+        if not name.strip() or value <= 0 or name.strip() in named:
+            raise ValueError(f"-o {text!r}: an output name, or upstream PiNN's name:ratio pairs such as "
+                             "'train:8,eval:2' (distinct names, positive ratios)")
+        named[name.strip()] = value
+    return named
+
+
 def _convert(args):
     from pinn.io import load_ase, load_mimic, write_tfrecord
     from pinn.logs import setup_logging
     setup_logging()
     split = _parse_split(args.split) if args.split else False
+    named = _parse_upstream_outputs(args.output)  # upstream PiNN's -o 'train:8,eval:2'
+    if named:
+        if args.split:
+            raise ValueError(f"-o {args.output!r} (upstream PiNN's name:ratio form) already splits: leave out --split")
+        split = named
     mimic = [args.mpt, args.trr, args.energies]
     if any(mimic):
         if not all(mimic):
@@ -196,7 +225,7 @@ def _convert(args):
             import tensorflow as tf
             dataset = dataset.map(lambda s: {k: tf.cast(v, tf.float64) if v.dtype.is_floating else v
                                              for k, v in s.items()})
-        path = f"{args.output}.{name}.tfr" if name else f"{args.output}.tfr"
+        path = f"{name}.tfr" if named else f"{args.output}.{name}.tfr" if name else f"{args.output}.tfr"
         count = write_tfrecord(path, dataset)
         print(f"{path}: {count} structures")
     return 0

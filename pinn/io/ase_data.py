@@ -4,7 +4,7 @@ import os
 import numpy as np
 
 from pinn import keys as K
-from pinn.io.base import DataError, Frame, check_structure, list_loader
+from pinn.io.base import DataError, Frame, check_structure, chosen_split, list_loader
 
 
 def atoms_to_structure(atoms, source="Atoms"):
@@ -100,7 +100,7 @@ def _is_ase_db(path):
         return False
 
 
-def load_ase(dataset, split=False, shuffle=True, seed=0):
+def load_ase(dataset, split=False, shuffle=True, seed=0, splits=None):
     """Load structures from anything ASE reads.
 
     Args:
@@ -114,6 +114,7 @@ def load_ase(dataset, split=False, shuffle=True, seed=0):
             ``{'train': 8, 'vali': 1, 'test': 1}`` (see :func:`pinn.io.split_items`).
         shuffle: shuffle frames before splitting.
         seed: seed of that shuffle.
+        splits: upstream PiNN's name of ``split`` (give one of the two).
 
     Returns:
         A ``tf.data.Dataset`` of structures (float32), or a nested dict of them.
@@ -123,6 +124,7 @@ def load_ase(dataset, split=False, shuffle=True, seed=0):
             frame has, non-finite values, a list that mixes file names and
             ``Atoms``; messages name the file and frame.
     """
+    split = chosen_split(split, splits, "load_ase")
     frames = [Frame(src, check_structure(atoms_to_structure(a, src), src)) for src, a in _read_atoms(dataset)]
     if not frames:
         raise DataError(f"{dataset}: no structures found")

@@ -18,6 +18,20 @@ from pinn.io.errors import DataError  # noqa: F401  (re-exported)
 log = logging.getLogger(__name__)
 
 
+def chosen_split(split, splits, who):
+    """The split a loader was given as ``split=`` (pinn's name) or ``splits=`` (upstream PiNN's).
+
+    Raises:
+        TypeError: both were given, naming ``who`` (the loader).
+    """
+    if splits is None:
+        return split
+    if split not in (False, None):
+        raise TypeError(f"{who}: split= and splits= are the same argument (splits= is upstream PiNN's name); "
+                        "pass one of them")
+    return splits
+
+
 def split_items(items, split, shuffle=True, seed=0):
     """Split ``items`` into a (nested) dict of lists by ratio.
 
@@ -129,7 +143,8 @@ def list_loader(func=None, *, float_dtype="float32"):
     """Turn ``func(item) -> structure dict`` into a loader of datasets.
 
     The decorated loader has the signature
-    ``loader(items, split=False, shuffle=True, seed=0)`` and returns a
+    ``loader(items, split=False, shuffle=True, seed=0, splits=None)`` (``splits``: upstream
+    PiNN's name of ``split``) and returns a
     ``tf.data.Dataset`` (no split) or a nested dict of datasets (see
     :func:`split_items`).  Items are read lazily when the dataset is iterated.
     The first item is read once up front to fix the keys and dtypes; every
@@ -147,7 +162,8 @@ def list_loader(func=None, *, float_dtype="float32"):
     """
     def decorate(read_item):
         @functools.wraps(read_item)
-        def loader(items, split=False, shuffle=True, seed=0):
+        def loader(items, split=False, shuffle=True, seed=0, splits=None):
+            split = chosen_split(split, splits, read_item.__name__)
             items = list(items)
             if not items:
                 raise DataError(f"{read_item.__name__}: no structures to load")

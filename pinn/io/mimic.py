@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 FORCE_SOURCES = ("auto", "trr", "ftrajectory", "none")
 
 
-def load_mimic(mpt, trr, energies, split=False, shuffle=True, seed=0, *, energy_column="EKS",
+def load_mimic(mpt, trr, energies, split=False, shuffle=True, seed=0, *, splits=None, energy_column="EKS",
                nfi_offset=0, forces="auto", ftrajectory=None, cpmd_input=None, cpmd_order=None,
                select=None, skip_incomplete=False, allow_truncated=False, position_tolerance=1e-3):
     """Datasets from MiMiC QM/MM runs.
@@ -49,6 +49,7 @@ def load_mimic(mpt, trr, energies, split=False, shuffle=True, seed=0, *, energy_
             ``.mpt`` may be repeated).
         split, shuffle, seed: as for the other loaders (see
             :func:`pinn.io.split_items`); frames of all files are pooled first.
+        splits: upstream PiNN's name of ``split`` (give one of the two).
         energy_column: the ``ENERGIES`` column used as the label (default
             ``'EKS'``, the potential energy).
         nfi_offset: the frame at trr step ``s`` takes the energy (and
@@ -131,7 +132,7 @@ def load_mimic(mpt, trr, energies, split=False, shuffle=True, seed=0, *, energy_
     @list_loader
     def read_mimic_frame(item):
         return reader.read(item.payload)
-    return read_mimic_frame(items, split=split, shuffle=shuffle, seed=seed)
+    return read_mimic_frame(items, split=split, shuffle=shuffle, seed=seed, splits=splits)
 
 
 # -- inputs -------------------------------------------------------------------

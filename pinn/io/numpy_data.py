@@ -5,7 +5,7 @@ from pinn import keys as K
 from pinn.io.base import DataError, Frame, list_loader
 
 
-def load_numpy(data, split=False, shuffle=True, seed=0):
+def load_numpy(data, split=False, shuffle=True, seed=0, splits=None):
     """Load structures from a dict of arrays with a leading frame axis.
 
     Args:
@@ -15,7 +15,7 @@ def load_numpy(data, split=False, shuffle=True, seed=0):
             ``cell`` [n_frames, 3, 3] or [3, 3], ``pbc`` [3] or [n_frames, 3],
             ``e_data`` [n_frames] (eV), ``f_data`` [n_frames, n_atoms, 3] (eV/Å),
             ``s_data`` [n_frames, 3, 3] (eV/Å³) …
-        split, shuffle, seed: as for :func:`pinn.io.load_ase`.
+        split, shuffle, seed, splits: as for :func:`pinn.io.load_ase`.
 
     Returns:
         A ``tf.data.Dataset`` or a nested dict of them.
@@ -37,4 +37,4 @@ def load_numpy(data, split=False, shuffle=True, seed=0):
     @list_loader
     def read(item):
         return frame(item.payload)
-    return read(frames, split=split, shuffle=shuffle, seed=seed)
+    return read(frames, split=split, shuffle=shuffle, seed=seed, splits=splits)

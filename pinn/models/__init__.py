@@ -42,14 +42,25 @@ def get_model(params, checkpoint=None):
     """The model named in the params (or in ``model_dir/params.yml``), e.g. for evaluation or MD.
 
     Args:
-        params: params dict or model directory.
+        params: params dict, model directory, or the path of a params YAML file (as upstream PiNN's
+            ``get_model`` takes; its ``model_dir`` is where the model lives).
         checkpoint: ``None``/``'last'``, ``'best'`` or a checkpoint path (see :class:`pinn.training.trainer.Trainer`).
 
     Returns:
         :class:`pinn.training.trainer.Trainer`.
+
+    Raises:
+        ParamsError: bad params, naming the key (or the file that is not a params mapping).
     """
-    from pinn.params import read_params, resolve
+    from pinn.params import ParamsError, read_params, resolve
     import os
+    if isinstance(params, (str, os.PathLike)) and os.path.isfile(params):
+        import yaml
+        with open(params) as f:
+            loaded = yaml.safe_load(f)
+        if not isinstance(loaded, dict):
+            raise ParamsError(f"{os.fspath(params)}: not a params mapping (found {type(loaded).__name__})")
+        params = loaded
     name = (read_params(params) if isinstance(params, (str, os.PathLike)) else resolve(params))["model"]["name"]
     return _build(params, MODELS[name], checkpoint)
 

@@ -2,8 +2,8 @@
 
 - :class:`PiNet` (``'PiNet'``), :class:`BPNN` (``'BPNN'``), :class:`LJ` (``'LJ'``).
 
-Each has a ``PARAMS`` schema; build one from resolved params with
-:func:`get_network`.
+Each has a ``PARAMS`` schema; build one from resolved params with :func:`get_network`, or
+from upstream PiNN's network spec ``{'name': ..., 'params': {...}}`` with ``pinn.get_network``.
 """
 import tensorflow as tf
 
@@ -22,7 +22,8 @@ def canonical_network_name(name):
 
 
 def get_network(params):
-    """Build the network of resolved ``params`` (see :func:`pinn.params.resolve`)."""
+    """Build the network of resolved ``params`` (see :func:`pinn.params.resolve`; for upstream PiNN's
+    network spec ``{'name': ..., 'params': {...}}`` use ``pinn.get_network``)."""
     cls = NETWORKS[params["network"]["name"]]
     return cls(params["network"]["params"], dtype=tf.as_dtype(params["precision"]), seed=params["seed"])
 

@@ -368,24 +368,46 @@ class Trainer:
         return self
 
     # ------------------------------------------------------------- evaluation
-    def evaluate(self, input_fn):
-        """Errors on a finite input, summed over all ranks' inputs (averaged weights when ``ema_decay`` is set).
+    def evaluate(self, input_fn, steps=None):
+        """Errors on an input, summed over all ranks' inputs (averaged weights when ``ema_decay`` is set).
+
+        Args:
+            input_fn: function returning a ``tf.data.Dataset`` of sparse batches.
+            steps: evaluate at most this many batches of this rank's input (upstream PiNN's
+                ``steps``); ``None``: until the input ends, which it must (an input that is
+                ``repeat()``-ed without ``steps`` is refused rather than evaluated forever).
 
         Returns:
             dict with ``loss``, ``global_step`` and, for each quantity with
             labels, ``<Q>_MAE`` and ``<Q>_RMSE``: ``E`` (eV), ``F`` (eV/Å),
             ``S`` (eV/Å³) for the potential model, ``D`` (e·Å), ``Q`` (e) for
-            the dipole model.  In a parallel run every rank gets the same
-            numbers: sums and counts are added over ranks (each rank's input
-            should be its own share of the data).
-        """
-        return self.evaluate_with_parity(input_fn, parity=False)[0]
+            the dipole model; the same errors also under upstream PiNN's names
+            ``METRICS/<Q>_MAE`` and ``METRICS/<Q>_RMSE``.  In a parallel run every
+            rank gets the same numbers: sums and counts are added over ranks (each
+            rank's input should be its own share of the data).
 
-    def evaluate_with_parity(self, input_fn, parity=True):
-        """(metrics of :meth:`evaluate`, parity arrays or ``None``); see :mod:`pinn.training.metrics`."""
+        Raises:
+            ValueError: ``steps`` is not a positive integer, or the input is infinite and ``steps`` is None.
+        """
+        result = self.evaluate_with_parity(input_fn, parity=False, steps=steps)[0]
+        result.update({f"METRICS/{key}": value for key, value in list(result.items())
+                       if key.endswith(("_MAE", "_RMSE"))})
+        return result
+
+    def evaluate_with_parity(self, input_fn, parity=True, steps=None):
+        """(metrics of :meth:`evaluate` without the upstream names, parity arrays or ``None``); see
+        :mod:`pinn.training.metrics`."""
+        dataset = self._input(input_fn)
+        if steps is not None:
+            if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 1:
+                raise ValueError(f"evaluate: steps must be a positive number of batches or None, got {steps!r}")
+            dataset = dataset.take(int(steps))
+        elif dataset.cardinality() == tf.data.INFINITE_CARDINALITY:
+            raise ValueError("evaluate: the input never ends (it is repeat()-ed): pass steps= (batches to evaluate) "
+                             "or an input without repeat()")
         self.backend.store()
         weights = self.model.loss_weights(self.learning_rate.single_rank_steps(self.step))
-        return self.evaluator.evaluate(self._input(input_fn), weights, int(self.step), parity=parity)
+        return self.evaluator.evaluate(dataset, weights, int(self.step), parity=parity)
 
     def predict(self, input_fn):
         """Yield one dict per structure of this rank's input (averaged weights when ``ema_decay`` is set).

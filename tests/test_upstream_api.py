@@ -1,0 +1,129 @@
+"""Upstream PiNN 2.x's Python names work here as they do there: pinn.get_model / get_network,
+loaders' splits=, evaluate(steps=), get_calc's params form and its to_eV / properties /
+checkpoint_path keywords (any other keyword refused), metric keys under METRICS/."""
+import numpy as np
+import pytest
+import yaml
+from ase.build import bulk
+from ase.calculators.calculator import PropertyNotImplementedError
+
+import pinn
+from pinn.io import list_loader, load_ase, load_numpy, sparse_batch
+from pinn.params import ParamsError
+
+NETWORK = {"name": "PiNet", "params": {"atom_types": [29, 79], "rc": 4.0, "depth": 1, "pp_nodes": [4],
+                                       "pi_nodes": [4], "ii_nodes": [4], "out_nodes": [4]}}
+
+
+def params_in(model_dir):
+    return {"model_dir": str(model_dir), "network": NETWORK,
+            "model": {"name": "potential_model", "params": {"use_force": True, "log_every_n_steps": 1000}}}
+
+
+@pytest.fixture(scope="module")
+def small_model(alloy_xyz, tmp_path_factory):
+    """A model directory with a checkpoint after 3 steps, and its params."""
+    params = params_in(tmp_path_factory.mktemp("upstream") / "model")
+    model = pinn.get_model(params)
+    model.train(lambda: load_ase(alloy_xyz).repeat().apply(sparse_batch(4)), max_steps=3)
+    return params
+
+
+def test_get_model_takes_params_a_model_directory_or_a_params_file(small_model, tmp_path):
+    from pinn.training.trainer import Trainer
+    by_dir = pinn.get_model(small_model["model_dir"])
+    path = tmp_path / "params.yml"
+    path.write_text(yaml.safe_dump(small_model))
+    by_file = pinn.get_model(str(path))
+    assert isinstance(by_dir, Trainer) and isinstance(by_file, Trainer)
+    assert int(by_dir.step) == int(by_file.step) == 3  # both restored the model directory's checkpoint
+    path.write_text("- not a mapping\n")
+    with pytest.raises(ParamsError, match="not a params mapping"):
+        pinn.get_model(str(path))
+
+
+def test_get_network_takes_upstream_spec_and_names_a_bad_key():
+    network = pinn.get_network(NETWORK)
+    assert type(network).__name__ == "PiNet" and network.rc == 4.0
+    assert pinn.get_network(network) is network
+    assert {v.dtype.name for v in pinn.get_network({"network": NETWORK, "precision": "float64"}).variables} == {"float64"}
+    with pytest.raises(ParamsError, match=r"network\.params\.depht: unknown key; did you mean `depth`"):
+        pinn.get_network({"name": "PiNet", "params": {"atom_types": [1], "depht": 2}})
+    with pytest.raises(ParamsError, match="precision"):
+        pinn.get_network({"network": NETWORK, "precision": "float16"})
+
+
+def _sizes(split):
+    return {name: sum(1 for _ in dataset) for name, dataset in split.items()}
+
+
+def test_every_loader_takes_splits_as_upstream_names_split(alloy_xyz):
+    ratios = {"train": 8, "test": 2}
+    assert _sizes(load_ase(alloy_xyz, splits=ratios)) == _sizes(load_ase(alloy_xyz, split=ratios)) \
+        == {"train": 96, "test": 24}
+    with pytest.raises(TypeError, match="split= and splits= are the same argument"):
+        load_ase(alloy_xyz, split=ratios, splits=ratios)
+    arrays = {"coord": np.random.RandomState(0).rand(10, 2, 3) * 3, "elems": np.array([1, 8]), "e_data": np.zeros(10)}
+    assert _sizes(load_numpy(arrays, splits=ratios)) == {"train": 8, "test": 2}
+
+    @list_loader
+    def load_pairs(item):
+        return {"elems": [1, 1], "coord": [[0, 0, 0], [0, 0, 0.7 + 0.01 * item]]}
+    assert _sizes(load_pairs(range(20), splits={"a": 1, "b": 1})) == {"a": 10, "b": 10}
+    from pinn.io import load_mimic
+    import inspect
+    assert "splits" in inspect.signature(load_mimic).parameters
+
+
+def test_evaluate_takes_steps_refuses_an_endless_input_and_gives_upstream_metric_names(small_model, alloy_xyz):
+    model = pinn.get_model(small_model["model_dir"])
+    endless = lambda: load_ase(alloy_xyz).repeat().apply(sparse_batch(4))  # noqa: E731
+    first_two = lambda: load_ase(alloy_xyz).take(8).apply(sparse_batch(4))  # noqa: E731
+    result = model.evaluate(endless, steps=2)
+    assert result == pytest.approx(model.evaluate(first_two))
+    assert result["METRICS/E_RMSE"] == result["E_RMSE"] and result["METRICS/F_MAE"] == result["F_MAE"]
+    with pytest.raises(ValueError, match=r"never ends .* pass steps="):
+        model.evaluate(endless)
+    with pytest.raises(ValueError, match="steps must be a positive number"):
+        model.evaluate(endless, steps=0)
+
+
+def _cell():
+    atoms = bulk("Cu", "fcc", a=3.6, cubic=True)
+    atoms.numbers[0] = 79
+    atoms.rattle(0.05, seed=1)
+    return atoms
+
+
+def test_get_calc_upstream_keywords(small_model):
+    model_dir = small_model["model_dir"]
+    atoms = _cell()
+    atoms.calc = pinn.get_calc(model_dir)
+    energy, forces = atoms.get_potential_energy(), atoms.get_forces()
+    atoms.calc = pinn.get_calc(model_dir, to_eV=2.0)  # upstream's factor, on top of the model's unit
+    assert atoms.get_potential_energy() == pytest.approx(2 * energy, rel=1e-6)
+    np.testing.assert_allclose(atoms.get_forces(), 2 * forces, rtol=1e-6, atol=1e-9)
+    atoms.calc = pinn.get_calc(small_model)  # upstream's get_calc(params)
+    assert atoms.get_potential_energy() == pytest.approx(energy, rel=1e-6)
+    checkpoint = pinn.get_model(model_dir).store.latest
+    atoms.calc = pinn.get_calc(model_dir, checkpoint_path=checkpoint)
+    assert atoms.get_potential_energy() == pytest.approx(energy, rel=1e-6)
+    atoms.calc = pinn.calculator.PiNN_calc(pinn.get_model(model_dir), properties=["energy"])
+    assert atoms.get_potential_energy() == pytest.approx(energy, rel=1e-5)
+    with pytest.raises(PropertyNotImplementedError):
+        atoms.get_forces()
+
+
+def test_get_calc_refuses_what_it_would_ignore(small_model):
+    model_dir = small_model["model_dir"]
+    with pytest.raises(TypeError, match="unexpected keyword argument 'unit'"):
+        pinn.get_calc(model_dir, unit=2.0)
+    with pytest.raises(ValueError, match="checkpoint= and checkpoint_path= are the same argument"):
+        pinn.get_calc(model_dir, checkpoint="last", checkpoint_path="last")
+    with pytest.raises(ValueError, match=r"properties=\['dipole'\]; this potential model gives"):
+        pinn.get_calc(model_dir, properties=["dipole"])
+    with pytest.raises(ValueError, match="to_eV must be a positive number"):
+        pinn.get_calc(model_dir, to_eV=0)
+    other = dict(small_model, network={"name": "PiNet", "params": dict(NETWORK["params"], depth=2)})
+    with pytest.raises(ValueError, match="the params' network differs from"):
+        pinn.get_calc(other)
