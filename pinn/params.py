@@ -4,7 +4,8 @@
 file), fills in defaults and returns the resolved dict; an unknown or ill-typed
 key raises :class:`ParamsError` naming the key path (``model.params.use_force``)
 and what is allowed.  Older flat params (``'network': 'pinet'``,
-``'network_params'``, ``'model_params'``) are normalised first.
+``'network_params'``, ``'model_params'``) are normalised first, and upstream PiNN 2.x's
+``optimizer`` section is turned into ``model.params`` keys (:mod:`pinn.upstream_params`).
 """
 import os
 
@@ -12,6 +13,7 @@ import yaml
 
 from pinn.files.durable import replacing
 from pinn.schema import REQUIRED, Option, ParamsError, describe, did_you_mean, validate_section
+from pinn.upstream_params import convert_optimizer
 
 __all__ = ["ParamsError", "Option", "describe", "legacy", "model_schema", "read_params", "resolve",
            "resolve_network", "network_params", "write_params", "TOP_LEVEL"]
@@ -62,7 +64,7 @@ def resolve(params):
 
     if not isinstance(params, dict):
         raise ParamsError(f"params: expected a dict, got {type(params).__name__}")
-    out = validate_section(legacy(params), TOP_LEVEL, "params")
+    out = validate_section(convert_optimizer(legacy(params)), TOP_LEVEL, "params")
     out["network"] = resolve_network(out["network"])
     model = validate_section(out["model"], {"name": Option(str, "potential_model", "model name"),
                                             "params": Option(dict, {}, "model options")}, "model")

@@ -127,3 +127,68 @@ def test_get_calc_refuses_what_it_would_ignore(small_model):
     other = dict(small_model, network={"name": "PiNet", "params": dict(NETWORK["params"], depth=2)})
     with pytest.raises(ValueError, match="the params' network differs from"):
         pinn.get_calc(other)
+
+
+# ------------------------------------------------------------------------- the optimizer section
+def upstream_params(model_dir, optimizer):
+    """Params in upstream PiNN 2.x's form (as its inputs/*.yml): model, network and an optimizer section."""
+    return {"model_dir": str(model_dir), "network": NETWORK, "optimizer": optimizer,
+            "model": {"name": "potential_model", "params": {"use_force": True, "e_loss_multiplier": 1.0,
+                                                            "f_loss_multiplier": 10.0, "e_scale": 1.0}}}
+
+
+def _keras_schedule(section):
+    import tensorflow as tf
+    return tf.keras.optimizers.schedules.deserialize(section)
+
+
+@pytest.mark.parametrize("schedule", [
+    {"class_name": "ExponentialDecay", "config": {"initial_learning_rate": 1e-4, "decay_steps": 10000,
+                                                  "decay_rate": 0.994}},
+    {"class_name": "ExponentialDecay", "config": {"initial_learning_rate": 3e-4, "decay_steps": 300,
+                                                  "decay_rate": 0.5, "staircase": True}},
+    {"class_name": "CosineDecay", "config": {"initial_learning_rate": 1e-3, "decay_steps": 2000, "alpha": 0.1}},
+])
+def test_optimizer_section_gives_keras_learning_rates(schedule, tmp_path, caplog):
+    import logging
+    optimizer = {"class_name": "Adam", "config": {"global_clipnorm": 0.01, "learning_rate": schedule}}
+    with caplog.at_level(logging.INFO, logger="pinn"):
+        model = pinn.get_model(upstream_params(tmp_path / "model", optimizer))
+    assert "upstream PiNN's optimizer section taken as model.params" in caplog.text
+    mp = model.params["model"]["params"]
+    assert mp["max_grad_norm"] == 0.01 and mp["lr_warmup_steps"] == 0 and mp["ema_decay"] is None
+    keras = _keras_schedule(schedule)  # Keras' own schedule is the reference
+    for step in (0, 1, 150, 299, 300, 1999, 2500, 10000, 25000):
+        assert float(model.learning_rate(np.int64(step))) == pytest.approx(float(keras(step)), rel=2e-6), step
+
+
+def test_optimizer_section_plain_rate_and_weight_average(tmp_path):
+    optimizer = {"class_name": "Adam", "config": {"learning_rate": 5e-4, "use_ema": True, "ema_momentum": 0.995,
+                                                  "beta_1": 0.9, "name": "Adam", "jit_compile": True,
+                                                  "clipnorm": None}}
+    mp = pinn.get_model(upstream_params(tmp_path / "model", optimizer)).params["model"]["params"]
+    assert (mp["learning_rate"], mp["lr_schedule"], mp["ema_decay"], mp["max_grad_norm"]) == \
+        (5e-4, "constant", 0.995, None)
+
+
+@pytest.mark.parametrize("optimizer, message", [
+    ({"class_name": "EKF", "config": {"learning_rate": 0.03}}, "'EKF' .* not implemented in pinn yet"),
+    ({"class_name": "Adam", "config": {"clipnorm": 0.01}}, r"optimizer\.config\.clipnorm: 0\.01.*global_clipnorm"),
+    ({"class_name": "Adam", "config": {"beta_1": 0.8}}, r"optimizer\.config\.beta_1: 0\.8"),
+    ({"class_name": "Adam", "config": {"learning_rate": {"class_name": "PolynomialDecay", "config": {}}}},
+     r"learning_rate\.class_name: 'PolynomialDecay'"),
+    ({"class_name": "Adam", "config": {"learning_rat": 0.1}}, r"optimizer\.config\.learning_rat: unknown"),
+    ({"class_name": "SGD"}, "pinn trains with Adam"),
+])
+def test_optimizer_section_refuses_what_it_cannot_follow(optimizer, message, tmp_path):
+    from pinn.params import resolve
+    with pytest.raises(ParamsError, match=message):
+        resolve(upstream_params(tmp_path, optimizer))
+
+
+def test_optimizer_section_and_model_params_may_not_both_set_the_rate(tmp_path):
+    from pinn.params import resolve
+    params = upstream_params(tmp_path, {"class_name": "Adam", "config": {"learning_rate": 1e-3}})
+    params["model"]["params"]["learning_rate"] = 1e-2
+    with pytest.raises(ParamsError, match=r"model\.params\.learning_rate: also set by the optimizer section"):
+        resolve(params)

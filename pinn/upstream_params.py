@@ -1,0 +1,157 @@
+"""Upstream PiNN 2.x's ``optimizer`` params section, converted to ``model.params`` keys.
+
+Upstream PiNN configures training with a Keras optimizer serialised in the params::
+
+    optimizer:
+      class_name: Adam
+      config:
+        global_clipnorm: 0.01
+        learning_rate:
+          class_name: ExponentialDecay
+          config: {initial_learning_rate: 1.0e-4, decay_steps: 10000, decay_rate: 0.994}
+
+``pinn`` trains with the same Adam arithmetic (Keras 2.15's) configured by
+``model.params`` keys, and :func:`convert_optimizer` maps the section onto them so that
+it means what it means upstream: the learning rate and its schedule, no warmup, global-norm
+clipping only when ``global_clipnorm`` is given, the weight average only when ``use_ema``
+is (``ema_decay`` = ``ema_momentum``; pinn's average shortens its memory over the first
+steps, see the training page, where Keras' keeps it fixed).  What has no equivalent here (EKF and gEKF, per-variable ``clipnorm``, other betas) is
+refused with the key named, never dropped.
+"""
+import logging
+
+from pinn.schema import ParamsError
+
+log = logging.getLogger("pinn")
+
+#: Keras Adam's config keys that pinn's Adam follows only at these values (Keras 2.15 defaults)
+_FIXED = {"beta_1": 0.9, "beta_2": 0.999, "epsilon": 1e-7, "amsgrad": False, "weight_decay": None,
+          "clipvalue": None, "clipnorm": None}
+#: Keras Adam's config keys that change nothing in the arithmetic
+_IGNORABLE = ("name", "ema_overwrite_frequency", "jit_compile", "is_legacy_optimizer")
+#: keys of a Keras serialisation around a class_name/config pair (Keras ≥ 2.13)
+_WRAPPER = ("module", "registered_name")
+#: what the section sets in model.params (each may then not be set there too)
+KEYS = ("learning_rate", "lr_schedule", "decay_step", "decay_rate", "lr_cosine_steps", "lr_min_factor",
+        "lr_warmup_steps", "max_grad_norm", "ema_decay")
+
+
+def convert_optimizer(params):
+    """``params`` with its upstream ``optimizer`` section turned into ``model.params`` keys (logged).
+
+    Args:
+        params: a params dict (nested form); returned unchanged without an ``optimizer`` key.
+
+    Returns:
+        A new params dict without ``optimizer``.
+
+    Raises:
+        ParamsError: naming the key of the section that pinn cannot follow, or the ``model.params``
+            key that the section also sets.
+    """
+    if "optimizer" not in params:
+        return params
+    params = dict(params)
+    section = params.pop("optimizer")
+    settings = _adam_settings(section)
+    model = dict(params.get("model") or {})
+    model_params = dict(model.get("params") or {})
+    both = sorted(set(settings) & set(model_params))
+    if both:
+        raise ParamsError(f"model.params.{both[0]}: also set by the optimizer section (upstream PiNN's form); "
+                          "keep one of the two")
+    model_params.update(settings)
+    model["params"] = model_params
+    params["model"] = model
+    text = ", ".join(f"{k}={v!r}" for k, v in settings.items())
+    if text not in _LOGGED:  # params are resolved more than once on the way to a model
+        _LOGGED.add(text)
+        log.info("params: upstream PiNN's optimizer section taken as model.params %s", text)
+    return params
+
+
+_LOGGED = set()
+
+
+def _adam_settings(section):
+    if not isinstance(section, dict) or "class_name" not in section:
+        raise ParamsError("optimizer: expected {'class_name': 'Adam', 'config': {...}} (upstream PiNN's form), "
+                          f"got {section!r}")
+    unknown = sorted(set(section) - {"class_name", "config", *_WRAPPER})
+    if unknown:
+        raise ParamsError(f"optimizer.{unknown[0]}: unknown key; allowed: class_name, config")
+    name = str(section["class_name"])
+    if name.lower() in ("ekf", "gekf"):
+        raise ParamsError(f"optimizer.class_name: {name!r} (upstream PiNN's extended Kalman filter) is not "
+                          "implemented in pinn yet; use class_name: Adam")
+    if name.lower() != "adam":
+        raise ParamsError(f"optimizer.class_name: {name!r}; pinn trains with Adam (class_name: Adam)")
+    config = section.get("config") or {}
+    if not isinstance(config, dict):
+        raise ParamsError(f"optimizer.config: expected a mapping, got {config!r}")
+    settings = {"lr_warmup_steps": 0, "max_grad_norm": None, "ema_decay": None}
+    for key, value in config.items():
+        where = f"optimizer.config.{key}"
+        if key == "learning_rate":
+            settings.update(_rate_settings(value, where))
+        elif key == "global_clipnorm":
+            settings["max_grad_norm"] = None if value is None else _positive(value, where)
+        elif key == "use_ema":
+            if value:
+                settings["ema_decay"] = float(config.get("ema_momentum", 0.99))
+        elif key == "ema_momentum":
+            _fraction(value, where)
+        elif key in _FIXED:
+            if value != _FIXED[key] and not (key in ("clipnorm", "clipvalue", "weight_decay") and not value):
+                raise ParamsError(f"{where}: {value!r}; pinn's Adam follows only {key}={_FIXED[key]!r}"
+                                  + ("; global-norm clipping is optimizer.config.global_clipnorm"
+                                     if key == "clipnorm" else ""))
+        elif key not in _IGNORABLE:
+            raise ParamsError(f"{where}: unknown Adam option; allowed: learning_rate, global_clipnorm, use_ema, "
+                              f"ema_momentum, {', '.join(_FIXED)}")
+    if "learning_rate" not in settings:
+        settings["learning_rate"], settings["lr_schedule"] = 0.001, "constant"  # Keras Adam's default
+    return settings
+
+
+def _rate_settings(value, where):
+    """model.params keys of Adam's learning_rate: a number, ExponentialDecay or CosineDecay."""
+    if not isinstance(value, dict):
+        return {"learning_rate": _positive(value, where), "lr_schedule": "constant"}
+    unknown = sorted(set(value) - {"class_name", "config", *_WRAPPER})
+    name, config = value.get("class_name"), value.get("config") or {}
+    if unknown or not isinstance(config, dict):
+        raise ParamsError(f"{where}: expected a number or {{'class_name': ..., 'config': {{...}}}}, got {value!r}")
+    allowed = {"ExponentialDecay": ("initial_learning_rate", "decay_steps", "decay_rate", "staircase", "name"),
+               "CosineDecay": ("initial_learning_rate", "decay_steps", "alpha", "name")}
+    if name not in allowed:
+        raise ParamsError(f"{where}.class_name: {name!r}; pinn follows ExponentialDecay and CosineDecay "
+                          "(or a number)")
+    extra = sorted(set(config) - set(allowed[name]))
+    if extra:
+        raise ParamsError(f"{where}.config.{extra[0]}: not an option of {name} that pinn follows; "
+                          f"allowed: {', '.join(allowed[name])}")
+    for key in allowed[name][:3]:
+        if key not in config:
+            raise ParamsError(f"{where}.config.{key}: required by {name}")
+    rate = _positive(config["initial_learning_rate"], f"{where}.config.initial_learning_rate")
+    steps = config["decay_steps"]
+    if isinstance(steps, bool) or not isinstance(steps, (int, float)) or steps < 1 or int(steps) != steps:
+        raise ParamsError(f"{where}.config.decay_steps: a positive whole number of steps, got {steps!r}")
+    if name == "ExponentialDecay":
+        return {"learning_rate": rate, "lr_schedule": "step" if config.get("staircase") else "exponential",
+                "decay_step": int(steps), "decay_rate": _positive(config["decay_rate"], f"{where}.config.decay_rate")}
+    return {"learning_rate": rate, "lr_schedule": "cosine", "lr_cosine_steps": int(steps),
+            "lr_min_factor": _fraction(config["alpha"], f"{where}.config.alpha")}
+
+
+def _positive(value, where):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ParamsError(f"{where}: a positive number, got {value!r}")
+    return float(value)
+
+
+def _fraction(value, where):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+        raise ParamsError(f"{where}: a number in [0, 1], got {value!r}")
+    return float(value)
