@@ -192,3 +192,19 @@ def test_optimizer_section_and_model_params_may_not_both_set_the_rate(tmp_path):
     params["model"]["params"]["learning_rate"] = 1e-2
     with pytest.raises(ParamsError, match=r"model\.params\.learning_rate: also set by the optimizer section"):
         resolve(params)
+
+
+def test_log_e_per_atom_adds_the_energy_error_per_atom(alloy_xyz, tmp_path):
+    params = params_in(tmp_path / "model")
+    params["model"]["params"]["log_e_per_atom"] = True
+    model = pinn.get_model(params)
+    model.train(lambda: load_ase(alloy_xyz).repeat().apply(sparse_batch(4)), max_steps=2)
+    first = lambda: load_ase(alloy_xyz).take(12).apply(sparse_batch(5))  # noqa: E731
+    result = model.evaluate(first)
+    labels = [(float(s["e_data"]), len(s["elems"])) for s in load_ase(alloy_xyz).take(12)]
+    predicted = np.array([s["energy"] for s in model.predict(first)])
+    per_atom = (predicted - np.array([e for e, _ in labels])) / [n for _, n in labels]
+    assert result["E_PER_ATOM_MAE"] == pytest.approx(np.abs(per_atom).mean(), rel=1e-4)
+    assert result["E_PER_ATOM_RMSE"] == pytest.approx(np.sqrt((per_atom ** 2).mean()), rel=1e-4)
+    assert result["METRICS/E_PER_ATOM_MAE"] == result["E_PER_ATOM_MAE"]
+    assert "E_PER_ATOM_MAE" not in pinn.get_model(params_in(tmp_path / "plain")).evaluate(first)

@@ -57,6 +57,10 @@ class Model(tf.Module):
         """Set of the loss terms that are on."""
         raise NotImplementedError
 
+    def eval_metric_keys(self, spec, outputs):
+        """The error metrics of an evaluation: those of training (``metric_keys``) unless a model adds some."""
+        return self.metric_keys(spec, outputs)
+
     def _check_loss_params(self):
         terms = set(self.enabled_terms())
         for key in self.params["loss_weight_schedule"]:

@@ -26,6 +26,8 @@ PARAMS = {
     "use_force": Option(bool, False, "train on forces as well as energies"),
     "use_stress": Option(bool, False, "train on stress (periodic structures only)"),
     "use_e_per_atom": Option(bool, False, "energy loss on energy per atom instead of total energy"),
+    "log_e_per_atom": Option(bool, False, "evaluation also gives the energy error per atom, E_PER_ATOM_MAE and "
+                             "E_PER_ATOM_RMSE in eV/atom (always with use_e_per_atom; upstream PiNN's key)"),
     "e_loss_multiplier": Option(float, 1.0, "weight of the energy loss", check=non_negative),
     "f_loss_multiplier": Option(float, 10.0, "weight of the force loss (per force component, against the energy "
                                 "loss per structure)", check=non_negative),
@@ -153,6 +155,13 @@ class PotentialModel(Model):
             keys.append("S")
         return keys
 
+    def eval_metric_keys(self, spec, outputs):
+        """:meth:`metric_keys`, and ``E_PER_ATOM`` with ``log_e_per_atom`` or ``use_e_per_atom``."""
+        keys = self.metric_keys(spec, outputs)
+        if "E" in keys and (self.params["log_e_per_atom"] or self.params["use_e_per_atom"]):
+            keys.insert(1, "E_PER_ATOM")
+        return keys
+
     def loss_counts(self, tensors):
         """Number of values in each enabled loss term (depends on the data only; padding not counted).
 
@@ -198,13 +207,16 @@ class PotentialModel(Model):
         return structure_weights(tensors, dtype) * tf.cast(tf.reduce_any(tensors[K.PBC], axis=1), dtype)
 
     def error_sums(self, tensors, pred):
-        """Sums for MAE/RMSE metrics: dict metric → (Σ|err|, Σerr², count) for E, F, S when labels exist
-        (padding left out)."""
+        """Sums for MAE/RMSE metrics: dict metric → (Σ|err|, Σerr², count) for E, E_PER_ATOM, F, S when
+        labels exist (padding left out)."""
         dtype = pred["energy"].dtype
         out = {}
         if K.E_DATA in tensors:
-            out["E"] = abs_sq_count(pred["energy"] - tf.cast(tensors[K.E_DATA], dtype),
-                                    structure_weights(tensors, dtype))
+            e_err = pred["energy"] - tf.cast(tensors[K.E_DATA], dtype)
+            out["E"] = abs_sq_count(e_err, structure_weights(tensors, dtype))
+            n_atoms = tf.math.unsorted_segment_sum(tf.ones_like(tensors[K.ELEMS], dtype), tensors[K.IND_1][:, 0],
+                                                   tf.shape(e_err)[0])
+            out["E_PER_ATOM"] = abs_sq_count(tf.math.divide_no_nan(e_err, n_atoms), structure_weights(tensors, dtype))
         if K.F_DATA in tensors and "forces" in pred:
             out["F"] = abs_sq_count(pred["forces"] - tf.cast(tensors[K.F_DATA], dtype), atom_weights(tensors, dtype))
         if K.S_DATA in tensors and "stress" in pred:

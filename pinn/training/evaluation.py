@@ -55,7 +55,7 @@ class Evaluator:
         outputs = model.eval_outputs(spec)
         missing = model.missing_labels(spec)
         terms = [t for t in model.loss_term_names() if t not in missing]  # loss over the labelled terms
-        metric_keys = model.metric_keys(spec, outputs)
+        metric_keys = model.eval_metric_keys(spec, outputs)
         eval_step = self._function("eval", spec, lambda: self._eval_step(spec, outputs, terms, metric_keys))
         total = np.zeros(2 * len(terms) + 3 * len(metric_keys))
         collected = {}

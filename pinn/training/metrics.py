@@ -28,9 +28,10 @@ import numpy as np
 from pinn.files.durable import append_line, replacing
 
 #: unit of each quantity whose errors are logged
-UNITS = {"E": "eV", "F": "eV/Å", "S": "eV/Å³", "D": "e·Å", "Q": "e"}
+UNITS = {"E": "eV", "E_PER_ATOM": "eV/atom", "F": "eV/Å", "S": "eV/Å³", "D": "e·Å", "Q": "e"}
 #: names of the quantities, for tables and plots
-NAMES = {"E": "energy", "F": "forces", "S": "stress", "D": "dipole", "Q": "charges"}
+NAMES = {"E": "energy", "E_PER_ATOM": "energy per atom", "F": "forces", "S": "stress", "D": "dipole",
+         "Q": "charges"}
 #: per-atom rows kept for parity plots (a random subset of larger evaluations)
 MAX_PARITY_ROWS = 20000
 
