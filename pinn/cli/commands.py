@@ -161,18 +161,26 @@ def _train(args):
     return 0
 
 
-def _parse_split(text):
-    split = {}
+def _ratio_pairs(text, separator, error):
+    """``{name: ratio}`` of ``'name<separator>ratio,...'``; ``ValueError(error)`` for an empty name, a ratio
+    that is not a positive number, or a name given twice."""
+    pairs = {}
     for part in text.split(","):
-        name, _, ratio = part.partition("=")
+        name, _, ratio = part.rpartition(separator)
         try:
             value = float(ratio)
         except ValueError:
             value = -1
-        if not name or value <= 0:
-            raise ValueError(f"--split: expected name=ratio pairs such as train=8,eval=2, got {text!r}")
-        split[name.strip()] = value
-    return split
+        name = name.strip()
+        if not name or value <= 0 or name in pairs:
+            raise ValueError(error)
+        pairs[name] = value
+    return pairs
+
+
+def _parse_split(text):
+    """``--split train=8,eval=2``: {part: ratio}."""
+    return _ratio_pairs(text, "=", f"--split: expected name=ratio pairs such as train=8,eval=2, got {text!r}")
 
 
 def _parse_upstream_outputs(text):
@@ -183,18 +191,8 @@ def _parse_upstream_outputs(text):
     """
     if ":" not in text and "," not in text:
         return None
-    named = {}
-    for part in text.split(","):
-        name, _, ratio = part.rpartition(":")
-        try:
-            value = float(ratio)
-        except ValueError:
-            value = -1
-        if not name.strip() or value <= 0 or name.strip() in named:
-            raise ValueError(f"-o {text!r}: an output name, or upstream PiNN's name:ratio pairs such as "
-                             "'train:8,eval:2' (distinct names, positive ratios)")
-        named[name.strip()] = value
-    return named
+    return _ratio_pairs(text, ":", f"-o {text!r}: an output name, or upstream PiNN's name:ratio pairs such as "
+                                   "'train:8,eval:2' (distinct names, positive ratios)")
 
 
 def _convert(args):
