@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from chatter import tensorflow_chatter, user_env
+import pinn as pinn_package
 from pinn.cli import main
 from pinn.demo import make_dipole_dataset
 
@@ -169,6 +170,8 @@ def test_console_script_help_and_exit_codes():
         assert command in help_text.stdout
     sub = subprocess.run([pinn, "train", "--help"], capture_output=True, text=True, env=env)
     assert sub.returncode == 0 and "run file" in sub.stdout
+    version = subprocess.run([pinn, "version"], capture_output=True, text=True, env=env)
+    assert version.returncode == 0 and version.stdout == f"pinn version: {pinn_package.__version__}\n"
     bad = subprocess.run([pinn, "frobnicate"], capture_output=True, text=True, env=env)
     assert bad.returncode == 2 and "invalid choice" in bad.stderr
 

@@ -1,4 +1,4 @@
-"""The ``pinn`` command: train, convert, eval, report, log.
+"""The ``pinn`` command: train, convert, eval, report, log, version.
 
 Each command is a thin layer over the library (:mod:`pinn.cli.runconfig`,
 :mod:`pinn.io`, :mod:`pinn.training.trainer`, :mod:`pinn.cli.report`, :mod:`pinn.training.metrics`).
@@ -34,6 +34,7 @@ commands:
   eval      errors of a trained model on data (a table, or JSON)
   report    learning curves and parity plots (PNG) and a text summary of a model directory
   log       the metrics a training run recorded (a table, or CSV)
+  version   the installed pinn version
 
 Run `pinn COMMAND --help` for the options of each.  TensorFlow's start-up messages are
 hidden unless you give --verbose or set TF_CPP_MIN_LOG_LEVEL yourself."""
@@ -99,6 +100,7 @@ def _parser():
     logs.add_argument("--kind", choices=("train", "eval", "all"), default="all")
     logs.add_argument("--last", type=_positive_int, help="only the last N records")
     logs.add_argument("--csv", help="write the records to this CSV file instead of printing them")
+    commands.add_parser("version", parents=[common], help="the installed pinn version (as upstream PiNN's `pinn version`)")
     return parser
 
 
@@ -315,7 +317,14 @@ def _cell(value):
     return str(value)
 
 
-COMMANDS = {"train": _train, "convert": _convert, "eval": _evaluate, "report": _report, "log": _log}
+def _version(args):
+    from pinn import __version__
+    print(f"pinn version: {__version__}")
+    return 0
+
+
+COMMANDS = {"train": _train, "convert": _convert, "eval": _evaluate, "report": _report, "log": _log,
+            "version": _version}
 
 if __name__ == "__main__":
     sys.exit(main())
