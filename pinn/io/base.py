@@ -37,12 +37,12 @@ def split_items(items, split, shuffle=True, seed=0):
 
     Args:
         items: a sequence.
-        split: ``False``/``None`` (no split, the list itself is returned), or a
+        split: ``False``/``None`` (no split: one list, shuffled unless ``shuffle`` is False), or a
             dict mapping names to positive ratios or to nested dicts of the
             same form, e.g. ``{'train': 8, 'vali': 1, 'test': 1}`` or
             ``{'train': 8, 'eval': {'vali': 1, 'test': 1}}``.  A one-key split
             such as ``{'all': 1}`` gives every item.
-        shuffle: shuffle the items before splitting.
+        shuffle: shuffle the items (before splitting; also without a split, see docs/data.md).
         seed: seed of the shuffle; the same seed gives the same subsets.
 
     Returns:
