@@ -154,6 +154,12 @@ def test_report_and_log(workdir, tmp_path, capsys):
     with open(tmp_path / "m.csv") as f:
         rows = list(csv.DictReader(f))
     assert len(rows) == 2 and rows[-1]["kind"] == "eval" and float(rows[-1]["D_RMSE"]) > 0
+    capsys.readouterr()
+    assert main(["log", str(workdir / "model"), "-t", "RMSE", "--kind", "eval"]) == 0  # upstream PiNN's --tag
+    header = capsys.readouterr().out.splitlines()[0].split()
+    assert header[:2] == ["kind", "step"] and header[2:] and all("RMSE" in c for c in header[2:])
+    assert main(["log", str(workdir / "model"), "-t", "NOPE"]) == 1
+    assert "no recorded figure's name contains it" in capsys.readouterr().err
     assert main(["report", str(tmp_path)]) == 1
     assert "has not been trained" in capsys.readouterr().err
     assert main(["log", str(tmp_path)]) == 1

@@ -100,6 +100,8 @@ def _parser():
     logs.add_argument("--kind", choices=("train", "eval", "all"), default="all")
     logs.add_argument("--last", type=_positive_int, help="only the last N records")
     logs.add_argument("--csv", help="write the records to this CSV file instead of printing them")
+    logs.add_argument("-t", "--tag", help="only the figures whose name contains TAG, e.g. RMSE (upstream PiNN's "
+                      "--tag; default: all)")
     commands.add_parser("version", parents=[common], help="the installed pinn version (as upstream PiNN's `pinn version`)")
     return parser
 
@@ -293,6 +295,12 @@ def _log(args):
     for record in records:
         columns += [k for k in record if k not in columns and k not in ("time", "best")]
     columns.append("best")
+    if args.tag:
+        figures = [c for c in columns[2:-1] if c != "epoch" and args.tag in c]
+        if not figures:
+            raise ValueError(f"--tag {args.tag!r}: no recorded figure's name contains it "
+                             f"(recorded: {', '.join(c for c in columns[3:-1])})")
+        columns = ["kind", "step"] + figures
     if args.csv:
         with open(args.csv, "w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=["time"] + columns, extrasaction="ignore")
