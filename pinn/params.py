@@ -16,7 +16,7 @@ from pinn.schema import REQUIRED, Option, ParamsError, describe, did_you_mean, v
 from pinn.upstream_params import convert_optimizer
 
 __all__ = ["ParamsError", "Option", "describe", "legacy", "model_schema", "read_params", "resolve",
-           "resolve_network", "network_params", "write_params", "TOP_LEVEL"]
+           "read_params_file", "resolve_network", "network_params", "write_params", "TOP_LEVEL"]
 
 TOP_LEVEL = {
     "model_dir": Option(str, REQUIRED, "directory for checkpoints, params.yml and logs"),
@@ -140,6 +140,17 @@ def read_params(model_dir):
     path = os.path.join(model_dir, "params.yml")
     if not os.path.exists(path):
         raise ParamsError(f"{path}: no params.yml, is {model_dir!r} a pinn model directory?")
+    params = read_params_file(path)
+    params["model_dir"] = os.fspath(model_dir)
+    return resolve(params)
+
+
+def read_params_file(path):
+    """The params mapping of a YAML file, as written (not resolved).
+
+    Raises:
+        ParamsError: naming the file, when it cannot be read as YAML or holds no mapping.
+    """
     try:
         with open(path) as f:
             params = yaml.safe_load(f)
@@ -147,5 +158,4 @@ def read_params(model_dir):
         raise ParamsError(f"{path}: damaged, not readable as YAML ({str(err).splitlines()[0]})") from None
     if not isinstance(params, dict):
         raise ParamsError(f"{path}: damaged, not a params mapping (found {type(params).__name__})")
-    params["model_dir"] = os.fspath(model_dir)
-    return resolve(params)
+    return params

@@ -70,9 +70,17 @@ def test_every_loader_takes_splits_as_upstream_names_split(alloy_xyz):
     def load_pairs(item):
         return {"elems": [1, 1], "coord": [[0, 0, 0], [0, 0, 0.7 + 0.01 * item]]}
     assert _sizes(load_pairs(range(20), splits={"a": 1, "b": 1})) == {"a": 10, "b": 10}
+
+
+def test_load_mimic_takes_splits(tmp_path):
+    from pinn.demo import make_mimic_demo
     from pinn.io import load_mimic
-    import inspect
-    assert "splits" in inspect.signature(load_mimic).parameters
+    make_mimic_demo(str(tmp_path), n_runs=1, n_frames=10)
+    files = (str(tmp_path / "argon.mpt"), str(tmp_path / "run0.trr"), str(tmp_path / "run0.ENERGIES"))
+    assert _sizes(load_mimic(*files, splits={"train": 4, "test": 1}, forces="trr")) \
+        == _sizes(load_mimic(*files, split={"train": 4, "test": 1}, forces="trr")) == {"train": 8, "test": 2}
+    with pytest.raises(TypeError, match="split= and splits= are the same argument"):
+        load_mimic(*files, split={"a": 1}, splits={"a": 1})
 
 
 def test_evaluate_takes_steps_refuses_an_endless_input_and_gives_upstream_metric_names(small_model, alloy_xyz):

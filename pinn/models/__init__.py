@@ -52,15 +52,10 @@ def get_model(params, checkpoint=None):
     Raises:
         ParamsError: bad params, naming the key (or the file that is not a params mapping).
     """
-    from pinn.params import ParamsError, read_params, resolve
+    from pinn.params import read_params, read_params_file, resolve
     import os
     if isinstance(params, (str, os.PathLike)) and os.path.isfile(params):
-        import yaml
-        with open(params) as f:
-            loaded = yaml.safe_load(f)
-        if not isinstance(loaded, dict):
-            raise ParamsError(f"{os.fspath(params)}: not a params mapping (found {type(loaded).__name__})")
-        params = loaded
+        params = read_params_file(params)
     name = (read_params(params) if isinstance(params, (str, os.PathLike)) else resolve(params))["model"]["name"]
     return _build(params, MODELS[name], checkpoint)
 

@@ -44,6 +44,11 @@ PARAMS = {
 }
 
 
+def atoms_per_structure(tensors, n_struct, dtype):
+    """[n_struct] number of atoms of each structure of a batch (as ``dtype``)."""
+    return tf.math.unsorted_segment_sum(tf.ones_like(tensors[K.ELEMS], dtype), tensors[K.IND_1][:, 0], n_struct)
+
+
 def pair_geometry(tensors):
     """Add ``diff`` and ``dist`` to a batch that has ``coord``, ``cell``, ``ind_1``, ``ind_2``, ``shift``."""
     ind_2 = tensors[K.IND_2]
@@ -158,9 +163,12 @@ class PotentialModel(Model):
     def eval_metric_keys(self, spec, outputs):
         """:meth:`metric_keys`, and ``E_PER_ATOM`` with ``log_e_per_atom`` or ``use_e_per_atom``."""
         keys = self.metric_keys(spec, outputs)
-        if "E" in keys and (self.params["log_e_per_atom"] or self.params["use_e_per_atom"]):
+        if "E" in keys and self._logs_e_per_atom():
             keys.insert(1, "E_PER_ATOM")
         return keys
+
+    def _logs_e_per_atom(self):
+        return self.params["log_e_per_atom"] or self.params["use_e_per_atom"]
 
     def loss_counts(self, tensors):
         """Number of values in each enabled loss term (depends on the data only; padding not counted).
@@ -188,9 +196,7 @@ class PotentialModel(Model):
         real = structure_weights(tensors, dtype)
         e_err = pred["energy"] - tf.cast(tensors[K.E_DATA], dtype)
         if p["use_e_per_atom"]:
-            n_atoms = tf.math.unsorted_segment_sum(tf.ones_like(tensors[K.ELEMS], dtype), tensors[K.IND_1][:, 0],
-                                                   n_struct)
-            e_err = e_err / n_atoms
+            e_err = e_err / atoms_per_structure(tensors, n_struct, dtype)
         sums = {"energy": tf.reduce_sum(real * self.penalty(e_err, "energy"))}
         if p["use_force"] and K.F_DATA in tensors:
             f_err = pred["forces"] - tf.cast(tensors[K.F_DATA], dtype)
@@ -207,16 +213,17 @@ class PotentialModel(Model):
         return structure_weights(tensors, dtype) * tf.cast(tf.reduce_any(tensors[K.PBC], axis=1), dtype)
 
     def error_sums(self, tensors, pred):
-        """Sums for MAE/RMSE metrics: dict metric → (Σ|err|, Σerr², count) for E, E_PER_ATOM, F, S when
-        labels exist (padding left out)."""
+        """Sums for MAE/RMSE metrics: dict metric → (Σ|err|, Σerr², count) for E, F, S when labels exist
+        (padding left out), and E_PER_ATOM with ``log_e_per_atom`` or ``use_e_per_atom``."""
         dtype = pred["energy"].dtype
         out = {}
         if K.E_DATA in tensors:
             e_err = pred["energy"] - tf.cast(tensors[K.E_DATA], dtype)
             out["E"] = abs_sq_count(e_err, structure_weights(tensors, dtype))
-            n_atoms = tf.math.unsorted_segment_sum(tf.ones_like(tensors[K.ELEMS], dtype), tensors[K.IND_1][:, 0],
-                                                   tf.shape(e_err)[0])
-            out["E_PER_ATOM"] = abs_sq_count(tf.math.divide_no_nan(e_err, n_atoms), structure_weights(tensors, dtype))
+            if self._logs_e_per_atom():  # padding structures have no atoms: divide_no_nan
+                n_atoms = atoms_per_structure(tensors, tf.shape(e_err)[0], dtype)
+                out["E_PER_ATOM"] = abs_sq_count(tf.math.divide_no_nan(e_err, n_atoms),
+                                                 structure_weights(tensors, dtype))
         if K.F_DATA in tensors and "forces" in pred:
             out["F"] = abs_sq_count(pred["forces"] - tf.cast(tensors[K.F_DATA], dtype), atom_weights(tensors, dtype))
         if K.S_DATA in tensors and "stress" in pred:

@@ -54,6 +54,23 @@ def prepared_input(input_fn, network, skip=0, pad=False, parts=1):
     return dataset.prefetch(tf.data.AUTOTUNE)
 
 
+def evaluation_input(dataset, steps=None):
+    """``dataset`` for an evaluation: its first ``steps`` batches (upstream PiNN's ``steps``), or all of it.
+
+    Raises:
+        ValueError: ``steps`` is not a positive integer, or it is None and the dataset never ends
+            (``repeat()``; it would be evaluated forever).
+    """
+    if steps is not None:
+        if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 1:
+            raise ValueError(f"evaluate: steps must be a positive number of batches or None, got {steps!r}")
+        return dataset.take(int(steps))
+    if dataset.cardinality() == tf.data.INFINITE_CARDINALITY:
+        raise ValueError("evaluate: the input never ends (it is repeat()-ed): pass steps= (batches to evaluate) "
+                         "or an input without repeat()")
+    return dataset
+
+
 def steps_per_epoch_of(input_fn, k, world):
     """Steps in one pass over every rank's input (the shortest rank's, in whole steps of ``k`` batches).
 

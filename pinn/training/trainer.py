@@ -52,7 +52,7 @@ from pinn.training.ema import WeightAverage
 from pinn.training.evaluation import Evaluator
 from pinn.training.guards import StopSignals, TrainingDiverged, Watchdog
 from pinn.training.inference import InferenceHandle
-from pinn.training.inputs import prepared_input, steps_per_epoch_of
+from pinn.training.inputs import evaluation_input, prepared_input, steps_per_epoch_of
 from pinn.training.loop import Run, TrainingLoop
 from pinn.training.options import TRAINING_PARAMS
 from pinn.training.progress import ProgressBar
@@ -397,14 +397,7 @@ class Trainer:
     def evaluate_with_parity(self, input_fn, parity=True, steps=None):
         """(metrics of :meth:`evaluate` without the upstream names, parity arrays or ``None``); see
         :mod:`pinn.training.metrics`."""
-        dataset = self._input(input_fn)
-        if steps is not None:
-            if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 1:
-                raise ValueError(f"evaluate: steps must be a positive number of batches or None, got {steps!r}")
-            dataset = dataset.take(int(steps))
-        elif dataset.cardinality() == tf.data.INFINITE_CARDINALITY:
-            raise ValueError("evaluate: the input never ends (it is repeat()-ed): pass steps= (batches to evaluate) "
-                             "or an input without repeat()")
+        dataset = evaluation_input(self._input(input_fn), steps)
         self.backend.store()
         weights = self.model.loss_weights(self.learning_rate.single_rank_steps(self.step))
         return self.evaluator.evaluate(dataset, weights, int(self.step), parity=parity)
