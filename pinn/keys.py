@@ -28,6 +28,10 @@ key               shape, dtype                  meaning
 ``dist``          [n_pairs] float               |diff|, Å
 ``real``          batch: [n_struct] bool        False for the padding structure of a padded batch
                                                 (:mod:`pinn.io.padding`); absent: all are real
+``e_weight``      [] float (batch: [n])         weight of the structure's energy in the loss
+                                                (``use_e_weight``), dimensionless
+``f_weight``      [n_atoms] float               weight of the atom's force in the loss
+                                                (``use_f_weight``), dimensionless
 ================  ============================  ==================================================
 """
 
@@ -46,11 +50,13 @@ SHIFT = "shift"
 DIFF = "diff"
 DIST = "dist"
 REAL = "real"
+E_WEIGHT = "e_weight"
+F_WEIGHT = "f_weight"
 
 #: keys with one row per atom (concatenated in a sparse batch)
-ATOMIC_KEYS = (ELEMS, COORD, F_DATA, Q_DATA)
+ATOMIC_KEYS = (ELEMS, COORD, F_DATA, Q_DATA, F_WEIGHT)
 #: keys with one value per structure (stacked in a sparse batch)
-STRUCTURE_KEYS = (CELL, PBC, E_DATA, S_DATA, D_DATA)
+STRUCTURE_KEYS = (CELL, PBC, E_DATA, S_DATA, D_DATA, E_WEIGHT)
 #: keys with one row per neighbor pair (concatenated, indices offset)
 PAIR_KEYS = (IND_2, SHIFT)
 #: label keys a loader may provide
@@ -60,7 +66,7 @@ LABEL_KEYS = (E_DATA, F_DATA, S_DATA, D_DATA, Q_DATA)
 SHAPES = {
     ELEMS: (None,), COORD: (None, 3), CELL: (3, 3), PBC: (3,),
     E_DATA: (), F_DATA: (None, 3), S_DATA: (3, 3), D_DATA: (3,), Q_DATA: (None,),
-    IND_2: (None, 2), SHIFT: (None, 3),
+    IND_2: (None, 2), SHIFT: (None, 3), E_WEIGHT: (), F_WEIGHT: (None,),
 }
 #: dtype names of every known key ("float" follows the dataset precision)
 DTYPES = {

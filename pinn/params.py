@@ -7,6 +7,7 @@ and what is allowed.  Older flat params (``'network': 'pinet'``,
 ``'network_params'``, ``'model_params'``) are normalised first, and upstream PiNN 2.x's
 ``optimizer`` section is turned into ``model.params`` keys (:mod:`pinn.upstream_params`).
 """
+import logging
 import os
 
 import yaml
@@ -14,6 +15,8 @@ import yaml
 from pinn.files.durable import replacing
 from pinn.schema import REQUIRED, Option, ParamsError, describe, did_you_mean, validate_section
 from pinn.upstream_params import convert_optimizer
+
+log = logging.getLogger("pinn")
 
 __all__ = ["ParamsError", "Option", "describe", "legacy", "model_schema", "read_params", "resolve",
            "read_params_file", "resolve_network", "network_params", "write_params", "TOP_LEVEL"]
@@ -29,7 +32,13 @@ TOP_LEVEL = {
     "parallel": Option(bool, False, "train on all ranks of a Horovod job (one process per GPU, launched with "
                        "srun, mpirun or horovodrun; see the parallel-training page)"),
     "parallel_params": Option(dict, {}, "options of parallel training (see below); used when parallel is True"),
+    "params_format": Option(int, 2, "2: model.params.e_scale means what it means in upstream PiNN (energy = Σ net / "
+                            "e_scale); 1: params of pinn < 0.14, where energy = e_scale · Σ net, converted when "
+                            "resolved (one logged line)", choices=(1, 2)),
 }
+
+#: the params format this version writes (see ``params_format``)
+PARAMS_FORMAT = 2
 
 
 def legacy(params):
@@ -65,6 +74,8 @@ def resolve(params):
     if not isinstance(params, dict):
         raise ParamsError(f"params: expected a dict, got {type(params).__name__}")
     out = validate_section(convert_optimizer(legacy(params)), TOP_LEVEL, "params")
+    if out["params_format"] == 1:
+        out = _from_format_1(out)
     out["network"] = resolve_network(out["network"])
     model = validate_section(out["model"], {"name": Option(str, "potential_model", "model name"),
                                             "params": Option(dict, {}, "model options")}, "model")
@@ -72,9 +83,60 @@ def resolve(params):
         raise ParamsError(f"model.name: {model['name']!r} is not one of {sorted(MODELS)};"
                           f"{did_you_mean(model['name'], MODELS)}".rstrip(";"))
     out["model"] = {"name": model["name"],
-                    "params": validate_section(model["params"], model_schema(model["name"]), "model.params")}
+                    "params": validate_section(_renamed(model["params"], getattr(MODELS[model["name"]], "ALIASES", {})),
+                                               model_schema(model["name"]), "model.params")}
     out["parallel_params"] = validate_section(out["parallel_params"], PARALLEL_PARAMS, "parallel_params")
     return out
+
+
+def _from_format_1(params):
+    """Params of pinn < 0.14 (energy = e_scale · Σ net) in today's format (energy = Σ net / e_scale):
+    the same energies, with e_scale → 1 / e_scale (the loss, computed in e_scale units, changes by
+    1 / e_scale², metrics in eV do not)."""
+    params = dict(params, params_format=PARAMS_FORMAT)
+    model = dict(params.get("model") or {})
+    options = dict(model.get("params") or {})
+    old = options.get("e_scale", 1.0)
+    if old != 1.0 and isinstance(old, (int, float)) and old > 0:
+        options["e_scale"] = 1.0 / old
+        log.info("params: e_scale %r of pinn < 0.14 (energy = e_scale · Σ net) read as e_scale %r "
+                 "(upstream PiNN's meaning: energy = Σ net / e_scale), the same energies", old, 1.0 / old)
+    model["params"] = options
+    params["model"] = model
+    params["network"] = _bpnn_from_format_1(params["network"])
+    return params
+
+
+def _bpnn_from_format_1(section):
+    """A BPNN section of pinn < 0.14: its ``fp_scale`` (a multiplier) is ``fp_multiplier`` now, and its
+    ``G4`` (with r_jk, over unordered neighbor pairs) is upstream PiNN's ``G3``, which sums over ordered
+    pairs: twice the old values, so such a model's energies change (logged)."""
+    from pinn.networks import canonical_network_name
+    if not isinstance(section, dict) or canonical_network_name(str(section.get("name"))) != "BPNN":
+        return section
+    options = dict(section.get("params") or {})
+    if isinstance(options.get("fp_scale"), (int, float)) and not isinstance(options["fp_scale"], bool):
+        options["fp_multiplier"] = float(options.pop("fp_scale"))
+    spec = options.get("sf_spec")
+    if isinstance(spec, list) and any(isinstance(sf, dict) and sf.get("type") == "G4" for sf in spec):
+        options["sf_spec"] = [dict(sf, type="G3") if isinstance(sf, dict) and sf.get("type") == "G4" else sf
+                              for sf in spec]
+        log.warning("params: the G4 symmetry functions of pinn < 0.14 are upstream PiNN's G3 now, summed over "
+                    "ordered neighbor pairs (twice the old values): this BPNN's energies differ from before "
+                    "until it is trained again")
+    return dict(section, params=options)
+
+
+def _renamed(options, aliases):
+    """``options`` with upstream PiNN's other names of keys (``aliases``: name → documented name) renamed."""
+    options = dict(options)
+    for alias, name in aliases.items():
+        if alias in options:
+            if name in options:
+                raise ParamsError(f"model.params.{alias}: upstream PiNN's other name of {name}, which is also set; "
+                                  "keep one")
+            options[name] = options.pop(alias)
+    return options
 
 
 def resolve_network(section):
@@ -141,6 +203,8 @@ def read_params(model_dir):
     if not os.path.exists(path):
         raise ParamsError(f"{path}: no params.yml, is {model_dir!r} a pinn model directory?")
     params = read_params_file(path)
+    if "params_format" not in params and "parallel_params" in params:
+        params["params_format"] = 1  # written by pinn < 0.14, which always wrote parallel_params
     params["model_dir"] = os.fspath(model_dir)
     return resolve(params)
 

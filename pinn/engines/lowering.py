@@ -20,7 +20,8 @@ from pinn.engines.spec import ACTIVATIONS, BASES, CUTOFFS, BlockSpec, LayerSpec,
 #: the ``network.params`` of PiNet that the lowering reads; any other option is refused, since
 #: the kernels would ignore it
 LOWERED_PINET_PARAMS = frozenset({"atom_types", "rc", "depth", "pp_nodes", "pi_nodes", "ii_nodes", "out_nodes",
-                                  "out_units", "act", "basis_type", "n_basis", "gamma", "cutoff_type"})
+                                  "out_units", "act", "basis_type", "n_basis", "gamma", "cutoff_type", "center",
+                                  "out_pool"})
 #: what each engine computes
 PURPOSES = {"md": "the numba MD engine", "training": "the numba training engine"}
 #: activations the training engine's hand-derived second derivatives cover
@@ -51,6 +52,11 @@ def potential_of(model):
     return model if isinstance(model, PotentialModel) else None
 
 
+#: potential-model loss options (upstream PiNN's) that the numba training engine does not implement
+UNLOWERED_LOSS_OPTIONS = ("use_e_per_sqrt", "max_energy", "use_e_weight", "max_force_comp", "no_force_comp",
+                          "use_f_weight", "use_l2")
+
+
 def refusal(model, purpose="md"):
     """Why the ``purpose`` engine cannot run ``model``, or ``None`` when it can (without lowering it).
 
@@ -74,6 +80,9 @@ def refusal(model, purpose="md"):
     unknown = sorted(set(p) - LOWERED_PINET_PARAMS)
     if unknown:
         return f"network.params.{unknown[0]}: {engine} does not implement this option"
+    for key in ("center", "out_pool"):  # read here: only their defaults (evenly spaced centers, atomic outputs)
+        if p[key] not in (None, False):
+            return f"network.params.{key}: {engine} does not implement {p[key]!r}"
     for key, implemented in (("act", ACTIVATIONS), ("cutoff_type", CUTOFFS), ("basis_type", BASES)):
         if p[key] not in implemented:
             return f"network.params.{key}: {engine} does not implement {p[key]!r} (it has {list(implemented)})"
@@ -84,6 +93,9 @@ def refusal(model, purpose="md"):
             return f"network.params.pi_nodes: {engine} needs at least one hidden PI layer (2 sizes)"
         if potential.params["use_stress"]:
             return f"model.params.use_stress: {engine} trains on energies and forces only"
+        for key in UNLOWERED_LOSS_OPTIONS:
+            if potential.params[key] not in (False, None):
+                return f"model.params.{key}: {engine} does not implement this loss option"
     return None
 
 
@@ -133,7 +145,7 @@ def lower(model):
                                 residual=layer(residual, False) if residual is not None else None,
                                 n_pi=int(block.n_pi)))
     return PiNetSpec(activation=p["act"], cutoff=p["cutoff_type"], basis=p["basis_type"], n_basis=int(p["n_basis"]),
-                     rc=float(p["rc"]), gamma=float(p["gamma"]), e_scale=float(model.params["e_scale"]),
+                     rc=float(p["rc"]), gamma=float(p["gamma"]), output_scale=1.0 / float(model.params["e_scale"]),
                      atom_types=tuple(int(z) for z in net.element_index.atom_types),
                      e_dress=np.asarray(model.e_dress.numpy(), np.float64), blocks=tuple(blocks), dtype=dtype)
 

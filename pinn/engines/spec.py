@@ -88,7 +88,7 @@ class BlockSpec:
 
 @dataclass(frozen=True, eq=False)
 class PiNetSpec:
-    """A PiNet potential: E = e_scale · Σ_i net_i + Σ_i e_dress[Z_i].
+    """A PiNet potential: E = output_scale · Σ_i net_i + Σ_i e_dress[Z_i].
 
     Attributes:
         activation: the network's activation (a key of :data:`ACTIVATIONS`).
@@ -97,7 +97,7 @@ class PiNetSpec:
         n_basis: number of basis functions.
         rc: cutoff radius, Å.
         gamma: width of the Gaussian basis, 1/Å².
-        e_scale: energy scale of the network's output, eV.
+        output_scale: eV per unit of the network's output (1 / the model's e_scale).
         atom_types: the atomic numbers, in the network's order.
         e_dress: per-element energy offsets in that order, eV.
         blocks: the :class:`BlockSpec` of each block, in order.
@@ -110,7 +110,7 @@ class PiNetSpec:
     n_basis: int
     rc: float
     gamma: float
-    e_scale: float
+    output_scale: float
     atom_types: Tuple[int, ...]
     e_dress: np.ndarray
     blocks: Tuple[BlockSpec, ...]
@@ -143,7 +143,7 @@ class PiNetSpec:
             rows, columns of each tensor in ``flat``), ``layers`` (kernel tensor, bias tensor,
             activated, width of each layer), ``blocks`` (the positions of each block's layers,
             columns named by ``md_kernels._B_*``), ``codes`` (activation, cutoff, basis, n_basis,
-            widest layer + 1), ``scal`` (rc in Å, gamma, e_scale), ``type_of`` (atomic number →
+            widest layer + 1), ``scal`` (rc in Å, gamma, output_scale), ``type_of`` (atomic number →
             index, -1 for unknown), ``e_dress`` (eV), ``workspace`` (scratch sizes).
         """
         dtype = np.dtype(self.dtype)
@@ -199,7 +199,7 @@ class PiNetSpec:
             "blocks": np.array(blocks, np.int64),
             "codes": np.array([act, _CUTOFF_CODES[self.cutoff], _BASIS_CODES[self.basis], self.n_basis,
                                max(widths) + 1], np.int64),
-            "scal": np.array([self.rc, self.gamma, self.e_scale], np.float64),
+            "scal": np.array([self.rc, self.gamma, self.output_scale], np.float64),
             "type_of": type_of,
             "e_dress": np.asarray(self.e_dress, np.float64),
             "workspace": np.array([max(zpair_rows, 1), max(zatom_cols, 1), n_first], np.int64),

@@ -217,12 +217,11 @@ class TrainingEngine:
         e_err = energy - np.asarray(batch[K.E_DATA], np.float64)
         errors = {"E": _abs_sq_count(e_err, real)}
         sums, loss = {}, 0.0
-        e_scale_err = e_err
-        per_atom = 1.0
+        unit = float(p["e_scale"])  # the loss is computed on errors in training units (eV × e_scale)
+        per_atom = unit
         if p["use_e_per_atom"]:
-            per_atom = 1.0 / np.bincount(struct, minlength=n_struct)
-            e_scale_err = e_err * per_atom
-        pen, slope = _penalty_and_slope(e_scale_err, loss_type, delta_of("energy"))
+            per_atom = unit / np.bincount(struct, minlength=n_struct)
+        pen, slope = _penalty_and_slope(e_err * per_atom, loss_type, delta_of("energy"))
         sums["energy"] = float(np.sum(real * pen))
         c_struct = np.zeros(n_struct)
         if counts["energy"] > 0:
@@ -232,11 +231,11 @@ class TrainingEngine:
         if "forces" in counts:
             f_err = forces - np.asarray(batch[K.F_DATA], np.float64)
             errors["F"] = _abs_sq_count(f_err, atom_w)
-            pen, slope = _penalty_and_slope(f_err, loss_type, delta_of("forces"))
+            pen, slope = _penalty_and_slope(f_err * unit, loss_type, delta_of("forces"))
             sums["forces"] = float(np.sum(atom_w[:, None] * pen))
             if counts["forces"] > 0:
                 loss += weights["forces"] * sums["forces"] / counts["forces"]
-                w = -(weights["forces"] / counts["forces"]) * atom_w[:, None] * slope
+                w = -(weights["forces"] / counts["forces"]) * atom_w[:, None] * slope * unit
         # passes 2 and 3: ṙ along w, then the gradients
         rdot = self.rdot
         _distance_tangents(n_pairs, self.pair_i, self.pair_j, self.diff, self.dist, w, rdot)

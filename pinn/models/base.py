@@ -137,6 +137,15 @@ class Model(tf.Module):
         return [t for t in self.loss_term_names() if self.LABELS[t] not in spec]
 
 
+def check_atomic_outputs(network):
+    """Refuse a network whose outputs are pooled per structure (PiNet's ``out_pool``): a model sums
+    the atoms' outputs itself."""
+    pool = getattr(network, "params", {}).get("out_pool")
+    if pool:
+        raise ParamsError(f"network.params.out_pool: {pool!r} pools the outputs per structure, for the network "
+                          "on its own; the models need one output per atom: leave out_pool false")
+
+
 def abs_sq_count(err, weights=None):
     """(Σ w|err|, Σ w err², Σ w over all values) of an error tensor: the sums behind MAE and RMSE.
 

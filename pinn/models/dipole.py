@@ -14,7 +14,7 @@ import numpy as np
 import tensorflow as tf
 
 from pinn import keys as K
-from pinn.models.base import COMMON_PARAMS, Model, abs_sq_count, cast_floats, per_row
+from pinn.models.base import COMMON_PARAMS, Model, abs_sq_count, cast_floats, check_atomic_outputs, per_row
 from pinn.models.potential import pair_geometry
 from pinn.models.loss_weights import atom_weights, structure_weights
 from pinn.schema import Option, ParamsError, non_negative, positive
@@ -49,6 +49,7 @@ class DipoleModel(Model):
         if not (params["use_dipole"] or params["use_charge"]):
             raise ParamsError("model.params.use_dipole: the dipole model needs use_dipole or use_charge (or both)")
         super().__init__(params, name=name)
+        check_atomic_outputs(network)
         self.network = network
         self.dtype = dtype
         self.atom_types = [int(z) for z in atom_types]
@@ -103,15 +104,26 @@ class DipoleModel(Model):
             counts["charges"] = tf.reduce_sum(atom_weights(tensors, tf.float64))
         return counts
 
-    def loss_sums(self, tensors, pred):
-        """Sum of the penalties of each enabled loss term whose labels the batch has (padding left out)."""
-        sums = {}
+    def residuals(self, tensors, pred):
+        """The errors behind each enabled loss term whose labels the batch has.
+
+        Returns:
+            dict term → (err, weight): flat tensors of one length, ``err`` = prediction − label
+            (dipole components in e·Å, charges in e), ``weight`` 1, or 0 for padding.  Each loss sum
+            is Σ weight · penalty(err) (:meth:`loss_sums`).
+        """
+        out = {}
         for term, label in self.LABELS.items():
             if term in self.enabled_terms() and label in tensors:
                 err = pred[term] - tf.cast(tensors[label], pred[term].dtype)
-                weights = self._ROW_WEIGHTS[term](tensors, err.dtype)
-                sums[term] = tf.reduce_sum(per_row(weights, err) * self.penalty(err, term))
-        return sums
+                weights = tf.broadcast_to(per_row(self._ROW_WEIGHTS[term](tensors, err.dtype), err), tf.shape(err))
+                out[term] = (tf.reshape(err, [-1]), tf.reshape(weights, [-1]))
+        return out
+
+    def loss_sums(self, tensors, pred):
+        """Sum of the penalties of each enabled loss term whose labels the batch has (padding left out):
+        Σ weight · penalty(err) of :meth:`residuals`."""
+        return {t: tf.reduce_sum(w * self.penalty(e, t)) for t, (e, w) in self.residuals(tensors, pred).items()}
 
     def error_sums(self, tensors, pred):
         """Sums for MAE/RMSE metrics: ``D`` and ``Q`` → (Σ|err|, Σerr², count) when labels exist

@@ -1,6 +1,11 @@
 """The potential model: energy, forces and stress from a network, and the loss on them.
 
-Energy of a structure:  E = e_scale · Σ_i net_i + Σ_i e_dress[Z_i]   (eV)
+Energy of a structure:  E = Σ_i net_i / e_scale + Σ_i e_dress[Z_i]   (eV)
+
+``e_scale`` is upstream PiNN's: the unit of energy during training.  The network
+learns energies in eV × e_scale, and every loss term is computed on errors in those
+units (energy, forces and stress errors × e_scale, so the loss × e_scale²); metrics
+stay in eV.
 
 Forces and stress come from one backward pass through the pair vectors
 ``diff`` (r_j + S·cell − r_i):  with g_p = ∂E/∂diff_p,
@@ -17,10 +22,16 @@ import tensorflow as tf
 
 from pinn import keys as K
 from pinn.io.batch import add_neighbors
-from pinn.models.base import COMMON_PARAMS, Model, abs_sq_count, cast_floats
+from pinn.models.base import COMMON_PARAMS, Model, abs_sq_count, cast_floats, check_atomic_outputs
 from pinn.models.loss_weights import atom_weights, structure_weights
 from pinn.networks.layers import scatter_sum
 from pinn.schema import Option, non_negative, positive
+
+def _false_or_positive(value):
+    if value is True:
+        return "false or a positive number"
+    return None if value is False or value > 0 else "false or a positive number"
+
 
 PARAMS = {
     "use_force": Option(bool, False, "train on forces as well as energies"),
@@ -32,7 +43,23 @@ PARAMS = {
     "f_loss_multiplier": Option(float, 10.0, "weight of the force loss (per force component, against the energy "
                                 "loss per structure)", check=non_negative),
     "s_loss_multiplier": Option(float, 1.0, "weight of the stress loss", check=non_negative),
-    "e_scale": Option(float, 1.0, "network outputs are multiplied by this (eV)", check=positive),
+    "e_scale": Option(float, 1.0, "energy unit during training (upstream PiNN's): labels are multiplied by it "
+                      "for the loss and the energy is Σ net / e_scale + dress (eV)", check=positive),
+    "use_e_per_sqrt": Option(bool, False, "with use_e_per_atom: the energy error per atom × √(atoms) in the loss"),
+    "max_energy": Option((bool, float), False, "false, or a number: structures whose |energy − dress| × e_scale "
+                         "exceeds it are left out of the energy loss", check=_false_or_positive),
+    "use_e_weight": Option(bool, False, "multiply each structure's energy penalty by the data's e_weight"),
+    "max_force_comp": Option((bool, float), False, "false, or a number: force components whose |F| × e_scale "
+                             "exceeds it are left out of the force loss", check=_false_or_positive),
+    "no_force_comp": Option((bool, int), False, "false, or a number: at most this many force components of each "
+                            "batch (chosen at random, anew for every batch) enter the force loss; in a parallel "
+                            "run, of each rank's batch", check=_false_or_positive),
+    "use_f_weight": Option(bool, False, "multiply each atom's force penalty by the data's f_weight"),
+    "use_l2": Option(bool, False, "add L2 regularisation: l2_loss_multiplier × Σ w²/2 over the network's "
+                     "weight matrices (no biases, no output layer)"),
+    "l2_loss_multiplier": Option(float, 1.0, "weight of the L2 regularisation (use_l2)", check=non_negative),
+    "separate_errors": Option(bool, False, "with the EKF optimizer: one Kalman update per loss term in turn "
+                              "(energies, then forces, then stress) instead of one joint update"),
     "e_unit": Option(float, 1.0, "the data's energy unit in eV; the calculator multiplies predictions by it",
                      check=positive),
     "e_dress": Option(dict, {}, "per-element energy offsets {atomic number: eV} added to the network energy"),
@@ -42,6 +69,9 @@ PARAMS = {
                                   check=positive),
     **COMMON_PARAMS,
 }
+
+#: upstream PiNN's other names of potential-model keys (PiNN 1.x / 2.x code) → the documented one
+ALIASES = {"max_force": "max_force_comp", "use_f_weights": "use_f_weight"}
 
 
 def atoms_per_structure(tensors, n_struct, dtype):
@@ -74,12 +104,15 @@ class PotentialModel(Model):
 
     PARAMS = PARAMS
     #: loss terms in their fixed order; energy always, forces / stress when enabled
-    LOSS_TERMS = ("energy", "forces", "stress")
-    WEIGHT_KEYS = {"energy": "e_loss_multiplier", "forces": "f_loss_multiplier", "stress": "s_loss_multiplier"}
-    LABELS = {"energy": K.E_DATA, "forces": K.F_DATA, "stress": K.S_DATA}
+    LOSS_TERMS = ("energy", "forces", "stress", "l2")
+    WEIGHT_KEYS = {"energy": "e_loss_multiplier", "forces": "f_loss_multiplier", "stress": "s_loss_multiplier",
+                   "l2": "l2_loss_multiplier"}
+    LABELS = {"energy": K.E_DATA, "forces": K.F_DATA, "stress": K.S_DATA, "l2": K.E_DATA}
+    ALIASES = ALIASES
 
     def __init__(self, network, params, atom_types, dtype=tf.float32, name="potential"):
         super().__init__(params, name=name)
+        check_atomic_outputs(network)
         self.network = network
         self.dtype = dtype
         self.atom_types = [int(z) for z in atom_types]
@@ -94,7 +127,7 @@ class PotentialModel(Model):
 
     def energy_from_pairs(self, tensors, n_struct):
         """Per-structure energy [n_struct] (eV) from a batch with ``diff``/``dist``."""
-        atomic = self.network(tensors)[:, 0] * self.params["e_scale"]
+        atomic = self.network(tensors)[:, 0] / self.params["e_scale"]
         idx = self.network.element_index(tensors[K.ELEMS])
         atomic = atomic + tf.gather(self.e_dress, idx)
         return scatter_sum(atomic, tensors[K.IND_1][:, 0], n_struct)
@@ -141,7 +174,8 @@ class PotentialModel(Model):
 
     def enabled_terms(self):
         p = self.params
-        return {"energy"} | ({"forces"} if p["use_force"] else set()) | ({"stress"} if p["use_stress"] else set())
+        return ({"energy"} | ({"forces"} if p["use_force"] else set()) | ({"stress"} if p["use_stress"] else set())
+                | ({"l2"} if p["use_l2"] else set()))
 
     def train_outputs(self):
         """Keyword arguments of :meth:`predict` in a training step."""
@@ -171,40 +205,102 @@ class PotentialModel(Model):
         return self.params["log_e_per_atom"] or self.params["use_e_per_atom"]
 
     def loss_counts(self, tensors):
-        """Number of values in each enabled loss term (depends on the data only; padding not counted).
+        """Number of values in each enabled loss term (depends on the data only; padding and values
+        left out by ``max_energy`` / ``max_force_comp`` / ``no_force_comp`` not counted).
 
         Returns:
-            dict term → count (float64 scalar): structures for ``energy``,
-            force components for ``forces``, 9 × periodic structures for ``stress``.
+            dict term → count (float64 scalar): structures for ``energy``, force components for
+            ``forces``, 9 × periodic structures for ``stress``, 1 for ``l2`` (see :meth:`loss_sums`).
         """
-        real = structure_weights(tensors, tf.float64)
-        counts = {"energy": tf.reduce_sum(real)}
-        if self.params["use_force"]:
-            counts["forces"] = 3.0 * tf.reduce_sum(atom_weights(tensors, tf.float64))
-        if self.params["use_stress"]:
-            counts["stress"] = 9.0 * tf.reduce_sum(real * tf.cast(tf.reduce_any(tensors[K.PBC], axis=1), tf.float64))
+        counts = {t: tf.reduce_sum(m) for t, m in self.loss_masks(tensors, tf.float64).items()}
+        if self.params["use_l2"]:
+            counts["l2"] = tf.constant(1.0, tf.float64)
         return counts
 
-    def loss_sums(self, tensors, pred):
-        """Sum of the penalties (squared or Huber) of each enabled loss term whose labels the batch has
-        (padding left out)."""
+    def loss_masks(self, tensors, dtype):
+        """Which values enter each enabled loss term: dict term → flat [k] 0/1 of ``dtype`` (structures
+        for ``energy``, force components [n_atoms·3] for ``forces``, stress components [n_struct·9]).
+
+        0 for padding, for energies beyond ``max_energy``, for force components beyond
+        ``max_force_comp`` and for those not drawn by ``no_force_comp``.  From the data alone, so the
+        counts (summed over ranks before the gradients) and the sums agree.
+        """
+        p = self.params
+        real = structure_weights(tensors, dtype)
+        masks = {"energy": real}
+        if p["max_energy"] is not False and K.E_DATA in tensors:
+            n_struct = tf.shape(tensors[K.CELL])[0]
+            dress = scatter_sum(tf.gather(tf.cast(self.e_dress, tf.float64),
+                                          self.network.element_index(tensors[K.ELEMS])),
+                                tensors[K.IND_1][:, 0], n_struct)
+            excess = tf.abs(tf.cast(tensors[K.E_DATA], tf.float64) - dress) * p["e_scale"] > p["max_energy"]
+            masks["energy"] = tf.where(excess, tf.zeros_like(real), real)
+        if p["use_force"]:
+            atom_w = tf.repeat(atom_weights(tensors, dtype), 3)
+            if p["max_force_comp"] is not False and K.F_DATA in tensors:
+                big = tf.abs(tf.reshape(tf.cast(tensors[K.F_DATA], tf.float64), [-1])) * p["e_scale"] \
+                    > p["max_force_comp"]
+                atom_w = tf.where(big, tf.zeros_like(atom_w), atom_w)
+            if p["no_force_comp"] is not False:
+                atom_w = atom_w * _drawn(tensors, atom_w, int(p["no_force_comp"]))
+            masks["forces"] = atom_w
+        if p["use_stress"]:
+            masks["stress"] = tf.repeat(self._stress_weights(tensors, dtype), 9)
+        return masks
+
+    def residuals(self, tensors, pred):
+        """The errors behind each loss term whose labels the batch has, in training units.
+
+        Returns:
+            dict term → (err, weight): flat float tensors of one length; ``err`` = e_scale ×
+            (prediction − label) (energy in eV·e_scale, per atom with ``use_e_per_atom``, × √atoms
+            with ``use_e_per_sqrt``; force components; stress components), ``weight`` = the mask of
+            :meth:`loss_masks` × ``e_weight`` / ``f_weight`` of the data when asked for.  Each loss
+            sum is Σ weight · penalty(err) (:meth:`loss_sums`).
+        """
         p = self.params
         if K.E_DATA not in tensors:
             return {}
         dtype = pred["energy"].dtype
-        n_struct = tf.shape(pred["energy"])[0]
-        real = structure_weights(tensors, dtype)
-        e_err = pred["energy"] - tf.cast(tensors[K.E_DATA], dtype)
+        masks = self.loss_masks(tensors, dtype)
+        scale = tf.cast(p["e_scale"], dtype)
+        e_err = (pred["energy"] - tf.cast(tensors[K.E_DATA], dtype)) * scale
         if p["use_e_per_atom"]:
-            e_err = e_err / atoms_per_structure(tensors, n_struct, dtype)
-        sums = {"energy": tf.reduce_sum(real * self.penalty(e_err, "energy"))}
+            n_atoms = atoms_per_structure(tensors, tf.shape(e_err)[0], dtype)
+            e_err = tf.math.divide_no_nan(e_err, n_atoms)
+            if p["use_e_per_sqrt"]:
+                e_err = e_err * tf.sqrt(n_atoms)
+        e_w = masks["energy"]
+        if p["use_e_weight"]:
+            e_w = e_w * tf.cast(self._data(tensors, K.E_WEIGHT, "use_e_weight"), dtype)
+        out = {"energy": (e_err, e_w)}
         if p["use_force"] and K.F_DATA in tensors:
-            f_err = pred["forces"] - tf.cast(tensors[K.F_DATA], dtype)
-            sums["forces"] = tf.reduce_sum(atom_weights(tensors, dtype)[:, None] * self.penalty(f_err, "forces"))
+            f_err = tf.reshape(pred["forces"] - tf.cast(tensors[K.F_DATA], dtype), [-1]) * scale
+            f_w = masks["forces"]
+            if p["use_f_weight"]:
+                f_w = f_w * tf.repeat(tf.cast(self._data(tensors, K.F_WEIGHT, "use_f_weight"), dtype), 3)
+            out["forces"] = (f_err, f_w)
         if p["use_stress"] and K.S_DATA in tensors:
-            s_err = pred["stress"] - tf.cast(tensors[K.S_DATA], dtype)
-            sums["stress"] = tf.reduce_sum(self._stress_weights(tensors, dtype)[:, None, None]
-                                           * self.penalty(s_err, "stress"))
+            s_err = tf.reshape(pred["stress"] - tf.cast(tensors[K.S_DATA], dtype), [-1]) * scale
+            out["stress"] = (s_err, masks["stress"])
+        return out
+
+    @staticmethod
+    def _data(tensors, key, option):
+        if key not in tensors:
+            raise ValueError(f"model.params.{option}: the data have no {key!r} (add it to the dataset, "
+                             f"see the data page)")
+        return tensors[key]
+
+    def loss_sums(self, tensors, pred):
+        """Sum of the penalties (squared or Huber) of each enabled loss term whose labels the batch has:
+        Σ weight · penalty(err) of :meth:`residuals`; with ``use_l2`` also ``l2``: Σ w²/2 over the
+        network's weight matrices (its count is 1 per batch, so a parallel run adds it once)."""
+        sums = {t: tf.reduce_sum(w * self.penalty(e, t)) for t, (e, w) in self.residuals(tensors, pred).items()}
+        if sums and self.params["use_l2"]:
+            sums["l2"] = tf.cast(tf.add_n([tf.constant(0.0, tf.float64)]
+                                          + [tf.cast(tf.reduce_sum(v ** 2), tf.float64) / 2
+                                             for v in self.network.regularized_weights()]), pred["energy"].dtype)
         return sums
 
     @staticmethod
@@ -328,6 +424,21 @@ class PotentialModel(Model):
         self.e_dress.assign(solution)
         self.dress_fitted.assign(True)
         return {z: float(x) for z, x in zip(self.atom_types, solution)}
+
+
+def _drawn(tensors, candidates, k):
+    """[len(candidates)] 0/1: ``k`` of the non-zero ``candidates`` drawn at random (all when fewer).
+
+    The draw is seeded by the batch's content (its number of atoms and the bits of its summed
+    coordinates), so the counts and the sums of one batch draw the same components and another
+    batch draws others."""
+    coord = tf.cast(tensors[K.COORD], tf.float32)
+    seed = tf.stack([tf.shape(coord)[0], tf.bitcast(tf.reduce_sum(coord * 1.618034), tf.int32)])
+    score = tf.random.stateless_uniform(tf.shape(candidates), seed, dtype=tf.float32)
+    score = tf.where(candidates > 0, score, -tf.ones_like(score))
+    ranked = tf.sort(tf.concat([score, [-2.0]], 0), direction="DESCENDING")  # -2: below every candidate
+    threshold = tf.gather(ranked, tf.minimum(k, tf.size(score)) - 1) if k > 0 else tf.constant(2.0)
+    return tf.cast(tf.logical_and(score >= threshold, candidates > 0), candidates.dtype)
 
 
 def _atomic_number(z):

@@ -1,20 +1,23 @@
 """Behler–Parrinello network: atom-centred symmetry functions and per-element subnetworks.
 
-Symmetry functions (Behler, J. Chem. Phys. 134, 074106 (2011)), for a centre
-atom i of element ``i`` and neighbors of elements ``j`` (and ``k``):
+Symmetry functions, named as upstream PiNN names them (after Behler, Int. J. Quantum
+Chem. 115, 1032 (2015)), for a centre atom i of element ``i`` and neighbors of
+elements ``j`` (and ``k``):
 
-- G2 = sum_j exp(-eta (r_ij - Rs)^2) fc(r_ij)
-- G4 = 2^(1-zeta) sum_{j<k} (1 + lambda cos theta_ijk)^zeta
-  exp(-eta (r_ij^2 + r_ik^2 + r_jk^2)) fc(r_ij) fc(r_ik) fc(r_jk)
+- G2 = Σ_j exp(-eta (r_ij - Rs)²) fc(r_ij)
+- G3 = 2^(1-zeta) Σ_{j≠k} (1 + lambda cos θ_ijk)^zeta exp(-eta (r_ij² + r_ik² + r_jk²)) fc(r_ij) fc(r_ik) fc(r_jk)
+- G4 = 2^(1-zeta) Σ_{j≠k} (1 + lambda cos θ_ijk)^zeta exp(-eta (r_ij² + r_ik²)) fc(r_ij) fc(r_ik)
 
-``sf_spec`` is a list of dicts, e.g.
+(the angular sums run over ordered pairs (j, k), so each pair of neighbors counts twice,
+as in upstream PiNN and Behler's definitions).  ``sf_spec`` is a list of dicts, e.g.
 ``{'type': 'G2', 'i': 'ALL', 'j': 1, 'eta': [0.5, 1.0], 'Rs': [0.0, 0.0]}`` or
-``{'type': 'G4', 'i': 'ALL', 'j': 'ALL', 'k': 'ALL', 'eta': [0.01], 'lambd': [1.0], 'zeta': [1.0]}``;
+``{'type': 'G3', 'i': 'ALL', 'j': 'ALL', 'k': 'ALL', 'eta': [0.01], 'lambd': [1.0], 'zeta': [1.0]}``;
 the lists are zipped (one function per position).  ``'ALL'`` matches every
-element.  Each element in ``atom_types`` then has its own feed-forward
-subnetwork (``nn_spec``: a list of sizes for all, or a dict element → sizes)
-mapping the symmetry functions (optionally scaled by ``fp_scale``) to an
-atomic energy.
+element.  Each element in ``atom_types`` (default: the keys of ``nn_spec``) then has its
+own feed-forward subnetwork (``nn_spec``: a list of sizes for all, or a dict element →
+sizes) mapping the symmetry functions to an atomic energy.  With ``fp_scale`` the
+functions of entry n are first mapped from ``fp_range[n]`` = [min, max] to [-1, 1]
+(upstream's pre-conditioning); ``fp_multiplier`` multiplies them all.
 """
 import copy
 
@@ -22,16 +25,16 @@ import numpy as np
 import tensorflow as tf
 
 from pinn import keys as K
-from pinn.networks.layers import ACTIVATIONS, CUTOFFS, Dense, ElementIndex, FeedForward, cutoff
-from pinn.schema import Option, positive, positive_int_list
+from pinn.networks.layers import ACTIVATIONS, CUTOFFS, POOLS, Dense, ElementIndex, FeedForward, cutoff
+from pinn.schema import Option, ParamsError, positive, positive_int_list
 
 
 def _check_sf_spec(spec):
     for n, sf in enumerate(spec):
-        if not isinstance(sf, dict) or sf.get("type") not in ("G2", "G4"):
-            return f"entry {n} must be a dict with 'type' G2 or G4"
+        if not isinstance(sf, dict) or sf.get("type") not in ("G2", "G3", "G4"):
+            return f"entry {n} must be a dict with 'type' G2, G3 or G4"
         need = ("eta", "Rs") if sf["type"] == "G2" else ("eta", "lambd", "zeta")
-        allowed = set(need) | {"type", "i", "j"} | ({"k"} if sf["type"] == "G4" else set())
+        allowed = set(need) | {"type", "i", "j"} | ({"k"} if sf["type"] != "G2" else set())
         if set(sf) - allowed:
             return f"entry {n} has unknown keys {sorted(set(sf) - allowed)} (allowed {sorted(allowed)})"
         lengths = {len(sf[key]) if isinstance(sf.get(key), list) else None for key in need}
@@ -40,23 +43,48 @@ def _check_sf_spec(spec):
     return None
 
 
+def _check_ranges(value):
+    for n, pair in enumerate(value):
+        if not (isinstance(pair, (list, tuple)) and len(pair) == 2
+                and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in pair) and pair[1] > pair[0]):
+            return f"entry {n} must be [min, max] with max > min"
+    return None
+
+
 DEFAULT_SF = [
     {"type": "G2", "i": "ALL", "j": "ALL", "eta": [0.05, 0.2, 0.5, 1.0, 2.0, 4.0], "Rs": [0.0] * 6},
-    {"type": "G4", "i": "ALL", "j": "ALL", "k": "ALL", "eta": [0.005, 0.005, 0.05, 0.05],
+    {"type": "G3", "i": "ALL", "j": "ALL", "k": "ALL", "eta": [0.005, 0.005, 0.05, 0.05],
      "lambd": [1.0, -1.0, 1.0, -1.0], "zeta": [1.0, 1.0, 4.0, 4.0]},
 ]
 
 PARAMS = {
-    "atom_types": Option(list, [1, 6, 7, 8], "atomic numbers the network knows", check=positive_int_list),
+    "atom_types": Option((list, None), None, "atomic numbers the network knows (default: the elements of nn_spec, "
+                         "which must then be a dict, as upstream PiNN's)", check=positive_int_list),
     "rc": Option(float, 5.0, "cutoff radius, Å", check=positive),
     "sf_spec": Option(list, DEFAULT_SF, "symmetry functions (see the module docs)", check=_check_sf_spec),
     "nn_spec": Option((list, dict), [35, 35], "hidden sizes of the subnetworks: a list, or {element: list}"),
     "act": Option(str, "tanh", "activation function", choices=tuple(ACTIVATIONS)),
     "cutoff_type": Option(str, "f1", "cutoff function", choices=tuple(CUTOFFS)),
-    "fp_scale": Option(float, 1.0, "symmetry functions are multiplied by this before the subnetworks",
-                       check=positive),
+    "fp_scale": Option(bool, False, "map each sf_spec entry's functions from its fp_range [min, max] to [-1, 1] "
+                       "(upstream PiNN's)"),
+    "fp_range": Option(list, [], "with fp_scale: one [min, max] per sf_spec entry", check=_check_ranges),
+    "fp_multiplier": Option(float, 1.0, "the symmetry functions are multiplied by this before the subnetworks "
+                            "(pinn's; the fp_scale of pinn < 0.14)", check=positive),
+    "out_pool": Option((bool, str), False, "false: one output per atom; 'sum', 'max' or 'min': pooled per "
+                       "structure (the network on its own; the models sum atomic outputs)",
+                       check=lambda v: None if v in (False, "sum", "max", "min") else "false, 'sum', 'max' or 'min'"),
     "out_units": Option(int, 1, "outputs per atom", check=positive),
 }
+
+
+def _element(z):
+    """An atomic number from an nn_spec key (a number, its text, or an element symbol)."""
+    from ase.data import atomic_numbers
+    if isinstance(z, str) and not z.isdigit():
+        if z not in atomic_numbers:
+            raise ParamsError(f"network.params.nn_spec: unknown element {z!r}")
+        return atomic_numbers[z]
+    return int(z)
 
 
 def _match(elems, which):
@@ -98,17 +126,32 @@ class BPNN(tf.Module):
         object.__setattr__(self, "params", copy.deepcopy(dict(params)))
         rng = np.random.RandomState(seed)
         self.rc = params["rc"]
-        self.atom_types = [int(z) for z in params["atom_types"]]
+        nn_spec = params["nn_spec"]
+        if params["atom_types"] is None:
+            if not isinstance(nn_spec, dict):
+                raise ParamsError("network.params.atom_types: needed when nn_spec is a list (or give nn_spec as "
+                                  "{element: sizes})")
+            self.atom_types = sorted(_element(z) for z in nn_spec)
+        else:
+            self.atom_types = [int(z) for z in params["atom_types"]]
+        if params["fp_scale"] and len(params["fp_range"]) != len(params["sf_spec"]):
+            raise ParamsError(f"network.params.fp_range: fp_scale needs one [min, max] per sf_spec entry "
+                              f"({len(params['sf_spec'])}), got {len(params['fp_range'])}")
         self.element_index = ElementIndex(self.atom_types)
         self.n_fp = sum(len(sf["eta"]) for sf in params["sf_spec"])
-        nn_spec = params["nn_spec"]
         self.subnets = []
+        by_element = {_element(z): nodes for z, nodes in nn_spec.items()} if isinstance(nn_spec, dict) else None
         for z in self.atom_types:
-            nodes = nn_spec.get(z, nn_spec.get(str(z))) if isinstance(nn_spec, dict) else nn_spec
+            nodes = by_element.get(z) if by_element is not None else nn_spec
             if nodes is None:
                 raise ValueError(f"network.params.nn_spec: no subnetwork sizes for element {z}")
             ff = FeedForward(self.n_fp, nodes, rng, params["act"], dtype=dtype, name=f"subnet_{z}")
             self.subnets.append((ff, Dense(ff.n_out, params["out_units"], rng, dtype=dtype, name=f"out_{z}")))
+
+    def regularized_weights(self):
+        """The weight matrices of the element subnetworks' hidden layers (no biases, no output layers):
+        what upstream PiNN's ``use_l2`` regularises."""
+        return [v for ff, _ in self.subnets for v in ff.trainable_variables if v.name.startswith("kernel")]
 
     def fingerprints(self, tensors):
         """Symmetry functions [n_atoms, n_fp]."""
@@ -118,34 +161,40 @@ class BPNN(tf.Module):
         fc = cutoff(dist, self.rc, ctype)
         e_i, e_j = tf.gather(elems, ind_2[:, 0]), tf.gather(elems, ind_2[:, 1])
         columns = []
-        need_triplets = any(sf["type"] == "G4" for sf in self.params["sf_spec"])
+        need_triplets = any(sf["type"] != "G2" for sf in self.params["sf_spec"])
         if need_triplets:
             p_ij, p_ik = triplets(ind_2, n_atoms)
             d_ij, d_ik = tf.gather(diff, p_ij), tf.gather(diff, p_ik)
             r_ij, r_ik = tf.gather(dist, p_ij), tf.gather(dist, p_ik)
             r_jk = tf.norm(d_ik - d_ij, axis=1)
             cos = tf.reduce_sum(d_ij * d_ik, axis=1) / (r_ij * r_ik)
-            fc3 = tf.gather(fc, p_ij) * tf.gather(fc, p_ik) * cutoff(r_jk, self.rc, ctype)
+            fc2 = tf.gather(fc, p_ij) * tf.gather(fc, p_ik)
+            fc3 = fc2 * cutoff(r_jk, self.rc, ctype)
             r2 = r_ij ** 2 + r_ik ** 2 + r_jk ** 2
             t_i = tf.gather(e_i, p_ij)
             t_j, t_k = tf.gather(e_j, p_ij), tf.gather(e_j, p_ik)
             centre = tf.gather(ind_2[:, 0], p_ij)
-        for sf in self.params["sf_spec"]:
+        p = self.params
+        for n, sf in enumerate(p["sf_spec"]):
+            entry = []
             if sf["type"] == "G2":
                 mask = tf.cast(_match(e_i, sf.get("i")) & _match(e_j, sf.get("j")), dist.dtype)
                 for eta, rs in zip(sf["eta"], sf["Rs"]):
                     g = tf.exp(-eta * (dist - rs) ** 2) * fc * mask
-                    columns.append(tf.math.unsorted_segment_sum(g, ind_2[:, 0], n_atoms))
+                    entry.append(tf.math.unsorted_segment_sum(g, ind_2[:, 0], n_atoms))
             else:
-                j, k = sf.get("j"), sf.get("k")
-                pair_ok = (_match(t_j, j) & _match(t_k, k)) | (_match(t_j, k) & _match(t_k, j))
-                mask = tf.cast(_match(t_i, sf.get("i")) & pair_ok, dist.dtype)
+                mask = tf.cast(_match(t_i, sf.get("i")) & _match(t_j, sf.get("j")) & _match(t_k, sf.get("k")),
+                               dist.dtype)
+                radial, cut = (r2, fc3) if sf["type"] == "G3" else (r2 - r_jk ** 2, fc2)
                 for eta, lambd, zeta in zip(sf["eta"], sf["lambd"], sf["zeta"]):
                     base = tf.maximum(1.0 + lambd * cos, 0.0)
-                    g = 2.0 ** (1.0 - zeta) * base ** zeta * tf.exp(-eta * r2) * fc3 * mask
-                    # ordered (j, k) pairs count each unordered pair twice
-                    columns.append(0.5 * tf.math.unsorted_segment_sum(g, centre, n_atoms))
-        return tf.stack(columns, axis=1) * self.params["fp_scale"]
+                    g = 2.0 ** (1.0 - zeta) * base ** zeta * tf.exp(-eta * radial) * cut * mask
+                    entry.append(tf.math.unsorted_segment_sum(g, centre, n_atoms))
+            if p["fp_scale"]:
+                low, high = p["fp_range"][n]
+                entry = [(g - low) / (high - low) * 2.0 - 1.0 for g in entry]
+            columns.extend(entry)
+        return tf.stack(columns, axis=1) * p["fp_multiplier"]
 
     def __call__(self, tensors):
         fp = self.fingerprints(tensors)
@@ -153,4 +202,7 @@ class BPNN(tf.Module):
         parts = tf.dynamic_partition(fp, idx, len(self.atom_types))
         positions = tf.dynamic_partition(tf.range(tf.shape(fp)[0]), idx, len(self.atom_types))
         outs = [dense(ff(part)) for (ff, dense), part in zip(self.subnets, parts)]
-        return tf.dynamic_stitch(positions, outs)
+        output = tf.dynamic_stitch(positions, outs)
+        if self.params["out_pool"]:
+            return POOLS[self.params["out_pool"]](output, tensors[K.IND_1][:, 0], tf.reduce_max(tensors[K.IND_1]) + 1)
+        return output

@@ -87,16 +87,23 @@ def cutoff(dist, rc, cutoff_type):
     return tf.where(inside, CUTOFFS[cutoff_type](x_safe), tf.zeros_like(x))
 
 
-def radial_basis(dist, fc, basis_type, n_basis, rc, gamma=3.0):
+#: how a network's ``out_pool`` reduces the atoms' outputs of each structure
+POOLS = {"sum": tf.math.unsorted_segment_sum, "max": tf.math.unsorted_segment_max,
+         "min": tf.math.unsorted_segment_min}
+
+
+def radial_basis(dist, fc, basis_type, n_basis, rc, gamma=3.0, center=None):
     """Radial basis [n_pairs, n_basis].
 
     ``polynomial``: fc^k for k = 1..n_basis (upstream PiNN's choice);
-    ``gaussian``: exp(-gamma (r - c_k)^2) fc with centers c_k evenly in [0, rc].
+    ``gaussian``: exp(-gamma (r - c_k)^2) fc with centers c_k (Å) given by ``center``, or evenly
+    in [0, rc].
     """
     if basis_type == "polynomial":
         return tf.stack([fc ** (k + 1) for k in range(n_basis)], axis=1)
     if basis_type == "gaussian":
-        centers = tf.constant(np.linspace(0.0, rc, n_basis), dist.dtype)
+        centers = tf.constant(np.linspace(0.0, rc, n_basis) if center is None else np.asarray(center, float),
+                              dist.dtype)
         return tf.exp(-gamma * (dist[:, None] - centers[None, :]) ** 2) * fc[:, None]
     raise ValueError(f"unknown basis_type {basis_type!r}")
 

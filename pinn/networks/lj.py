@@ -7,14 +7,15 @@ E = sum_{i<j} 4 epsilon [(sigma/r)^12 - (sigma/r)^6] - E(rc), with pairs beyond
 import copy
 
 import tensorflow as tf
+from ase.data import chemical_symbols
 
 from pinn import keys as K
 from pinn.networks.layers import ElementIndex
 from pinn.schema import Option, positive, positive_int_list
 
 PARAMS = {
-    "atom_types": Option(list, [1, 6, 7, 8], "atomic numbers accepted (all share one epsilon and sigma)",
-                         check=positive_int_list),
+    "atom_types": Option((list, None), None, "atomic numbers accepted (all share one epsilon and sigma); "
+                         "default: every element, as upstream PiNN's LJ", check=positive_int_list),
     "rc": Option(float, 3.0, "cutoff radius, Å", check=positive),
     "epsilon": Option(float, 1.0, "well depth, eV", check=positive),
     "sigma": Option(float, 1.0, "zero-crossing distance, Å", check=positive),
@@ -34,9 +35,14 @@ class LJ(tf.Module):
         # dicts in place, which would reach into the caller's params (and break writing them as YAML)
         object.__setattr__(self, "params", copy.deepcopy(dict(params)))
         self.rc = params["rc"]
-        self.element_index = ElementIndex(params["atom_types"])
+        self.atom_types = [int(z) for z in (params["atom_types"] or range(1, len(chemical_symbols)))]
+        self.element_index = ElementIndex(self.atom_types)
         self.epsilon = tf.Variable(params["epsilon"], dtype=dtype, name="epsilon")
         self.sigma = tf.Variable(params["sigma"], dtype=dtype, name="sigma")
+
+    def regularized_weights(self):
+        """None: epsilon and sigma are physical parameters, not weights to regularise."""
+        return []
 
     def __call__(self, tensors):
         self.element_index(tensors[K.ELEMS])  # rejects unknown elements

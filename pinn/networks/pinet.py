@@ -20,9 +20,19 @@ import numpy as np
 import tensorflow as tf
 
 from pinn import keys as K
-from pinn.networks.layers import (ACTIVATIONS, CUTOFFS, Dense, ElementIndex, FeedForward, cutoff, radial_basis,
-                                  scatter_sum)
-from pinn.schema import Option, positive, positive_int_list
+from pinn.networks.layers import (ACTIVATIONS, CUTOFFS, POOLS, Dense, ElementIndex, FeedForward, cutoff,
+                                  radial_basis, scatter_sum)
+from pinn.schema import Option, ParamsError, positive, positive_int_list
+
+def _numbers(value):
+    if not value or not all(isinstance(c, (int, float)) and not isinstance(c, bool) for c in value):
+        return "a non-empty list of numbers"
+    return None
+
+
+def _pool_choice(value):
+    return None if value in (False, "sum", "max", "min") else "false, 'sum', 'max' or 'min'"
+
 
 PARAMS = {
     "atom_types": Option(list, [1, 6, 7, 8], "atomic numbers the network knows", check=positive_int_list),
@@ -38,6 +48,11 @@ PARAMS = {
     "n_basis": Option(int, 4, "number of radial basis functions", check=positive),
     "gamma": Option(float, 3.0, "width parameter of the Gaussian basis, 1/Å²", check=positive),
     "cutoff_type": Option(str, "f1", "cutoff function", choices=tuple(CUTOFFS)),
+    "center": Option((list, None), None, "centers of the Gaussian basis functions, Å (n_basis of them; "
+                     "default: evenly spaced from 0 to rc)", check=_numbers),
+    "out_pool": Option((bool, str), False, "false: one output per atom; 'sum', 'max' or 'min': the atoms' "
+                       "outputs pooled per structure (the network on its own; the models sum atomic outputs)",
+                       check=_pool_choice),
 }
 
 
@@ -117,7 +132,15 @@ class PiNet(tf.Module):
         object.__setattr__(self, "params", copy.deepcopy(dict(params)))
         rng = np.random.RandomState(seed)
         self.rc = params["rc"]
-        self.element_index = ElementIndex(params["atom_types"])
+        if params["center"] is not None:
+            if params["basis_type"] != "gaussian":
+                raise ParamsError("network.params.center: centers of the Gaussian basis; basis_type is "
+                                  f"{params['basis_type']!r}")
+            if len(params["center"]) != params["n_basis"]:
+                raise ParamsError(f"network.params.center: {len(params['center'])} centers for n_basis "
+                                  f"{params['n_basis']}; give one per basis function")
+        self.atom_types = [int(z) for z in params["atom_types"]]
+        self.element_index = ElementIndex(self.atom_types)
         self.n_types = len(params["atom_types"])
         self.blocks, self.outputs, self.residual = [], [], []
         n_prop = self.n_types
@@ -131,16 +154,26 @@ class PiNet(tf.Module):
                                  Dense(n_prop, block.n_out, rng, use_bias=False, dtype=dtype, name=f"res_{d}"))
             n_prop = block.n_out
 
+    def regularized_weights(self):
+        """The weight matrices of the hidden layers (no biases, no output units): what upstream PiNN's
+        ``use_l2`` regularises."""
+        ffs = [b for block in self.blocks for b in block.trainable_variables] + \
+            [v for out_ff, _ in self.outputs for v in out_ff.trainable_variables] + \
+            [v for r in self.residual if r is not None for v in r.trainable_variables]
+        return [v for v in ffs if v.name.startswith("kernel")]
+
     def __call__(self, tensors):
         idx = self.element_index(tensors[K.ELEMS])
         prop = tf.one_hot(idx, self.n_types, dtype=tensors[K.DIST].dtype)
         fc = cutoff(tensors[K.DIST], self.rc, self.params["cutoff_type"])
         basis = radial_basis(tensors[K.DIST], fc, self.params["basis_type"], self.params["n_basis"],
-                             self.rc, self.params["gamma"])
+                             self.rc, self.params["gamma"], self.params["center"])
         ind_2 = tensors[K.IND_2]
         output = 0.0
         for block, (out_ff, out_units), residual in zip(self.blocks, self.outputs, self.residual):
             new_prop = block(prop, ind_2, basis)
             output = output + out_units(out_ff(new_prop))
             prop = (prop if residual is None else residual(prop)) + new_prop
+        if self.params["out_pool"]:
+            return POOLS[self.params["out_pool"]](output, tensors[K.IND_1][:, 0], tf.reduce_max(tensors[K.IND_1]) + 1)
         return output

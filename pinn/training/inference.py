@@ -33,7 +33,7 @@ class InferenceHandle:
         self.rc = float(trainer.rc)
         self.e_unit = float(trainer.mp.get("e_unit", 1.0))
         self.dtype = trainer.dtype
-        self.atom_types = list(self.params["network"]["params"]["atom_types"])
+        self.atom_types = list(trainer.network.atom_types)
         self.checkpoint = trainer.restored
 
     @property
