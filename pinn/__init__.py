@@ -48,4 +48,18 @@ def get_network(spec):
     return _get_network(network_params(spec))
 
 
-__all__ = ["get_calc", "get_model", "get_network", "__version__"]
+def train_and_evaluate(model, train_spec, eval_spec):
+    """Upstream PiNN's ``tf.estimator.train_and_evaluate(model, train_spec, eval_spec)`` for a pinn model
+    (see :func:`pinn.training.specs.train_and_evaluate`)."""
+    from pinn.training.specs import train_and_evaluate as _train_and_evaluate
+    return _train_and_evaluate(model, train_spec, eval_spec)
+
+
+def __getattr__(name):
+    if name in ("TrainSpec", "EvalSpec"):  # the specs without tf.estimator (gone from TensorFlow ≥ 2.16)
+        from pinn.training import specs
+        return getattr(specs, name)
+    raise AttributeError(f"module 'pinn' has no attribute {name!r}")
+
+
+__all__ = ["get_calc", "get_model", "get_network", "train_and_evaluate", "TrainSpec", "EvalSpec", "__version__"]

@@ -180,7 +180,7 @@ def test_optimizer_section_plain_rate_and_weight_average(tmp_path):
 
 
 @pytest.mark.parametrize("optimizer, message", [
-    ({"class_name": "EKF", "config": {"learning_rate": 0.03}}, "'EKF' .* not implemented in pinn yet"),
+    ({"class_name": "EKF", "config": {"learning_rate": 0.03, "q_taus": 10}}, r"optimizer\.config\.q_taus: unknown EKF"),
     ({"class_name": "Adam", "config": {"clipnorm": 0.01}}, r"optimizer\.config\.clipnorm: 0\.01.*global_clipnorm"),
     ({"class_name": "Adam", "config": {"beta_1": 0.8}}, r"optimizer\.config\.beta_1: 0\.8"),
     ({"class_name": "Adam", "config": {"learning_rate": {"class_name": "PolynomialDecay", "config": {}}}},
@@ -216,3 +216,31 @@ def test_log_e_per_atom_adds_the_energy_error_per_atom(alloy_xyz, tmp_path):
     assert result["E_PER_ATOM_RMSE"] == pytest.approx(np.sqrt((per_atom ** 2).mean()), rel=1e-4)
     assert result["METRICS/E_PER_ATOM_MAE"] == result["E_PER_ATOM_MAE"]
     assert "E_PER_ATOM_MAE" not in pinn.get_model(params_in(tmp_path / "plain")).evaluate(first)
+
+
+def test_train_and_evaluate_takes_upstream_specs_and_tensorflow_names_it(alloy_xyz, tmp_path):
+    import tensorflow as tf
+    params = params_in(tmp_path / "model")
+    params["model"]["params"]["save_checkpoint_steps"] = 2
+    model = pinn.get_model(params)
+    train = lambda: load_ase(alloy_xyz).repeat().apply(sparse_batch(4))  # noqa: E731
+    test = lambda: load_ase(alloy_xyz).repeat().apply(sparse_batch(4))  # noqa: E731
+    if hasattr(tf, "estimator"):  # TensorFlow ≤ 2.15: upstream's own line names pinn's function
+        with pytest.raises(TypeError, match=r"pinn\.train_and_evaluate\(model, train_spec, eval_spec\)"):
+            tf.estimator.train_and_evaluate(model, tf.estimator.TrainSpec(train, max_steps=2),
+                                            tf.estimator.EvalSpec(test, steps=2))
+        specs = tf.estimator.TrainSpec(input_fn=train, max_steps=3), tf.estimator.EvalSpec(input_fn=test, steps=2)
+    else:
+        specs = pinn.TrainSpec(input_fn=train, max_steps=3), pinn.EvalSpec(input_fn=test, steps=2)
+    metrics, exports = pinn.train_and_evaluate(model, *specs)
+    assert int(model.step) == 3 and exports == []
+    assert metrics["global_step"] == 3 and metrics["METRICS/E_RMSE"] == pytest.approx(
+        model.evaluate(test, steps=2)["E_RMSE"])
+    from pinn.training.metrics import read_metrics
+    assert [r["step"] for r in read_metrics(params["model_dir"], "eval")] == [2, 3]
+    with pytest.raises(ValueError, match="never ends"):
+        pinn.train_and_evaluate(model, pinn.TrainSpec(train, 4), pinn.EvalSpec(test, steps=None))
+    with pytest.raises(ValueError, match="EvalSpec.throttle_secs=10"):
+        pinn.train_and_evaluate(model, pinn.TrainSpec(train, 4), pinn.EvalSpec(test, throttle_secs=10))
+    with pytest.raises(TypeError, match="hooks"):
+        pinn.train_and_evaluate(model, pinn.TrainSpec(train, 4, hooks=[object()]), pinn.EvalSpec(test))

@@ -45,9 +45,14 @@ def _check_sf_spec(spec):
 
 def _check_ranges(value):
     for n, pair in enumerate(value):
-        if not (isinstance(pair, (list, tuple)) and len(pair) == 2
-                and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in pair) and pair[1] > pair[0]):
-            return f"entry {n} must be [min, max] with max > min"
+        if not (isinstance(pair, (list, tuple)) and len(pair) == 2):
+            return f"entry {n} must be [min, max]"
+        try:
+            low, high = np.asarray(pair[0], float), np.asarray(pair[1], float)
+        except (TypeError, ValueError):
+            return f"entry {n} must be [min, max] of numbers or of lists of numbers"
+        if low.shape != high.shape or low.ndim > 1 or not np.all(high > low):
+            return f"entry {n} must be [min, max] (numbers, or one per function of the entry) with max > min"
     return None
 
 
@@ -67,7 +72,8 @@ PARAMS = {
     "cutoff_type": Option(str, "f1", "cutoff function", choices=tuple(CUTOFFS)),
     "fp_scale": Option(bool, False, "map each sf_spec entry's functions from its fp_range [min, max] to [-1, 1] "
                        "(upstream PiNN's)"),
-    "fp_range": Option(list, [], "with fp_scale: one [min, max] per sf_spec entry", check=_check_ranges),
+    "fp_range": Option(list, [], "with fp_scale: one [min, max] per sf_spec entry, each a number or a list with "
+                       "one value per function of the entry (what `pinn train --init` writes)", check=_check_ranges),
     "fp_multiplier": Option(float, 1.0, "the symmetry functions are multiplied by this before the subnetworks "
                             "(pinn's; the fp_scale of pinn < 0.14)", check=positive),
     "out_pool": Option((bool, str), False, "false: one output per atom; 'sum', 'max' or 'min': pooled per "
@@ -190,9 +196,9 @@ class BPNN(tf.Module):
                     base = tf.maximum(1.0 + lambd * cos, 0.0)
                     g = 2.0 ** (1.0 - zeta) * base ** zeta * tf.exp(-eta * radial) * cut * mask
                     entry.append(tf.math.unsorted_segment_sum(g, centre, n_atoms))
-            if p["fp_scale"]:
-                low, high = p["fp_range"][n]
-                entry = [(g - low) / (high - low) * 2.0 - 1.0 for g in entry]
+            if p["fp_scale"]:  # fp_range[n]: [min, max] of the entry, or of each of its functions
+                low, high = (np.broadcast_to(np.asarray(x, float), len(entry)) for x in p["fp_range"][n])
+                entry = [(g - lo) / (hi - lo) * 2.0 - 1.0 for g, lo, hi in zip(entry, low, high)]
             columns.extend(entry)
         return tf.stack(columns, axis=1) * p["fp_multiplier"]
 

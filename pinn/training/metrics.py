@@ -51,6 +51,14 @@ def append_metrics(model_dir, record):
     append_line(metrics_path(model_dir), json.dumps(clean))
 
 
+def with_upstream_names(result):
+    """``result`` (a dict of metrics) with each ``<Q>_MAE`` / ``<Q>_RMSE`` also under upstream PiNN's
+    name ``METRICS/<Q>_MAE`` / ``METRICS/<Q>_RMSE`` (in place; returned)."""
+    result.update({f"METRICS/{key}": value for key, value in list(result.items())
+                   if key.endswith(("_MAE", "_RMSE"))})
+    return result
+
+
 def read_metrics(model_dir, kind=None):
     """Records of ``model_dir/metrics.jsonl``, oldest first.
 
