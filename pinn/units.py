@@ -19,3 +19,9 @@ KCAL_PER_MOL = _ase.kcal / _ase.mol
 KJ_PER_MOL_NM = KJ_PER_MOL / NM
 #: 1 Hartree/bohr in eV/Å
 HARTREE_PER_BOHR = HARTREE / BOHR
+#: 1 GPa in eV/Å³
+GPA = _ase.GPa
+#: 1 bar in eV/Å³
+BAR = _ase.bar
+#: 1 debye in e·Å
+DEBYE = _ase.Debye

@@ -89,35 +89,58 @@ def _total_ratio(split, path):
     return total
 
 
-def check_structure(data, source):
-    """Validate and normalise one structure dict in place.
+#: keys that batching and the models make; a loader may not declare them
+_RESERVED = (K.IND_1, K.DIFF, K.DIST, K.REAL)
+
+
+def check_structure(data, source, float_dtype="float32", extra=None):
+    """Validate and normalise one structure dict.
 
     Args:
         data: dict with at least ``elems`` and ``coord``; values array-like.
         source: text naming where the structure came from (file and frame),
             used in error messages.
+        float_dtype: dtype of pinn's float keys (and of extra keys declared ``'float'``).
+        extra: keys that pinn does not know but the loader declares (see
+            :func:`list_loader`'s ``ds_spec``): dict key → ``(shape, dtype)``, the shape a
+            tuple with ``None`` for a dimension of any size, the dtype a name or ``'float'``.
 
     Returns:
-        The dict with numpy arrays of the declared dtypes (floats as float32,
-        missing ``cell``/``pbc`` filled for an open system).
+        A new dict of numpy arrays of the declared dtypes (missing ``cell``/``pbc``
+        filled for an open system).
 
     Raises:
         DataError: unknown keys, wrong shapes, non-positive atomic numbers or
             non-finite values, with ``source`` in the message.
     """
+    extra = extra or {}
     out = {}
     for key, value in data.items():
-        if key not in K.SHAPES:
-            raise DataError(f"{source}: unknown data key {key!r} (known: {sorted(K.SHAPES)})")
-        out[key] = np.asarray(value, dtype=K.dtype_of(key))
+        if key in K.SHAPES:
+            dtype = K.dtype_of(key, float_dtype)
+        elif key in extra:
+            dtype = float_dtype if extra[key][1] == "float" else extra[key][1]
+        else:
+            raise DataError(f"{source}: unknown data key {key!r} (known: {sorted(K.SHAPES)}; a loader declares "
+                            "other keys with list_loader(ds_spec=...))")
+        try:
+            out[key] = np.asarray(value, dtype=dtype)
+        except (TypeError, ValueError) as err:
+            raise DataError(f"{source}: {key!r} is not an array of {dtype}: {err}") from err
     if K.ELEMS not in out or K.COORD not in out:
         raise DataError(f"{source}: a structure needs {K.ELEMS!r} and {K.COORD!r}")
     n_atoms = len(out[K.ELEMS])
     if n_atoms == 0:
         raise DataError(f"{source}: structure has no atoms")
-    out.setdefault(K.CELL, np.zeros((3, 3), np.float32))
+    out.setdefault(K.CELL, np.zeros((3, 3), K.dtype_of(K.CELL, float_dtype)))
     out.setdefault(K.PBC, np.zeros(3, bool))
     for key, value in out.items():
+        if key in extra:
+            declared = extra[key][0]
+            if value.ndim != len(declared) or any(d is not None and d != s for d, s in zip(declared, value.shape)):
+                raise DataError(f"{source}: {key!r} has shape {value.shape}, declared "
+                                f"{[d for d in declared]} (None: any size)")
+            continue
         shape = tuple(n_atoms if s is None else s for s in K.SHAPES[key])
         if key in K.PAIR_KEYS:
             shape = (value.shape[0],) + shape[1:]
@@ -133,72 +156,237 @@ def check_structure(data, source):
     return out
 
 
-def signature_of(structure):
-    """``tf.TensorSpec`` dict describing structures shaped like ``structure``."""
-    return {key: tf.TensorSpec(K.SHAPES[key], tf.as_dtype(np.asarray(value).dtype), name=key)
+def signature_of(structure, extra=None):
+    """``tf.TensorSpec`` dict describing structures shaped like ``structure``; keys in ``extra``
+    (as for :func:`check_structure`) get their declared shape."""
+    extra = extra or {}
+    return {key: tf.TensorSpec(extra[key][0] if key in extra else K.SHAPES[key],
+                               tf.as_dtype(np.asarray(value).dtype), name=key)
             for key, value in structure.items()}
 
 
-def list_loader(func=None, *, float_dtype="float32"):
+def declared_spec(pbc=None, force=None, stress=None, ds_spec=None):
+    """The keys that :func:`list_loader`'s arguments declare, or ``None`` when they declare none.
+
+    Args:
+        pbc, force, stress: upstream PiNN's flags: ``elems``, ``coord`` and ``e_data``, and
+            ``cell`` (``pbc``), ``f_data`` (``force``), ``s_data`` (``stress``) when true.
+        ds_spec: upstream PiNN's full spec instead: dict key → ``{'dtype': ..., 'shape': [...]}``
+            (or a ``tf.TensorSpec``); dtype a name (``'float'`` is the loader's precision), a
+            ``tf.DType`` or NumPy dtype, ``None`` in a shape for a dimension of any size.
+
+    Returns:
+        dict key → ``(shape tuple, dtype name or 'float')``, or ``None`` (all arguments None).
+
+    Raises:
+        ValueError, TypeError: a spec without ``elems``/``coord``, one of pinn's keys with
+            another shape, a key that batching makes (``ind_1``...), a flag whose key the
+            ``ds_spec`` lacks.
+    """
+    flags = {"pbc": (pbc, K.CELL), "force": (force, K.F_DATA), "stress": (stress, K.S_DATA)}
+    if ds_spec is None:
+        if all(flag is None for flag, _ in flags.values()):
+            return None
+        keys = [K.ELEMS, K.COORD, K.E_DATA] + [key for flag, key in flags.values() if flag]
+        return {key: (K.SHAPES[key], "float" if K.dtype_of(key) == "float32" else K.dtype_of(key)) for key in keys}
+    if not isinstance(ds_spec, dict):
+        raise TypeError(f"list_loader: ds_spec must be a dict key -> {{'dtype': ..., 'shape': [...]}}, got {ds_spec!r}")
+    spec = {}
+    for key, entry in ds_spec.items():
+        if key in _RESERVED:
+            raise ValueError(f"list_loader: ds_spec[{key!r}]: {key!r} is made by batching or by the model, "
+                             "not by a loader")
+        shape, dtype = _spec_entry(key, entry)
+        if key in K.SHAPES:
+            if shape != K.SHAPES[key]:
+                raise ValueError(f"list_loader: ds_spec[{key!r}] has shape {list(shape)}; pinn's {key!r} has "
+                                 f"{list(K.SHAPES[key])} (see pinn.keys)")
+            dtype = "float" if K.dtype_of(key) == "float32" else K.dtype_of(key)
+        spec[key] = (shape, dtype)
+    for key in (K.ELEMS, K.COORD):
+        if key not in spec:
+            raise ValueError(f"list_loader: ds_spec must declare {key!r} (it is the full spec of a structure)")
+    for name, (flag, key) in flags.items():
+        if flag and key not in spec:
+            raise ValueError(f"list_loader: {name}=True, but {key!r} is not in ds_spec (ds_spec is the full spec; "
+                             f"declare {key!r} in it)")
+    return spec
+
+
+def _spec_entry(key, entry):
+    """(shape tuple, dtype name or 'float') of one ``ds_spec`` entry."""
+    if isinstance(entry, tf.TensorSpec):
+        shape, dtype = entry.shape.as_list(), entry.dtype
+    elif isinstance(entry, dict) and "dtype" in entry and "shape" in entry:
+        shape, dtype = entry["shape"], entry["dtype"]
+    else:
+        raise TypeError(f"list_loader: ds_spec[{key!r}] must be {{'dtype': ..., 'shape': [...]}} or a "
+                        f"tf.TensorSpec, got {entry!r}")
+    try:
+        shape = tuple(None if d is None else int(d) for d in shape)
+    except (TypeError, ValueError):
+        raise TypeError(f"list_loader: ds_spec[{key!r}]['shape'] must be a list of sizes or None, got {shape!r}") \
+            from None
+    if isinstance(dtype, str) and dtype == "float":
+        return shape, "float"
+    try:
+        return shape, tf.as_dtype(dtype).name
+    except TypeError:
+        raise TypeError(f"list_loader: ds_spec[{key!r}]['dtype'] = {dtype!r} is not a dtype") from None
+
+
+class ItemReader:
+    """Reads items through a function of one item, checks them, and builds the datasets.
+
+    The common part of :func:`list_loader` and of loaders that split their items
+    themselves (:func:`pinn.io.load_ani` splits by molecule).
+
+    Args:
+        read_item: function item → structure dict (values array-like).
+        name: the loader's name, for messages.
+        float_dtype: dtype of the float arrays.
+        spec: declared keys (see :func:`declared_spec`), or ``None`` to take them from the
+            first item.
+        extra: with ``spec=None``, keys pinn does not know that items may give, as for
+            :func:`check_structure` (the declared keys of ``spec`` otherwise).
+    """
+
+    def __init__(self, read_item, name, float_dtype="float32", spec=None, extra=None):
+        self.read_item = read_item
+        self.name = name
+        self.float_dtype = float_dtype
+        self.spec = spec
+        self.extra = {k: v for k, v in spec.items() if k not in K.SHAPES} if spec is not None else dict(extra or {})
+
+    def read(self, item):
+        """The checked structure of one item (numpy arrays).
+
+        Raises:
+            DataError: naming the item (its ``source`` attribute or its ``repr``).
+        """
+        source = getattr(item, "source", None) or repr(item)
+        try:
+            raw = self.read_item(item)
+        except DataError:
+            raise
+        except Exception as err:  # anything a parser raises: say which item
+            raise DataError(f"{source}: {type(err).__name__}: {err}") from err
+        if not isinstance(raw, dict):
+            raise DataError(f"{source}: {self.name} returned a {type(raw).__name__}, not a dict of arrays")
+        if self.spec is not None:
+            raw = self._as_declared(raw, source)
+        return check_structure(raw, source, self.float_dtype, self.extra)
+
+    def _as_declared(self, raw, source):
+        allowed = set(self.spec) | ({K.PBC} if K.CELL in self.spec else set())
+        missing = sorted(set(self.spec) - set(raw))
+        unexpected = sorted(set(raw) - allowed)
+        if missing:
+            raise DataError(f"{source}: {self.name} declares {missing} (list_loader's pbc/force/stress/ds_spec), "
+                            f"but the item gives only {sorted(raw)}")
+        if unexpected:
+            raise DataError(f"{source}: {self.name} gives {unexpected}, which it does not declare (list_loader's "
+                            "pbc=True declares 'cell', force=True 'f_data', stress=True 's_data', ds_spec any key)")
+        if K.CELL in raw and K.PBC not in raw:  # upstream PiNN: a structure with a cell is periodic
+            raw = dict(raw)
+            raw[K.PBC] = np.repeat(bool(np.any(np.asarray(raw[K.CELL]) != 0)), 3)
+        return raw
+
+    def datasets(self, subsets):
+        """``tf.data.Dataset`` for each list of items in ``subsets`` (a list, or a nested dict of
+        lists as :func:`split_items` gives), in the same structure.
+
+        The first item is read once now to fix the keys, dtypes and shapes; the others are
+        read when the datasets are iterated and must give the same keys.
+        """
+        first = next((items[0] for items in _leaves(subsets) if len(items)), None)
+        if first is None:
+            raise DataError(f"{self.name}: no structures to load")
+        spec = signature_of(self.read(first), self.extra)
+        return _map_nested(subsets, lambda items: self._dataset(items, spec))
+
+    def _dataset(self, items, spec):
+        expected = set(spec)
+
+        def generate():
+            for item in items:
+                structure = self.read(item)
+                if set(structure) != expected:
+                    source = getattr(item, "source", None) or repr(item)
+                    raise DataError(f"{source}: keys {sorted(structure)} differ from the first "
+                                    f"structure's {sorted(expected)}")
+                yield structure
+        return tf.data.Dataset.from_generator(generate, output_signature=spec)
+
+
+def list_loader(pbc=None, force=None, stress=None, ds_spec=None, *, float_dtype="float32"):
     """Turn ``func(item) -> structure dict`` into a loader of datasets.
 
-    The decorated loader has the signature
+    Used bare (``@list_loader``) or called (``@list_loader(pbc=True, force=True)``, upstream
+    PiNN's form).  The decorated loader has the signature
     ``loader(items, split=False, shuffle=True, seed=0, splits=None)`` (``splits``: upstream
-    PiNN's name of ``split``) and returns a
-    ``tf.data.Dataset`` (no split) or a nested dict of datasets (see
-    :func:`split_items`).  Items are read lazily when the dataset is iterated.
-    The first item is read once up front to fix the keys and dtypes; every
-    item must then provide the same keys.
+    PiNN's name of ``split``) and returns a ``tf.data.Dataset`` (no split) or a nested dict of
+    datasets (see :func:`split_items`).  Items are read lazily when the dataset is iterated.
+
+    Args:
+        pbc: upstream PiNN's flag: the items give ``cell`` (Å).  A structure whose item gives no
+            ``pbc`` is periodic along a, b and c when its cell is not all zeros, open otherwise.
+        force: the items give ``f_data`` (eV/Å).
+        stress: the items give ``s_data`` (eV/Å³).
+        ds_spec: the full spec instead of the flags (upstream PiNN's form): dict key →
+            ``{'dtype': ..., 'shape': [...]}`` or ``tf.TensorSpec``, with ``None`` for a dimension
+            of any size and ``'float'`` for the loader's float dtype.  It must declare
+            ``elems`` and ``coord``; keys that pinn does not know (``'mw_data'``...) are
+            carried with the declared shape and dtype; pinn's keys take pinn's shapes and
+            dtypes (:mod:`pinn.keys`).
+        float_dtype: dtype of the float arrays (keyword only).
+
+    With any of ``pbc``, ``force``, ``stress`` given (even False), every item must give
+    ``elems``, ``coord``, ``e_data`` and the keys the true flags add, and nothing else
+    (``pbc`` besides ``cell``); with ``ds_spec``, exactly its keys.  With none of the four
+    (``@list_loader`` or ``@list_loader()``) the keys, dtypes and shapes are those of the
+    first item, which is read once up front, and only pinn's keys are taken.  Either way
+    every item must give the same keys as the first.
 
     ``func`` may raise :class:`DataError`; other exceptions are re-raised as
-    :class:`DataError` naming the item.
+    :class:`DataError` naming the item (its ``source`` attribute, as with
+    :class:`Frame`, or its ``repr``).
+
+    Returns:
+        the decorator (or, used bare, the loader).
+
+    Raises:
+        ValueError, TypeError: a ``ds_spec`` that is not a spec (see :func:`declared_spec`).
 
     Example::
 
-        @list_loader
+        @list_loader(pbc=True, force=True)
         def load_frames(item):
-            return {'elems': ..., 'coord': ..., 'e_data': ...}
-        datasets = load_frames(my_items, split={'train': 9, 'test': 1})
+            return {'elems': ..., 'coord': ..., 'cell': ..., 'e_data': ..., 'f_data': ...}
+        datasets = load_frames(my_items, splits={'train': 9, 'test': 1})
     """
+    if callable(pbc) and not isinstance(pbc, (bool, np.bool_)):  # used bare: @list_loader
+        return list_loader(float_dtype=float_dtype)(pbc)
+    spec = declared_spec(pbc, force, stress, ds_spec)
+
     def decorate(read_item):
+        reader = ItemReader(read_item, read_item.__name__, float_dtype, spec)
+
         @functools.wraps(read_item)
         def loader(items, split=False, shuffle=True, seed=0, splits=None):
             split = chosen_split(split, splits, read_item.__name__)
             items = list(items)
             if not items:
                 raise DataError(f"{read_item.__name__}: no structures to load")
-            first = _read_checked(read_item, items[0], float_dtype)
-            spec = signature_of(first)
-            subsets = split_items(items, split, shuffle=shuffle, seed=seed)
-            return _map_nested(subsets, lambda subset: _dataset(read_item, subset, spec, float_dtype))
+            return reader.datasets(split_items(items, split, shuffle=shuffle, seed=seed))
         return loader
-    return decorate if func is None else decorate(func)
+    return decorate
 
 
-def _read_checked(read_item, item, float_dtype):
-    source = getattr(item, "source", None) or repr(item)
-    try:
-        structure = read_item(item)
-    except DataError:
-        raise
-    except Exception as err:  # anything a parser raises: say which item
-        raise DataError(f"{source}: {type(err).__name__}: {err}") from err
-    structure = check_structure(structure, source)
-    return {k: v.astype(float_dtype) if v.dtype.kind == "f" else v for k, v in structure.items()}
-
-
-def _dataset(read_item, items, spec, float_dtype):
-    expected = set(spec)
-
-    def generate():
-        for item in items:
-            structure = _read_checked(read_item, item, float_dtype)
-            if set(structure) != expected:
-                source = getattr(item, "source", None) or repr(item)
-                raise DataError(f"{source}: keys {sorted(structure)} differ from the first "
-                                f"structure's {sorted(expected)}")
-            yield structure
-    return tf.data.Dataset.from_generator(generate, output_signature=spec)
+def _leaves(tree):
+    if isinstance(tree, dict):
+        return [leaf for value in tree.values() for leaf in _leaves(value)]
+    return [tree]
 
 
 def _map_nested(tree, fn):

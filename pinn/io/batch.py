@@ -5,51 +5,93 @@ import tensorflow as tf
 from pinn import keys as K
 from pinn.io.neighbors import batch_neighbor_list, neighbor_list
 
+#: upstream PiNN's per-atom keys besides pinn's own (``pinn.keys.ATOMIC_KEYS``): its ``sparse_batch``
+#: concatenates these by default (RuNNer's force weights, the oxidation states of its charge models)
+UPSTREAM_ATOMIC_PROPS = ("f_weights", "oxidation")
 
-def sparse_batch(batch_size, drop_remainder=False, num_parallel_calls=tf.data.AUTOTUNE):
+
+def atomic_keys(atomic_props=None):
+    """The keys with one row per atom: pinn's (``pinn.keys.ATOMIC_KEYS``) and ``atomic_props``
+    (default :data:`UPSTREAM_ATOMIC_PROPS`; any sequence of key names)."""
+    props = UPSTREAM_ATOMIC_PROPS if atomic_props is None else tuple(atomic_props)
+    return tuple(K.ATOMIC_KEYS) + tuple(p for p in props if p not in K.ATOMIC_KEYS)
+
+
+def sparse_batch(batch_size, drop_remainder=False, num_parallel_calls=tf.data.AUTOTUNE, atomic_props=None):
     """Dataset transform: batch structures of different sizes without padding.
 
-    Per-atom arrays (``elems``, ``coord``, ``f_data``, ``q_data``) are
-    concatenated and ``ind_1`` [n_atoms, 1] gives each atom's structure index;
-    per-structure values (``cell``, ``pbc``, ``e_data``, ``s_data``, ``d_data``)
-    are stacked; precomputed pairs (``ind_2``, ``shift``) are concatenated with
-    their atom indices offset into the batch.
+    Per-atom arrays (``elems``, ``coord``, ``f_data``, ``q_data`` and the keys of
+    ``atomic_props``) are concatenated and ``ind_1`` [n_atoms, 1] gives each atom's
+    structure index; per-structure values (``cell``, ``pbc``, ``e_data``, ``s_data``,
+    ``d_data`` and keys of fixed shape that pinn does not know, such as ``mw_data`` []) are
+    stacked; precomputed pairs (``ind_2``, ``shift``) are concatenated with their atom
+    indices offset into the batch.
+
+    Args:
+        batch_size: structures per batch.
+        drop_remainder: drop a last batch smaller than ``batch_size``.
+        num_parallel_calls: parallel calls of the map that flattens each batch.
+        atomic_props: names of keys besides pinn's with one row per atom, to concatenate like
+            ``f_data`` (upstream PiNN's argument); default :data:`UPSTREAM_ATOMIC_PROPS`
+            (``f_weights``, ``oxidation``).  Only keys the dataset has matter; each must have
+            as many rows as the structure has atoms (checked).
 
     The structures are batched with ``padded_batch`` (``elems`` and ``ind_2`` padded with
     -1, which marks the padding) and the padding is then dropped in one map: a third to a
     half of the CPU time of ``ragged_batch``, which converts every tensor of every structure to a
-    variant first.  Datasets with keys of variable shape that pinn does not know are
-    batched with ``ragged_batch`` and keep them ragged.
+    variant first.  Datasets with other keys of variable shape are batched with
+    ``ragged_batch`` and keep them ragged.
 
     Use as ``dataset.apply(sparse_batch(32))``.
     """
+    atomic = atomic_keys(atomic_props)
+
     def transform(dataset):
         spec = dataset.element_spec
-        if _paddable(spec):
+        extra_atomic = [key for key in atomic if isinstance(spec, dict) and key in spec and key not in K.ATOMIC_KEYS]
+        if extra_atomic and K.ELEMS in spec:
+            dataset = dataset.map(_rows_per_atom_checked(extra_atomic), num_parallel_calls=num_parallel_calls,
+                                  deterministic=True)
+        if _paddable(spec, atomic):
             padding = {key: tf.constant(-1 if key in (K.ELEMS, K.IND_2) else 0, value.dtype)
                        if value.dtype != tf.bool else tf.constant(False) for key, value in spec.items()}
             batched = dataset.padded_batch(batch_size, padding_values=padding, drop_remainder=drop_remainder)
-            flatten = _flatten_padded
+            flatten = lambda batch: _flatten_padded(batch, atomic)  # noqa: E731
         else:
             batched = dataset.ragged_batch(batch_size, drop_remainder=drop_remainder)
-            flatten = _flatten_ragged
+            flatten = lambda batch: _flatten_ragged(batch, atomic)  # noqa: E731
         return batched.map(flatten, num_parallel_calls=num_parallel_calls, deterministic=True)
     return transform
 
 
-def _paddable(spec):
+def _rows_per_atom_checked(keys):
+    """A map that asserts that each key in ``keys`` has one row per atom of its structure."""
+    def check(structure):
+        n_atoms = tf.shape(structure[K.ELEMS])[0]
+        checks = [tf.debugging.assert_equal(tf.shape(structure[key])[0], n_atoms,
+                                            message=f"sparse_batch: per-atom key {key} (atomic_props) does not "
+                                                    "have one row per atom")
+                  for key in keys]
+        with tf.control_dependencies(checks):
+            return {key: tf.identity(value) for key, value in structure.items()}
+    return check
+
+
+def _paddable(spec, atomic=K.ATOMIC_KEYS):
     """Whether a dataset of single structures can be batched by padding: a dict with ``elems``
-    whose keys are pinn's (or of fixed shape), and pairs only with ``ind_2``."""
+    whose keys are pinn's, per-atom keys of ``atomic`` or keys of fixed shape, and pairs only
+    with ``ind_2``."""
     if not isinstance(spec, dict) or K.ELEMS not in spec or K.IND_1 in spec:
         return False
     if any(key in K.PAIR_KEYS for key in spec) and K.IND_2 not in spec:
         return False
     return all(isinstance(value, tf.TensorSpec) and
-               (key in K.SHAPES or value.shape.is_fully_defined())
+               (key in K.SHAPES or value.shape.is_fully_defined() or
+                (key in atomic and value.shape.rank and value.shape[1:].is_fully_defined()))
                for key, value in spec.items())
 
 
-def _flatten_padded(batch):
+def _flatten_padded(batch, atomic=K.ATOMIC_KEYS):
     """A sparse batch from a padded batch of structures (see :func:`sparse_batch`)."""
     real_atoms = batch[K.ELEMS] >= 0
     atoms = tf.where(real_atoms)  # [n_atoms, 2]: (structure, atom) in order
@@ -60,7 +102,7 @@ def _flatten_padded(batch):
         atom_offsets = tf.cumsum(n_atoms, exclusive=True)
         pair_offsets = tf.gather(atom_offsets, pairs[:, 0])
     for key, value in batch.items():
-        if key in K.ATOMIC_KEYS:
+        if key in atomic:
             out[key] = tf.gather_nd(value, atoms)
         elif key == K.IND_2:
             out[key] = tf.gather_nd(value, pairs) + pair_offsets[:, None]
@@ -71,13 +113,14 @@ def _flatten_padded(batch):
     return out
 
 
-def _flatten_ragged(batch):
+def _flatten_ragged(batch, atomic=K.ATOMIC_KEYS):
     elems = batch[K.ELEMS]
     out = {K.IND_1: tf.cast(elems.value_rowids(), tf.int32)[:, None]}
     atom_offsets = tf.cast(elems.row_starts(), tf.int32)
     for key, value in batch.items():
-        if key in K.ATOMIC_KEYS:
-            out[key] = value.flat_values if isinstance(value, tf.RaggedTensor) else tf.reshape(value, (-1,) + tuple(K.SHAPES[key][1:]))
+        if key in atomic:
+            out[key] = value.flat_values if isinstance(value, tf.RaggedTensor) else \
+                tf.reshape(value, tf.concat([[-1], tf.shape(value)[2:]], 0))
         elif key == K.IND_2:
             offset = tf.gather(atom_offsets, value.value_rowids())
             out[key] = value.flat_values + offset[:, None]
@@ -88,7 +131,7 @@ def _flatten_ragged(batch):
     return out
 
 
-def split_batch(batch, n_parts):
+def split_batch(batch, n_parts, atomic_props=None):
     """Split a sparse batch of tensors into ``n_parts`` sparse batches of consecutive structures.
 
     Part ``p`` holds structures ``[p·n // n_parts, (p+1)·n // n_parts)`` of the ``n`` in the
@@ -101,12 +144,16 @@ def split_batch(batch, n_parts):
             optional; atoms must be ordered by structure (``ind_1`` non-decreasing) and pairs
             grouped by the structure of their first atom, as :func:`sparse_batch` makes them.
         n_parts: number of parts (int ≥ 1).
+        atomic_props: keys besides pinn's with one row per atom, as for :func:`sparse_batch`
+            (default :data:`UPSTREAM_ATOMIC_PROPS`); other keys pinn does not know are per
+            structure.
 
     Returns:
         tuple of ``n_parts`` dicts with the keys of ``batch``.
 
     Raises:
-        tf.errors.InvalidArgumentError: atoms or pairs are not ordered by structure.
+        tf.errors.InvalidArgumentError: atoms or pairs are not ordered by structure, or a key
+            taken as per structure does not have one row per structure.
     """
     if K.REAL in batch:
         raise ValueError("split_batch: split a batch before padding it (it has the padding key 'real')")
@@ -115,6 +162,8 @@ def split_batch(batch, n_parts):
     struct_bounds = tf.range(n_parts + 1, dtype=tf.int32) * n_struct // n_parts
     checks = [tf.debugging.assert_non_negative(ind_1[1:] - ind_1[:-1],
                                                message="split_batch: atoms are not ordered by structure (ind_1)")]
+    atomic = atomic_keys(atomic_props)
+    checks += per_structure_checks(batch, n_struct, atomic, "split_batch")
     atom_bounds = tf.searchsorted(ind_1, tf.cast(struct_bounds, ind_1.dtype), side="left", out_type=tf.int32)
     pair_bounds = None
     if K.IND_2 in batch:
@@ -135,7 +184,7 @@ def split_batch(batch, n_parts):
                 part[key] = value[a0:a1] - tf.cast(s0, value.dtype)
             elif key == K.IND_2:
                 part[key] = value[pair_bounds[p]:pair_bounds[p + 1]] - tf.cast(a0, value.dtype)
-            elif key in K.ATOMIC_KEYS:
+            elif key in atomic:
                 part[key] = value[a0:a1]
             elif key in K.PAIR_KEYS:
                 part[key] = value[pair_bounds[p]:pair_bounds[p + 1]]
@@ -143,6 +192,16 @@ def split_batch(batch, n_parts):
                 part[key] = value[s0:s1]
         parts.append(part)
     return tuple(parts)
+
+
+def per_structure_checks(batch, n_struct, atomic, who):
+    """Assertions that every key of a sparse batch that pinn does not know and that is not in
+    ``atomic`` has one row per structure (such keys are taken as per structure)."""
+    known = set(K.SHAPES) | set(atomic) | {K.IND_1, K.REAL}
+    return [tf.debugging.assert_equal(tf.shape(value)[0], n_struct,
+                                      message=f"{who}: key {key} is taken as per structure but does not have one "
+                                              "row per structure; name per-atom keys in atomic_props")
+            for key, value in batch.items() if key not in known and not isinstance(value, tf.RaggedTensor)]
 
 
 def add_neighbors(rc, num_parallel_calls=tf.data.AUTOTUNE):

@@ -23,6 +23,7 @@ import numpy as np
 import tensorflow as tf
 
 from pinn import keys as K
+from pinn.io.batch import atomic_keys, per_structure_checks
 
 #: buckets: 16 · 2^(k/8), rounded up to a multiple of 8
 _SMALLEST = 16
@@ -100,7 +101,7 @@ def unpad(pred, sizes):
     return out
 
 
-def pad_tensors(batch, rc, element):
+def pad_tensors(batch, rc, element, atomic_props=None):
     """Pad a sparse batch of tensors, labels included, to bucket sizes (the TensorFlow
     counterpart of :func:`pad_batch`, for the training pipeline).
 
@@ -109,6 +110,9 @@ def pad_tensors(batch, rc, element):
             labels and any other per-structure keys.
         rc: the model's cutoff radius, Å.
         element: atomic number of the padding atoms (one the network knows).
+        atomic_props: keys besides pinn's with one row per atom, as for
+            :func:`pinn.io.sparse_batch` (default ``f_weights``, ``oxidation``); other keys
+            pinn does not know are per structure (checked).
 
     Returns:
         The padded batch: one padding structure (zero labels), ``bucket_size(n_atoms + 1)``
@@ -126,6 +130,9 @@ def pad_tensors(batch, rc, element):
     extra_atoms = bucket(n_atoms + 1) - n_atoms
     extra_pairs = bucket(tf.maximum(n_pairs, 1)) - n_pairs
     side = float(rc) + 1.0
+    atomic = atomic_keys(atomic_props)
+    with tf.control_dependencies(per_structure_checks(batch, n_struct, atomic, "padding")):
+        n_struct = tf.identity(n_struct)
     out = {}
     for key, value in batch.items():
         if isinstance(value, tf.RaggedTensor):
@@ -143,7 +150,7 @@ def pad_tensors(batch, rc, element):
             fill = side * tf.eye(3, batch_shape=[1], dtype=value.dtype)
         elif key == K.PBC:
             fill = tf.ones([1, 3], tf.bool)
-        elif key in K.ATOMIC_KEYS:
+        elif key in atomic:
             fill = tf.zeros(tf.concat([[extra_atoms], rest], 0), value.dtype)
         elif key in K.PAIR_KEYS:
             fill = tf.zeros(tf.concat([[extra_pairs], rest], 0), value.dtype)
@@ -156,17 +163,18 @@ def pad_tensors(batch, rc, element):
     return out
 
 
-def pad_to_buckets(rc, element, num_parallel_calls=tf.data.AUTOTUNE):
+def pad_to_buckets(rc, element, num_parallel_calls=tf.data.AUTOTUNE, atomic_props=None):
     """Dataset transform: :func:`pad_tensors` on every sparse batch (with neighbor lists), or on
     every part of a batch split by :func:`pinn.io.split_batch` (a tuple of sparse batches).
 
     Use as ``dataset.apply(pad_to_buckets(rc, element))``; the trainer does this itself for
-    an XLA-compiled training step (``model.params.jit``).
+    an XLA-compiled training step (``model.params.jit``).  ``atomic_props``: as for
+    :func:`pad_tensors`.
     """
     def pad(*parts):  # tf.data passes the parts of a tuple element as separate arguments
         if len(parts) == 1:
-            return pad_tensors(parts[0], rc, element)
-        return tuple(pad_tensors(part, rc, element) for part in parts)
+            return pad_tensors(parts[0], rc, element, atomic_props)
+        return tuple(pad_tensors(part, rc, element, atomic_props) for part in parts)
 
     def transform(dataset):
         return dataset.map(pad, num_parallel_calls=num_parallel_calls, deterministic=True)
