@@ -161,7 +161,14 @@ def test_report_and_log(workdir, tmp_path, capsys):
     assert main(["log", str(workdir / "model"), "-t", "NOPE"]) == 1
     assert "no recorded figure's name contains it" in capsys.readouterr().err
     assert main(["report", str(tmp_path)]) == 1
-    assert "has not been trained" in capsys.readouterr().err
+    assert "no model directory (with a params.yml)" in capsys.readouterr().err
+    assert main(["report", str(workdir), "-k", "mod"]) == 0  # upstream PiNN's table of model directories
+    table = capsys.readouterr().out.splitlines()
+    assert table[0].split()[:3] == ["model", "step", "D_RMSE"] and table[1].split()[:2] == ["model", "50"]
+    assert main(["report", str(workdir), "-k", "nothing"]) == 1
+    assert "whose path contains 'nothing'" in capsys.readouterr().err
+    assert main(["log", str(workdir / "model"), "--kind", "eval", "-t", "D_RMSE", "-f", "%14.6e"]) == 0
+    assert capsys.readouterr().out.splitlines()[1].split()[-1].count("e") == 1
     assert main(["log", str(tmp_path)]) == 1
     assert "no metrics recorded" in capsys.readouterr().err
 

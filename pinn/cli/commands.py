@@ -55,12 +55,12 @@ def _parser():
 
     train = commands.add_parser("train", parents=[common], help="train from a YAML run file or an input script",
                                 description="Train a model.  A .yml/.yaml file holds the params of an input "
-                                "script plus `data` and `train` sections (see docs/cli.md); a .py file is run as "
-                                "an input script, with the remaining arguments as its sys.argv.  In a parallel "
-                                "run, launch `pinn train` itself with srun, mpirun or horovodrun.")
-    train.add_argument("config", help="run file (.yml, .yaml) or input script (.py)")
-    train.add_argument("--model-dir", help="override model_dir of a run file")
-    train.add_argument("--max-steps", type=_positive_int, help="override train.max_steps of a run file")
+                                "script plus `data` and `train` sections (see docs/cli.md), or only the params "
+                                "(upstream PiNN's params.yml), trained on the data of -t and -e; a .py file is "
+                                "run as an input script, with the remaining arguments as its sys.argv.  In a "
+                                "parallel run, launch `pinn train` itself with srun, mpirun or horovodrun.")
+    train.add_argument("config", help="run file or params file (.yml, .yaml) or input script (.py)")
+    _train_arguments(train)
     train.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments of an input script")
 
     convert = commands.add_parser("convert", parents=[common], help="write data to TFRecord caches",
@@ -90,9 +90,13 @@ def _parser():
     report = commands.add_parser("report", parents=[common],
                                  help="learning curves, parity plots and a summary of a model directory",
                                  description="Write learning_curves.png, parity.png and summary.txt from the "
-                                 "metrics.jsonl and eval_predictions.npz of a model directory.")
-    report.add_argument("model_dir")
+                                 "metrics.jsonl and eval_predictions.npz of a model directory; or, for a folder "
+                                 "of model directories (or with -k), a table of their steps and latest errors "
+                                 "(upstream PiNN's `pinn report models_dir -k KEYWORD`).")
+    report.add_argument("model_dir", help="a model directory, or a folder holding model directories")
     report.add_argument("-o", "--output", help="directory for the report (default MODEL_DIR/report)")
+    report.add_argument("-k", "--keyword", "-f", "--filter", dest="keyword",
+                        help="only the model directories whose path contains KEYWORD (a table of them)")
 
     logs = commands.add_parser("log", parents=[common], help="the metrics a training run recorded",
                                description="Print the training and validation records of MODEL_DIR/metrics.jsonl.")
@@ -102,6 +106,8 @@ def _parser():
     logs.add_argument("--csv", help="write the records to this CSV file instead of printing them")
     logs.add_argument("-t", "--tag", help="only the figures whose name contains TAG, e.g. RMSE (upstream PiNN's "
                       "--tag; default: all)")
+    logs.add_argument("-f", "--fmt", help="printf format of the figures, e.g. '%%14.6e' (upstream PiNN's --fmt; "
+                      "default: 4 significant digits)")
     commands.add_parser("version", parents=[common], help="the installed pinn version (as upstream PiNN's `pinn version`)")
     return parser
 
@@ -132,18 +138,28 @@ def main(argv=None):
         return EXIT_ERROR
 
 
+def _train_arguments(parser):
+    """The options of ``pinn train`` for a YAML file: pinn's and upstream PiNN's."""
+    from pinn.cli.upstream_train import add_options
+    parser.add_argument("-d", "--model-dir", help="override model_dir of the file")
+    parser.add_argument("--max-steps", type=_positive_int, help="override train.max_steps of a run file (the "
+                        "same as --train-steps)")
+    add_options(parser)
+
+
 def _train_options(args):
-    """Options given after a run file (``pinn train run.yml --max-steps 10``); an input script's are its own."""
+    """Options given after a YAML file (``pinn train run.yml --max-steps 10``); an input script's are its own."""
     if args.config.endswith(".py") or not args.script_args:
         return
     late = argparse.ArgumentParser(prog="pinn train", add_help=False)
-    late.add_argument("--model-dir", default=args.model_dir)
-    late.add_argument("--max-steps", type=_positive_int, default=args.max_steps)
-    late.add_argument("-v", "--verbose", action="store_true", default=args.verbose)
+    _train_arguments(late)
+    late.add_argument("-v", "--verbose", action="store_true")
+    late.set_defaults(**{k: v for k, v in vars(args).items() if k not in ("config", "script_args", "command")})
     parsed, unknown = late.parse_known_args(args.script_args)
     if unknown:
         raise ValueError(f"unexpected arguments {unknown} (only input scripts take arguments)")
-    args.model_dir, args.max_steps, args.verbose = parsed.model_dir, parsed.max_steps, parsed.verbose
+    for key, value in vars(parsed).items():
+        setattr(args, key, value)
     args.script_args = []
 
 
@@ -157,7 +173,25 @@ def _train(args):
         runpy.run_path(path, run_name="__main__")
         return 0
     if not path.endswith((".yml", ".yaml")):
-        raise ValueError(f"{path}: expected a run file (.yml, .yaml) or an input script (.py)")
+        raise ValueError(f"{path}: expected a run file or params file (.yml, .yaml) or an input script (.py)")
+    from pinn.cli import upstream_train
+    from pinn.params import read_params_file
+    if args.max_steps is not None and args.train_steps is not None and args.max_steps != args.train_steps:
+        raise ValueError("--max-steps and --train-steps are the same option: give one")
+    args.max_steps = args.max_steps if args.max_steps is not None else args.train_steps
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path}: no such file")
+    if "data" not in read_params_file(path):  # upstream PiNN's params.yml: the data come from -t and -e
+        model, metrics = upstream_train.run(path, args)
+        if model.is_chief:
+            print(_metrics_table(metrics))
+        return 0
+    given = upstream_train.given_data_options(args) + [
+        "--" + k.replace("_", "-") for k in ("log_every", "ckpt_every", "max_ckpts", "early_stop")
+        if getattr(args, k) is not None]
+    if given:
+        raise ValueError(f"{given[0]}: for a params file without a data section (upstream PiNN's form); {path} "
+                         "has a data section, which says the data, and its model.params the run's settings")
     from pinn.cli.runconfig import run_training
     model, metrics = run_training(path, model_dir=args.model_dir, max_steps=args.max_steps)
     if metrics is not None and model.is_chief:
@@ -276,7 +310,14 @@ def _metrics_table(metrics):
 
 
 def _report(args):
-    from pinn.cli.report import write_report
+    from pinn.cli.report import models_table, write_report
+    if not os.path.isdir(args.model_dir):
+        raise FileNotFoundError(f"{args.model_dir}: no such directory")
+    if args.keyword is not None or not os.path.exists(os.path.join(args.model_dir, "params.yml")):
+        if args.output:
+            raise ValueError("-o writes one model directory's report; the table of several goes to stdout")
+        print(models_table(args.model_dir, args.keyword))
+        return 0
     result = write_report(args.model_dir, args.output)
     print(result["text"])
     return 0
@@ -308,20 +349,25 @@ def _log(args):
             writer.writerows(records)
         print(f"{args.csv}: {len(records)} records")
         return 0
-    rows = [columns] + [[_cell(r.get(c)) for c in columns] for r in records]
+    if args.fmt:
+        try:
+            args.fmt % 1.0
+        except (TypeError, ValueError):
+            raise ValueError(f"--fmt {args.fmt!r}: not a printf format of one number, e.g. '%14.6e'") from None
+    rows = [columns] + [[_cell(r.get(c), args.fmt) for c in columns] for r in records]
     widths = [max(len(row[i]) for row in rows) for i in range(len(columns))]
     for row in rows:
         print("  ".join(cell.rjust(w) for cell, w in zip(row, widths)))
     return 0
 
 
-def _cell(value):
+def _cell(value, fmt=None):
     if value is None:
         return ""
     if isinstance(value, bool):
         return "*" if value else ""
     if isinstance(value, float):
-        return f"{value:.4g}"
+        return (fmt % value).strip() if fmt else f"{value:.4g}"
     return str(value)
 
 

@@ -136,12 +136,14 @@ def _data_relative_to(data, base):
 
 
 def load_structures(source):
-    """A dataset of structures from a file name or list: ``.tfr`` caches or anything ASE reads."""
+    """A dataset from a file name or list: TFRecord caches (``X.tfr``, or their spec ``X.yml`` as upstream
+    PiNN names them) or anything ASE reads."""
     from pinn.io import load_ase, load_tfrecord
     files = [source] if isinstance(source, (str, os.PathLike)) else list(source)
     if not files:
         raise ParamsError("data: an empty list of files")
-    datasets = [load_tfrecord(f) if os.fspath(f).endswith(".tfr") else load_ase(f, shuffle=False) for f in files]
+    datasets = [load_tfrecord(f) if os.fspath(f).endswith((".tfr", ".yml", ".yaml")) else load_ase(f, shuffle=False)
+                for f in files]
     dataset = datasets[0]
     for more in datasets[1:]:
         dataset = dataset.concatenate(more)
