@@ -69,6 +69,7 @@ def resolve(params):
         ParamsError: naming the first bad key.
     """
     from pinn.models.registry import MODELS
+    from pinn.models.registry import NOT_YET as NOT_YET_MODELS
     from pinn.parallel.worlds import PARAMS as PARALLEL_PARAMS
 
     if not isinstance(params, dict):
@@ -79,6 +80,9 @@ def resolve(params):
     out["network"] = resolve_network(out["network"])
     model = validate_section(out["model"], {"name": Option(str, "potential_model", "model name"),
                                             "params": Option(dict, {}, "model options")}, "model")
+    if model["name"] not in MODELS and model["name"] in NOT_YET_MODELS:
+        raise ParamsError(f"model.name: {model['name']!r} is {NOT_YET_MODELS[model['name']]}, not in pinn yet "
+                          f"(pinn has {sorted(MODELS)})")
     if model["name"] not in MODELS:
         raise ParamsError(f"model.name: {model['name']!r} is not one of {sorted(MODELS)};"
                           f"{did_you_mean(model['name'], MODELS)}".rstrip(";"))
@@ -148,10 +152,13 @@ def resolve_network(section):
     Raises:
         ParamsError: naming the first bad key (``network.params.depth``).
     """
-    from pinn.networks import NETWORKS, canonical_network_name
+    from pinn.networks import NETWORKS, NOT_YET, canonical_network_name
     net = validate_section(section, {"name": Option(str, REQUIRED, "network name"),
                                      "params": Option(dict, {}, "network options")}, "network")
     name = canonical_network_name(net["name"])
+    if name is None and str(net["name"]).lower() in NOT_YET:
+        raise ParamsError(f"network.name: {net['name']!r} is {NOT_YET[str(net['name']).lower()]}, not in pinn "
+                          f"yet (pinn has {sorted(NETWORKS)})")
     if name is None:
         raise ParamsError(f"network.name: {net['name']!r} is not one of {sorted(NETWORKS)};"
                           f"{did_you_mean(net['name'], NETWORKS)}".rstrip(";"))

@@ -12,6 +12,9 @@ from pinn.networks.lj import LJ
 from pinn.networks.pinet import PiNet
 
 NETWORKS = {"PiNet": PiNet, "BPNN": BPNN, "LJ": LJ}
+#: upstream PiNN 2.x's networks that pinn does not have yet: lower-case name → what it is
+NOT_YET = {"pinet2": "upstream PiNN 2.x's PiNet2 (equivariant PiNet)",
+           "newpinet2": "upstream PiNN 2.x's NewPiNet2 (PiNet2 of the polarizability models)"}
 _ALIASES = {name.lower(): name for name in NETWORKS}
 _ALIASES.update({"bpnn": "BPNN", "behler_parrinello": "BPNN", "lj": "LJ", "pinet": "PiNet"})
 
@@ -28,4 +31,4 @@ def get_network(params):
     return cls(params["network"]["params"], dtype=tf.as_dtype(params["precision"]), seed=params["seed"])
 
 
-__all__ = ["PiNet", "BPNN", "LJ", "NETWORKS", "get_network", "canonical_network_name"]
+__all__ = ["PiNet", "BPNN", "LJ", "NETWORKS", "NOT_YET", "get_network", "canonical_network_name"]
