@@ -8,7 +8,7 @@ A params file without a ``data`` section (upstream PiNN's ``params.yml``: ``mode
 =====================  ==========  ============================================================
 option                 default     meaning
 =====================  ==========  ============================================================
-``-d, --model-dir``    params'     the model directory (overrides ``model_dir``)
+``-d, --model-dir``    params'     the model directory (overrides ``model_dir``; ``model`` if neither)
 ``-t, --train-ds``     train.yml   training data (a TFRecord spec or records, or ASE-readable files)
 ``-e, --eval-ds``      eval.yml    validation data, evaluated at each checkpoint
 ``-b, --batch``        none        structures per batch (none: the data are batches already)
@@ -160,8 +160,7 @@ def run(path, args):
     params = apply_run_config(read_params_file(path), args)
     if args.model_dir is not None:
         params["model_dir"] = args.model_dir
-    if "model_dir" not in params:
-        raise ParamsError(f"{path}: model_dir: required key is missing (or give -d DIR)")
+    params.setdefault("model_dir", "model")  # upstream's default when neither the file nor -d names one
     max_steps = args.max_steps if args.max_steps is not None else opts["train_steps"]
     train = _structures_or_batches(opts["train_ds"], args.batch, "-t")
     evaluation = _structures_or_batches(opts["eval_ds"], args.batch, "-e")
