@@ -12,7 +12,6 @@ import pytest
 import tensorflow as tf
 import yaml
 
-from pinn import keys as K
 from pinn import units
 from pinn.io import (DataError, list_loader, load_ani, load_cp2k, load_deepmd, load_qm7b, load_qm9, load_runner,
                      load_tfrecord, sparse_batch, write_tfrecord)
@@ -593,7 +592,7 @@ def test_tfrecord_writes_upstream_naming_and_reads_old_and_upstream_specs(tmp_pa
     # upstream's write_tfrecord('X.yml', ...) writes X.tfr
     write_tfrecord(str(tmp_path / "up.yml"), dataset)
     assert (tmp_path / "up.tfr").exists() and len(_all(load_tfrecord(str(tmp_path / "up.yml")))) == 4
-    # a file of pinn 0.13 and earlier: X.tfr with the spec X.tfr.yml in pinn's old layout
+    # a file of earlier versions of pinn: X.tfr with the spec X.tfr.yml in pinn's old layout
     os.replace(tmp_path / "up.tfr", tmp_path / "old.tfr")
     os.remove(tmp_path / "up.yml")
     (tmp_path / "old.tfr.yml").write_text(yaml.safe_dump({"format": "pinn-tfrecord-1", "count": 4,

@@ -6,7 +6,7 @@
 upstream PiNN's call) restores the same dataset without re-reading or re-processing the
 original files.  The spec has upstream PiNN's form (``format``: key → dtype and shape;
 ``info``: ``n_sample``), and each record stores every key as a serialized tensor as upstream
-PiNN does, so either package reads the other's files.  pinn 0.13 and earlier named the spec
+PiNN does, so either package reads the other's files.  Earlier versions of pinn named the spec
 ``train.tfr.yml`` and wrote its own layout: such files still load.
 """
 import logging
@@ -99,7 +99,7 @@ def load_tfrecord(path, num_parallel_calls=tf.data.AUTOTUNE):
 
     Args:
         path: the records ``X.tfr`` or the spec ``X.yml`` (upstream PiNN's argument).  The spec
-            is ``X.yml``, or ``X.tfr.yml`` as pinn 0.13 and earlier named it.
+            is ``X.yml``, or ``X.tfr.yml`` as earlier versions of pinn named it.
         num_parallel_calls: parallel calls of the parsing map.
 
     Returns:
@@ -110,7 +110,7 @@ def load_tfrecord(path, num_parallel_calls=tf.data.AUTOTUNE):
     """
     records, spec_file = tfrecord_paths(path)
     if not _is_spec(spec_file) and os.path.exists(records + ".yml"):
-        spec_file = records + ".yml"  # pinn 0.13 and earlier (X.yml absent, or another kind of file)
+        spec_file = records + ".yml"  # earlier versions of pinn (X.yml absent, or another kind of file)
     if not os.path.exists(records) or not os.path.exists(spec_file):
         raise DataError(f"{path}: TFRecord file {records} or its spec {spec_file} is missing")
     with open(spec_file) as f:
@@ -118,7 +118,7 @@ def load_tfrecord(path, num_parallel_calls=tf.data.AUTOTUNE):
     if isinstance(meta, dict) and isinstance(meta.get("format"), dict):
         meta = meta["format"]  # upstream PiNN's layout, which pinn writes too
     elif isinstance(meta, dict) and isinstance(meta.get("keys"), dict):
-        meta = meta["keys"]  # pinn 0.13 and earlier
+        meta = meta["keys"]  # earlier versions of pinn
     else:
         raise DataError(f"{spec_file}: not a TFRecord spec (no 'format' mapping of keys to dtype and shape)")
     features = {key: tf.io.FixedLenFeature([], tf.string) for key in meta}
