@@ -24,10 +24,12 @@ setup(
         "gpu": [f"tensorflow[and-cuda]=={TF_VERSION}"],
         # the per-step exchange of MPI-launched parallel jobs (pinn.parallel.mpi_host)
         "mpi": ["mpi4py>=3.1"],
+        # pinn.io.load_ani reads the ANI-1 data set's HDF5 files
+        "ani": ["h5py>=3"],
         # MDAnalysis(+Tests) and mimicpy 0.2.1 are independent oracles for the trr and .mpt readers
         "test": [f"tensorflow-cpu=={TF_VERSION}", "pytest>=7", "pytest-timeout", "pytest-xdist>=3",
                  "MDAnalysis==2.11.0",
-                 "MDAnalysisTests==2.11.0", "mimicpy==0.2.1", "pandas<3",
+                 "MDAnalysisTests==2.11.0", "mimicpy==0.2.1", "pandas<3", "h5py>=3",
                  # the documentation site, built in strict mode by tests/test_docs.py
                  "mkdocs>=1.6,<2", "mkdocs-material>=9,<10", "mkdocstrings[python]>=0.24"],
     },

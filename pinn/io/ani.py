@@ -28,7 +28,8 @@ def _h5py():
     try:
         import h5py
     except ImportError:
-        raise ImportError("load_ani reads HDF5 files with h5py, which is not installed: pip install h5py") from None
+        raise ImportError("load_ani reads HDF5 files with h5py, which is not installed: pip install h5py "
+                          "(or pinn's extra: pip install -e .[ani])") from None
     return h5py
 
 
