@@ -32,6 +32,7 @@ API_OBJECTS = {
            ("pinn.io.batch.add_neighbors", "pinn/io/batch.py", "add_neighbors"),
            ("pinn.io.tfrecord.write_tfrecord", "pinn/io/tfrecord.py", "write_tfrecord"),
            ("pinn.io.tfrecord.load_tfrecord", "pinn/io/tfrecord.py", "load_tfrecord"),
+           ("pinn.io.formats.load_ds", "pinn/io/formats.py", "load_ds"),
            ("pinn.io.base.list_loader", "pinn/io/base.py", "list_loader"),
            ("pinn.io.qm9.load_qm9", "pinn/io/qm9.py", "load_qm9"),
            ("pinn.io.ani.load_ani", "pinn/io/ani.py", "load_ani"),

@@ -101,3 +101,27 @@ def test_upstream_train_options(quick_start, monkeypatch, capsys):
     (quick_start / "run.yml").write_text(yaml.safe_dump(run_file))
     assert main(["train", "run.yml", "-t", "train.yml"]) == 1
     assert "--train-ds: for a params file without a data section" in capsys.readouterr().err
+
+
+def test_upstream_convert_options_and_load_ds(quick_start, monkeypatch, capsys):
+    from pinn.cli.commands import LOADER_FORMATS
+    from pinn.io import load_ase, load_ds, load_tfrecord
+    from pinn.io.formats import LOADERS
+    assert set(LOADER_FORMATS) == set(LOADERS)
+    monkeypatch.chdir(quick_start)
+    assert main(["convert", "data.traj", "-o", "ordered", "--no-shuffle", "-f", "ase"]) == 0
+    ordered = [s["e_data"].numpy() for s in load_tfrecord("ordered.yml")]
+    assert ordered == [s["e_data"].numpy() for s in load_ase("data.traj", shuffle=False)]
+    assert main(["convert", "ordered.yml", "-o", "batched", "--batch", "8"]) == 0  # auto: a TFRecord, re-batched
+    assert "batched.tfr: 3 batches" in capsys.readouterr().out
+    batches = list(load_ds("batched.yml"))
+    assert [len(b["e_data"]) for b in batches] == [8, 8, 4]
+    np.testing.assert_allclose(np.concatenate([b["e_data"].numpy() for b in batches]), ordered)
+    parts = load_ds("data.traj", splits={"a": 3, "b": 1}, seed=2)
+    assert sum(1 for _ in parts["a"]) == 15 and sum(1 for _ in parts["b"]) == 5
+    with pytest.raises(ValueError, match="split when written"):
+        load_ds("ordered.yml", splits={"a": 1})
+    with pytest.raises(ValueError, match="unknown format 'xyzzy'"):
+        load_ds("data.traj", fmt="xyzzy")
+    assert main(["convert", "ordered.yml", "-o", "x:1,y:1"]) == 1
+    assert "split when written" in capsys.readouterr().err

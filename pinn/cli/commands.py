@@ -15,6 +15,8 @@ import os
 import sys
 
 EXIT_ERROR = 1
+#: what `pinn convert -f` takes (pinn.io.formats.LOADERS, without importing the loaders)
+LOADER_FORMATS = ("tfr", "pinn", "ase", "runner", "qm9", "ani", "cp2k", "deepmd", "qm7b")
 
 
 def _positive_int(text):
@@ -64,14 +66,21 @@ def _parser():
     train.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments of an input script")
 
     convert = commands.add_parser("convert", parents=[common], help="write data to TFRecord caches",
-                                  description="Read structures (any ASE-readable file, or MiMiC files with "
-                                  "--mpt/--trr/--energies) and write OUTPUT.tfr, or OUTPUT.<part>.tfr per part "
-                                  "of --split, each with its .yml spec; `pinn train` and load_tfrecord read them.")
-    convert.add_argument("inputs", nargs="*", help="ASE-readable files")
-    convert.add_argument("-o", "--output", required=True,
-                         help="output name without .tfr; or upstream PiNN's 'name:ratio,...' (e.g. 'train:8,eval:2'), "
-                              "which splits and writes name.tfr for each part")
+                                  description="Read structures (any ASE-readable file, a format of -f, or MiMiC "
+                                  "files with --mpt/--trr/--energies) and write OUTPUT.tfr, or OUTPUT.<part>.tfr per "
+                                  "part of --split, each with its spec OUTPUT.yml / OUTPUT.<part>.yml; `pinn train` "
+                                  "and load_tfrecord read them.")
+    convert.add_argument("inputs", nargs="*", help="input files (ASE-readable, or of the format -f)")
+    convert.add_argument("-o", "--output", default="dataset",
+                         help="output name without .tfr (default 'dataset'); or upstream PiNN's 'name:ratio,...' "
+                              "(e.g. 'train:8,eval:2'), which splits and writes name.tfr for each part")
+    convert.add_argument("-f", "--format", default="auto", choices=["auto", *sorted(LOADER_FORMATS)],
+                         help="format of the inputs (default auto: .yml/.tfr TFRecords, .data RuNNer, else ASE)")
     convert.add_argument("--split", help="parts and ratios, e.g. train=8,eval=2")
+    convert.add_argument("--shuffle", dest="shuffle", action="store_true", default=True,
+                         help="shuffle the structures before splitting (the default)")
+    convert.add_argument("--no-shuffle", dest="shuffle", action="store_false", help="keep the inputs' order")
+    convert.add_argument("--batch", type=_positive_int, help="write sparse batches of this many structures")
     convert.add_argument("--seed", type=int, default=0, help="seed of the split (default 0)")
     convert.add_argument("--mpt", nargs="+", help="MiMiC topology file(s)")
     convert.add_argument("--trr", nargs="+", help="GROMACS trr file(s), one per run")
@@ -249,21 +258,32 @@ def _convert(args):
             raise ValueError("MiMiC data need --mpt, --trr and --energies together")
         if args.inputs:
             raise ValueError("give ASE-readable files or MiMiC files (--mpt/--trr/--energies), not both")
+        if args.format != "auto":
+            raise ValueError(f"-f {args.format}: MiMiC files (--mpt/--trr/--energies) have their own reader")
         mpt = args.mpt * len(args.trr) if len(args.mpt) == 1 else args.mpt
-        data = load_mimic(mpt, args.trr, args.energies, split=split, seed=args.seed)
+        data = load_mimic(mpt, args.trr, args.energies, split=split, seed=args.seed, shuffle=args.shuffle)
     else:
         if not args.inputs:
             raise ValueError("no input files (give ASE-readable files or --mpt/--trr/--energies)")
-        data = load_ase(args.inputs, split=split, seed=args.seed)  # the frames of every file, pooled
+        from pinn.io.formats import format_of, load_ds
+        fmt = format_of(args.inputs) if args.format == "auto" else args.format
+        if fmt == "ase":  # the frames of every file, pooled
+            data = load_ase(args.inputs, split=split, seed=args.seed, shuffle=args.shuffle)
+        else:
+            inputs = args.inputs[0] if len(args.inputs) == 1 else args.inputs
+            data = load_ds(inputs, fmt=fmt, splits=split or None, shuffle=args.shuffle, seed=args.seed)
     parts = data if isinstance(data, dict) else {None: data}
     for name, dataset in _flatten(parts):
         if args.precision == "float64":
             import tensorflow as tf
             dataset = dataset.map(lambda s: {k: tf.cast(v, tf.float64) if v.dtype.is_floating else v
                                              for k, v in s.items()})
+        if args.batch:
+            from pinn.io import sparse_batch
+            dataset = dataset.apply(sparse_batch(args.batch))
         path = f"{name}.tfr" if named else f"{args.output}.{name}.tfr" if name else f"{args.output}.tfr"
         count = write_tfrecord(path, dataset)
-        print(f"{path}: {count} structures")
+        print(f"{path}: {count} {'batches' if args.batch else 'structures'}")
     return 0
 
 

@@ -7,6 +7,7 @@
   :func:`load_ani` (ANI-1 HDF5, needs h5py), :func:`load_cp2k` (CP2K output, trajectory, cell
   file), :func:`load_deepmd` (DeePMD-kit systems), :func:`load_runner` (RuNNer ``input.data``),
   :func:`load_qm7b` (QM7b polarizabilities);
+- :func:`load_ds`: upstream PiNN's one loader for every format, by name or guessed from the file name;
 - :func:`distribute_data`: this rank's share of parallel file lists;
 - :func:`list_loader`: write your own loader from a function of one item;
 - :func:`sparse_batch`: batch structures of different sizes;
@@ -33,6 +34,7 @@ _EXPORTS = {
     "distribute_data": "pinn.io.distribute",
     "add_neighbors": "pinn.io.batch", "sparse_batch": "pinn.io.batch", "split_batch": "pinn.io.batch",
     "load_tfrecord": "pinn.io.tfrecord", "write_tfrecord": "pinn.io.tfrecord",
+    "load_ds": "pinn.io.formats",
 }
 
 __all__ = sorted(_EXPORTS)
