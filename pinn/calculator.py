@@ -251,7 +251,8 @@ def get_calc(model, checkpoint=None, jit=None, skin=0.5, engine="auto", *, check
     Args:
         model: a model directory (holding ``params.yml`` and a checkpoint), a params dict
             naming one in ``model_dir`` (upstream PiNN's ``get_calc(params)``; its network
-            must be the directory's), or the object returned by
+            must be the directory's; a ``model_dir`` without a checkpoint gives the params'
+            model with its initial weights, as upstream), or the object returned by
             :func:`pinn.models.potential_model` or :func:`pinn.models.dipole_model`.
         checkpoint: for a model directory, ``None``/``'last'``, ``'best'``
             or a checkpoint path.
@@ -292,7 +293,7 @@ def get_calc(model, checkpoint=None, jit=None, skin=0.5, engine="auto", *, check
                              "(checkpoint_path= is upstream PiNN's name); pass one of them")
         checkpoint = checkpoint_path
     if isinstance(model, dict) and "network" in model:
-        model = _model_dir_of_params(model)
+        model = _model_of_params(model, checkpoint)
     options = dict(to_eV=to_eV, properties=properties, atoms=atoms, label=label, directory=directory)
     is_directory = isinstance(model, (str, bytes)) or hasattr(model, "__fspath__")
     if engine not in ENGINES:
@@ -316,15 +317,27 @@ def get_calc(model, checkpoint=None, jit=None, skin=0.5, engine="auto", *, check
     return calc
 
 
-def _model_dir_of_params(params):
-    """The model directory of a params dict (upstream PiNN's ``get_calc(params)``), checked against it.
+def _model_of_params(params, checkpoint=None):
+    """What upstream PiNN's ``get_calc(params)`` computes with: the model directory of the params, checked
+    against them; or, where that directory holds no checkpoint (and no ``checkpoint`` is asked for), the
+    model of the params with its initial weights, as upstream's estimator predicts without a checkpoint
+    (an LJ network has no weights; a warning names the directory when the network has some).
 
     Raises:
         ParamsError: the params are not valid; ValueError: their network or precision differs from the
             directory's ``params.yml`` (the weights there are of another network).
     """
+    from pinn.files import checkpoint_dir
     from pinn.params import read_params, resolve
     given = resolve(params)
+    if checkpoint is None and checkpoint_dir.latest(given["model_dir"]) is None:
+        from pinn.models.registry import MODELS
+        from pinn.training.trainer import Trainer
+        fresh = Trainer(given, MODELS[given["model"]["name"]])
+        if fresh.network.trainable_variables:
+            log.warning("get_calc: %s holds no checkpoint; the calculator uses the network's initial weights",
+                        given["model_dir"])
+        return fresh
     stored = read_params(given["model_dir"])
     for key in ("network", "precision"):
         if given[key] != stored[key]:
