@@ -15,8 +15,16 @@ Upstream PiNN configures training with a Keras optimizer serialised in the param
 it means what it means upstream: the learning rate and its schedule, no warmup, global-norm
 clipping only when ``global_clipnorm`` is given, the weight average only when ``use_ema``
 is (``ema_decay`` = ``ema_momentum``; pinn's average shortens its memory over the first
-steps, see the training page, where Keras' keeps it fixed).  What has no equivalent here (EKF and gEKF, per-variable ``clipnorm``, other betas) is
-refused with the key named, never dropped.
+steps, see the training page, where Keras' keeps it fixed).
+
+Upstream's Kalman filters, ``class_name: EKF`` or ``gEKF``, become ``optimizer: ekf`` /
+``gekf`` with their config in the ``ekf_*`` keys (:mod:`pinn.training.kalman`): the
+learning rate (a number, ExponentialDecay or CosineDecay) is λ, ``max_learning_rate`` →
+``ekf_max_learning_rate`` (gEKF has no cap upstream: ``None``), ``epsilon``, ``q_0``,
+``q_min``, ``q_tau`` → ``ekf_epsilon``, ``ekf_q_0``, ``ekf_q_min``, ``ekf_q_tau``,
+``inv_dtype`` / ``div_dtype`` → ``ekf_solve_dtype``; no warmup, no clipping and no weight
+average, as upstream.  What has no equivalent here (per-variable ``clipnorm``, other
+betas, an unknown key of any optimizer) is refused with the key named, never dropped.
 """
 import logging
 
@@ -32,8 +40,16 @@ _IGNORABLE = ("name", "ema_overwrite_frequency", "jit_compile", "is_legacy_optim
 #: keys of a Keras serialisation around a class_name/config pair (Keras ≥ 2.13)
 _WRAPPER = ("module", "registered_name")
 #: what the section sets in model.params (each may then not be set there too)
-KEYS = ("learning_rate", "lr_schedule", "decay_step", "decay_rate", "lr_cosine_steps", "lr_min_factor",
-        "lr_warmup_steps", "max_grad_norm", "ema_decay")
+KEYS = ("optimizer", "learning_rate", "lr_schedule", "decay_step", "decay_rate", "lr_cosine_steps", "lr_min_factor",
+        "lr_warmup_steps", "max_grad_norm", "ema_decay", "ekf_max_learning_rate", "ekf_epsilon", "ekf_q_0",
+        "ekf_q_min", "ekf_q_tau", "ekf_solve_dtype")
+#: upstream's config keys of its Kalman filters (pinn/optimizers/ekf.py, gekf.py) → model.params keys
+_KALMAN_CONFIG = {
+    "EKF": {"max_learning_rate": "ekf_max_learning_rate", "epsilon": "ekf_epsilon", "q_0": "ekf_q_0",
+            "q_min": "ekf_q_min", "q_tau": "ekf_q_tau", "inv_dtype": "ekf_solve_dtype"},
+    "gEKF": {"epsilon": "ekf_epsilon", "q_0": "ekf_q_0", "q_min": "ekf_q_min", "q_tau": "ekf_q_tau",
+             "div_dtype": "ekf_solve_dtype"},
+}
 
 
 def convert_optimizer(params):
@@ -53,7 +69,7 @@ def convert_optimizer(params):
         return params
     params = dict(params)
     section = params.pop("optimizer")
-    settings = _adam_settings(section)
+    settings = _settings(section)
     model = dict(params.get("model") or {})
     model_params = dict(model.get("params") or {})
     both = sorted(set(settings) & set(model_params))
@@ -73,7 +89,8 @@ def convert_optimizer(params):
 _LOGGED = set()
 
 
-def _adam_settings(section):
+def _settings(section):
+    """model.params keys of the optimizer section (Adam, EKF or gEKF)."""
     if not isinstance(section, dict) or "class_name" not in section:
         raise ParamsError("optimizer: expected {'class_name': 'Adam', 'config': {...}} (upstream PiNN's form), "
                           f"got {section!r}")
@@ -81,15 +98,45 @@ def _adam_settings(section):
     if unknown:
         raise ParamsError(f"optimizer.{unknown[0]}: unknown key; allowed: class_name, config")
     name = str(section["class_name"])
-    if name.lower() in ("ekf", "gekf"):
-        raise ParamsError(f"optimizer.class_name: {name!r} (upstream PiNN's extended Kalman filter) is not "
-                          "implemented in pinn yet; use class_name: Adam")
-    if name.lower() != "adam":
-        raise ParamsError(f"optimizer.class_name: {name!r}; pinn trains with Adam (class_name: Adam)")
     config = section.get("config") or {}
     if not isinstance(config, dict):
         raise ParamsError(f"optimizer.config: expected a mapping, got {config!r}")
-    settings = {"lr_warmup_steps": 0, "max_grad_norm": None, "ema_decay": None}
+    if name in _KALMAN_CONFIG:
+        return _kalman_settings(name, config)
+    if name.lower() in ("ekf", "gekf"):
+        raise ParamsError(f"optimizer.class_name: {name!r}; upstream PiNN's Kalman filters are spelled 'EKF' "
+                          "and 'gEKF'")
+    if name.lower() != "adam":
+        raise ParamsError(f"optimizer.class_name: {name!r}; pinn trains with Adam, EKF or gEKF")
+    return _adam_settings(config)
+
+
+def _kalman_settings(name, config):
+    """model.params keys of upstream's EKF / gEKF config (upstream's defaults where a key is not given)."""
+    settings = {"optimizer": name.lower(), "lr_warmup_steps": 0, "max_grad_norm": None, "ema_decay": None,
+                "ekf_max_learning_rate": 1.0 if name == "EKF" else None}
+    keys = _KALMAN_CONFIG[name]
+    if "learning_rate" not in config:
+        raise ParamsError(f"optimizer.config.learning_rate: required by {name}")
+    for key, value in config.items():
+        where = f"optimizer.config.{key}"
+        if key == "learning_rate":
+            settings.update(_rate_settings(value, where))
+        elif key in ("inv_dtype", "div_dtype") and key in keys:
+            if value not in ("float64", "float32"):
+                raise ParamsError(f"{where}: {value!r}; pinn solves in 'float64' or 'float32'")
+            settings[keys[key]] = value
+        elif key in keys:
+            check = _positive if key in ("max_learning_rate", "epsilon", "q_tau") else _non_negative
+            settings[keys[key]] = check(value, where)
+        else:
+            raise ParamsError(f"{where}: unknown {name} option; allowed: learning_rate, {', '.join(keys)}")
+    return settings
+
+
+def _adam_settings(config):
+    """model.params keys of Keras Adam's config."""
+    settings = {"optimizer": "adam", "lr_warmup_steps": 0, "max_grad_norm": None, "ema_decay": None}
     for key, value in config.items():
         where = f"optimizer.config.{key}"
         if key == "learning_rate":
@@ -148,6 +195,12 @@ def _rate_settings(value, where):
 def _positive(value, where):
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
         raise ParamsError(f"{where}: a positive number, got {value!r}")
+    return float(value)
+
+
+def _non_negative(value, where):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+        raise ParamsError(f"{where}: a number ≥ 0, got {value!r}")
     return float(value)
 
 

@@ -36,6 +36,8 @@ def choose_backend(params, model, world):
     """
     mp = params["model"]["params"]
     choice = mp["engine"]
+    if mp["optimizer"] != "adam":
+        return _kalman_backend(mp, choice, world)
     if choice != "tensorflow":
         from pinn.engines.lowering import refusal
         reason = refusal(model, "training")
@@ -55,6 +57,24 @@ def choose_backend(params, model, world):
             return NumbaBackend(model, threads or None)
     jit = _jit_setting(params, model.network)
     return TensorFlowBackend(jit, _parts_setting(mp, jit, world))
+
+
+def _kalman_backend(mp, choice, world):
+    """The backend of a run with the Kalman filters (:mod:`pinn.training.kalman`): TensorFlow without XLA
+    (their Jacobians have as many rows as the batch has errors, a shape XLA would compile anew for
+    every batch)."""
+    name = {"ekf": "EKF", "gekf": "gEKF"}[mp["optimizer"]]
+    if choice == "numba":
+        raise ParamsError(f"model.params.engine: 'numba' computes Adam's gradients; the {name} "
+                          f"(model.params.optimizer {mp['optimizer']!r}) needs TensorFlow's Jacobians: "
+                          "set engine to tensorflow or auto")
+    if choice == "auto" and world.is_chief:
+        log.info("model.params.engine 'auto': gradients by TensorFlow, since model.params.optimizer %r (the "
+                 "%s) needs TensorFlow's Jacobians", mp["optimizer"], name)
+    if mp["jit"]:
+        raise ParamsError(f"model.params.jit: the {name}'s step is not XLA-compiled (its Jacobian has as many "
+                          "rows as the batch has errors); leave jit unset or false")
+    return TensorFlowBackend(False, _parts_setting(mp, False, world))
 
 
 def _jit_setting(params, network):

@@ -53,6 +53,9 @@ BEST_JSON = "best.json"
 SAVE_FAILED_EXIT_CODE = 74
 #: checkpoint entries that may hold ±inf (the best validation value before the first validation)
 MAY_BE_INFINITE = ("best_metric/",)
+#: the parts holding an optimizer's state (Adam's, the Kalman filter's): a checkpoint holding one of them may
+#: be restored by a run with the other, whose state then starts afresh (model.params.optimizer changed)
+OPTIMIZER_PARTS = ("optimizer", "kalman")
 _SLOW_SAVE = "PINN_TEST_SLOW_SAVE"
 
 
@@ -135,7 +138,9 @@ class CheckpointStore:
     Args:
         model_dir: the directory.
         parts: dict name → trackable of everything a resume needs (model, optimizer, step, …);
-            ``'weight_average'``, when present, may be missing from a checkpoint (trained without).
+            ``'weight_average'``, when present, may be missing from a checkpoint (trained without),
+            and so may ``'optimizer'`` or ``'kalman'`` from one that holds the other
+            (:data:`OPTIMIZER_PARTS`).
         is_chief: whether this process writes (rank 0).
         keep: how many of the latest checkpoints are kept (``keep_checkpoint_max``).
     """
@@ -249,6 +254,10 @@ class CheckpointStore:
         verify_files(path)
         if "weight_average" in parts and not self.holds(path, "weight_average"):
             parts = {k: v for k, v in parts.items() if k != "weight_average"}
+        for name in OPTIMIZER_PARTS:
+            others = [other for other in OPTIMIZER_PARTS if other != name]
+            if name in parts and not self.holds(path, name) and any(self.holds(path, o) for o in others):
+                parts = {k: v for k, v in parts.items() if k != name}
         try:
             status = tf.train.Checkpoint(**parts).restore(path)
             status.assert_existing_objects_matched()
@@ -258,8 +267,10 @@ class CheckpointStore:
 
     @staticmethod
     def holds(path, name):
-        """Whether the checkpoint at ``path`` holds the object ``name`` (e.g. ``'weight_average'``)."""
-        return tf.train.load_checkpoint(path).has_tensor(f"{name}/updates/.ATTRIBUTES/VARIABLE_VALUE")
+        """Whether the checkpoint at ``path`` holds a variable of the object ``name`` (e.g.
+        ``'weight_average'``, ``'kalman'``)."""
+        prefix = f"{name}/"
+        return any(key.startswith(prefix) for key in tf.train.load_checkpoint(path).get_variable_to_shape_map())
 
     def best_metric_name(self):
         """The metric that chose the stored best checkpoint (``best.json``), or ``None`` (also when it is

@@ -17,6 +17,7 @@ from pinn.schema import ParamsError
 from pinn.training.checkpoints import stop_when_disk_full
 from pinn.training.exchange import FusedExchange, fused, local_counts, take
 from pinn.training.guards import DivergenceGuard, TrainingPreempted
+from pinn.training.kalman import KalmanSteps
 from pinn.training.metrics import predictions_path, write_eval_predictions
 from pinn.training.progress import Meter, scaling_line
 
@@ -69,7 +70,10 @@ class TrainingLoop:
         skipped = 0
         step = int(trainer.step)
         last_eval = None
-        exchange = FusedExchange(trainer, k, mp["log_every_n_steps"]) if fused(world) else None
+        if trainer.kalman is not None:  # one process or N ranks alike
+            exchange = KalmanSteps(trainer, k, mp["log_every_n_steps"])
+        else:
+            exchange = FusedExchange(trainer, k, mp["log_every_n_steps"]) if fused(world) else None
         ahead = (False, False)  # a parallel step's news of the next one: an input ended, a stop signal
         while step < run.max_steps:
             comm, phases = 0.0, None

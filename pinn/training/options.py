@@ -26,7 +26,12 @@ def _step_list(value):
 
 
 TRAINING_PARAMS = {
-    "learning_rate": Option(float, 3e-3, "Adam learning rate (of one rank; see parallel_params.lr_scaling)",
+    "optimizer": Option(str, "adam", "what fits the weights: 'adam' (gradients of the loss), 'ekf' (upstream PiNN's "
+                        "extended Kalman filter: the errors and their Jacobian, a covariance P of n × n for n "
+                        "weights) or 'gekf' (its rank-1 form from two gradients); see the training page",
+                        choices=("adam", "ekf", "gekf")),
+    "learning_rate": Option(float, 3e-3, "Adam's learning rate (of one rank; see parallel_params.lr_scaling); with "
+                            "ekf / gekf the Kalman filter's λ (A = I/λ + H P Hᵀ), not scaled with the ranks",
                             check=positive),
     "lr_schedule": Option(str, "cosine", "shape of the learning rate over the steps (see the training page)",
                           choices=LR_SCHEDULES),
@@ -56,7 +61,21 @@ TRAINING_PARAMS = {
                           "XLA-compiled computation runs on about one CPU core, so one part per core keeps the "
                           "cores busy); None: one part per CPU core, at most 4, for an XLA-compiled step of one "
                           "process without a GPU, else 1", check=positive),
-    "max_grad_norm": Option((float, None), 10.0, "clip gradients to this global norm (None: no clipping)"),
+    "max_grad_norm": Option((float, None), 10.0, "clip gradients to this global norm (None: no clipping); with "
+                            "ekf / gekf the update of the weights"),
+    "ekf_max_learning_rate": Option((float, None), 1.0, "ekf / gekf: λ is the learning rate of the step, at most "
+                                    "this (upstream's max_learning_rate; None: no cap)", check=positive),
+    "ekf_epsilon": Option(float, 1.0, "ekf / gekf: P starts as ekf_epsilon × I (upstream's epsilon)", check=positive),
+    "ekf_q_0": Option(float, 0.0, "ekf / gekf: process noise Q = q·I with q = max(ekf_q_0 · exp(−step / "
+                      "ekf_q_tau), ekf_q_min) added to P at each update (upstream's q_0)", check=non_negative),
+    "ekf_q_min": Option(float, 0.0, "ekf / gekf: the least process noise q (upstream's q_min)", check=non_negative),
+    "ekf_q_tau": Option(float, 3000.0, "ekf / gekf: steps over which the process noise falls by e (upstream's "
+                        "q_tau)", check=positive),
+    "ekf_solve_dtype": Option(str, "float64", "ekf / gekf: dtype of the linear solve (ekf) or the division (gekf); "
+                              "P and the rest are float64 (upstream's inv_dtype / div_dtype)",
+                              choices=("float64", "float32")),
+    "ekf_max_memory_gb": Option(float, 4.0, "ekf / gekf: refuse a network whose P (n × n float64) takes more than "
+                                "this many GB (an update needs about 3 times P at its peak)", check=positive),
     "accumulate_batches": Option(int, 1, "batches per step: their gradients are summed (one allreduce in a "
                                  "parallel run) and the loss is normalised over all of them", check=positive),
     "max_nonfinite_steps": Option(int, 5, "after this many consecutive steps with a non-finite loss or "

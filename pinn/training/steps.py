@@ -34,7 +34,7 @@ class StepFunctions:
         self.max_grad_norm = trainer.mp["max_grad_norm"]
         self.dtype = trainer.dtype
         split = isinstance(spec, tuple)
-        part_spec = spec[0] if split else spec
+        self.part_spec = part_spec = spec[0] if split else spec
         missing = model.missing_labels(part_spec)
         if missing:
             raise ValueError(f"the model trains on {missing} but the training data have no "
@@ -118,6 +118,9 @@ class StepFunctions:
         self.reduce_and_apply = reduce_and_apply
         self.apply_reduced = apply_reduced
         self.n_stats = n_stats
+        #: the traced errors-and-Jacobian function of the Kalman filters, made by them on first use
+        #: (:class:`pinn.training.kalman.KalmanSteps`)
+        self.kalman_local = None
         self.whole_step = backend.whole_step(self, graph_step)
 
     def unpack(self, stats):

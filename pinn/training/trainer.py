@@ -53,6 +53,7 @@ from pinn.training.evaluation import Evaluator
 from pinn.training.guards import StopSignals, TrainingDiverged, Watchdog
 from pinn.training.inference import InferenceHandle
 from pinn.training.inputs import evaluation_input, prepared_input, steps_per_epoch_of
+from pinn.training.kalman import KalmanFilter, check_optimizer_settings
 from pinn.training.loop import Run, TrainingLoop
 from pinn.training.options import TRAINING_PARAMS
 from pinn.training.progress import ProgressBar
@@ -105,6 +106,7 @@ class Trainer:
         self.network = get_network(self.params)
         self.rc = self.params["network"]["params"]["rc"]
         self.model = model_cls(self.network, mp, self.params["network"]["params"]["atom_types"], self.dtype)
+        check_optimizer_settings(self.params, self.world)
         self.backend = choose_backend(self.params, self.model, self.world)
         self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
         self.lr_factor = tf.Variable(1.0, dtype=tf.float32, trainable=False, name="lr_factor")
@@ -112,11 +114,17 @@ class Trainer:
                                             mp["early_stopping_min_delta"])
         self.learning_rate = self._schedule(mp["lr_cosine_steps"])
         self._warn_unused_decay()
-        self.optimizer = tf.keras.optimizers.Adam(learning_rate=float(self.current_learning_rate()))
-        self.optimizer.build(self.model.trainable_variables)  # slots exist before a restore or broadcast
+        #: the Kalman filter of ``optimizer: ekf | gekf`` (:mod:`pinn.training.kalman`), else None
+        self.kalman = None
+        if mp["optimizer"] == "adam":
+            self.optimizer = tf.keras.optimizers.Adam(learning_rate=float(self.current_learning_rate()))
+            self.optimizer.build(self.model.trainable_variables)  # slots exist before a restore or broadcast
+        else:
+            self.optimizer = self.kalman = KalmanFilter(self.model.trainable_variables, mp)
         self.ema = WeightAverage(self.model.trainable_variables, mp["ema_decay"]) if mp["ema_decay"] else None
-        parts = dict(model=self.model, optimizer=self.optimizer, step=self.step, lr_factor=self.lr_factor,
-                     best_metric=self.early_stopping.best, evals_since_best=self.early_stopping.since_best)
+        parts = dict(model=self.model, step=self.step, lr_factor=self.lr_factor,
+                     best_metric=self.early_stopping.best, evals_since_best=self.early_stopping.since_best,
+                     **self._optimizer_part())
         if self.ema is not None:
             parts["weight_average"] = self.ema
         self.store = CheckpointStore(self.model_dir, parts, self.is_chief, mp["keep_checkpoint_max"])
@@ -173,13 +181,43 @@ class Trainer:
 
     # ------------------------------------------------------------------ setup
     def _schedule(self, total_steps):
-        """The learning-rate schedule of this run; ``total_steps`` (steps of this run) sets a cosine's length."""
+        """The learning-rate schedule of this run; ``total_steps`` (steps of this run) sets a cosine's length.
+
+        With the Kalman filters the rate is λ of one update on the union batch of all ranks, the
+        same as one process's on that batch: not scaled with the number of ranks (logged when
+        ``parallel_params`` asks for a scaling)."""
         mp, options = self.mp, self.world.options
-        steps_per_step = self.world.size if options["lr_scaling"] != "none" else 1
+        size, scaling, ramp = self.world.size, options["lr_scaling"], options["warmup_steps"]
+        if mp["optimizer"] != "adam":
+            if self.world.is_parallel and self.is_chief and (scaling != "none" or ramp) and not self._said_unscaled:
+                self._said_unscaled = True
+                log.info("parallel_params.lr_scaling %r and warmup_steps %d apply to Adam; with optimizer %r the "
+                         "rate is λ of one update on the union batch of the %d ranks, not scaled", scaling, ramp,
+                         mp["optimizer"], size)
+            size, scaling, ramp = 1, "none", 0
+        steps_per_step = size if scaling != "none" else 1
         return LearningRate(mp["learning_rate"], mp["lr_schedule"], mp["decay_step"], mp["decay_rate"],
                             mp["lr_boundaries"], mp["lr_min_factor"],
                             total_steps * steps_per_step if total_steps else None, mp["lr_warmup_steps"],
-                            self.world.size, options["lr_scaling"], options["warmup_steps"])
+                            size, scaling, ramp)
+
+    _said_unscaled = False
+
+    def _optimizer_part(self):
+        """The checkpoint part of the optimizer's state: ``{'optimizer': Adam}`` or ``{'kalman': KalmanFilter}``."""
+        return {"kalman": self.kalman} if self.kalman is not None else {"optimizer": self.optimizer}
+
+    def _optimizer_state_missing(self, path):
+        """After restoring checkpoint ``path`` (rank 0): when it holds the other optimizer's state (a run that
+        changed model.params.optimizer), this one's starts afresh, logged."""
+        name = next(iter(self._optimizer_part()))
+        if self.store.holds(path, name):
+            return
+        if self.kalman is not None:
+            self.kalman.reset()
+            log.info("%s holds no Kalman filter (trained with Adam): P starts at ekf_epsilon × I", path)
+        else:
+            log.info("%s holds no Adam state (trained with a Kalman filter): Adam's moments start at zero", path)
 
     def _warn_unused_decay(self):
         """Say so when decay_step / decay_rate are set but the schedule does not use them (the default
@@ -201,6 +239,7 @@ class Trainer:
                 path = self.store.restore(which)
                 if path:
                     log.info("restored %s (step %d)", path, int(self.step))
+                    self._optimizer_state_missing(path)
                     if self.ema is not None and not self.store.holds(path, "weight_average"):
                         self.ema.reset(self.model.trainable_variables)
                         log.info("%s holds no weight average (trained without ema_decay): the average starts "
@@ -258,10 +297,11 @@ class Trainer:
         factor = float(self.lr_factor) * self.mp["rollback_lr_factor"]
         self.backend.reload(diverged=True)  # the engine's diverged weights are dropped; the next step reads these
         if self.is_chief:
-            parts = dict(model=self.model, optimizer=self.optimizer)
+            parts = dict(model=self.model, **self._optimizer_part())
             if self.ema is not None:
                 parts["weight_average"] = self.ema
             path = self.store.restore_parts(**parts)
+            self._optimizer_state_missing(path)
             self.bar.clear()
             log.warning("rolled back to %s; learning rate × %g from now on", path, factor)
         self.lr_factor.assign(factor)
@@ -338,9 +378,10 @@ class Trainer:
             self.save()  # something to roll back to
         length = f"{max_steps} ({max_steps / steps_per_epoch:g} epochs of {steps_per_epoch} steps)" \
             if steps_per_epoch else f"{max_steps}"
-        log.info("training %s from step %d to %s on %d rank(s); %s%s; gradients by %s; model_dir %s",
+        log.info("training %s from step %d to %s on %d rank(s); %s%s; %sgradients by %s; model_dir %s",
                  self.params["network"]["name"], start, length, self.world.size, self.learning_rate.describe(),
                  f"; weight average with decay {mp['ema_decay']:g}" if self.ema is not None else "",
+                 f"{self.kalman.describe()}; " if self.kalman is not None else "",
                  self.backend.describe(), self.model_dir)
         timeout = self.world.options["stall_timeout_s"] if self.world.is_parallel else None
         enabled = {"auto": None, "on": True, "off": False}[mp["progress_bar"]]
