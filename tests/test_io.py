@@ -165,7 +165,7 @@ def test_sparse_batch_by_padding_equals_ragged_batching(rng):
 def test_load_numpy_and_tfrecord(tmp_path, rng):
     data = {K.COORD: rng.normal(size=(7, 4, 3)), K.ELEMS: [1, 1, 8, 6], K.E_DATA: rng.normal(size=7),
             K.F_DATA: rng.normal(size=(7, 4, 3))}
-    ds = load_numpy(data, shuffle=False)
+    ds = load_numpy(data, split=False, shuffle=False)
     first = next(ds.as_numpy_iterator())
     np.testing.assert_allclose(first[K.COORD], data[K.COORD][0], rtol=1e-6)
     assert not first[K.PBC].any()
@@ -179,4 +179,4 @@ def test_load_numpy_and_tfrecord(tmp_path, rng):
     with pytest.raises(DataError, match="e_data' has 3 frames"):
         load_numpy({**data, K.E_DATA: np.zeros(3)})
     with pytest.raises(DataError, match="atomic numbers"):
-        list(load_numpy({**data, K.ELEMS: [0, 1, 1, 1]}))
+        list(load_numpy({**data, K.ELEMS: [0, 1, 1, 1]}, split=False))

@@ -11,8 +11,7 @@ restated here (configuration data) and run through ``pinn train`` as upstream's 
 line takes them.  The tests are this package's own; the behaviours are upstream's.
 
 Where pinn differs on purpose the test says so: energies in eV (pinn converts QM9's and
-RuNNer's Hartree), a ``pbc`` key beside ``cell``.  Tests marked ``xfail(strict=True)`` show
-a gap in a module of another stage, named in the reason.
+RuNNer's Hartree), a ``pbc`` key beside ``cell``.
 """
 import os
 
@@ -99,16 +98,12 @@ def only(dataset):
 
 def test_numpy_loader_gives_the_trivial_structure():
     data = {k: v[None] for k, v in trivial_arrays().items()}
-    out = only(load_numpy(data))  # upstream's helpers pass split=1: see the xfail below
+    out = only(load_numpy(data, split=1))  # as upstream's helpers pass it
     assert set(out) == set(data) | {"pbc"}  # pinn's structures always say which directions are periodic
     for key, value in data.items():
         np.testing.assert_allclose(out[key], value[0])
 
 
-@pytest.mark.xfail(strict=True, raises=ValueError, reason=(
-    "pinn/io/base.py split_items: upstream's split=1 (a single ratio: one dataset of every structure, as "
-    "upstream's tests/helpers.py passes it to load_numpy, load_qm9 and load_runner) is refused with "
-    "'split must be a non-empty dict of ratios'"))
 def test_a_single_ratio_as_split_gives_one_dataset_of_every_structure(trivial_files):
     data = {k: v[None] for k, v in trivial_arrays().items()}
     out = only(load_numpy(data, split=1))
@@ -117,13 +112,9 @@ def test_a_single_ratio_as_split_gives_one_dataset_of_every_structure(trivial_fi
     assert only(load_runner(trivial_files[1], split=1))["elems"].tolist() == [1, 8, 1]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "pinn/io/numpy_data.py load_numpy: a 'cell' without 'pbc' is taken as an open system (pbc False); "
-    "upstream PiNN treats a structure with a cell as periodic (its CellListNL wraps into the cell), as pinn's "
-    "own list_loader(pbc=True) does for a non-zero cell"))
 def test_numpy_structure_with_a_cell_is_periodic_as_upstream():
     data = {k: v[None] for k, v in trivial_arrays().items()}
-    assert only(load_numpy(data))["pbc"].tolist() == [True, True, True]
+    assert only(load_numpy(data, split=False))["pbc"].tolist() == [True, True, True]
 
 
 def test_qm9_loader_gives_the_trivial_structure_in_ev(trivial_files):
@@ -198,19 +189,12 @@ def lj_samples():
     return {k: np.array(v) for k, v in data.items()}
 
 
-@pytest.mark.xfail(strict=True, raises=TypeError, reason=(
-    "pinn/io/numpy_data.py load_numpy: without split= it gives one dataset; upstream's load_numpy(data) "
-    "splits {'train': 8, 'test': 2} (its split_list default), so upstream's test_potential_model and "
-    "scripts index dataset()['train'] / ['test']"))
 def test_load_numpy_default_split_is_upstreams_train_and_test(lj_samples):
     subsets = load_numpy(lj_samples)
     assert sum(1 for _ in subsets["train"]) == 40 and sum(1 for _ in subsets["test"]) == 10
     assert set(subsets) == {"train", "test"}
 
 
-@pytest.mark.xfail(strict=True, raises=TypeError, reason=(
-    "pinn/io/numpy_data.py load_numpy: no default split (see test_load_numpy_default_split_is_upstreams_"
-    "train_and_test), so dataset()['train'] fails"))
 def test_potential_model_trains_on_lj_three_body_samples(lj_samples, tmp_path):
     dataset = lambda: load_numpy(lj_samples)  # noqa: E731  (upstream's test writes it so)
     train = lambda: dataset()["train"].shuffle(100).repeat().apply(sparse_batch(100))  # noqa: E731
@@ -467,9 +451,6 @@ def test_pinet2_dipole_yml_is_refused_naming_pinet2(qm9_folder, monkeypatch, cap
         resolve(dict(params, model_dir=str(tmp_path / "m")))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "pinn/params.py resolve: for pinet2-dipole.yml the refusal names PiNet2 only; it should name everything of "
-    "the file that is not in pinn yet, network PiNet2 and model AC_dipole_model, in one error"))
 def test_pinet2_dipole_yml_refusal_names_the_dipole_variant_too(qm9_folder, monkeypatch, capsys):
     err = _refusal(PINET2_DIPOLE_YML, qm9_folder, monkeypatch, capsys)
     assert "PiNet2" in err and "AC_dipole_model" in err

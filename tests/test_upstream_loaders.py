@@ -577,7 +577,7 @@ def test_tfrecord_writes_upstream_naming_and_reads_old_and_upstream_specs(tmp_pa
     rng = np.random.RandomState(0)
     data = {"coord": rng.rand(4, 3, 3), "elems": np.array([8, 1, 1]), "e_data": rng.rand(4),
             "f_data": rng.rand(4, 3, 3)}
-    dataset = load_numpy(data, shuffle=False)
+    dataset = load_numpy(data, split=False, shuffle=False)
     assert write_tfrecord(str(tmp_path / "train.tfr"), dataset) == 4
     spec = yaml.safe_load((tmp_path / "train.yml").read_text())
     assert spec["info"]["n_sample"] == 4 and spec["format"]["coord"] == {"dtype": "float32", "shape": [None, 3]}

@@ -37,8 +37,9 @@ def split_items(items, split, shuffle=True, seed=0):
 
     Args:
         items: a sequence.
-        split: ``False``/``None`` (no split: one list, shuffled unless ``shuffle`` is False), or a
-            dict mapping names to positive ratios or to nested dicts of the
+        split: ``False``/``None`` (no split: one list, shuffled unless ``shuffle`` is False), a
+            positive number (upstream PiNN's ``split=1``: one subset of every item, the same
+            list), or a dict mapping names to positive ratios or to nested dicts of the
             same form, e.g. ``{'train': 8, 'vali': 1, 'test': 1}`` or
             ``{'train': 8, 'eval': {'vali': 1, 'test': 1}}``.  A one-key split
             such as ``{'all': 1}`` gives every item.
@@ -56,6 +57,8 @@ def split_items(items, split, shuffle=True, seed=0):
         items = [items[i] for i in order]
     if not split:
         return items
+    if isinstance(split, (int, float)) and not isinstance(split, bool) and split > 0:
+        return items  # upstream's split=1: a single subset holding every item
     return _split(items, split, path="split")
 
 
