@@ -155,12 +155,13 @@ def run(path, args):
         (model, metrics): the trained model and its last validation metrics.
     """
     from pinn.models import get_model
-    from pinn.params import read_params_file
+    from pinn.params import read_params_file, resolve
     opts = {k: (getattr(args, k, None) if getattr(args, k, None) is not None else v) for k, v in DEFAULTS.items()}
     params = apply_run_config(read_params_file(path), args)
     if args.model_dir is not None:
         params["model_dir"] = args.model_dir
     params.setdefault("model_dir", "model")  # upstream's default when neither the file nor -d names one
+    resolve(params)  # a bad or not-yet-supported params file is refused before any data are read
     max_steps = args.max_steps if args.max_steps is not None else opts["train_steps"]
     train = _structures_or_batches(opts["train_ds"], args.batch, "-t")
     evaluation = _structures_or_batches(opts["eval_ds"], args.batch, "-e")
