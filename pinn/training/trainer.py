@@ -55,6 +55,7 @@ from pinn.training.inference import InferenceHandle
 from pinn.training.inputs import evaluation_input, prepared_input, steps_per_epoch_of
 from pinn.training.kalman import KalmanFilter, check_optimizer_settings
 from pinn.training.loop import Run, TrainingLoop
+from pinn.training.metrics import with_upstream_names
 from pinn.training.options import TRAINING_PARAMS
 from pinn.training.progress import ProgressBar
 from pinn.training.recorder import RunRecorder
@@ -66,7 +67,16 @@ __all__ = ["Trainer", "TrainingDiverged"]
 log = logging.getLogger("pinn")
 
 
-class Trainer:
+class _ModelClass(type):
+    """The class of pinn's models: its text says what to call instead of TensorFlow's estimator API
+    (``tf.estimator.train_and_evaluate`` names the type it refuses)."""
+
+    def __repr__(cls):
+        return (f"<class '{cls.__module__}.{cls.__qualname__}'> (a pinn model, not an estimator: call "
+                "pinn.train_and_evaluate(model, train_spec, eval_spec) with the same specs)")
+
+
+class Trainer(metaclass=_ModelClass):
     """A model with ``train(input_fn, max_steps)``, ``evaluate(input_fn)`` and ``predict(input_fn)``.
 
     Args:
@@ -105,7 +115,7 @@ class Trainer:
         self.world.log_summary()
         self.network = get_network(self.params)
         self.rc = self.params["network"]["params"]["rc"]
-        self.model = model_cls(self.network, mp, self.params["network"]["params"]["atom_types"], self.dtype)
+        self.model = model_cls(self.network, mp, self.network.atom_types, self.dtype)
         check_optimizer_settings(self.params, self.world)
         self.backend = choose_backend(self.params, self.model, self.world)
         self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
@@ -346,6 +356,10 @@ class Trainer:
                                "build a new one from model_dir to train")
         if max_steps is None and max_epochs is None:
             raise ValueError("train: give max_steps or max_epochs")
+        if max_steps is not None:  # a whole number given as a float (upstream's notebooks write 5e3)
+            if isinstance(max_steps, bool) or not float(max_steps).is_integer() or max_steps < 0:
+                raise ValueError(f"train: max_steps must be a whole number of steps, got {max_steps!r}")
+            max_steps = int(max_steps)
         mp, k = self.mp, self.mp["accumulate_batches"]
         steps_per_epoch = None
         if max_epochs is not None:
@@ -430,10 +444,7 @@ class Trainer:
         Raises:
             ValueError: ``steps`` is not a positive integer, or the input is infinite and ``steps`` is None.
         """
-        result = self.evaluate_with_parity(input_fn, parity=False, steps=steps)[0]
-        result.update({f"METRICS/{key}": value for key, value in list(result.items())
-                       if key.endswith(("_MAE", "_RMSE"))})
-        return result
+        return with_upstream_names(self.evaluate_with_parity(input_fn, parity=False, steps=steps)[0])
 
     def evaluate_with_parity(self, input_fn, parity=True, steps=None):
         """(metrics of :meth:`evaluate` without the upstream names, parity arrays or ``None``); see
