@@ -15,7 +15,9 @@ Upstream PiNN configures training with a Keras optimizer serialised in the param
 it means what it means upstream: the learning rate and its schedule, no warmup, global-norm
 clipping only when ``global_clipnorm`` is given, the weight average only when ``use_ema``
 is (``ema_decay`` = ``ema_momentum``; pinn's average shortens its memory over the first
-steps, see the training page, where Keras' keeps it fixed).
+steps, see the training page, where Keras' keeps it fixed).  Such a file is in upstream's form,
+so the potential model's keys whose default differs from upstream's (:data:`UPSTREAM_DEFAULTS`:
+``f_loss_multiplier`` 1, pinn's default is 10) take upstream's default unless the file sets them.
 
 Upstream's Kalman filters, ``class_name: EKF`` or ``gEKF``, become ``optimizer: ekf`` /
 ``gekf`` with their config in the ``ekf_*`` keys (:mod:`pinn.training.kalman`): the
@@ -52,6 +54,11 @@ _KALMAN_CONFIG = {
 }
 
 
+#: potential-model keys whose default differs from upstream PiNN's: a params file in upstream's form
+#: (with an optimizer section) gets upstream's value unless it sets the key
+UPSTREAM_DEFAULTS = {"f_loss_multiplier": 1.0}
+
+
 def convert_optimizer(params):
     """``params`` with its upstream ``optimizer`` section turned into ``model.params`` keys (logged).
 
@@ -77,6 +84,10 @@ def convert_optimizer(params):
         raise ParamsError(f"model.params.{both[0]}: also set by the optimizer section (upstream PiNN's form); "
                           "keep one of the two")
     model_params.update(settings)
+    if model.get("name", "potential_model") == "potential_model":  # a file in upstream's form: its defaults
+        for key, value in UPSTREAM_DEFAULTS.items():
+            if key not in model_params:
+                model_params[key] = settings[key] = value
     model["params"] = model_params
     params["model"] = model
     text = ", ".join(f"{k}={v!r}" for k, v in settings.items())

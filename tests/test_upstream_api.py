@@ -157,8 +157,11 @@ def _keras_schedule(section):
                                                   "decay_rate": 0.5, "staircase": True}},
     {"class_name": "CosineDecay", "config": {"initial_learning_rate": 1e-3, "decay_steps": 2000, "alpha": 0.1}},
 ])
-def test_optimizer_section_gives_keras_learning_rates(schedule, tmp_path, caplog):
+def test_optimizer_section_gives_keras_learning_rates(schedule, tmp_path, caplog, monkeypatch):
     import logging
+
+    from pinn import upstream_params as conversion
+    monkeypatch.setattr(conversion, "_LOGGED", set())  # another test of this process may have logged this mapping
     optimizer = {"class_name": "Adam", "config": {"global_clipnorm": 0.01, "learning_rate": schedule}}
     with caplog.at_level(logging.INFO, logger="pinn"):
         model = pinn.get_model(upstream_params(tmp_path / "model", optimizer))
@@ -244,3 +247,15 @@ def test_train_and_evaluate_takes_upstream_specs_and_tensorflow_names_it(alloy_x
         pinn.train_and_evaluate(model, pinn.TrainSpec(train, 4), pinn.EvalSpec(test, throttle_secs=10))
     with pytest.raises(TypeError, match="hooks"):
         pinn.train_and_evaluate(model, pinn.TrainSpec(train, 4, hooks=[object()]), pinn.EvalSpec(test))
+
+
+def test_a_params_file_in_upstreams_form_gets_upstreams_force_weight(tmp_path):
+    from pinn.params import resolve
+    section = {"class_name": "Adam", "config": {"learning_rate": 1e-3}}
+    plain = upstream_params(tmp_path / "a", section)
+    del plain["model"]["params"]["f_loss_multiplier"]
+    assert resolve(plain)["model"]["params"]["f_loss_multiplier"] == 1.0
+    chosen = upstream_params(tmp_path / "b", section)
+    chosen["model"]["params"]["f_loss_multiplier"] = 5.0
+    assert resolve(chosen)["model"]["params"]["f_loss_multiplier"] == 5.0
+    assert resolve(params_in(tmp_path / "c"))["model"]["params"]["f_loss_multiplier"] == 10.0  # pinn's own form
