@@ -55,7 +55,7 @@ def test_quick_start_as_written(quick_start, monkeypatch, capsys):
     monkeypatch.chdir(quick_start)
     assert main(["convert", "data.traj", "-o", "train:8,eval:2"]) == 0
     assert all((quick_start / name).exists() for name in ("train.yml", "train.tfr", "eval.yml", "eval.tfr"))
-    (quick_start / "params.yml").write_text(PARAMS.format(optimizer="Adam", rate=0.003))
+    (quick_start / "params.yml").write_text(PARAMS.format(optimizer="EKF", rate=0.03))  # the quick start's block
     capsys.readouterr()
     assert main(["train", "-d", "model", "-t", "train.yml", "-e", "eval.yml", "-b", "4", "--train-steps", "6",
                  "params.yml"]) == 0
@@ -64,6 +64,7 @@ def test_quick_start_as_written(quick_start, monkeypatch, capsys):
     assert (quick_start / "model" / "ckpt-6.index").exists()
     written = yaml.safe_load((quick_start / "model" / "params.yml").read_text())
     assert written["model_dir"].endswith("model")
+    assert written["model"]["params"]["optimizer"] == "ekf" and written["model"]["params"]["learning_rate"] == 0.03
     # upstream's defaults of the run settings: checkpoints every 10000 steps, 1 kept, records every 1000
     assert {k: written["model"]["params"][k] for k in ("save_checkpoint_steps", "keep_checkpoint_max",
                                                       "log_every_n_steps")} == {
