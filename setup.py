@@ -11,7 +11,7 @@ TF_VERSION = "2.15.1"
 
 setup(
     name="pinn",
-    version="0.13.0",
+    version="0.14.0",
     description="PiNN-style neural-network interatomic potentials for QM/MM data, "
                 "trained on many GPUs with Horovod",
     long_description=open("README.md").read() if __import__("os").path.exists("README.md") else "",

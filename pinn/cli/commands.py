@@ -14,19 +14,12 @@ import json
 import os
 import sys
 
+from pinn.cli.arguments import positive_int
+
 EXIT_ERROR = 1
 #: what `pinn convert -f` takes (pinn.io.formats.LOADERS, without importing the loaders)
 LOADER_FORMATS = ("tfr", "pinn", "ase", "runner", "qm9", "ani", "cp2k", "deepmd", "qm7b")
 
-
-def _positive_int(text):
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
 
 DESCRIPTION = """Train and use PiNN-style neural-network potentials and dipole models.
 
@@ -80,7 +73,7 @@ def _parser():
     convert.add_argument("--shuffle", dest="shuffle", action="store_true", default=True,
                          help="shuffle the structures before splitting (the default)")
     convert.add_argument("--no-shuffle", dest="shuffle", action="store_false", help="keep the inputs' order")
-    convert.add_argument("--batch", type=_positive_int, help="write sparse batches of this many structures")
+    convert.add_argument("--batch", type=positive_int, help="write sparse batches of this many structures")
     convert.add_argument("--seed", type=int, default=0, help="seed of the split (default 0)")
     convert.add_argument("--mpt", nargs="+", help="MiMiC topology file(s)")
     convert.add_argument("--trr", nargs="+", help="GROMACS trr file(s), one per run")
@@ -93,7 +86,7 @@ def _parser():
     evaluate.add_argument("model_dir")
     evaluate.add_argument("data", nargs="+", help="ASE-readable files or .tfr caches")
     evaluate.add_argument("--checkpoint", default="last", help="'last' (default), 'best' or a checkpoint path")
-    evaluate.add_argument("--batch-size", type=_positive_int, default=32)
+    evaluate.add_argument("--batch-size", type=positive_int, default=32)
     evaluate.add_argument("--json", action="store_true", help="print the metrics as JSON")
 
     report = commands.add_parser("report", parents=[common],
@@ -111,7 +104,7 @@ def _parser():
                                description="Print the training and validation records of MODEL_DIR/metrics.jsonl.")
     logs.add_argument("model_dir")
     logs.add_argument("--kind", choices=("train", "eval", "all"), default="all")
-    logs.add_argument("--last", type=_positive_int, help="only the last N records")
+    logs.add_argument("--last", type=positive_int, help="only the last N records")
     logs.add_argument("--csv", help="write the records to this CSV file instead of printing them")
     logs.add_argument("-t", "--tag", help="only the figures whose name contains TAG, e.g. RMSE (upstream PiNN's "
                       "--tag; default: all)")
@@ -151,7 +144,7 @@ def _train_arguments(parser):
     """The options of ``pinn train`` for a YAML file: pinn's and upstream PiNN's."""
     from pinn.cli.upstream_train import add_options
     parser.add_argument("-d", "--model-dir", help="override model_dir of the file")
-    parser.add_argument("--max-steps", type=_positive_int, help="override train.max_steps of a run file (the "
+    parser.add_argument("--max-steps", type=positive_int, help="override train.max_steps of a run file (the "
                         "same as --train-steps)")
     add_options(parser)
 

@@ -36,6 +36,7 @@ import os
 import shutil
 import tempfile
 
+from pinn.cli.arguments import non_negative_int, positive_int
 from pinn.schema import ParamsError
 
 log = logging.getLogger("pinn")
@@ -57,7 +58,7 @@ def add_options(parser):
     group.add_argument("-t", "--train-ds", help="training data: a TFRecord spec (X.yml) or records (X.tfr), or "
                        "ASE-readable files (default train.yml)")
     group.add_argument("-e", "--eval-ds", help="validation data (default eval.yml)")
-    group.add_argument("-b", "--batch", type=_positive, help="structures per batch (default: the data are batches)")
+    group.add_argument("-b", "--batch", type=positive_int, help="structures per batch (default: the data are batches)")
     group.add_argument("--cache", dest="cache", action="store_true", default=None,
                        help="keep the prepared batches in memory (the default)")
     group.add_argument("--no-cache", dest="cache", action="store_false")
@@ -65,40 +66,18 @@ def add_options(parser):
                        help="neighbor lists in the input pipeline (the default)")
     group.add_argument("--no-preprocess", dest="preprocess", action="store_false")
     group.add_argument("--scratch-dir", help="cache on disk in a temporary folder there (removed at the end)")
-    group.add_argument("--train-steps", type=_positive, help="the last global step (default 1000000; "
+    group.add_argument("--train-steps", type=positive_int, help="the last global step (default 1000000; "
                        "--max-steps is the same)")
-    group.add_argument("--eval-steps", type=_positive, help="batches per evaluation (default: all)")
-    group.add_argument("--shuffle-buffer", type=_non_negative, help="batches in the shuffle buffer (default 100)")
-    group.add_argument("--log-every", type=_positive, help="steps between progress records (default 1000)")
-    group.add_argument("--ckpt-every", type=_positive, help="steps between checkpoints and evaluations "
+    group.add_argument("--eval-steps", type=positive_int, help="batches per evaluation (default: all)")
+    group.add_argument("--shuffle-buffer", type=non_negative_int, help="batches in the shuffle buffer (default 100)")
+    group.add_argument("--log-every", type=positive_int, help="steps between progress records (default 1000)")
+    group.add_argument("--ckpt-every", type=positive_int, help="steps between checkpoints and evaluations "
                        "(default 10000)")
-    group.add_argument("--max-ckpts", type=_positive, help="checkpoints kept (default 1)")
+    group.add_argument("--max-ckpts", type=positive_int, help="checkpoints kept (default 1)")
     group.add_argument("--early-stop", help="METRIC:STEPS, e.g. METRICS/F_RMSE:5000")
     group.add_argument("--init", dest="init", action="store_true", default=None,
                        help="fit e_dress (and a BPNN's fp_range) to the training data first")
     group.add_argument("--no-init", dest="init", action="store_false")
-
-
-def _positive(text):
-    import argparse
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
-
-
-def _non_negative(text):
-    import argparse
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}")
-    return value
 
 
 def given_data_options(args):

@@ -24,7 +24,7 @@ from pinn import keys as K
 from pinn.io.batch import add_neighbors
 from pinn.models.base import COMMON_PARAMS, Model, abs_sq_count, cast_floats, check_atomic_outputs
 from pinn.models.loss_weights import atom_weights, structure_weights
-from pinn.networks.layers import scatter_sum
+from pinn.networks.layers import atomic_number, scatter_sum
 from pinn.schema import Option, non_negative, positive
 
 def _false_or_positive(value):
@@ -118,7 +118,7 @@ class PotentialModel(Model):
         self.atom_types = [int(z) for z in atom_types]
         dress = np.zeros(len(self.atom_types))
         for z, value in (params.get("e_dress") or {}).items():
-            z = _atomic_number(z)
+            z = atomic_number(z, "model.params.e_dress")
             if z not in self.atom_types:
                 raise ValueError(f"model.params.e_dress: element {z} is not in atom_types {self.atom_types}")
             dress[self.atom_types.index(z)] = value
@@ -439,12 +439,3 @@ def _drawn(tensors, candidates, k):
     ranked = tf.sort(tf.concat([score, [-2.0]], 0), direction="DESCENDING")  # -2: below every candidate
     threshold = tf.gather(ranked, tf.minimum(k, tf.size(score)) - 1) if k > 0 else tf.constant(2.0)
     return tf.cast(tf.logical_and(score >= threshold, candidates > 0), candidates.dtype)
-
-
-def _atomic_number(z):
-    from ase.data import atomic_numbers
-    if isinstance(z, str) and not z.isdigit():
-        if z not in atomic_numbers:
-            raise ValueError(f"model.params.e_dress: unknown element {z!r}")
-        return atomic_numbers[z]
-    return int(z)

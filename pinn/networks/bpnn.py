@@ -25,7 +25,8 @@ import numpy as np
 import tensorflow as tf
 
 from pinn import keys as K
-from pinn.networks.layers import ACTIVATIONS, CUTOFFS, POOLS, Dense, ElementIndex, FeedForward, cutoff
+from pinn.networks.layers import (ACTIVATIONS, CUTOFFS, POOLS, Dense, ElementIndex, FeedForward, atomic_number,
+                                  cutoff)
 from pinn.schema import Option, ParamsError, positive, positive_int_list
 
 
@@ -83,16 +84,6 @@ PARAMS = {
 }
 
 
-def _element(z):
-    """An atomic number from an nn_spec key (a number, its text, or an element symbol)."""
-    from ase.data import atomic_numbers
-    if isinstance(z, str) and not z.isdigit():
-        if z not in atomic_numbers:
-            raise ParamsError(f"network.params.nn_spec: unknown element {z!r}")
-        return atomic_numbers[z]
-    return int(z)
-
-
 def _match(elems, which):
     if which in (None, "ALL"):
         return tf.ones_like(elems, dtype=tf.bool)
@@ -137,7 +128,7 @@ class BPNN(tf.Module):
             if not isinstance(nn_spec, dict):
                 raise ParamsError("network.params.atom_types: needed when nn_spec is a list (or give nn_spec as "
                                   "{element: sizes})")
-            self.atom_types = sorted(_element(z) for z in nn_spec)
+            self.atom_types = sorted(atomic_number(z, "network.params.nn_spec") for z in nn_spec)
         else:
             self.atom_types = [int(z) for z in params["atom_types"]]
         if params["fp_scale"] and len(params["fp_range"]) != len(params["sf_spec"]):
@@ -146,7 +137,8 @@ class BPNN(tf.Module):
         self.element_index = ElementIndex(self.atom_types)
         self.n_fp = sum(len(sf["eta"]) for sf in params["sf_spec"])
         self.subnets = []
-        by_element = {_element(z): nodes for z, nodes in nn_spec.items()} if isinstance(nn_spec, dict) else None
+        by_element = ({atomic_number(z, "network.params.nn_spec"): nodes for z, nodes in nn_spec.items()}
+                      if isinstance(nn_spec, dict) else None)
         for z in self.atom_types:
             nodes = by_element.get(z) if by_element is not None else nn_spec
             if nodes is None:

@@ -7,6 +7,8 @@ same weights on every process and every TensorFlow version.
 import numpy as np
 import tensorflow as tf
 
+from pinn.schema import ParamsError
+
 ACTIVATIONS = {
     "tanh": tf.tanh,
     "ssp": lambda x: tf.nn.softplus(x) - tf.math.log(tf.constant(2.0, x.dtype)),
@@ -90,6 +92,20 @@ def cutoff(dist, rc, cutoff_type):
 #: how a network's ``out_pool`` reduces the atoms' outputs of each structure
 POOLS = {"sum": tf.math.unsorted_segment_sum, "max": tf.math.unsorted_segment_max,
          "min": tf.math.unsorted_segment_min}
+
+
+def atomic_number(value, where):
+    """The atomic number of ``value``: a number, its text, or an element symbol ('Cu').
+
+    Raises:
+        ParamsError: an unknown symbol, named with ``where`` (the params key).
+    """
+    from ase.data import atomic_numbers
+    if isinstance(value, str) and not value.isdigit():
+        if value not in atomic_numbers:
+            raise ParamsError(f"{where}: unknown element {value!r}")
+        return atomic_numbers[value]
+    return int(value)
 
 
 def radial_basis(dist, fc, basis_type, n_basis, rc, gamma=3.0, center=None):
