@@ -1,6 +1,6 @@
 """Networks: ``tf.Module``s mapping a neighbor graph to atomic outputs [n_atoms, out_units].
 
-- :class:`PiNet` (``'PiNet'``), :class:`BPNN` (``'BPNN'``), :class:`LJ` (``'LJ'``).
+- :class:`PiNet` (``'PiNet'``), :class:`PiNet2` (``'PiNet2'``), :class:`BPNN` (``'BPNN'``), :class:`LJ` (``'LJ'``).
 
 Each has a ``PARAMS`` schema; build one from resolved params with :func:`get_network`, or
 from upstream PiNN's network spec ``{'name': ..., 'params': {...}}`` with ``pinn.get_network``.
@@ -10,13 +10,13 @@ import tensorflow as tf
 from pinn.networks.bpnn import BPNN
 from pinn.networks.lj import LJ
 from pinn.networks.pinet import PiNet
+from pinn.networks.pinet2 import PiNet2
 
-NETWORKS = {"PiNet": PiNet, "BPNN": BPNN, "LJ": LJ}
+NETWORKS = {"PiNet": PiNet, "PiNet2": PiNet2, "BPNN": BPNN, "LJ": LJ}
 #: upstream PiNN 2.x's networks that pinn does not have yet: lower-case name → what it is
-NOT_YET = {"pinet2": "upstream PiNN 2.x's PiNet2 (equivariant PiNet)",
-           "newpinet2": "upstream PiNN 2.x's NewPiNet2 (PiNet2 of the polarizability models)"}
+NOT_YET = {"newpinet2": "upstream PiNN 2.x's NewPiNet2 (PiNet2 of the polarizability models)"}
 _ALIASES = {name.lower(): name for name in NETWORKS}
-_ALIASES.update({"bpnn": "BPNN", "behler_parrinello": "BPNN", "lj": "LJ", "pinet": "PiNet"})
+_ALIASES.update({"bpnn": "BPNN", "behler_parrinello": "BPNN", "lj": "LJ", "pinet": "PiNet", "pinet2": "PiNet2"})
 
 
 def canonical_network_name(name):
@@ -31,4 +31,4 @@ def get_network(params):
     return cls(params["network"]["params"], dtype=tf.as_dtype(params["precision"]), seed=params["seed"])
 
 
-__all__ = ["PiNet", "BPNN", "LJ", "NETWORKS", "NOT_YET", "get_network", "canonical_network_name"]
+__all__ = ["PiNet", "PiNet2", "BPNN", "LJ", "NETWORKS", "NOT_YET", "get_network", "canonical_network_name"]

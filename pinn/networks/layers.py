@@ -165,3 +165,54 @@ def scatter_sum(values, ids, n):
     def grad(upstream):
         return tf.gather(upstream, ids), None, None
     return tf.math.unsorted_segment_sum(values, ids, n), grad
+
+
+class PairInteraction(tf.Module):
+    """PiNet's PI step as a module: I_pc = Σ_b W_pcb([P_i, P_j]) e_pb for each pair p = (i, j).
+
+    W is a feed-forward net on the concatenated properties of the pair: hidden layers
+    ``nodes[:-1]`` with activation ``act``, then a linear layer with ``nodes[-1]`` × ``n_basis``
+    outputs, read as [n_out, n_basis] and contracted with the radial basis e (the same net as
+    :class:`pinn.networks.pinet.GCBlock`'s).  It is evaluated in a cheaper order, exact up to float
+    rounding: the first layer is linear before its activation, [P_i, P_j] K = P_i K_i + P_j K_j,
+    so both products are taken per atom and gathered per pair; the last layer is contracted per
+    basis function, so the [n_pairs, n_out, n_basis] weight tensor is never formed.
+
+    Args:
+        n_in: size of the atomic properties P.
+        nodes: layer sizes; the last is the number of interaction channels n_out.
+        n_basis: number of radial basis functions.
+        rng: NumPy random state of the weight initialisation.
+        act: activation of the hidden layers (a key of ``ACTIVATIONS``).
+        dtype: float dtype of the weights.
+    """
+
+    def __init__(self, n_in, nodes, n_basis, rng, act="tanh", dtype=tf.float32, name=None):
+        super().__init__(name=name)
+        self.n_in, self.n_out, self.n_basis = n_in, nodes[-1], n_basis
+        self.hidden = FeedForward(2 * n_in, nodes[:-1], rng, act, dtype=dtype, name="hidden")
+        self.last = Dense(self.hidden.n_out, self.n_out * n_basis, rng, dtype=dtype, name="last")
+
+    def plain(self, prop, ind_2, basis):
+        """The same interactions in the order of the equation (slower; for the tests)."""
+        pair = tf.concat([tf.gather(prop, ind_2[:, 0]), tf.gather(prop, ind_2[:, 1])], axis=1)
+        weights = tf.reshape(self.last(self.hidden(pair)), [-1, self.n_out, self.n_basis])
+        return tf.reduce_sum(weights * basis[:, None, :], axis=2)
+
+    def __call__(self, prop, ind_2, basis):
+        """Interactions [n_pairs, n_out] of properties ``prop`` [n_atoms, n_in] for the pairs ``ind_2``
+        [n_pairs, 2] with radial basis ``basis`` [n_pairs, n_basis]."""
+        layers = self.hidden.layers + [self.last]
+        first = layers[0]
+        x = (tf.gather(tf.matmul(prop, first.kernel[:self.n_in]), ind_2[:, 0])
+             + tf.gather(tf.matmul(prop, first.kernel[self.n_in:]), ind_2[:, 1]) + first.bias)
+        if len(layers) == 1:  # no hidden layer: x holds the basis weights themselves
+            return tf.reduce_sum(tf.reshape(x, [-1, self.n_out, self.n_basis]) * basis[:, None, :], axis=2)
+        x = first.act(x)
+        for layer in layers[1:-1]:
+            x = layer(x)
+        kernel = tf.reshape(self.last.kernel, [-1, self.n_out, self.n_basis])
+        inter = tf.matmul(basis, tf.reshape(self.last.bias, [self.n_out, self.n_basis]), transpose_b=True)
+        for b in range(self.n_basis):
+            inter = inter + tf.matmul(x, kernel[:, :, b]) * basis[:, b:b + 1]
+        return inter

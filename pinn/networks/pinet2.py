@@ -1,0 +1,371 @@
+"""PiNet2: PiNet with equivariant vector (and rank-2 tensor) features.
+
+After upstream PiNN 2.x's ``PiNet2`` (Li, Shao, Zhang, Hellström et al., "PiNN: equivariant
+neural network suite for modelling electrochemical systems", 2024), with its parameter names.
+Besides the scalar atomic properties P1 [n_atoms, C] of PiNet, each atom carries, for
+``rank`` 3, vector properties P3 [n_atoms, 3, C] and, for ``rank`` 5, rank-2 tensor properties
+P5 [n_atoms, 5, C] (the five components of a traceless symmetric 3×3 matrix, see
+:func:`p5_to_matrix`).  Each of the ``depth`` blocks does, with u_ij = diff_ij / r_ij the unit
+vector from atom i to its neighbor j and e_ij the radial basis:
+
+- invariant path: I_ij = II(PI([P1_i, P1_j], e_ij)) (``pi_nodes``; ``ii_nodes``, no bias, the last
+  layer 1, 2 or 3 × ``ii_nodes[-1]`` wide for rank 1, 3, 5), split into I1, I3, I5;
+  Q_i = PP(Σ_j I_ij) (``pp_nodes``, no bias);
+- vector path: X_ij = (P3_j + u_ij) I3_ij (``weighted``: P3_i W + P3_j W' instead of P3_j),
+  V_i = (Σ_j X_ij) W3 (linear, no bias, ``pp_nodes[-1]`` channels), D3_i = Σ_x V_ix V_ix
+  (``weighted``: Σ_x (V W)_ix (V W')_ix);
+- tensor path: the same with u_ij replaced by T(u_ij) = u u^T − 1/3, in the orthonormal
+  five-component basis of traceless symmetric matrices, giving U_i and D5_i;
+- mixing: [S1, S3, S5] = MIX([Q_i, D3_i, D5_i]) (``pp_nodes[:-1]`` then 1, 2 or 3 ×
+  ``ii_nodes[-1]``, with bias); the block's new properties are P1' = S1, P3' = V S3,
+  P5' = U S5 (a vector scaled channel by channel by invariants stays equivariant);
+- output: an output net (``out_nodes`` with ``act``, then a linear layer without bias to
+  ``out_units``) maps P1' to the block's atomic contribution; the contributions are added;
+- residual update: P1 ← P1 + P1' (P1 projected linearly in the first block, where it is the
+  one-hot element encoding), P3 ← P3 + P3', P5 ← P5 + P5' (P3 and P5 start at zero).
+
+Every scalar is rotation-invariant and P3 / P5 rotate with the structure, so the energy is
+invariant and forces equivariant; pairs at the cutoff contribute nothing (I_ij vanishes with the
+cutoff function, the II net having no bias) as long as act(0) = 0 (not ``softplus``).
+
+**Extra outputs (``out_extra``) for models.** ``out_extra: {'p3': k}`` (upstream's option; keys
+``'p1'``, ``'p3'`` for rank ≥ 3, ``'p5'`` for rank 5) adds, per key, one head per block on that
+block's P1' / P3' / P5' whose results are summed over blocks like the main output:
+
+- ``'p3'``: [n_atoms, 3, k], Cartesian vectors (x, y, z) that rotate with the structure, e.g.
+  atomic dipoles (upstream's ``AD_dipole_model`` reads ``p3`` with k = 1);
+- ``'p5'``: [n_atoms, 5, k], traceless symmetric tensors in the basis of :func:`p5_to_matrix`;
+- ``'p1'``: [n_atoms, k], invariant.
+
+The p3 / p5 heads are linear without bias (``out_nodes`` then k channels, mixing channels only),
+so equivariance holds exactly.  ``net(tensors)`` always returns the atomic outputs
+[n_atoms, out_units] alone (so the potential model works unchanged whatever ``out_extra``
+says); a model that wants the extras calls::
+
+    outputs, extras = net.call_with_extras(tensors)   # extras == {'p3': [n_atoms, 3, k], ...}
+
+and may check ``net.out_extra`` (``{'p3': k}``) when it is built.  The extras are atomic (never
+pooled by ``out_pool``).  All lengths are Å; the outputs are in the units the model trains them in.
+
+Differences from upstream's code (all deliberate):
+
+- upstream builds ``p5`` in the basis (T_xx, T_yy, T_xy, T_xz, T_yz), in which the sum of squares
+  is not rotation-invariant (so its rank-5 energy is not invariant); pinn uses an orthonormal
+  basis (:func:`p5_to_matrix`), in which it is;
+- upstream's ``out_extra`` heads for ``p3`` have a bias, which breaks equivariance; pinn's have none;
+- the PI and output nets are pinn's PiNet's: hidden layers with ``act``, a linear last PI layer;
+  (upstream's PiNet2 output nets have no activation and its PI layers are all activated).
+"""
+import copy
+
+import numpy as np
+import tensorflow as tf
+
+from pinn import keys as K
+from pinn.networks.layers import (POOLS, Dense, ElementIndex, FeedForward, PairInteraction, cutoff,
+                                  radial_basis, scatter_sum)
+from pinn.networks.pinet import PARAMS as PINET_PARAMS
+from pinn.schema import Option, ParamsError
+
+#: keys of ``out_extra`` and the smallest rank that has them
+EXTRA_RANKS = {"p1": 1, "p3": 3, "p5": 5}
+
+
+def _extra_spec(value):
+    for key, units in value.items():
+        if key not in EXTRA_RANKS:
+            return f"keys must be among {sorted(EXTRA_RANKS)}, got {key!r}"
+        if not isinstance(units, int) or isinstance(units, bool) or units <= 0:
+            return f"{key}: the number of output channels must be a positive integer"
+    return None
+
+
+PARAMS = dict(PINET_PARAMS)
+PARAMS.update({
+    "depth": Option(int, 4, "number of graph-convolution blocks", check=PINET_PARAMS["depth"].check),
+    "rank": Option(int, 3, "highest order of the atomic features: 1 (scalars only, like PiNet), 3 (and vectors) or "
+                   "5 (and rank-2 tensors)", choices=(1, 3, 5)),
+    "weighted": Option(bool, False, "weighted style of the equivariant pair and dot products (a learnt channel "
+                       "mixing of P_i and P_j, and of the two factors of the dot product)"),
+    "out_extra": Option(dict, {}, "extra atomic outputs for models: {'p1' | 'p3' | 'p5': channels}, e.g. "
+                        "{'p3': 1} for atomic vectors [n_atoms, 3, 1] (see pinn.networks.pinet2)",
+                        check=_extra_spec),
+})
+
+_SQRT2 = np.sqrt(2.0)
+_SQRT6 = np.sqrt(6.0)
+
+
+def rank2_components(u):
+    """The five orthonormal components of u u^T − |u|²/3 (traceless symmetric).
+
+    Args:
+        u: [..., 3] vectors (unit vectors for the network).
+
+    Returns:
+        [..., 5]: (√2 xy, √2 xz, √2 yz, (x² − y²)/√2, (2z² − x² − y²)/√6); their sum of squares is the
+        squared Frobenius norm of the matrix, so it is rotation-invariant.
+    """
+    x, y, z = u[..., 0], u[..., 1], u[..., 2]
+    return tf.stack([_SQRT2 * x * y, _SQRT2 * x * z, _SQRT2 * y * z, (x * x - y * y) / _SQRT2,
+                     (2 * z * z - x * x - y * y) / _SQRT6], axis=-1)
+
+
+def p5_to_matrix(p5):
+    """Traceless symmetric 3×3 matrices from their five components (the inverse of :func:`rank2_components`).
+
+    Args:
+        p5: [n, 5, k] (PiNet2's ``p5`` extra output, or its P5 features).
+
+    Returns:
+        [n, 3, 3, k]: matrices T with T = R T R^T under a rotation R of the structure.
+    """
+    a, b, c, d, e = (p5[:, i] for i in range(5))
+    xx = d / _SQRT2 - e / _SQRT6
+    yy = -d / _SQRT2 - e / _SQRT6
+    zz = 2 * e / _SQRT6
+    xy, xz, yz = a / _SQRT2, b / _SQRT2, c / _SQRT2
+    return tf.stack([tf.stack([xx, xy, xz], 1), tf.stack([xy, yy, yz], 1), tf.stack([xz, yz, zz], 1)], 1)
+
+
+def _mix_channels(x, kernel):
+    """x [n, m, C] times kernel [C, D] over the channel axis: [n, m, D] (components never mix)."""
+    shape = tf.shape(x)
+    return tf.reshape(tf.matmul(tf.reshape(x, [-1, x.shape[-1]]), kernel), [shape[0], shape[1], kernel.shape[-1]])
+
+
+class EquivariantPath(tf.Module):
+    """The vector (or tensor) path of a block: features [n_atoms, m, C] → new features and their dot products.
+
+    Args:
+        n_inter: channels of the interactions I3 (or I5) and of the incoming features.
+        n_out: channels of the new features (``pp_nodes[-1]``).
+        weighted: the weighted style (learnt mixings in the pair term and the dot product).
+        first: the first block (its incoming features are zero: no pair term).
+        rng, dtype: initialisation and dtype of the weights.
+    """
+
+    def __init__(self, n_inter, n_out, weighted, first, rng, dtype, name=None):
+        super().__init__(name=name)
+        self.first, self.weighted = first, weighted
+        if weighted and not first:
+            self.pair_i = Dense(n_inter, n_inter, rng, use_bias=False, dtype=dtype, name="pair_i")
+            self.pair_j = Dense(n_inter, n_inter, rng, use_bias=False, dtype=dtype, name="pair_j")
+        self.pp = Dense(n_inter, n_out, rng, use_bias=False, dtype=dtype, name="pp")
+        if weighted:
+            self.dot_a = Dense(n_out, n_out, rng, use_bias=False, dtype=dtype, name="dot_a")
+            self.dot_b = Dense(n_out, n_out, rng, use_bias=False, dtype=dtype, name="dot_b")
+
+    def __call__(self, px, ind_2, inter, direction, n_atoms):
+        """New features and invariants.
+
+        Args:
+            px: incoming features [n_atoms, m, C] (ignored in the first block).
+            ind_2: pairs [n_pairs, 2].
+            inter: the interactions of this path [n_pairs, C].
+            direction: u_ij [n_pairs, 3] (or its rank-2 components [n_pairs, 5]).
+            n_atoms: number of atoms (int32 scalar).
+
+        Returns:
+            (features [n_atoms, m, n_out], dot products [n_atoms, n_out]).
+        """
+        pair = direction[:, :, None]
+        if not self.first:
+            if self.weighted:
+                pair = pair + (tf.gather(_mix_channels(px, self.pair_i.kernel), ind_2[:, 0])
+                               + tf.gather(_mix_channels(px, self.pair_j.kernel), ind_2[:, 1]))
+            else:
+                pair = pair + tf.gather(px, ind_2[:, 1])
+        new = _mix_channels(scatter_sum(pair * inter[:, None, :], ind_2[:, 0], n_atoms), self.pp.kernel)
+        if self.weighted:
+            dots = tf.reduce_sum(_mix_channels(new, self.dot_a.kernel) * _mix_channels(new, self.dot_b.kernel), axis=1)
+        else:
+            dots = tf.reduce_sum(new * new, axis=1)
+        return new, dots
+
+
+class GCBlock2(tf.Module):
+    """One PiNet2 block (see the module docstring).
+
+    Args:
+        n_in: channels of the incoming scalar properties P1.
+        p: resolved network params.
+        first: the first block (no incoming P3 / P5).
+        rng, dtype: initialisation and dtype of the weights.
+    """
+
+    def __init__(self, n_in, p, first, rng, dtype, name=None):
+        super().__init__(name=name)
+        self.rank = p["rank"]
+        self.n_props = self.rank // 2 + 1
+        n_ii = p["ii_nodes"][-1]
+        self.pi = PairInteraction(n_in, p["pi_nodes"], p["n_basis"], rng, p["act"], dtype=dtype, name="pi")
+        self.ii = FeedForward(self.pi.n_out, p["ii_nodes"][:-1] + [n_ii * self.n_props], rng, p["act"],
+                              use_bias=False, dtype=dtype, name="ii")
+        self.pp = FeedForward(self.ii.n_out, p["pp_nodes"], rng, p["act"], use_bias=False, dtype=dtype, name="pp")
+        n_pp = self.pp.n_out
+        if self.rank >= 3:
+            self.vectors = EquivariantPath(n_ii, n_pp, p["weighted"], first, rng, dtype, name="p3")
+        if self.rank >= 5:
+            self.tensors = EquivariantPath(n_ii, n_pp, p["weighted"], first, rng, dtype, name="p5")
+        self.mix = FeedForward(n_pp * self.n_props, p["pp_nodes"][:-1] + [n_ii * self.n_props], rng, p["act"],
+                               dtype=dtype, name="mix")
+        self.n_out = n_ii
+
+    def __call__(self, p1, p3, p5, ind_2, basis, d3, d5):
+        """The block's new features.
+
+        Args:
+            p1: [n_atoms, n_in] scalar properties; p3: [n_atoms, 3, C] or None; p5: [n_atoms, 5, C] or None.
+            ind_2: pairs [n_pairs, 2]; basis: radial basis [n_pairs, n_basis].
+            d3: unit pair vectors [n_pairs, 3]; d5: their rank-2 components [n_pairs, 5] (rank 5).
+
+        Returns:
+            dict with ``p1`` [n_atoms, ii_nodes[-1]] and, by rank, ``p3`` [n_atoms, 3, ·], ``p5`` [n_atoms, 5, ·].
+        """
+        n_atoms = tf.shape(p1)[0]
+        inter = self.ii(self.pi(p1, ind_2, basis))
+        parts = tf.split(inter, self.n_props, axis=1)
+        scalars = [self.pp(scatter_sum(inter, ind_2[:, 0], n_atoms))]
+        if self.rank >= 3:
+            v3, dot3 = self.vectors(p3, ind_2, parts[1], d3, n_atoms)
+            scalars.append(dot3)
+        if self.rank >= 5:
+            v5, dot5 = self.tensors(p5, ind_2, parts[2], d5, n_atoms)
+            scalars.append(dot5)
+        scales = tf.split(self.mix(tf.concat(scalars, axis=1)), self.n_props, axis=1)
+        new = {"p1": scales[0]}
+        if self.rank >= 3:
+            new["p3"] = v3 * scales[1][:, None, :]
+        if self.rank >= 5:
+            new["p5"] = v5 * scales[2][:, None, :]
+        return new
+
+
+class PiNet2(tf.Module):
+    """PiNet2 network: ``net(tensors) -> [n_atoms, out_units]`` atomic outputs; with ``out_extra``,
+    ``net.call_with_extras(tensors) -> (outputs, {'p3': [n_atoms, 3, k], ...})`` (see the module docstring).
+
+    Args:
+        params: resolved network params (see ``PARAMS``).
+        dtype: float dtype of the weights.
+        seed: seed of the weight initialisation.
+
+    Call with a dict holding ``elems`` [n_atoms], ``ind_1`` [n_atoms, 1], ``ind_2`` [n_pairs, 2],
+    ``diff`` [n_pairs, 3] (r_j − r_i, Å) and ``dist`` [n_pairs] (|diff|, Å), as
+    :func:`pinn.models.potential.pair_geometry` makes them.
+    """
+
+    PARAMS = PARAMS
+    #: static shapes only (XLA): the calculator compiles it on padded batches
+    JIT_COMPATIBLE = True
+
+    def __init__(self, params, dtype=tf.float32, seed=0, name="PiNet2"):
+        super().__init__(name=name)
+        # a private deep copy, past TensorFlow's attribute tracking (see PiNet)
+        object.__setattr__(self, "params", copy.deepcopy(dict(params)))
+        p = self.params
+        self._check(p)
+        rng = np.random.RandomState(seed)
+        self.rc = p["rc"]
+        self.rank = p["rank"]
+        object.__setattr__(self, "out_extra", dict(p["out_extra"]))
+        self.atom_types = [int(z) for z in p["atom_types"]]
+        self.element_index = ElementIndex(self.atom_types)
+        self.n_types = len(self.atom_types)
+        self.blocks, self.outputs, self.residual = [], [], []
+        self.extra_heads = {key: [] for key in sorted(self.out_extra)}
+        n_prop = self.n_types
+        for d in range(p["depth"]):
+            block = GCBlock2(n_prop, p, d == 0, rng, dtype, name=f"gc_{d}")
+            self.blocks.append(block)
+            out_ff = FeedForward(block.n_out, p["out_nodes"], rng, p["act"], dtype=dtype, name=f"out_{d}")
+            self.outputs.append((out_ff, Dense(out_ff.n_out, p["out_units"], rng, use_bias=False, dtype=dtype,
+                                               name=f"out_{d}_units")))
+            for key in sorted(self.out_extra):
+                # p3 / p5 heads: linear and without bias, so that they mix channels only (equivariant)
+                act = p["act"] if key == "p1" else "linear"
+                n_in = block.n_out if key == "p1" else block.pp.n_out
+                ff = FeedForward(n_in, p["out_nodes"], rng, act, use_bias=key == "p1", dtype=dtype,
+                                 name=f"{key}_out_{d}")
+                self.extra_heads[key].append((ff, Dense(ff.n_out, self.out_extra[key], rng, use_bias=False,
+                                                        dtype=dtype, name=f"{key}_out_{d}_units")))
+            self.residual.append(None if n_prop == block.n_out else
+                                 Dense(n_prop, block.n_out, rng, use_bias=False, dtype=dtype, name=f"res_{d}"))
+            n_prop = block.n_out
+
+    @staticmethod
+    def _check(p):
+        """Refuse settings the architecture cannot build, naming the key."""
+        if p["center"] is not None:
+            if p["basis_type"] != "gaussian":
+                raise ParamsError("network.params.center: centers of the Gaussian basis; basis_type is "
+                                  f"{p['basis_type']!r}")
+            if len(p["center"]) != p["n_basis"]:
+                raise ParamsError(f"network.params.center: {len(p['center'])} centers for n_basis {p['n_basis']}; "
+                                  "give one per basis function")
+        if p["rank"] >= 3 and p["pp_nodes"][-1] != p["ii_nodes"][-1]:
+            raise ParamsError(f"network.params.pp_nodes: PiNet2 of rank {p['rank']} scales its vector features "
+                              f"({p['pp_nodes'][-1]} channels, pp_nodes[-1]) by invariants of ii_nodes[-1] = "
+                              f"{p['ii_nodes'][-1]} channels; make the two equal")
+        for key in p["out_extra"]:
+            if EXTRA_RANKS[key] > p["rank"]:
+                raise ParamsError(f"network.params.out_extra: {key!r} needs rank {EXTRA_RANKS[key]} or more "
+                                  f"(rank is {p['rank']})")
+
+    def regularized_weights(self):
+        """The weight matrices of the hidden layers (no biases, no output units): what upstream PiNN's
+        ``use_l2`` regularises."""
+        modules = list(self.blocks) + [out_ff for out_ff, _ in self.outputs] + \
+            [r for r in self.residual if r is not None] + [ff for heads in self.extra_heads.values() for ff, _ in heads]
+        return [v for m in modules for v in m.trainable_variables if v.name.startswith("kernel")]
+
+    def _forward(self, tensors, with_extras):
+        ind_2 = tensors[K.IND_2]
+        dist = tensors[K.DIST]
+        idx = self.element_index(tensors[K.ELEMS])
+        p1 = tf.one_hot(idx, self.n_types, dtype=dist.dtype)
+        fc = cutoff(dist, self.rc, self.params["cutoff_type"])
+        basis = radial_basis(dist, fc, self.params["basis_type"], self.params["n_basis"], self.rc,
+                             self.params["gamma"], self.params["center"])
+        d3 = tensors[K.DIFF] / dist[:, None] if self.rank >= 3 else None
+        d5 = rank2_components(d3) if self.rank >= 5 else None
+        p3 = p5 = None
+        output = 0.0
+        extras = {key: 0.0 for key in self.extra_heads} if with_extras else {}
+        for d, (block, (out_ff, out_units), residual) in enumerate(zip(self.blocks, self.outputs, self.residual)):
+            new = block(p1, p3, p5, ind_2, basis, d3, d5)
+            output = output + out_units(out_ff(new["p1"]))
+            for key in extras:
+                ff, units = self.extra_heads[key][d]
+                if key == "p1":
+                    extras[key] = extras[key] + units(ff(new[key]))
+                else:
+                    x = new[key]
+                    for layer in ff.layers + [units]:
+                        x = _mix_channels(x, layer.kernel)
+                    extras[key] = extras[key] + x
+            p1 = (p1 if residual is None else residual(p1)) + new["p1"]
+            p3 = new.get("p3") if p3 is None else p3 + new["p3"]
+            p5 = new.get("p5") if p5 is None else p5 + new["p5"]
+        if self.params["out_pool"]:
+            output = POOLS[self.params["out_pool"]](output, tensors[K.IND_1][:, 0],
+                                                    tf.reduce_max(tensors[K.IND_1]) + 1)
+        return output, extras
+
+    def call_with_extras(self, tensors):
+        """Atomic outputs and the extra outputs of ``out_extra``.
+
+        Args:
+            tensors: dict with ``elems``, ``ind_1``, ``ind_2``, ``diff`` (Å) and ``dist`` (Å).
+
+        Returns:
+            (outputs [n_atoms, out_units] (pooled per structure with ``out_pool``),
+            dict {key: extra output} for the keys of ``out_extra``: ``p1`` [n_atoms, k],
+            ``p3`` [n_atoms, 3, k] (x, y, z), ``p5`` [n_atoms, 5, k] (see :func:`p5_to_matrix`)).
+        """
+        return self._forward(tensors, True)
+
+    def __call__(self, tensors):
+        """Atomic outputs [n_atoms, out_units] (pooled per structure with ``out_pool``); see :meth:`call_with_extras`."""
+        return self._forward(tensors, False)[0]
