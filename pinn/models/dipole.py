@@ -155,6 +155,8 @@ class DipoleFamilyModel(Model):
         dtype: float dtype.
     """
 
+    #: the model's name in the params (``model.name``)
+    NAME = None
     CHARGES = False
     BONDS = False
     ATOMIC_DIPOLES = False
@@ -407,18 +409,14 @@ class DipoleModel(DipoleFamilyModel):
     Args: see :class:`DipoleFamilyModel`.
     """
 
+    NAME = "dipole_model"
     CHARGES = True
     PARAMS = {**AC_PARAMS, **CHARGE_PARAMS, **_family_params(vector_dipole=True), **COMMON_PARAMS}
 
     def __init__(self, network, params, atom_types, dtype=tf.float32, name="dipole"):
         if not (params["use_dipole"] or params["use_charge"]):
-            raise ParamsError(f"model.params.use_dipole: the {self.model_name()} needs use_dipole or use_charge "
-                              "(or both)")
+            raise ParamsError(f"model.params.use_dipole: the {self.NAME} needs use_dipole or use_charge (or both)")
         super().__init__(network, params, atom_types, dtype, name=name)
-
-    @classmethod
-    def model_name(cls):
-        return "dipole model"
 
 
 class ACDipoleModel(DipoleModel):
@@ -428,8 +426,5 @@ class ACDipoleModel(DipoleModel):
     Args: see :class:`DipoleFamilyModel`.
     """
 
+    NAME = "AC_dipole_model"
     PARAMS = {**AC_PARAMS, **CHARGE_PARAMS, **_family_params(vector_dipole=False), **COMMON_PARAMS}
-
-    @classmethod
-    def model_name(cls):
-        return "AC_dipole_model"

@@ -1,18 +1,28 @@
-"""Upstream PiNN 2.x's dipole models beyond atomic charges: bond charges (BC) and their combinations.
+"""Upstream PiNN 2.x's dipole models beyond atomic charges: bond charges (BC), atomic dipoles (AD),
+oxidation states (OS) and their combinations.
 
 See :mod:`pinn.models.dipole` for the family's physics and loss.  By upstream's names:
 
-- ``BC_R_dipole_model``: bond charges, D = Σ_(ij) I_ij r_ij, with the regularisation (R) of the bond
-  charges (``regularization``);
-- ``AC_BC_R_dipole_model``: atomic charges and bond charges, D = Σ_i q_i r_i + Σ_(ij) I_ij r_ij.
+- ``BC_R_dipole_model``: bond charges, D = Σ_(ij) I_ij r_ij, regularised (``regularization``);
+- ``AC_BC_R_dipole_model``: atomic charges and bond charges, D = Σ_i q_i r_i + Σ_(ij) I_ij r_ij;
+- ``AD_dipole_model``: atomic dipoles, D = Σ_i μ_i;
+- ``AD_OS_dipole_model``: atomic dipoles and the data's oxidation states, D = Σ_i μ_i + Σ_i q_ox_i r_i;
+- ``AC_AD_dipole_model``: atomic charges and dipoles, D = Σ_i q_i r_i + Σ_i μ_i;
+- ``AD_BC_R_dipole_model``: atomic dipoles and bond charges, D = Σ_i μ_i + Σ_(ij) I_ij r_ij.
 
-Bond charges with PiNet: I_ij = Σ_t out_t(I^t_ij), a sum over the network's ``depth`` blocks t of an output
-net (``out_nodes`` then one linear unit; no biases, so that a bond charge vanishes smoothly at the cutoff
-as the interactions do) applied to the block's pair interactions I^t_ij (PiNet's II output).  The output
-nets belong to the model (upstream's PiNet grows them with ``out_inter``); the atomic outputs (for AC)
-are PiNet's own, from the same pass.  Only the part of I_ij that differs from I_ji moves charge
-((I_ij − I_ji) r_ij for the two directions of a pair); PiNet's interactions of i→j and j→i differ
-because its pair net sees [P_i, P_j] in order.
+Atomic dipoles μ_i are PiNet2's equivariant vector output ``p3`` (its ``out_extra: {p3: 1}``,
+:mod:`pinn.networks.pinet2`; summed over channels if there are more); the AD models refuse a network
+without it (PiNet has scalars only).
+
+Bond charges: with PiNet, I_ij = Σ_t out_t(I^t_ij), a sum over the network's ``depth`` blocks t of an
+output net (``out_nodes`` then one linear unit; no biases, so that a bond charge vanishes smoothly at the
+cutoff as the interactions do) on the block's pair interactions I^t_ij (PiNet's II output); upstream's
+PiNet grows such nets with ``out_inter``, here they belong to the model.  With PiNet2 (whose pair
+interactions stay inside it), I_ij = Σ_b h_b([P_i, P_j]) e_b(r_ij): a pair net (``out_nodes``, then one
+weight per radial basis function e_b, which holds the cutoff) on the network's atomic outputs P
+(``out_units`` channels; raise it for richer bond features).  Only the part of I_ij that differs from
+I_ji moves charge ((I_ij − I_ji) r_ij for the two directions of a pair); both heads see i and j in order.
+Other networks have no bond charges (refused).
 """
 import numpy as np
 import tensorflow as tf
@@ -23,6 +33,7 @@ from pinn.models.dipole import (BOND_PARAMS, CHARGE_PARAMS, UNUSED_Q_MULTIPLIER,
                                 _family_params)
 from pinn.networks.layers import Dense, FeedForward, cutoff, radial_basis, scatter_sum
 from pinn.networks.pinet import PiNet
+from pinn.networks.pinet2 import PiNet2
 from pinn.schema import ParamsError
 
 #: seed of the bond heads' initial weights (the same on every rank)
@@ -84,52 +95,141 @@ class BondHead(tf.Module):
         return [layer.kernel for ff, _ in self.nets for layer in ff.layers]
 
 
-class BondChargeModel(DipoleFamilyModel):
-    """Base of the models with bond charges (with PiNet; see the module docstring).
 
-    Args: see :class:`pinn.models.dipole.DipoleFamilyModel`.
+
+class PairHead(tf.Module):
+    """Bond charges from atomic features: I_ij = Σ_b h_b([P_i, P_j]) e_b(r_ij) (for PiNet2).
+
+    Args:
+        network: the network whose atomic outputs P [n_atoms, out_units] it reads (its ``out_nodes``,
+            ``act`` and radial basis options are used).
+        dtype: float dtype.
     """
 
-    BONDS = True
+    def __init__(self, network, dtype, name="pair_head"):
+        super().__init__(name=name)
+        rng = np.random.RandomState(BOND_HEAD_SEED)
+        p = network.params
+        self.ff = FeedForward(2 * p["out_units"], p["out_nodes"], rng, p["act"], dtype=dtype, name="ff")
+        self.unit = Dense(self.ff.n_out, p["n_basis"], rng, dtype=dtype, name="unit")
+        object.__setattr__(self, "basis_params", dict(rc=network.rc, cutoff_type=p["cutoff_type"],
+                                                      basis_type=p["basis_type"], n_basis=p["n_basis"],
+                                                      gamma=p["gamma"], center=p["center"]))
+
+    def __call__(self, features, tensors):
+        """[n_pairs] bond charges (training units) from atomic features [n_atoms, k] and the pairs of ``tensors``."""
+        b = self.basis_params
+        ind_2 = tensors[K.IND_2]
+        fc = cutoff(tensors[K.DIST], b["rc"], b["cutoff_type"])
+        basis = radial_basis(tensors[K.DIST], fc, b["basis_type"], b["n_basis"], b["rc"], b["gamma"], b["center"])
+        pair = tf.concat([tf.gather(features, ind_2[:, 0]), tf.gather(features, ind_2[:, 1])], axis=1)
+        return tf.reduce_sum(self.unit(self.ff(pair)) * basis, axis=1)
+
+    def regularized_weights(self):
+        """The hidden layers' weight matrices (not the output unit)."""
+        return [layer.kernel for layer in self.ff.layers]
+
+
+class DipoleVariantModel(DipoleFamilyModel):
+    """Base of upstream's dipole models with bond charges or atomic dipoles (see the module docstring):
+    checks the network and gets the parts from one pass of it.
+
+    Args: see :class:`pinn.models.dipole.DipoleFamilyModel`.
+
+    Raises:
+        ParamsError: a network without what the model needs (p3 for AD, pair features for BC).
+    """
 
     def __init__(self, network, params, atom_types, dtype=tf.float32, name="dipole"):
-        if not isinstance(network, PiNet):
-            raise ParamsError(f"network.name: the {self.model_name()} needs pair interactions for its bond charges, "
-                              f"which pinn's PiNet gives; {type(network).__name__} has none (use PiNet)")
+        network_name = type(network).__name__
+        if self.ATOMIC_DIPOLES:
+            if not hasattr(network, "call_with_extras"):
+                raise ParamsError(f"network.name: the {self.NAME} needs atomic dipoles from equivariant vector "
+                                  f"features (p3), which PiNet2 gives; {network_name} has atomic scalars only (use "
+                                  "PiNet2 with out_extra: {p3: 1})")
+            if "p3" not in getattr(network, "out_extra", {}):
+                raise ParamsError(f"network.params.out_extra: the {self.NAME} reads the atomic dipoles from "
+                                  f"{network_name}'s p3 output; set out_extra: {{p3: 1}} (with rank 3 or 5)")
+        if self.BONDS and not isinstance(network, (PiNet, PiNet2)):
+            raise ParamsError(f"network.name: the {self.NAME} needs pair features for its bond charges, which PiNet "
+                              f"and PiNet2 give; {network_name} has none")
         super().__init__(network, params, atom_types, dtype, name=name)
-        self.bond_head = BondHead(network, dtype)
-
-    @classmethod
-    def model_name(cls):
-        return cls.__name__
+        if self.BONDS:
+            self.bond_head = BondHead(network, dtype) if isinstance(network, PiNet) else PairHead(network, dtype)
 
     def parts(self, tensors):
-        """Atomic outputs (``charges``, AC) and ``bonds`` [n_pairs], training units, from one PiNet pass."""
-        output, interactions = pinet_pass(self.network, tensors)
-        return {"charges": output[:, 0], "bonds": self.bond_head(interactions)}
+        """Atomic outputs (``charges``, AC), ``bonds`` [n_pairs] and ``dipoles`` [n_atoms, 3], training units,
+        from one pass of the network."""
+        net = self.network
+        out = {}
+        if self.BONDS and isinstance(net, PiNet):
+            outputs, interactions = pinet_pass(net, tensors)
+            out["bonds"] = self.bond_head(interactions)
+        elif self.ATOMIC_DIPOLES:
+            outputs, extras = net.call_with_extras(tensors)
+            out["dipoles"] = tf.reduce_sum(extras["p3"], axis=2)
+        else:
+            outputs = net(tensors)
+        if self.BONDS and not isinstance(net, PiNet):
+            out["bonds"] = self.bond_head(outputs, tensors)
+        out["charges"] = outputs[:, 0]
+        return out
 
     def regularized_weights(self):
         """The network's weight matrices and the bond head's hidden ones."""
-        return list(self.network.regularized_weights()) + self.bond_head.regularized_weights()
+        head = self.bond_head.regularized_weights() if self.BONDS else []
+        return list(self.network.regularized_weights()) + head
 
 
-class BCRDipoleModel(BondChargeModel):
+class BCRDipoleModel(DipoleVariantModel):
     """Upstream's ``BC_R_dipole_model``: D = Σ_(ij) I_ij r_ij, the bond charges regularised."""
 
+    NAME = "BC_R_dipole_model"
+    BONDS = True
     PARAMS = {**BOND_PARAMS, **_family_params(vector_dipole=False), **UNUSED_Q_MULTIPLIER, **COMMON_PARAMS}
 
-    @classmethod
-    def model_name(cls):
-        return "BC_R_dipole_model"
 
-
-class ACBCRDipoleModel(BondChargeModel):
+class ACBCRDipoleModel(DipoleVariantModel):
     """Upstream's ``AC_BC_R_dipole_model``: D = Σ_i q_i r_i + Σ_(ij) I_ij r_ij (q neutralised as asked)."""
 
-    CHARGES = True
+    NAME = "AC_BC_R_dipole_model"
+    CHARGES = BONDS = True
     PARAMS = {**CHARGE_PARAMS, **BOND_PARAMS, **_family_params(vector_dipole=False), **UNUSED_Q_MULTIPLIER,
               **COMMON_PARAMS}
 
-    @classmethod
-    def model_name(cls):
-        return "AC_BC_R_dipole_model"
+
+class ADDipoleModel(DipoleVariantModel):
+    """Upstream's ``AD_dipole_model``: D = Σ_i μ_i (PiNet2's p3)."""
+
+    NAME = "AD_dipole_model"
+    ATOMIC_DIPOLES = True
+    PARAMS = {**_family_params(vector_dipole=False), **UNUSED_Q_MULTIPLIER, **COMMON_PARAMS}
+
+
+class ADOSDipoleModel(DipoleVariantModel):
+    """Upstream's ``AD_OS_dipole_model``: D = Σ_i μ_i + Σ_i q_ox_i r_i, with the data's ``oxidation`` (e)."""
+
+    NAME = "AD_OS_dipole_model"
+    ATOMIC_DIPOLES = OXIDATION = True
+    PARAMS = {**_family_params(vector_dipole=True), **UNUSED_Q_MULTIPLIER, **COMMON_PARAMS}
+
+
+class ACADDipoleModel(DipoleVariantModel):
+    """Upstream's ``AC_AD_dipole_model``: D = Σ_i q_i r_i + Σ_i μ_i (q neutralised as asked)."""
+
+    NAME = "AC_AD_dipole_model"
+    CHARGES = ATOMIC_DIPOLES = True
+    PARAMS = {**CHARGE_PARAMS, **_family_params(vector_dipole=False), **UNUSED_Q_MULTIPLIER, **COMMON_PARAMS}
+
+
+class ADBCRDipoleModel(DipoleVariantModel):
+    """Upstream's ``AD_BC_R_dipole_model``: D = Σ_i μ_i + Σ_(ij) I_ij r_ij, the bond charges regularised."""
+
+    NAME = "AD_BC_R_dipole_model"
+    ATOMIC_DIPOLES = BONDS = True
+    PARAMS = {**BOND_PARAMS, **_family_params(vector_dipole=False), **UNUSED_Q_MULTIPLIER, **COMMON_PARAMS}
+
+
+#: upstream's dipole models of this module by name
+VARIANTS = {cls.NAME: cls for cls in (BCRDipoleModel, ACBCRDipoleModel, ADDipoleModel, ADOSDipoleModel,
+                                       ACADDipoleModel, ADBCRDipoleModel)}

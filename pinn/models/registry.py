@@ -1,15 +1,13 @@
 """The models by their params name (``params['model']['name']``)."""
 from pinn.models.dipole import ACDipoleModel, DipoleModel
-from pinn.models.dipole_variants import ACBCRDipoleModel, BCRDipoleModel
+from pinn.models.dipole_variants import VARIANTS
 from pinn.models.potential import PotentialModel
 
 MODELS = {"potential_model": PotentialModel, "dipole_model": DipoleModel,
           # upstream PiNN 2.x's dipole models (pinn.models.dipole, pinn.models.dipole_variants)
-          "AC_dipole_model": ACDipoleModel, "BC_R_dipole_model": BCRDipoleModel,
-          "AC_BC_R_dipole_model": ACBCRDipoleModel}
+          "AC_dipole_model": ACDipoleModel, **VARIANTS}
 #: upstream PiNN 2.x's models that pinn does not have yet: name → what it is
 NOT_YET = {name: "one of upstream PiNN 2.x's dipole models" for name in (
-    "AD_dipole_model", "AD_OS_dipole_model", "AC_AD_dipole_model", "AD_BC_R_dipole_model", "AC_quadrupole_model",
-    "combined_dipole_model")}
+    "AC_quadrupole_model", "combined_dipole_model")}
 NOT_YET.update({name: "one of upstream PiNN 2.x's polarizability models" for name in (
     f"pol_{kind}{iso}_model" for kind in ("eem", "acks2", "etainv", "local", "localchi") for iso in ("", "_iso"))})
