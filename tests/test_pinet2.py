@@ -325,3 +325,14 @@ def test_md17_pinet2_yml_trains_unchanged(tmp_path, monkeypatch):
     assert net["pp_nodes"] == net["ii_nodes"] == [64] * 4 and net["pi_nodes"] == [64]
     assert written["model"]["params"]["learning_rate"] == pytest.approx(1e-4)
     assert os.path.exists(tmp_path / "model" / "train.log")
+
+
+def test_numba_engines_refuse_pinet2_naming_it():
+    from pinn.engines.lowering import available, capability, refusal
+    if not available():
+        pytest.skip("numba is not installed")
+    model = model_for(3, False)
+    for purpose in ("md", "training"):
+        reason = refusal(model, purpose)
+        assert reason is not None and "not PiNet2" in reason
+        assert not capability(model, purpose)

@@ -74,8 +74,11 @@ def refusal(model, purpose="md"):
     if not available():
         return f"{engine} needs Numba (pip install numba)"
     potential = potential_of(model)
-    if potential is None or not isinstance(potential.network, PiNet):
+    if potential is None:
         return f"{engine} runs potential models with a PiNet network only"
+    if type(potential.network) is not PiNet:  # exactly PiNet: the kernels implement its equations only
+        return (f"{engine} runs potential models with a PiNet network only, not "
+                f"{type(potential.network).__name__} (which runs in TensorFlow)")
     p = potential.network.params
     unknown = sorted(set(p) - LOWERED_PINET_PARAMS)
     if unknown:
