@@ -3,8 +3,10 @@
 ``calc = pinn.get_calc('model_dir')`` (or a model object in memory) gives,
 for a potential model, energy (eV), forces (eV/Å) and, for periodic cells,
 stress (eV/Å³, ASE's sign convention and Voigt order xx, yy, zz, yz, xz, xy);
-for a dipole model, ``dipole`` (e·Å) and ``charges`` (e)
-(``atoms.get_dipole_moment()``, ``atoms.get_charges()``).  A model trained
+for a dipole model, ``dipole`` (e·Å) and, for the models with atomic or bond charges, ``charges`` (e)
+(``atoms.get_dipole_moment()``, ``atoms.get_charges()``; both × the model's ``d_unit``).  A model
+with oxidation states (``AD_OS_dipole_model``) reads them from the atoms' initial charges
+(``atoms.set_initial_charges``).  A model trained
 with ``ema_decay`` predicts with its averaged weights.
 
 Speed (for MD): two engines.
@@ -64,7 +66,7 @@ class PiNNCalc(Calculator):
         self.jit = getattr(self._engine, "jit", False)
         self.rc = self._engine.rc
         self.is_potential = self._engine.is_potential
-        gives = ["energy", "free_energy", "forces", "stress"] if self.is_potential else ["dipole", "charges"]
+        gives = ["energy", "free_energy", "forces", "stress"] if self.is_potential else self._engine.dipole_outputs
         if properties is not None:
             properties = [properties] if isinstance(properties, str) else list(properties)
             unknown = [p for p in properties if p not in gives]
@@ -109,8 +111,9 @@ class PiNNCalc(Calculator):
                              f"that the model does not know (atom_types {sorted(self.atom_types)})")
         pred = self._engine(atoms, self.neighbors)
         if not self.is_potential:
-            self.results["dipole"] = pred["dipole"][0].astype(np.float64)
-            self.results["charges"] = pred["charges"].astype(np.float64)
+            self.results["dipole"] = pred["dipole"][0].astype(np.float64) * self._engine.d_unit
+            if "charges" in pred:
+                self.results["charges"] = pred["charges"].astype(np.float64) * self._engine.d_unit
             return
         energy = float(pred["energy"][0]) * self.e_unit
         self.results["energy"] = energy
@@ -180,12 +183,18 @@ class _TensorFlowEngine:
         self.rc = model.rc
         self.is_potential = isinstance(model.model, PotentialModel)
         self.e_unit = model.e_unit
+        #: a dipole model's outputs, its dipole unit (e·Å) and whether it reads oxidation states
+        self.dipole_outputs = ["dipole", "charges"] if getattr(model.model, "has_charges", True) else ["dipole"]
+        self.d_unit = 1.0 if self.is_potential else float(model.model.params.get("d_unit", 1.0))
+        self.oxidation = bool(getattr(model.model, "OXIDATION", False))
         self.atom_types = model.atom_types
         dtype = model.dtype
         spec = {K.ELEMS: tf.TensorSpec([None], tf.int32), K.COORD: tf.TensorSpec([None, 3], dtype),
                 K.CELL: tf.TensorSpec([None, 3, 3], dtype), K.PBC: tf.TensorSpec([None, 3], tf.bool),
                 K.IND_1: tf.TensorSpec([None, 1], tf.int32), K.IND_2: tf.TensorSpec([None, 2], tf.int32),
                 K.SHIFT: tf.TensorSpec([None, 3], dtype)}
+        if self.oxidation:
+            spec["oxidation"] = tf.TensorSpec([None], dtype)
         self._np_dtype = dtype.as_numpy_dtype
         network = model.model.network
         self.jit = bool(getattr(network, "JIT_COMPATIBLE", False)) if jit is None else bool(jit)
@@ -202,9 +211,14 @@ class _TensorFlowEngine:
         from pinn.io.padding import pad_batch, unpad
         with self.handle.averaged_weights():
             batch = batch_from_atoms(atoms, self.rc, self._np_dtype, neighbors=neighbors)
+            if self.oxidation:
+                batch["oxidation"] = atoms.get_initial_charges().astype(self._np_dtype)
             if not self.jit:
                 return {key: value.numpy() for key, value in self._predict(batch).items()}
             padded, sizes = pad_batch(batch, self.rc, self._pad_element)
+            if self.oxidation:  # padding atoms: no oxidation state
+                extra = len(padded["elems"]) - len(batch["elems"])
+                padded["oxidation"] = np.concatenate([batch["oxidation"], np.zeros(extra, self._np_dtype)])
             return unpad({key: value.numpy() for key, value in self._predict(padded).items()}, sizes)
 
 
