@@ -61,6 +61,7 @@ API_OBJECTS = {
             ("pinn.cli.runconfig.run_training", "pinn/cli/runconfig.py", "run_training")],
     "parallel": [("pinn.parallel.worlds.init", "pinn/parallel/worlds.py", "init")],
     "networks": [("pinn.networks.pinet.PiNet", "pinn/networks/pinet.py", "PiNet"),
+                 ("pinn.networks.pinet2.PiNet2", "pinn/networks/pinet2.py", "PiNet2"),
                  ("pinn.networks.bpnn.BPNN", "pinn/networks/bpnn.py", "BPNN"),
                  ("pinn.networks.lj.LJ", "pinn/networks/lj.py", "LJ")],
     "calculator": [("pinn.calculator.get_calc", "pinn/calculator.py", "get_calc"),

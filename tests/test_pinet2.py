@@ -266,11 +266,13 @@ MD17_PINET2_YML = """\
 model:
   name: potential_model
   params:
-    e_dress: {}
+    use_force: true
+    e_loss_multiplier: 1.0
+    f_loss_multiplier: 10.0
     e_scale: 1.0
     e_unit: 1.0
+    use_e_per_atom: false
     log_e_per_atom: true
-    use_force: true
 network:
   name: PiNet2
   params:
@@ -323,7 +325,9 @@ def test_md17_pinet2_yml_trains_unchanged(tmp_path, monkeypatch):
     assert (net["depth"], net["rc"], net["n_basis"], net["basis_type"], net["rank"], net["weighted"]) == \
         (5, 4.5, 10, "gaussian", 3, False)
     assert net["pp_nodes"] == net["ii_nodes"] == [64] * 4 and net["pi_nodes"] == [64]
-    assert written["model"]["params"]["learning_rate"] == pytest.approx(1e-4)
+    model = written["model"]["params"]
+    assert model["use_force"] and model["f_loss_multiplier"] == 10.0 and model["log_e_per_atom"]
+    assert model["learning_rate"] == pytest.approx(1e-4)  # from the optimizer section
     assert os.path.exists(tmp_path / "model" / "train.log")
 
 

@@ -31,7 +31,7 @@ from pinn import units
 from pinn.cli import main
 from pinn.io import load_numpy, load_qm9, load_runner, load_tfrecord, sparse_batch, write_tfrecord
 from pinn.layers import CellListNL
-from pinn.params import ParamsError, resolve
+from pinn.params import resolve
 
 # --- the "trivial" structure of upstream's tests/helpers.py: H at (0, 0, 0), O at (1, 0, 0), H at (1, 1, 0)
 # in a 100 x 100 x 100 box, energy 11 (in the file's unit)
@@ -430,30 +430,32 @@ def _refusal(text, folder, monkeypatch, capsys):
     return capsys.readouterr().err
 
 
-def test_md17_pinet2_yml_is_refused_only_for_pinet2(qm9_folder, monkeypatch, capsys, tmp_path):
-    err = _refusal(MD17_PINET2_YML, qm9_folder, monkeypatch, capsys)
-    assert "PiNet2" in err and "not in pinn yet" in err
-    # the rest of the file is pinn's: with PiNet (and without PiNet2's rank) it resolves
+def test_md17_pinet2_yml_resolves_with_pinet2(tmp_path):
+    """PiNet2 is in pinn now (issue 31): the file resolves as written; tests/test_pinet2.py trains it through
+    `pinn train`."""
     params = yaml.safe_load(MD17_PINET2_YML)
-    params["network"]["name"] = "PiNet"
-    del params["network"]["params"]["rank"]
     resolved = resolve(dict(params, model_dir=str(tmp_path / "m")))
-    assert resolved["network"]["params"]["depth"] == 5
+    net = resolved["network"]
+    assert net["name"] == "PiNet2"
+    assert (net["params"]["depth"], net["params"]["rank"], net["params"]["n_basis"]) == (5, 3, 10)
 
 
-def test_pinet2_dipole_yml_is_refused_naming_pinet2(qm9_folder, monkeypatch, capsys, tmp_path):
-    err = _refusal(PINET2_DIPOLE_YML, qm9_folder, monkeypatch, capsys)
-    assert "PiNet2" in err and "not in pinn yet" in err
-    # and the dipole variant on its own (with a network pinn has) is refused by name too
+def test_pinet2_dipole_yml_resolves_or_names_only_what_pinn_lacks(qm9_folder, monkeypatch, capsys, tmp_path):
+    """Upstream's pinet2-dipole.yml: its PiNet2 is pinn's; its AC_dipole_model resolves where pinn has it (issue 31)
+    and is refused by name, alone, where it has not."""
+    from pinn.models.registry import NOT_YET
     params = yaml.safe_load(PINET2_DIPOLE_YML)
-    params["network"] = {"name": "PiNet", "params": {"atom_types": [1, 6, 7, 8, 9]}}
-    with pytest.raises(ParamsError, match="AC_dipole_model.*not in pinn yet"):
-        resolve(dict(params, model_dir=str(tmp_path / "m")))
-
-
-def test_pinet2_dipole_yml_refusal_names_the_dipole_variant_too(qm9_folder, monkeypatch, capsys):
-    err = _refusal(PINET2_DIPOLE_YML, qm9_folder, monkeypatch, capsys)
-    assert "PiNet2" in err and "AC_dipole_model" in err
+    if "AC_dipole_model" in NOT_YET:
+        err = _refusal(PINET2_DIPOLE_YML, qm9_folder, monkeypatch, capsys)
+        assert "AC_dipole_model" in err and "not in pinn yet" in err
+        assert "PiNet2" not in err
+    else:
+        resolved = resolve(dict(params, model_dir=str(tmp_path / "m")))
+        assert (resolved["model"]["name"], resolved["network"]["name"]) == ("AC_dipole_model", "PiNet2")
+    # the network section on its own is pinn's
+    params["model"] = {"name": "potential_model", "params": {}}
+    net = resolve(dict(params, model_dir=str(tmp_path / "m")))["network"]["params"]
+    assert (net["weighted"], net["rank"], net["atom_types"]) == (False, 3, [1, 6, 7, 8, 9])
 
 
 def test_get_calc_of_params_without_a_checkpoint_uses_the_initial_weights(tmp_path):

@@ -143,9 +143,9 @@ def test_numba_engines_refuse_custom_centers_and_pooling():
 
 
 @pytest.mark.parametrize("network, model, message", [
-    ("PiNet2", "potential_model", "network.name: 'PiNet2' is upstream PiNN 2.x's PiNet2 .*not in pinn yet"),
-    ("PiNet", "AC_dipole_model", "model.name: 'AC_dipole_model' is one of upstream PiNN 2.x's dipole models, not in "
-     "pinn yet"),
+    ("NewPiNet2", "potential_model", "network.name: 'NewPiNet2' is upstream PiNN 2.x's NewPiNet2 .*not in pinn yet"),
+    ("PiNet", "AC_quadrupole_model", "model.name: 'AC_quadrupole_model' is one of upstream PiNN 2.x's dipole "
+     "models, not in pinn yet"),
     ("PiNet", "pol_acks2_iso_model", "polarizability models, not in pinn yet")])
 def test_upstream_networks_and_models_not_in_pinn_yet_are_named(network, model, message):
     with pytest.raises(ParamsError, match=message):
