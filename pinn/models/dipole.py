@@ -64,13 +64,13 @@ def _family_params(vector_dipole):
     """Upstream PiNN 2.x's options of every dipole model (``vector_dipole``'s default differs by model)."""
     return {
         "vector_dipole": Option(bool, vector_dipole, "loss on the three dipole components (true) or on the "
-                                "magnitude |D| (false, upstream's default; the prediction is the vector either way)"),
+                                "dipole's magnitude (false; the prediction is the vector either way)"),
         "d_scale": Option(float, 1.0, "dipole unit during training (upstream's): the network's dipole contributions "
                           "are in data units × d_scale, and the loss is on errors × d_scale", check=positive),
         "d_unit": Option(float, 1.0, "the data's dipole unit in e·Å; the calculator multiplies dipoles and "
                          "charges by it", check=positive),
         "max_dipole": Option((bool, float), False, "false, or a number: dipole values (components, or magnitudes "
-                             "without vector_dipole) whose |label| × d_scale exceeds it are left out of the loss",
+                             "without vector_dipole) whose label × d_scale exceeds it in size are left out of the loss",
                              check=_false_or_positive),
         "use_d_per_atom": Option(bool, False, "dipole errors divided by the structure's number of atoms in the loss"),
         "log_d_per_atom": Option(bool, False, "upstream's per-atom dipole metric: not in pinn (must stay false)",
@@ -406,7 +406,7 @@ class DipoleFamilyModel(Model):
 class DipoleModel(DipoleFamilyModel):
     """pinn's ``dipole_model``: atomic charges → dipole (the AC model), the vector dipole in the loss.
 
-    Args: see :class:`DipoleFamilyModel`.
+    Takes the arguments of :class:`DipoleFamilyModel`.
     """
 
     NAME = "dipole_model"
@@ -423,7 +423,7 @@ class ACDipoleModel(DipoleModel):
     """Upstream PiNN 2.x's ``AC_dipole_model``: the same model as ``dipole_model`` with upstream's defaults
     (``vector_dipole`` false: the loss on |D|).
 
-    Args: see :class:`DipoleFamilyModel`.
+    Takes the arguments of :class:`DipoleFamilyModel`.
     """
 
     NAME = "AC_dipole_model"

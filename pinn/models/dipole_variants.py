@@ -134,7 +134,7 @@ class DipoleVariantModel(DipoleFamilyModel):
     """Base of upstream's dipole models with bond charges or atomic dipoles (see the module docstring):
     checks the network and gets the parts from one pass of it.
 
-    Args: see :class:`pinn.models.dipole.DipoleFamilyModel`.
+    Takes the arguments of :class:`pinn.models.dipole.DipoleFamilyModel`.
 
     Raises:
         ParamsError: a network without what the model needs (p3 for AD, pair features for BC).
