@@ -236,6 +236,17 @@ def test_network_alone_returns_atomic_outputs_and_pools(rng):
     assert out.shape == (2, 2) and extras["p3"].shape == (17, 3, 1)
 
 
+def test_checkpoint_round_trip_includes_the_extra_heads(tmp_path):
+    kwargs = dict(SMALL, rank=5, weighted=True, out_extra={"p1": 1, "p3": 1, "p5": 2})
+    saved, other = make_model("PiNet2", kwargs, seed=1).network, make_model("PiNet2", kwargs, seed=2).network
+    assert len(saved.trainable_variables) == len(other.trainable_variables)
+    assert not np.array_equal(saved.extra_heads["p5"][0][1].kernel.numpy(), other.extra_heads["p5"][0][1].kernel.numpy())
+    path = tf.train.Checkpoint(net=saved).save(str(tmp_path / "ckpt"))
+    tf.train.Checkpoint(net=other).restore(path).assert_consumed()
+    for a, b in zip(saved.trainable_variables, other.trainable_variables):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
 def test_potential_model_with_pinet2_trains(tmp_path):
     from pinn.io import load_ase, sparse_batch
     from pinn.models import potential_model
