@@ -40,7 +40,7 @@ def test_bad_params_name_the_key(change, message):
      r"model\.params\.Use_Forces: unknown key; did you mean `use_force`\?"),
     ({"network": {"name": "PiNet", "params": {"atom_types": [1], "rcut": 4.0}}}, r"did you mean `rc`\?"),
     ({"network": {"name": "PiNett"}},
-     r"network\.name: 'PiNett' is not one of \['BPNN', 'LJ', 'PiNet'\]; did you mean `PiNet`\?"),
+     r"network\.name: 'PiNett' is not one of \['BPNN', 'LJ', 'PiNet', 'PiNet2'\]; did you mean `PiNet`\?"),
     ({"network": {"name": "bpn"}}, r"network\.name: 'bpn' .*; did you mean `BPNN`\?"),
     ({"model": {"name": "potential"}}, r"model\.name: 'potential' .*; did you mean `potential_model`\?"),
     ({"modle": {"name": "potential_model"}}, r"params\.modle: unknown key; did you mean `model`\?"),

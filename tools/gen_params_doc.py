@@ -31,7 +31,7 @@ A model is configured by one nested dict:
 ```python
 params = {
     'model_dir': 'model',                 # required
-    'network': {'name': 'PiNet',          # required: 'PiNet', 'BPNN' or 'LJ'
+    'network': {'name': 'PiNet',          # required: 'PiNet', 'PiNet2', 'BPNN' or 'LJ'
                 'params': {'atom_types': [1, 6, 8], 'rc': 4.5}},
     'model': {'name': 'potential_model',  # the default
               'params': {'use_force': True}},
@@ -41,7 +41,7 @@ params = {
 model = potential_model(params)
 ```
 
-Network names are case-insensitive (`'pinet'`, `'bpnn'`, `'behler_parrinello'`, `'lj'`
+Network names are case-insensitive (`'pinet'`, `'pinet2'`, `'bpnn'`, `'behler_parrinello'`, `'lj'`
 are accepted) and are stored in their canonical spelling.
 
 **Upstream PiNN's flat form** is accepted and normalised to the nested form before it is
@@ -64,8 +64,8 @@ nearest allowed one when there is one (case ignored), for example:
 model.params.use_force: expected bool, got str ('yes')
 model.params.learnin_rate: unknown key; did you mean `learning_rate`? allowed keys: ['accumulate_batches', ...]
 network.params.rc: must be positive (got -1.0)
-network.name: 'PiNett' is not one of ['BPNN', 'LJ', 'PiNet']; did you mean `PiNet`?
-network.name: 'schnet' is not one of ['BPNN', 'LJ', 'PiNet']
+network.name: 'PiNett' is not one of ['BPNN', 'LJ', 'PiNet', 'PiNet2']; did you mean `PiNet`?
+network.name: 'schnet' is not one of ['BPNN', 'LJ', 'PiNet', 'PiNet2']
 params.model_dir: required key is missing (directory for checkpoints, params.yml and logs)
 ```
 
