@@ -194,7 +194,7 @@ def test_pair_interactions_equal_the_plain_form(rng):
 
 
 def test_padding_contributes_exactly_zero(rng):
-    """PiNet2 is compiled with XLA on padded batches (JIT_COMPATIBLE): padding changes nothing."""
+    """PiNet2 is compiled with XLA on padded batches (JIT_COMPATIBLE): padding and compiling change nothing."""
     from pinn.io.padding import pad_batch, unpad
     model = model_for(5, True)
     assert model.network.JIT_COMPATIBLE
@@ -202,8 +202,11 @@ def test_padding_contributes_exactly_zero(rng):
     padded, sizes = pad_batch(batch, RC, element=29)
     plain = model.predict({k: tf.constant(v) for k, v in batch.items()})
     pad = unpad(model.predict({k: tf.constant(v) for k, v in padded.items()}), sizes)
+    compiled = unpad(tf.function(model.predict, jit_compile=True)({k: tf.constant(v) for k, v in padded.items()}),
+                     sizes)
     for key in ("energy", "forces", "stress"):
         np.testing.assert_allclose(pad[key].numpy(), plain[key].numpy(), rtol=0, atol=1e-12)
+        np.testing.assert_allclose(compiled[key].numpy(), plain[key].numpy(), rtol=0, atol=1e-12)
 
 
 @pytest.mark.parametrize("changes, message", [
