@@ -178,6 +178,13 @@ def test_rank2_components_are_orthonormal(rng):
     np.testing.assert_allclose((comps ** 2).sum(1), (matrices ** 2).sum((1, 2)), rtol=1e-12)
     back = p5_to_matrix(tf.constant(comps[:, :, None])).numpy()[..., 0]
     np.testing.assert_allclose(back, matrices, atol=1e-12)
+    # why not upstream's components (T_xx, T_yy, T_xy, T_xz, T_yz): for unit vectors along z and along x their
+    # squares sum to 2/9 and 5/9, so a dot product of them is not rotation-invariant; ours give 2/3 for both
+    axes = np.eye(3)[[2, 0]]
+    upstream = [np.array([t[0, 0], t[1, 1], t[0, 1], t[0, 2], t[1, 2]]) for t in
+                np.einsum("nx,ny->nxy", axes, axes) - np.eye(3) / 3]
+    assert [float((c ** 2).sum()) for c in upstream] == pytest.approx([2 / 9, 5 / 9])
+    assert (rank2_components(tf.constant(axes)).numpy() ** 2).sum(1) == pytest.approx([2 / 3, 2 / 3])
 
 
 def test_pair_interactions_equal_the_plain_form(rng):
