@@ -1,7 +1,7 @@
 """PiNet2: PiNet with equivariant vector (and rank-2 tensor) features.
 
-After upstream PiNN 2.x's ``PiNet2`` (Li, Shao, Zhang, Hellström et al., "PiNN: equivariant
-neural network suite for modelling electrochemical systems", 2024), with its parameter names.
+After upstream PiNN 2.x's ``PiNet2`` (J. Li, L. Knijff, Z. Zhang, L. Andersson, C. Zhang, "PiNN:
+equivariant neural network suite for modelling electrochemical systems", 2024), with its parameter names.
 Besides the scalar atomic properties P1 [n_atoms, C] of PiNet, each atom carries, for
 ``rank`` 3, vector properties P3 [n_atoms, 3, C] and, for ``rank`` 5, rank-2 tensor properties
 P5 [n_atoms, 5, C] (the five components of a traceless symmetric 3×3 matrix, see
@@ -82,7 +82,6 @@ def _extra_spec(value):
 
 PARAMS = dict(PINET_PARAMS)
 PARAMS.update({
-    "depth": Option(int, 4, "number of graph-convolution blocks", check=PINET_PARAMS["depth"].check),
     "rank": Option(int, 3, "highest order of the atomic features: 1 (scalars only, like PiNet), 3 (and vectors) or "
                    "5 (and rank-2 tensors)", choices=(1, 3, 5)),
     "weighted": Option(bool, False, "weighted style of the equivariant pair and dot products (a learnt channel "
