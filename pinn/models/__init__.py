@@ -2,7 +2,10 @@
 
 ``potential_model(params)`` and ``dipole_model(params)`` return a trainable
 model object with the estimator-like API ``train(input_fn, max_steps)``,
-``evaluate(input_fn)``, ``predict(input_fn)``.
+``evaluate(input_fn)``, ``predict(input_fn)``; ``get_model(params)`` builds the
+model that ``params['model']['name']`` names, upstream PiNN 2.x's dipole models
+(``AC_dipole_model``, ``BC_R_dipole_model``, ``AD_dipole_model``, …; see
+:mod:`pinn.models.dipole_variants`) included.
 """
 from pinn.models.dipole import DipoleModel
 from pinn.models.potential import PotentialModel
