@@ -190,6 +190,14 @@ def test_loss_options_of_upstream(cluster):
     assert model.loss_counts(batch)["dipole"] == 2.0
     model, _, res = dipole_residual(regularization=False)
     assert "bond_charges" not in res and model.loss_term_names() == ["dipole"]
+    batch["d_weight"] = tf.constant([0.25])
+    _, _, res = dipole_residual(vector_dipole=True, use_d_weight=True)
+    np.testing.assert_array_equal(res["dipole"][1], [0.25] * 3)
+    model = _model("AC_BC_R_dipole_model", use_l2=True)
+    sums = model.loss_sums(batch, model.predict(batch, bond_charges=True))
+    kernels = model.network.regularized_weights() + model.bond_head.regularized_weights()
+    assert len(model.bond_head.regularized_weights()) == PINET["depth"] * len(PINET["out_nodes"])
+    np.testing.assert_allclose(sums["l2"], sum(np.sum(k.numpy() ** 2) / 2 for k in kernels), rtol=1e-12)
 
 
 def test_upstream_params_are_accepted_and_ad_refuses_pinet(tmp_path):
