@@ -316,3 +316,15 @@ def test_training_lowers_the_loss_and_the_model_restores(tmp_path, case):
         from ase.calculators.calculator import PropertyNotImplementedError
         with pytest.raises(PropertyNotImplementedError, match="charges"):
             atoms.get_charges()
+
+
+@pytest.mark.parametrize("network", ["PiNet", "PiNet2"])
+def test_bond_charges_vanish_at_the_cutoff(models, network):
+    """An O–H pair just inside the cutoff carries almost no bond charge: the dipole is continuous as the pair
+    leaves the neighbor list (beyond it there is no pair and no dipole)."""
+    from ase import Atoms
+    model = models[("BC_R_dipole_model", network)]
+    for gap, bound in ((1e-3, 1e-6), (0.5, 1e-4)):
+        pair = Atoms("OH", positions=[[0.0, 0.0, 0.0], [RC - gap, 0.0, 0.0]])
+        size = np.linalg.norm(_predict(model, pair)["dipole"][0])
+        assert (size < bound) if gap < 0.1 else (size > bound), (gap, size)
