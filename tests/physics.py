@@ -1,6 +1,7 @@
 """Helpers for the physics checks: build a float64 model and evaluate Atoms."""
 import numpy as np
 import tensorflow as tf
+from ase.build import bulk, molecule
 
 from pinn.io.batch import batch_from_atoms
 from pinn.models.potential import PotentialModel
@@ -23,3 +24,20 @@ def evaluate(model, atoms, rc):
 
 def energy(model, atoms, rc):
     return float(evaluate(model, atoms, rc)["energy"][0])
+
+
+def alloy_cell(rng):
+    """A sheared, rattled CuAu cell of 8 atoms, shorter than 2 rc (4 Å) along b and c."""
+    atoms = bulk("Cu", "fcc", a=3.7, cubic=True) * (2, 1, 1)
+    atoms.numbers[[1, 4]] = 79
+    atoms.set_cell(atoms.cell[:] @ np.array([[1.0, 0.08, 0.0], [0.0, 1.0, -0.06], [0.05, 0.0, 1.0]]),
+                   scale_atoms=True)
+    atoms.positions += rng.normal(0, 0.15, atoms.positions.shape)
+    return atoms
+
+
+def ethanol(rng):
+    """Ethanol with its atoms displaced by 0.05 Å (normal)."""
+    atoms = molecule("CH3CH2OH")
+    atoms.positions += rng.normal(0, 0.05, atoms.positions.shape)
+    return atoms

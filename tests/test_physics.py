@@ -2,10 +2,10 @@
 import numpy as np
 import pytest
 from ase import Atoms
-from ase.build import bulk, molecule
+from ase.build import bulk
 from ase.calculators.lj import LennardJones
 
-from physics import energy, evaluate, make_model
+from physics import alloy_cell, energy, ethanol, evaluate, make_model
 
 RC = 4.0
 NETWORKS = {
@@ -17,21 +17,6 @@ NETWORKS = {
 
 def model_for(name):
     return make_model(name.split("-")[0], NETWORKS[name])
-
-
-def alloy_cell(rng):
-    atoms = bulk("Cu", "fcc", a=3.7, cubic=True) * (2, 1, 1)
-    atoms.numbers[[1, 4]] = 79
-    atoms.set_cell(atoms.cell[:] @ np.array([[1.0, 0.08, 0.0], [0.0, 1.0, -0.06], [0.05, 0.0, 1.0]]),
-                   scale_atoms=True)
-    atoms.positions += rng.normal(0, 0.15, atoms.positions.shape)
-    return atoms  # 8 atoms, cell shorter than 2 rc along b and c
-
-
-def ethanol(rng):
-    atoms = molecule("CH3CH2OH")
-    atoms.positions += rng.normal(0, 0.05, atoms.positions.shape)
-    return atoms
 
 
 @pytest.fixture(params=list(NETWORKS))

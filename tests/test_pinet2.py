@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 import yaml
 from ase import Atoms
-from ase.build import bulk, molecule
+from ase.build import molecule
 from ase.calculators.emt import EMT
 
 from pinn.cli import main
@@ -15,7 +15,8 @@ from pinn.models.potential import pair_geometry
 from pinn.networks.pinet2 import p5_to_matrix, rank2_components
 from pinn.schema import ParamsError
 
-from physics import energy, evaluate, make_model
+from physics import alloy_cell, energy, ethanol, evaluate, make_model
+from upstream_inputs import MD17_PINET2_YML
 
 RC = 4.0
 TYPES = [1, 6, 8, 29, 79]
@@ -29,21 +30,6 @@ EXTRAS = {1: {"p1": 2}, 3: {"p3": 2, "p1": 1}, 5: {"p3": 2, "p5": 3}}
 def model_for(rank, weighted, **changes):
     params = dict(SMALL, rank=rank, weighted=weighted, out_extra=EXTRAS[rank], **changes)
     return make_model("PiNet2", params)
-
-
-def alloy_cell(rng):
-    atoms = bulk("Cu", "fcc", a=3.7, cubic=True) * (2, 1, 1)
-    atoms.numbers[[1, 4]] = 79
-    atoms.set_cell(atoms.cell[:] @ np.array([[1.0, 0.08, 0.0], [0.0, 1.0, -0.06], [0.05, 0.0, 1.0]]),
-                   scale_atoms=True)
-    atoms.positions += rng.normal(0, 0.15, atoms.positions.shape)
-    return atoms  # 8 atoms, cell shorter than 2 rc along b and c
-
-
-def ethanol(rng):
-    atoms = molecule("CH3CH2OH")
-    atoms.positions += rng.normal(0, 0.05, atoms.positions.shape)
-    return atoms
 
 
 def outputs(model, atoms):
@@ -282,41 +268,6 @@ def test_potential_model_with_pinet2_trains(tmp_path):
     assert after < 0.7 * before
 
 
-#: upstream's inputs/md17-pinet2.yml
-MD17_PINET2_YML = """\
-model:
-  name: potential_model
-  params:
-    use_force: true
-    e_loss_multiplier: 1.0
-    f_loss_multiplier: 10.0
-    e_scale: 1.0
-    e_unit: 1.0
-    use_e_per_atom: false
-    log_e_per_atom: true
-network:
-  name: PiNet2
-  params:
-    depth: 5
-    rc: 4.5
-    n_basis: 10
-    basis_type: gaussian
-    pi_nodes: [64]
-    pp_nodes: [64,64,64,64]
-    ii_nodes: [64,64,64,64]
-    out_nodes: [64]
-    rank: 3
-optimizer:
-  class_name: Adam
-  config:
-    global_clipnorm: 0.01
-    learning_rate:
-      class_name: ExponentialDecay
-      config:
-        decay_rate: 0.994
-        decay_steps: 10000
-        initial_learning_rate: 0.0001
-"""
 
 
 def test_md17_pinet2_yml_trains_unchanged(tmp_path, monkeypatch):

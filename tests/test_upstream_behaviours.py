@@ -33,6 +33,8 @@ from pinn.io import load_numpy, load_qm9, load_runner, load_tfrecord, sparse_bat
 from pinn.layers import CellListNL
 from pinn.params import resolve
 
+from upstream_inputs import MD17_PINET2_YML, PINET2_DIPOLE_YML, QM9_PINET_YML
+
 # --- the "trivial" structure of upstream's tests/helpers.py: H at (0, 0, 0), O at (1, 0, 0), H at (1, 1, 0)
 # in a 100 x 100 x 100 box, energy 11 (in the file's unit)
 
@@ -262,75 +264,8 @@ def test_cell_list_without_a_cell_or_with_pbc_false_is_open():
         CellListNL(rc=0)
 
 
-# --- upstream's inputs/*.yml, as upstream's `pinn train` takes them
+# --- upstream's inputs/*.yml, as upstream's `pinn train` takes them (texts in upstream_inputs.py)
 
-QM9_PINET = """\
-model:
-  name: potential_model
-  params:
-    use_force: true
-    e_loss_multiplier: 1.0
-    f_loss_multiplier: 10.0
-    e_scale: 1.0
-    e_unit: 1.0
-    use_e_per_atom: false
-    log_e_per_atom: true
-network:
-  name: {network}
-  params:
-    depth: 5
-    rc: 4.5
-    n_basis: 10
-    basis_type: gaussian
-    pi_nodes: [64]
-    pp_nodes: [64,64,64,64]
-    ii_nodes: [64,64,64,64]
-    out_nodes: [64]{extra}
-optimizer:
-  class_name: Adam
-  config:
-    global_clipnorm: 0.01
-    learning_rate:
-      class_name: ExponentialDecay
-      config:
-        decay_rate: 0.994
-        decay_steps: 10000
-        initial_learning_rate: 0.0001
-"""
-#: upstream's inputs/qm9-pinet.yml and inputs/md17-pinet2.yml (the same but PiNet2 with rank 3)
-QM9_PINET_YML = QM9_PINET.format(network="PiNet", extra="")
-MD17_PINET2_YML = QM9_PINET.format(network="PiNet2", extra="\n    rank: 3")
-#: upstream's inputs/pinet2-dipole.yml
-PINET2_DIPOLE_YML = """\
-model:
-  name: AC_dipole_model
-  params:
-    d_scale: 1.0
-network:
-  name: PiNet2
-  params:
-    depth: 5
-    rc: 4.5
-    n_basis: 10
-    basis_type: gaussian
-    pi_nodes: [64]
-    pp_nodes: [64,64,64,64]
-    ii_nodes: [64,64,64,64]
-    out_nodes: [64]
-    weighted: False
-    atom_types: [1, 6, 7, 8, 9]
-    rank: 3
-optimizer:
-  class_name: Adam
-  config:
-    global_clipnorm: 0.01
-    learning_rate:
-      class_name: ExponentialDecay
-      config:
-        decay_rate: 0.994
-        decay_steps: 10000
-        initial_learning_rate: 0.0001
-"""
 
 #: small molecules of QM9's elements (H, C, N, O: those ASE's EMT knows)
 MOLECULES = ["CH4", "H2O", "NH3", "C2H4", "CH3OH", "HCN", "C2H6", "CO2", "HCOOH", "N2", "H2CO", "C2H2"]
