@@ -1,6 +1,7 @@
 """Training throughput of the reference configuration.
 
 Usage:  python benchmarks/bench_train.py [cu108|ethanol ...] [--steps N] [--engine numba]
+                                         [--network PiNet2 --rank 3]
 
 Prints one JSON line per dataset: the median of the trainer's own throughput over the
 100-step intervals after 200 warm-up steps (one train() call; the reference's protocol),
@@ -21,6 +22,9 @@ def main():
     ap.add_argument("--parts", type=int, default=None, help="model.params.batch_parts (default: the trainer's)")
     ap.add_argument("--engine", default=None, choices=("auto", "tensorflow", "numba"),
                     help="model.params.engine (default: the trainer's)")
+    ap.add_argument("--network", default="PiNet", choices=("PiNet", "PiNet2"),
+                    help="the reference PiNet, or PiNet2 with the same sizes (default PiNet)")
+    ap.add_argument("--rank", type=int, default=3, choices=(1, 3, 5), help="PiNet2's rank (default 3)")
     args = ap.parse_args()
     import ase.io
     import numpy as np
@@ -33,7 +37,10 @@ def main():
         types = sorted(set(first.numbers.tolist()))
         model_dir = path.replace(".xyz", "") + "-model"
         shutil.rmtree(model_dir, ignore_errors=True)
-        params = {"model_dir": model_dir, "network": {"name": "PiNet", "params": dict(REFERENCE_NETWORK, atom_types=types)},
+        network = dict(REFERENCE_NETWORK, atom_types=types)
+        if args.network == "PiNet2":
+            network["rank"] = args.rank
+        params = {"model_dir": model_dir, "network": {"name": args.network, "params": network},
                   "model": {"name": "potential_model", "params": dict(REFERENCE_MODEL, data_resume="none",
                                                                         batch_parts=args.parts)}}
         if args.engine:
