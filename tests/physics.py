@@ -41,3 +41,18 @@ def ethanol(rng):
     atoms = molecule("CH3CH2OH")
     atoms.positions += rng.normal(0, 0.05, atoms.positions.shape)
     return atoms
+
+
+def check_forces_against_finite_differences(model, atoms, rc, h=1e-5, stride=3):
+    """Assert that the model's forces on every ``stride``-th atom equal −∂E/∂r by central differences
+    (step ``h`` Å; to 1e-6 eV/Å absolute or 1e-5 relative, float64)."""
+    import pytest
+    forces = evaluate(model, atoms, rc)["forces"]
+    for atom in range(0, len(atoms), stride):
+        for axis in range(3):
+            plus, minus = atoms.copy(), atoms.copy()
+            plus.positions[atom, axis] += h
+            minus.positions[atom, axis] -= h
+            fd = -(energy(model, plus, rc) - energy(model, minus, rc)) / (2 * h)
+            assert forces[atom, axis] == pytest.approx(fd, abs=1e-6, rel=1e-5)
+    return forces

@@ -5,7 +5,7 @@ from ase import Atoms
 from ase.build import bulk
 from ase.calculators.lj import LennardJones
 
-from physics import alloy_cell, energy, ethanol, evaluate, make_model
+from physics import alloy_cell, check_forces_against_finite_differences, energy, ethanol, evaluate, make_model
 
 RC = 4.0
 NETWORKS = {
@@ -27,15 +27,7 @@ def name(request):
 @pytest.mark.parametrize("system", [alloy_cell, ethanol])
 def test_forces_are_minus_energy_gradient(name, system, rng):
     model, atoms = model_for(name), system(rng)
-    forces = evaluate(model, atoms, RC)["forces"]
-    h = 1e-5
-    for atom in range(0, len(atoms), 3):
-        for axis in range(3):
-            plus, minus = atoms.copy(), atoms.copy()
-            plus.positions[atom, axis] += h
-            minus.positions[atom, axis] -= h
-            fd = -(energy(model, plus, RC) - energy(model, minus, RC)) / (2 * h)
-            assert forces[atom, axis] == pytest.approx(fd, abs=1e-6, rel=1e-5)
+    check_forces_against_finite_differences(model, atoms, RC)
 
 
 def test_stress_is_strain_derivative(name, rng):
