@@ -56,3 +56,22 @@ def check_forces_against_finite_differences(model, atoms, rc, h=1e-5, stride=3):
             fd = -(energy(model, plus, rc) - energy(model, minus, rc)) / (2 * h)
             assert forces[atom, axis] == pytest.approx(fd, abs=1e-6, rel=1e-5)
     return forces
+
+
+def check_stress_against_strain_derivative(model, atoms, rc, h=1e-5):
+    """Assert that V·σ (symmetrised) equals ∂E/∂ε by central differences of a symmetric strain
+    (step ``h``; 1e-6 eV absolute or 1e-5 relative) and that σ is symmetric; returns σ (eV/Å³)."""
+    import pytest
+    stress = evaluate(model, atoms, rc)["stress"][0]
+    volume = atoms.get_volume()
+    for a in range(3):
+        for b in range(a, 3):
+            eps = np.zeros((3, 3))
+            eps[a, b] = eps[b, a] = h / 2 if a != b else h
+            plus, minus = atoms.copy(), atoms.copy()
+            plus.set_cell(atoms.cell[:] @ (np.eye(3) + eps), scale_atoms=True)
+            minus.set_cell(atoms.cell[:] @ (np.eye(3) - eps), scale_atoms=True)
+            de = (energy(model, plus, rc) - energy(model, minus, rc)) / (2 * h)
+            assert 0.5 * (stress[a, b] + stress[b, a]) * volume == pytest.approx(de, abs=1e-6, rel=1e-5)
+    np.testing.assert_allclose(stress, stress.T, atol=1e-10)
+    return stress

@@ -5,7 +5,8 @@ from ase import Atoms
 from ase.build import bulk
 from ase.calculators.lj import LennardJones
 
-from physics import alloy_cell, check_forces_against_finite_differences, energy, ethanol, evaluate, make_model
+from physics import (alloy_cell, check_forces_against_finite_differences, check_stress_against_strain_derivative,
+                     energy, ethanol, evaluate, make_model)
 
 RC = 4.0
 NETWORKS = {
@@ -32,20 +33,7 @@ def test_forces_are_minus_energy_gradient(name, system, rng):
 
 def test_stress_is_strain_derivative(name, rng):
     model, atoms = model_for(name), alloy_cell(rng)
-    stress = evaluate(model, atoms, RC)["stress"][0]
-    volume = atoms.get_volume()
-    h = 1e-5
-    for a in range(3):
-        for b in range(3):
-            eps = np.zeros((3, 3))
-            eps[a, b] = eps[b, a] = h / 2 if a != b else h
-            plus, minus = atoms.copy(), atoms.copy()
-            plus.set_cell(atoms.cell[:] @ (np.eye(3) + eps), scale_atoms=True)
-            minus.set_cell(atoms.cell[:] @ (np.eye(3) - eps), scale_atoms=True)
-            de = (energy(model, plus, RC) - energy(model, minus, RC)) / (2 * h)
-            sym = 0.5 * (stress[a, b] + stress[b, a])
-            assert sym * volume == pytest.approx(de, abs=1e-6, rel=1e-5)
-    np.testing.assert_allclose(stress, stress.T, atol=1e-10)
+    check_stress_against_strain_derivative(model, atoms, RC)
 
 
 @pytest.mark.parametrize("system", [alloy_cell, ethanol])

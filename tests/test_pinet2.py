@@ -15,7 +15,8 @@ from pinn.models.potential import pair_geometry
 from pinn.networks.pinet2 import p5_to_matrix, rank2_components
 from pinn.schema import ParamsError
 
-from physics import alloy_cell, check_forces_against_finite_differences, energy, ethanol, evaluate, make_model
+from physics import (alloy_cell, check_forces_against_finite_differences, check_stress_against_strain_derivative,
+                     energy, ethanol, evaluate, make_model)
 from upstream_inputs import MD17_PINET2_YML
 
 RC = 4.0
@@ -56,19 +57,7 @@ def test_forces_are_minus_energy_gradient(rank, weighted, system, rng):
 @pytest.mark.parametrize("rank, weighted", [(3, False), (5, True)])
 def test_stress_is_strain_derivative(rank, weighted, rng):
     model, atoms = model_for(rank, weighted), alloy_cell(rng)
-    stress = evaluate(model, atoms, RC)["stress"][0]
-    volume = atoms.get_volume()
-    h = 1e-5
-    for a in range(3):
-        for b in range(a, 3):
-            eps = np.zeros((3, 3))
-            eps[a, b] = eps[b, a] = h / 2 if a != b else h
-            plus, minus = atoms.copy(), atoms.copy()
-            plus.set_cell(atoms.cell[:] @ (np.eye(3) + eps), scale_atoms=True)
-            minus.set_cell(atoms.cell[:] @ (np.eye(3) - eps), scale_atoms=True)
-            de = (energy(model, plus, RC) - energy(model, minus, RC)) / (2 * h)
-            assert 0.5 * (stress[a, b] + stress[b, a]) * volume == pytest.approx(de, abs=1e-6, rel=1e-5)
-    np.testing.assert_allclose(stress, stress.T, atol=1e-10)
+    check_stress_against_strain_derivative(model, atoms, RC)
 
 
 @pytest.mark.parametrize("rank, weighted", VARIANTS)

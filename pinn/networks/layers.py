@@ -108,6 +108,22 @@ def atomic_number(value, where):
     return int(value)
 
 
+def check_centers(params):
+    """Refuse a ``center`` list that the Gaussian basis cannot take (PiNet's and PiNet2's ``center``).
+
+    Raises:
+        ParamsError: centers with another basis, or not one per basis function.
+    """
+    if params["center"] is None:
+        return
+    if params["basis_type"] != "gaussian":
+        raise ParamsError(f"network.params.center: centers of the Gaussian basis; basis_type is "
+                          f"{params['basis_type']!r}")
+    if len(params["center"]) != params["n_basis"]:
+        raise ParamsError(f"network.params.center: {len(params['center'])} centers for n_basis "
+                          f"{params['n_basis']}; give one per basis function")
+
+
 def radial_basis(dist, fc, basis_type, n_basis, rc, gamma=3.0, center=None):
     """Radial basis [n_pairs, n_basis].
 

@@ -20,9 +20,9 @@ import numpy as np
 import tensorflow as tf
 
 from pinn import keys as K
-from pinn.networks.layers import (ACTIVATIONS, CUTOFFS, POOLS, Dense, ElementIndex, FeedForward, cutoff,
+from pinn.networks.layers import (ACTIVATIONS, CUTOFFS, POOLS, Dense, ElementIndex, FeedForward, check_centers, cutoff,
                                   radial_basis, scatter_sum)
-from pinn.schema import Option, ParamsError, positive, positive_int_list
+from pinn.schema import Option, positive, positive_int_list
 
 def _numbers(value):
     if not value or not all(isinstance(c, (int, float)) and not isinstance(c, bool) for c in value):
@@ -132,13 +132,7 @@ class PiNet(tf.Module):
         object.__setattr__(self, "params", copy.deepcopy(dict(params)))
         rng = np.random.RandomState(seed)
         self.rc = params["rc"]
-        if params["center"] is not None:
-            if params["basis_type"] != "gaussian":
-                raise ParamsError("network.params.center: centers of the Gaussian basis; basis_type is "
-                                  f"{params['basis_type']!r}")
-            if len(params["center"]) != params["n_basis"]:
-                raise ParamsError(f"network.params.center: {len(params['center'])} centers for n_basis "
-                                  f"{params['n_basis']}; give one per basis function")
+        check_centers(params)
         self.atom_types = [int(z) for z in params["atom_types"]]
         self.element_index = ElementIndex(self.atom_types)
         self.n_types = len(params["atom_types"])

@@ -62,7 +62,8 @@ import numpy as np
 import tensorflow as tf
 
 from pinn import keys as K
-from pinn.networks.layers import (POOLS, Dense, ElementIndex, FeedForward, PairInteraction, cutoff,
+from pinn.networks.layers import (POOLS, Dense, ElementIndex, FeedForward, PairInteraction, check_centers,
+                                  cutoff,
                                   radial_basis, scatter_sum)
 from pinn.networks.pinet import PARAMS as PINET_PARAMS
 from pinn.schema import Option, ParamsError
@@ -296,13 +297,7 @@ class PiNet2(tf.Module):
     @staticmethod
     def _check(p):
         """Refuse settings the architecture cannot build, naming the key."""
-        if p["center"] is not None:
-            if p["basis_type"] != "gaussian":
-                raise ParamsError("network.params.center: centers of the Gaussian basis; basis_type is "
-                                  f"{p['basis_type']!r}")
-            if len(p["center"]) != p["n_basis"]:
-                raise ParamsError(f"network.params.center: {len(p['center'])} centers for n_basis {p['n_basis']}; "
-                                  "give one per basis function")
+        check_centers(p)
         if p["rank"] >= 3 and p["pp_nodes"][-1] != p["ii_nodes"][-1]:
             raise ParamsError(f"network.params.pp_nodes: PiNet2 of rank {p['rank']} scales its vector features "
                               f"({p['pp_nodes'][-1]} channels, pp_nodes[-1]) by invariants of ii_nodes[-1] = "
