@@ -3,7 +3,8 @@
 Usage:  python parallel_train.py WORKDIR TAG [--steps N] [--lr X] [--decay-step N] [--nan-steps ...] ...
         horovodrun -np 2 --gloo python parallel_train.py ...   /   mpirun -np 2 python parallel_train.py ...
 
-Every step s has one "union" batch of EMT Cu/Au structures of different sizes,
+Every step s has one "union" batch of EMT Cu/Au structures of different sizes
+(``--model AD_BC_R_dipole_model``: QEq water clusters of 1 to 3 molecules with their dipole),
 cut into 2 unequal parts; with 2 ranks rank r trains on part r, with 1 process
 on both parts (the union).  So a 2-rank run and a 1-process run see the same
 structures at every step and must end with the same weights.  Validation is
@@ -44,6 +45,13 @@ parser.add_argument("--perturb-rank1", action="store_true", help="train half the
                     "rank 1 alone, train on: the ranks' weight checksums must catch it")
 parser.add_argument("--engine", default="auto", help="model.params.engine; numba: a PiNet it trains (a hidden PI "
                     "layer, no stress loss)")
+parser.add_argument("--arch", choices=("PiNet", "PiNet2"), default="PiNet",
+                    help="the network (not --network: horovodrun would take it as its --network-interface); "
+                    "PiNet2: rank 3 (vector features), the same small sizes")
+parser.add_argument("--precision", choices=("float32", "float64"), default="float32")
+parser.add_argument("--model", choices=("potential_model", "AD_BC_R_dipole_model"), default="potential_model",
+                    help="AD_BC_R_dipole_model: on PiNet2 with out_extra {p3: 1} (atomic dipoles and bond "
+                    "charges), trained on QEq water clusters (pinn.demo) instead of EMT cells")
 args = parser.parse_args()
 
 MODEL_DIR = os.path.abspath(args.model_dir or os.path.join(args.workdir, "model"))
@@ -72,7 +80,7 @@ from ase.calculators.emt import EMT  # noqa: E402
 
 from pinn import keys as K  # noqa: E402
 from pinn.io.batch import batch_from_atoms  # noqa: E402
-from pinn.models import potential_model  # noqa: E402
+from pinn.models import get_model  # noqa: E402
 
 RC = 4.0
 _write = tf.train.Checkpoint.write
@@ -97,6 +105,7 @@ params = {
                          "save_checkpoint_steps": args.save_every, "max_nonfinite_steps": 3,
                          "accumulate_batches": args.accumulate, "ema_decay": 0.9, "eval_every_n_steps": 5,
                          "tensorboard": False}},
+    "precision": args.precision,
     "parallel": True,
     "parallel_params": {"lr_scaling": args.lr_scaling, "stall_timeout_s": args.stall_timeout,
                         "compression": args.compression, "fusion_threshold_mb": args.fusion_mb,
@@ -107,7 +116,16 @@ params["model"]["params"]["jit"] = None if args.jit == "auto" else False
 if args.engine == "numba":
     params["network"]["params"]["pi_nodes"] = [8, 8]
     params["model"]["params"]["use_stress"] = False
-model = potential_model(params)  # starts Horovod (before any other TensorFlow work)
+DIPOLE = args.model != "potential_model"
+if args.arch == "PiNet2":
+    params["network"] = {"name": "PiNet2", "params": dict(params["network"]["params"], rank=3)}
+if DIPOLE:  # water (H, O); the magnitude loss and the bond charges' regularisation (upstream's defaults)
+    params["network"]["params"].update(atom_types=[1, 8], out_units=2, out_extra={"p3": 1})
+    potential_only = ("use_force", "use_stress", "fit_e_dress", "fit_e_dress_batches", "f_loss_multiplier",
+                      "s_loss_multiplier")
+    params["model"] = {"name": args.model, "params": {k: v for k, v in params["model"]["params"].items()
+                                                      if k not in potential_only}}
+model = get_model(params)  # starts Horovod (before any other TensorFlow work)
 rank, size = model.world.rank, model.world.size
 with open(os.path.join(args.workdir, f"{args.tag}.rank{rank}.pid"), "w") as f:
     f.write(str(os.getpid()))
@@ -124,8 +142,20 @@ def structure(seed):
     return atoms, atoms.get_potential_energy(), atoms.get_forces(), atoms.get_stress(voigt=False)
 
 
+def water(seed):
+    """A cluster of 1 to 3 distorted water molecules and its QEq dipole (e·Å; pinn.demo's reference)."""
+    from pinn.demo import water_dipole_frames
+    atoms = water_dipole_frames(1, seed=seed, max_molecules=3)[0]
+    return atoms, atoms.calc.results["dipole"]
+
+
 def batch(structures, nan=False):
     out = batch_from_atoms([s[0] for s in structures], RC)
+    if DIPOLE:
+        out[K.D_DATA] = np.stack([s[1] for s in structures]).astype(np.float32)
+        if nan:
+            out[K.D_DATA][-1] = np.nan
+        return out
     out[K.E_DATA] = np.array([s[1] for s in structures], np.float32)
     out[K.F_DATA] = np.concatenate([s[2] for s in structures]).astype(np.float32)
     out[K.S_DATA] = np.stack([s[3] for s in structures]).astype(np.float32)
@@ -137,7 +167,8 @@ def batch(structures, nan=False):
 def parts(first_seed, sizes):
     """Structures cut into consecutive parts of the given sizes."""
     seeds = np.cumsum([0] + list(sizes)) + first_seed
-    return [[structure(s) for s in range(seeds[i], seeds[i + 1])] for i in range(len(sizes))]
+    make = water if DIPOLE else structure
+    return [[make(s) for s in range(seeds[i], seeds[i + 1])] for i in range(len(sizes))]
 
 
 def my_share(chunks):
