@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 from scipy.spatial.transform import Rotation
 
-from pinn.demo import water_dipole_frames
+from pinn.demo import make_dipole_dataset, water_dipole_frames
 from pinn.io import load_ase, sparse_batch
 from pinn.io.batch import batch_from_atoms
 from pinn.models import get_model
@@ -233,71 +233,71 @@ def test_upstream_params_are_accepted_and_ad_refuses_pinet(tmp_path):
         get_model(bpnn)
 
 
-def _water_data(n_frames=24, seed=0):
-    frames = water_dipole_frames(n_frames, seed=seed, max_molecules=2)
-
-    def with_oxidation(s):
-        return {**s, "oxidation": tf.where(s["elems"] == 8, -2.0, 1.0)}
-    return lambda: load_ase(frames, shuffle=False).map(with_oxidation), frames
-
-
-@pytest.mark.parametrize("case", TRAINED_CASES := [("AC_dipole_model", "PiNet"), ("BC_R_dipole_model", "PiNet"),
-                                                   ("AC_BC_R_dipole_model", "PiNet"), ("AD_dipole_model", "PiNet2"),
-                                                   ("AD_OS_dipole_model", "PiNet2"), ("AC_AD_dipole_model", "PiNet2"),
-                                                   ("AD_BC_R_dipole_model", "PiNet2")],
-                         ids=["-".join(c) for c in TRAINED_CASES])
-def test_a_few_adam_steps_lower_each_variants_loss(case):
-    """The model's own loss (dipole, and the bond-charge regularisation) on a batch of water clusters falls under
-    Adam, every part of the model taking part (eagerly, without the trainer's compiled step; the vector loss)."""
-    model = _model(*case, vector_dipole=True)
-    frames = water_dipole_frames(12, seed=2, max_molecules=2)
-    batch = {k: tf.constant(v) for k, v in batch_from_atoms(frames, RC, "float64").items()}
-    batch["d_data"] = tf.constant(np.array([a.calc.results["dipole"] for a in frames]))
-    batch["oxidation"] = tf.constant(np.concatenate([_oxidation(a) for a in frames]))
-    terms = model.loss_term_names()
-    weights = model.loss_weights(tf.constant(0.0, tf.float64))
-
-    def loss():
-        parts = model.loss_terms(batch, model.predict(batch, **model.train_outputs()))
-        return tf.add_n([weights[t] * parts[t][0] / parts[t][1] for t in terms])
-    optimizer = tf.keras.optimizers.Adam(1e-2)
-    variables = model.trainable_variables
-    before = float(loss())
-    for _ in range(12):
-        with tf.GradientTape() as tape:
-            value = loss()
-        grads = tape.gradient(value, variables)
-        assert sum(g is not None for g in grads) > 0.5 * len(grads)
-        optimizer.apply_gradients([(g, v) for g, v in zip(grads, variables) if g is not None])
-    assert float(loss()) < 0.7 * before
+@pytest.fixture(scope="module")
+def qeq_water(tmp_path_factory):
+    """pinn.demo's water-cluster set (1 to 3 molecules, QEq charges and dipole), written and read back once:
+    96 frames to train on, 24 to validate on."""
+    import ase.io
+    path = make_dipole_dataset(str(tmp_path_factory.mktemp("water") / "water.xyz"), n_frames=120, seed=0)
+    frames = ase.io.read(path, ":")
+    return frames[:96], frames[96:]
 
 
-#: through the trainer: PiNet's bond head, PiNet2's pair head and p3, oxidation states in the data pipeline
-TRAINED = [("AC_BC_R_dipole_model", "PiNet"), ("AD_BC_R_dipole_model", "PiNet2"), ("AD_OS_dipole_model", "PiNet2")]
+#: every variant, on the network it is trained with below
+TRAINED_CASES = [("AC_dipole_model", "PiNet"), ("BC_R_dipole_model", "PiNet"), ("AC_BC_R_dipole_model", "PiNet"),
+                 ("AD_dipole_model", "PiNet2"), ("AD_OS_dipole_model", "PiNet2"), ("AC_AD_dipole_model", "PiNet2"),
+                 ("AD_BC_R_dipole_model", "PiNet2")]
+#: also restored from the model directory and run by the calculator: PiNet's bond head, PiNet2's pair head and p3,
+#: oxidation states in the data pipeline
+RESTORED = [("AC_BC_R_dipole_model", "PiNet"), ("AD_BC_R_dipole_model", "PiNet2"), ("AD_OS_dipole_model", "PiNet2")]
+#: each variant's bound on its validation dipole RMSE after 120 steps, as a fraction of the RMSE of predicting
+#: a zero dipole (0.192 e·Å per component): about twice the worst of seeds 1, 2, 3 (docs/dipole.md lists them)
+QEQ_BOUNDS = {"AC_dipole_model": 0.5, "BC_R_dipole_model": 0.6, "AC_BC_R_dipole_model": 0.8,
+              "AD_dipole_model": 0.3, "AD_OS_dipole_model": 0.8, "AC_AD_dipole_model": 0.3,
+              "AD_BC_R_dipole_model": 0.35}
 
 
-@pytest.mark.parametrize("case", TRAINED, ids=["-".join(c) for c in TRAINED])
-def test_training_lowers_the_loss_and_the_model_restores(tmp_path, case):
-    """The trainer's steps on water clusters lower the loss (dipole + regularisation); the model directory holds
-    every weight (the bond heads' included), and the calculator gives the dipole (and charges)."""
+@pytest.mark.parametrize("case", TRAINED_CASES, ids=["-".join(c) for c in TRAINED_CASES])
+def test_each_variant_trains_to_its_bound_on_qeq_water(qeq_water, tmp_path, case):
+    """120 trainer steps (Adam 1e-2, batches of 8, the vector loss, float32, no XLA) on the QEq water clusters
+    take each variant's validation dipole RMSE (per component, e·Å) below QEQ_BOUNDS[variant] × the RMSE of
+    predicting zero, and below half its untrained RMSE; more than half of the variables, and every variable of
+    a bond head, have moved.  For the RESTORED cases the model directory holds every weight (the bond heads'
+    included) and the calculator gives the dipole (and charges).
+
+    Measured (seeds 1, 2, 3; the test runs seed 1), as fractions of zero's RMSE: AC 0.11, 0.25, 0.13;
+    BC_R 0.18, 0.17, 0.31; AC_BC_R 0.22, 0.19, 0.39; AD 0.13, 0.13, 0.11; AD_OS 0.39, 0.37, 0.39 (its atomic
+    dipoles must cancel most of the oxidation states' large Σ q_ox r); AC_AD 0.11, 0.15, 0.10; AD_BC_R 0.14,
+    0.16, 0.14; after / untrained at most 0.19.  Untrained, the models are at 0.59–7.3 × zero's RMSE, so a
+    model that does not learn fails one bound or the other."""
     name, network = case
-    data, frames = _water_data()
-    train = lambda: data().cache().repeat().shuffle(24, seed=1).apply(sparse_batch(8))
-    vali = lambda: data().apply(sparse_batch(24))
-    params = {"model_dir": str(tmp_path / "m"), "seed": 1, "network": {"name": network,
-                                                                        "params": PINET if network == "PiNet" else PINET2},
-              "model": {"name": name, "params": {"learning_rate": 1e-2, "log_every_n_steps": 100, "jit": False}}}
+    train_frames, vali_frames = qeq_water
+
+    def data(frames):
+        return load_ase(frames, shuffle=False).map(lambda s: {**s, "oxidation": tf.where(s["elems"] == 8, -2.0, 1.0)})
+    train = lambda: data(train_frames).cache().repeat().shuffle(96, seed=1).apply(sparse_batch(8))
+    vali = lambda: data(vali_frames).apply(sparse_batch(24))
+    params = {"model_dir": str(tmp_path / "m"), "seed": 1,
+              "network": {"name": network, "params": PINET if network == "PiNet" else PINET2},
+              "model": {"name": name, "params": {"learning_rate": 1e-2, "vector_dipole": True,
+                                                 "log_every_n_steps": 1000, "jit": False}}}
     model = get_model(params)
-    before = model.evaluate(vali)
-    model.train(train, max_steps=40)
-    after = model.evaluate(vali)
-    assert after["loss"] < 0.7 * before["loss"], (before, after)
-    assert after["D_RMSE"] < before["D_RMSE"]
-    restored = get_model(str(tmp_path / "m"))
-    assert int(restored.step) == 40
-    if model.model.BONDS:  # the bond head is trained and checkpointed with the rest
+    zero = np.sqrt(np.mean([a.calc.results["dipole"] ** 2 for a in vali_frames]))
+    initial = [v.numpy().copy() for v in model.model.trainable_variables]
+    before = model.evaluate(vali)["D_RMSE"]
+    model.train(train, max_steps=120)
+    after = model.evaluate(vali)["D_RMSE"]
+    assert after < QEQ_BOUNDS[name] * zero and after < 0.5 * before, (name, zero, before, after)
+    moved = [not np.array_equal(v.numpy(), v0) for v, v0 in zip(model.model.trainable_variables, initial)]
+    assert sum(moved) > 0.5 * len(moved)
+    if model.model.BONDS:  # the bond head is trained (and checkpointed) with the rest
         head = {id(v) for v in model.model.bond_head.trainable_variables}
         assert head and head <= {id(v) for v in model.model.trainable_variables}
+        assert all(m for v, m in zip(model.model.trainable_variables, moved) if id(v) in head)
+    if case not in RESTORED:
+        return
+    restored = get_model(str(tmp_path / "m"))
+    assert int(restored.step) == 120
     for mine, theirs in zip(model.model.trainable_variables, restored.model.trainable_variables):
         np.testing.assert_array_equal(theirs.numpy(), mine.numpy())
     if name == "AD_BC_R_dipole_model":
@@ -306,7 +306,7 @@ def test_training_lowers_the_loss_and_the_model_restores(tmp_path, case):
     # the calculator (XLA on padded batches, float32): the dipole, charges where the model has them,
     # oxidation states from the atoms' initial charges
     from pinn.calculator import get_calc
-    atoms = frames[0].copy()
+    atoms = vali_frames[0].copy()
     atoms.set_initial_charges(_oxidation(atoms))
     atoms.calc = get_calc(str(tmp_path / "m"))
     np.testing.assert_allclose(atoms.get_dipole_moment(), mine["dipole"], rtol=1e-5, atol=1e-5)
