@@ -3,6 +3,7 @@
 Usage:  python benchmarks/bench_accuracy.py [ethanol|cu108] [--steps 5000] [--preset default|reference]
                                             [--set key=value ...] [--net key=value ...] [--seed 0]
                                             [--network PiNet|PiNet2] [--rank 1|3|5] [--batch 32]
+                                            [--network-defaults]
 
 Trains the reference network (PiNet depth 4, [16, 16] nodes, polynomial basis 4, f1, tanh,
 rc 4.5 Å) on ``NAME-train.xyz`` with batch 32 and forces in the loss, then prints one JSON
@@ -11,7 +12,13 @@ the training settings.  Presets: ``reference`` is the reference configuration
 (Adam 3e-4, clipping, force weight 10, energy weight 1); ``default`` is pinn's defaults with
 forces in the loss and fitted energy offsets (``use_force``, ``fit_e_dress``);
 ``--set`` overrides single ``model.params`` keys, ``--net`` single ``network.params`` keys (values
-parsed as YAML); ``--network PiNet2 --rank N`` trains PiNet2 with the same sizes.
+parsed as YAML); ``--network PiNet2 --rank N`` trains PiNet2 with the same sizes;
+``--network-defaults`` takes the network's defaults instead of the reference sizes.
+
+Time to accuracy, what a user gets without choosing (pinn's defaults, the batches of 16 structures
+of a run file, the network's defaults)::
+
+    python benchmarks/bench_accuracy.py ethanol --network-defaults --batch 16 --steps 50000
 """
 import time
 
@@ -36,6 +43,8 @@ def main():
     ap.add_argument("--network", default="PiNet", choices=("PiNet", "PiNet2"))
     ap.add_argument("--rank", type=int, default=3, choices=(1, 3, 5), help="PiNet2's rank (default 3)")
     ap.add_argument("--batch", type=int, default=32, help="structures per training batch")
+    ap.add_argument("--network-defaults", action="store_true",
+                    help="the network's own defaults (what a user gets without choosing) instead of the reference sizes")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     import ase.io
@@ -47,14 +56,15 @@ def main():
         settings = dict(REFERENCE_MODEL)
     else:
         settings = dict(use_force=True, fit_e_dress=True, log_every_n_steps=500, save_checkpoint_steps=100000)
-    network = dict(REFERENCE_NETWORK, atom_types=types)
+    network = dict({} if args.network_defaults else REFERENCE_NETWORK, atom_types=types)
     if args.network == "PiNet2":
         network["rank"] = args.rank
     for target, items in ((settings, args.set), (network, args.net)):
         for item in items:
             key, _, value = item.partition("=")
             target[key] = yaml.safe_load(value)
-    model_dir = os.path.join(DATA, f"{args.dataset}-accuracy-model")
+    # one directory per process, so that runs side by side do not share one
+    model_dir = os.path.join(DATA, f"{args.dataset}-accuracy-model-{os.getpid()}")
     shutil.rmtree(model_dir, ignore_errors=True)
     params = {"model_dir": model_dir, "seed": args.seed,
               "network": {"name": args.network, "params": network},
@@ -73,6 +83,7 @@ def main():
          F_MAE_meV_per_A=round(1000 * m["F_MAE"], 1), F_RMSE_meV_per_A=round(1000 * m["F_RMSE"], 1),
          E_MAE_meV=round(1000 * m["E_MAE"], 2), E_RMSE_meV=round(1000 * m["E_RMSE"], 2),
          train_wall_s=round(wall, 1), process_wall_s=round(time.perf_counter() - START, 1), peak_rss_mb=round(peak_rss_mb()), settings=settings, network_params=network)
+    shutil.rmtree(model_dir, ignore_errors=True)
 
 
 if __name__ == "__main__":

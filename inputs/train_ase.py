@@ -39,7 +39,7 @@ params = {
                            "pi_nodes": [16, 16], "ii_nodes": [16, 16], "out_nodes": [16, 16],
                            "basis_type": "polynomial", "n_basis": 4, "cutoff_type": "f1", "act": "tanh"}},
     "model": {"name": "potential_model",
-              # the default training settings: Adam 3e-3, warmup, cosine decay, weight average
+              # the default training settings: Adam 5e-3, warmup, cosine decay, weight average
               "params": {"use_force": True, "f_loss_multiplier": 10.0, "fit_e_dress": True,
                          "save_checkpoint_steps": 500, "log_every_n_steps": 250}},
 }

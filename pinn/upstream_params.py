@@ -17,7 +17,9 @@ clipping only when ``global_clipnorm`` is given, the weight average only when ``
 is (``ema_decay`` = ``ema_momentum``; pinn's average shortens its memory over the first
 steps, see the training page, where Keras' keeps it fixed).  Such a file is in upstream's form,
 so the potential model's keys whose default differs from upstream's (:data:`UPSTREAM_DEFAULTS`:
-``f_loss_multiplier`` 1, pinn's default is 10) take upstream's default unless the file sets them.
+``f_loss_multiplier`` 1, pinn's default is 10) and PiNet's and PiNet2's radial basis
+(:data:`UPSTREAM_NETWORK_DEFAULTS`: 4 polynomials, pinn's default is 10 Gaussians) take
+upstream's default unless the file sets them.
 
 Upstream's Kalman filters, ``class_name: EKF`` or ``gEKF``, become ``optimizer: ekf`` /
 ``gekf`` with their config in the ``ekf_*`` keys (:mod:`pinn.training.kalman`): the
@@ -57,6 +59,11 @@ _KALMAN_CONFIG = {
 #: potential-model keys whose default differs from upstream PiNN's: a params file in upstream's form
 #: (with an optimizer section) gets upstream's value unless it sets the key
 UPSTREAM_DEFAULTS = {"f_loss_multiplier": 1.0}
+#: network keys whose default differs from upstream PiNN's (pinn's PiNet and PiNet2 default to a
+#: Gaussian basis of 10 functions, chosen for accuracy per training time; upstream's to 4 polynomials):
+#: a params file in upstream's form gets upstream's values unless it sets the keys
+UPSTREAM_NETWORK_DEFAULTS = {"PiNet": {"basis_type": "polynomial", "n_basis": 4},
+                             "PiNet2": {"basis_type": "polynomial", "n_basis": 4}}
 
 
 def convert_optimizer(params):
@@ -90,6 +97,13 @@ def convert_optimizer(params):
                 model_params[key] = settings[key] = value
     model["params"] = model_params
     params["model"] = model
+    network = params.get("network")
+    if isinstance(network, dict) and network.get("name") in UPSTREAM_NETWORK_DEFAULTS:
+        network_params = dict(network.get("params") or {})
+        for key, value in UPSTREAM_NETWORK_DEFAULTS[network["name"]].items():
+            if key not in network_params:
+                network_params[key] = settings[f"network.params.{key}"] = value
+        params["network"] = dict(network, params=network_params)
     text = ", ".join(f"{k}={v!r}" for k, v in settings.items())
     if text not in _LOGGED:  # params are resolved more than once on the way to a model
         _LOGGED.add(text)

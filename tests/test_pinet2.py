@@ -276,7 +276,7 @@ def test_md17_pinet2_yml_trains_unchanged(tmp_path, monkeypatch):
     assert written["network"]["name"] == "PiNet2"
     net = written["network"]["params"]
     assert (net["depth"], net["rc"], net["n_basis"], net["basis_type"], net["rank"], net["weighted"]) == \
-        (5, 4.5, 10, "gaussian", 3, False)
+        (5, 4.5, 10, "gaussian", 3, True)  # weighted: not in the file, upstream's default
     assert net["pp_nodes"] == net["ii_nodes"] == [64] * 4 and net["pi_nodes"] == [64]
     model = written["model"]["params"]
     assert model["use_force"] and model["f_loss_multiplier"] == 10.0 and model["log_e_per_atom"]

@@ -265,7 +265,7 @@ def test_labels_missing_from_the_data(alloy_xyz, tmp_path):
 
 
 def test_default_settings_and_unused_decay_warning(tmp_path, caplog):
-    """The defaults (cosine from 3e-3 with a warmup, weight average) are what the docs say, and
+    """The defaults (cosine from 5e-3 with a warmup, weight average) are what the docs say, and
     decay_step / decay_rate given without a schedule that uses them are reported, not ignored silently."""
     import logging
     params = {"model_dir": str(tmp_path / "d"), "network": {"name": "PiNet", "params": NET},
@@ -274,7 +274,7 @@ def test_default_settings_and_unused_decay_warning(tmp_path, caplog):
         model = potential_model(params)
     mp = model.mp
     assert (mp["learning_rate"], mp["lr_schedule"], mp["lr_warmup_steps"], mp["lr_min_factor"], mp["ema_decay"],
-            mp["f_loss_multiplier"]) == (3e-3, "cosine", 200, 0.01, 0.99, 10.0)
+            mp["f_loss_multiplier"]) == (5e-3, "cosine", 200, 0.01, 0.99, 10.0)
     assert model.ema is not None
     assert "decay_step has no effect with lr_schedule 'cosine'" in caplog.text
     caplog.clear()

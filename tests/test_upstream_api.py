@@ -259,3 +259,23 @@ def test_a_params_file_in_upstreams_form_gets_upstreams_force_weight(tmp_path):
     chosen["model"]["params"]["f_loss_multiplier"] = 5.0
     assert resolve(chosen)["model"]["params"]["f_loss_multiplier"] == 5.0
     assert resolve(params_in(tmp_path / "c"))["model"]["params"]["f_loss_multiplier"] == 10.0  # pinn's own form
+
+
+def test_a_params_file_in_upstreams_form_gets_upstreams_radial_basis(tmp_path):
+    """PiNet's and PiNet2's basis defaults to 10 Gaussians in pinn and to 4 polynomials upstream: a file
+    in upstream's form (an optimizer section) builds the network it builds upstream, unless it names one."""
+    from pinn.params import resolve
+    section = {"class_name": "Adam", "config": {"learning_rate": 1e-3}}
+
+    def basis(params):
+        net = resolve(params)["network"]["params"]
+        return net["basis_type"], net["n_basis"]
+
+    for name in ("PiNet", "PiNet2"):
+        plain = dict(upstream_params(tmp_path / name, section), network={"name": name, "params": {"rc": 4.0}})
+        assert basis(plain) == ("polynomial", 4)
+        named = dict(plain, network={"name": name, "params": {"basis_type": "gaussian"}})
+        assert basis(named) == ("gaussian", 4)  # upstream's n_basis still: the file is in upstream's form
+        own = {"model_dir": str(tmp_path / name), "network": {"name": name, "params": {"rc": 4.0}},
+               "model": {"name": "potential_model", "params": {"use_force": True}}}
+        assert basis(own) == ("gaussian", 10)  # pinn's own form: pinn's defaults

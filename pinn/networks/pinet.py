@@ -44,8 +44,9 @@ PARAMS = {
     "out_nodes": Option(list, [16, 16], "hidden sizes of the output nets", check=positive_int_list),
     "out_units": Option(int, 1, "outputs per atom", check=positive),
     "act": Option(str, "tanh", "activation function", choices=tuple(ACTIVATIONS)),
-    "basis_type": Option(str, "polynomial", "radial basis", choices=("polynomial", "gaussian")),
-    "n_basis": Option(int, 4, "number of radial basis functions", check=positive),
+    "basis_type": Option(str, "gaussian", "radial basis (upstream PiNN's default: polynomial; see "
+                         "UPSTREAM_NETWORK_DEFAULTS)", choices=("polynomial", "gaussian")),
+    "n_basis": Option(int, 10, "number of radial basis functions", check=positive),
     "gamma": Option(float, 3.0, "width parameter of the Gaussian basis, 1/Å²", check=positive),
     "cutoff_type": Option(str, "f1", "cutoff function", choices=tuple(CUTOFFS)),
     "center": Option((list, None), None, "centers of the Gaussian basis functions, Å (n_basis of them; "

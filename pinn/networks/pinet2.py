@@ -85,7 +85,7 @@ PARAMS = dict(PINET_PARAMS)
 PARAMS.update({
     "rank": Option(int, 3, "highest order of the atomic features: 1 (scalars only, like PiNet), 3 (and vectors) or "
                    "5 (and rank-2 tensors)", choices=(1, 3, 5)),
-    "weighted": Option(bool, False, "weighted style of the equivariant pair and dot products (a learnt channel "
+    "weighted": Option(bool, True, "weighted style of the equivariant pair and dot products (a learnt channel "
                        "mixing of P_i and P_j, and of the two factors of the dot product)"),
     "out_extra": Option(dict, {}, "extra atomic outputs for models: {'p1' | 'p3' | 'p5': channels}, e.g. "
                         "{'p3': 1} for atomic vectors [n_atoms, 3, 1] (see pinn.networks.pinet2)",

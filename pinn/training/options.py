@@ -30,7 +30,7 @@ TRAINING_PARAMS = {
                         "extended Kalman filter: the errors and their Jacobian, a covariance P of n × n for n "
                         "weights) or 'gekf' (its rank-1 form from two gradients); see the training page",
                         choices=("adam", "ekf", "gekf")),
-    "learning_rate": Option(float, 3e-3, "Adam's learning rate (of one rank; see parallel_params.lr_scaling); with "
+    "learning_rate": Option(float, 5e-3, "Adam's learning rate (of one rank; see parallel_params.lr_scaling); with "
                             "ekf / gekf the Kalman filter's λ (A = I/λ + H P Hᵀ), not scaled with the ranks",
                             check=positive),
     "lr_schedule": Option(str, "cosine", "shape of the learning rate over the steps (see the training page)",
