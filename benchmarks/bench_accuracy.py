@@ -46,6 +46,8 @@ def main():
     ap.add_argument("--network-defaults", action="store_true",
                     help="the network's own defaults (what a user gets without choosing) instead of the reference sizes")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--model-dir", default=None, help="train into this directory and keep it (default: a temporary "
+                    "one in bench-data, removed at the end)")
     args = ap.parse_args()
     import ase.io
     from pinn.io import add_neighbors, load_ase, sparse_batch
@@ -64,7 +66,7 @@ def main():
             key, _, value = item.partition("=")
             target[key] = yaml.safe_load(value)
     # one directory per process, so that runs side by side do not share one
-    model_dir = os.path.join(DATA, f"{args.dataset}-accuracy-model-{os.getpid()}")
+    model_dir = args.model_dir or os.path.join(DATA, f"{args.dataset}-accuracy-model-{os.getpid()}")
     shutil.rmtree(model_dir, ignore_errors=True)
     params = {"model_dir": model_dir, "seed": args.seed,
               "network": {"name": args.network, "params": network},
@@ -83,7 +85,8 @@ def main():
          F_MAE_meV_per_A=round(1000 * m["F_MAE"], 1), F_RMSE_meV_per_A=round(1000 * m["F_RMSE"], 1),
          E_MAE_meV=round(1000 * m["E_MAE"], 2), E_RMSE_meV=round(1000 * m["E_RMSE"], 2),
          train_wall_s=round(wall, 1), process_wall_s=round(time.perf_counter() - START, 1), peak_rss_mb=round(peak_rss_mb()), settings=settings, network_params=network)
-    shutil.rmtree(model_dir, ignore_errors=True)
+    if not args.model_dir:
+        shutil.rmtree(model_dir, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """ASE molecular-dynamics time per step with the pinn calculator.
 
 Usage:  python benchmarks/bench_md.py [ethanol cu108 cu256 cu864 cu10976] [--engine numba|tensorflow]
+                                      [--model DIR]
 
 VelocityVerlet, 0.5 fs, 200 steps, median ms/step after 5 warm-up steps; Cu from
 the perfect lattice at 800 K, ethanol from its equilibrium geometry at 500 K.
@@ -36,19 +37,21 @@ def main():
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--engine", default="auto", choices=["auto", "numba", "tensorflow"],
                     help="the calculator's engine (auto: numba for PiNet)")
+    ap.add_argument("--model", default=None, help="model directory for every system (default: the one "
+                    "bench_train.py left in bench-data for the system)")
     args = ap.parse_args()
     unknown = [name for name in args.systems if name not in SYSTEMS]
     if unknown:
         ap.error(f"unknown systems {unknown}; choose from {list(SYSTEMS)}")
     if len(args.systems) > 1:  # one process per system: peak RSS of that system alone
         for name in args.systems:
-            subprocess.run([sys.executable, __file__, name, "--steps", str(args.steps), "--engine", args.engine],
-                           check=True)
+            subprocess.run([sys.executable, __file__, name, "--steps", str(args.steps), "--engine", args.engine]
+                           + (["--model", args.model] if args.model else []), check=True)
         return
     import pinn
     for name in args.systems:
         model_name, build, temperature = SYSTEMS[name]
-        model_dir = os.path.join(DATA, f"{model_name}-model")
+        model_dir = args.model or os.path.join(DATA, f"{model_name}-model")
         if not os.path.exists(model_dir):
             raise SystemExit(f"{model_dir} missing: run benchmarks/bench_train.py {model_name} first")
         atoms = build()
