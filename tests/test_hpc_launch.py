@@ -73,23 +73,22 @@ def test_pinn_train_run_file_with_mimic_data_on_two_ranks(mimic_data, tmp_path):
 
 
 def test_dipole_input_script_on_two_ranks(tmp_path):
-    """inputs/train_dipole.py unchanged on 2 Horovod ranks: validation, early-stopping state and the report."""
+    """inputs/train_dipole.py unchanged on 2 Horovod ranks: it trains in parallel and its closing
+    evaluation sums over both ranks.  A few steps: validation during training, the best checkpoint
+    and early stopping on ranks are test_parallel.py's (1 process ≡ 2 ranks)."""
     if not (shutil.which("horovodrun") and horovod_has("gloo")):
         pytest.skip("horovodrun or Horovod's Gloo controller not installed")
     from pinn.demo import make_dipole_dataset
-    data = make_dipole_dataset(str(tmp_path / "water.xyz"), n_frames=200, seed=0)
+    data = make_dipole_dataset(str(tmp_path / "water.xyz"), n_frames=100, seed=0)
     script = os.path.join(ROOT, "inputs", "train_dipole.py")
-    # 160 training structures, 80 per rank, batches of 16: 5 steps an epoch; 24 epochs: evaluations at 100, 120
-    run = subprocess.run(["horovodrun", "-np", "2", "--gloo", sys.executable, script, data, "model", "24"], env=ENV,
+    # 80 training structures, 40 per rank, batches of 16: 3 steps an epoch; 4 epochs: 12 steps
+    run = subprocess.run(["horovodrun", "-np", "2", "--gloo", sys.executable, script, data, "model", "4"], env=ENV,
                          cwd=tmp_path, capture_output=True, text=True, timeout=600)
     output = run.stdout + run.stderr
     assert run.returncode == 0, output[-4000:]
     assert "parallel training on 2 rank(s)" in output
-    assert "validation: D_MAE" in output and "2 rank(s))" in output
-    from pinn.training.metrics import read_metrics
-    evals = read_metrics(tmp_path / "model", "eval")
-    assert [e["step"] for e in evals] == [100, 120] and evals[-1]["D_RMSE"] < evals[0]["D_RMSE"]
-    assert (tmp_path / "model" / "eval_predictions.npz").exists() and (tmp_path / "model" / "best").is_dir()
+    assert "validation: D_MAE" in output and "test: D_MAE" in output and "(step 12, 2 rank(s))" in output
+    assert (tmp_path / "model" / "checkpoint").exists()
 
 
 # ---------------------------------------------------------------------------------------------- Slurm
