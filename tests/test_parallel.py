@@ -67,6 +67,22 @@ def _load(workdir, tag, rank):
 NAN_STEPS = ["--nan-steps", "7", "12", "13", "14"]  # one skip, then three in a row: a rollback to step 10
 
 
+def _assert_ranks_match(ranks, reference, steps, rtol, atol, optimizer_rtol=None):
+    """Both ranks of a 2-rank run at ``steps``: bitwise equal to each other (weights, Adam's state,
+    the weight average), and equal to the 1-process ``reference`` within ``rtol``/``atol`` (Adam's
+    state within ``optimizer_rtol``; None: only the weights and the average are compared)."""
+    assert [r["size"] for r in ranks] == [2, 2] and [r["step"] for r in ranks] == [steps, steps]
+    for key in ("weights", "optimizer", "average"):
+        for a, b in zip(ranks[0][key], ranks[1][key]):
+            np.testing.assert_array_equal(a, b, err_msg=key)
+    for key in ("weights", "average"):
+        for a, b in zip(ranks[0][key], reference[key]):
+            np.testing.assert_allclose(a, b, rtol=rtol, atol=atol, err_msg=key)
+    if optimizer_rtol is not None:
+        for a, b in zip(ranks[0]["optimizer"], reference["optimizer"]):
+            np.testing.assert_allclose(a, b, rtol=optimizer_rtol, atol=atol, err_msg="optimizer")
+
+
 @pytest.fixture(scope="module")
 def one_process(tmp_path_factory):
     """The reference: one process (parallel=True, alone) on the union batches.  The 2-rank runs scale the
@@ -99,15 +115,7 @@ def test_two_ranks_equal_one_process_on_the_union(launcher, one_process, tmp_pat
     second, out2 = _run(command, tmp_path, "two", "--steps", "20", *common)
     assert second.returncode == 0, out2[-4000:]
     ranks = [_load(tmp_path, "two", r) for r in range(2)]
-    assert [r["size"] for r in ranks] == [2, 2] and [r["step"] for r in ranks] == [20, 20]
-    for key in ("weights", "optimizer", "average"):
-        for a, b in zip(ranks[0][key], ranks[1][key]):
-            np.testing.assert_array_equal(a, b)
-    for key in ("weights", "average"):
-        for a, b in zip(ranks[0][key], reference[key]):
-            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
-    for a, b in zip(ranks[0]["optimizer"], reference["optimizer"]):
-        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+    _assert_ranks_match(ranks, reference, 20, rtol=1e-5, atol=1e-6, optimizer_rtol=1e-4)
     # the learning rate: 1e-3 × 2 ranks × 0.5^(2·20/20) × 0.5 (the rollback) on both sides
     assert ranks[0]["lr"] == pytest.approx(2.5e-4, rel=1e-6) and reference["lr"] == pytest.approx(2.5e-4, rel=1e-6)
     # validation: 8 structures cut 5 + 3; every rank reports the numbers of the whole set
@@ -185,16 +193,10 @@ def test_numba_engine_two_ranks_equal_one_process(one_launcher, tmp_path):
     assert "step 8: non-finite loss or gradient (from rank 1); update skipped on all ranks" in out_two
     reference = _load(tmp_path / "one", "one", 0)
     ranks = [_load(tmp_path, "two", r) for r in range(2)]
-    assert [r["size"] for r in ranks] == [2, 2] and [r["step"] for r in ranks] == [12, 12]
-    for key in ("weights", "optimizer", "average"):
-        for a, b in zip(ranks[0][key], ranks[1][key]):
-            np.testing.assert_array_equal(a, b)
     # float32 sums in another order (one call on the union, or two halves and an allreduce), through
     # 12 Adam steps: 1.5e-5 relative at worst (float64, the engine's steps equal TensorFlow's to 1e-9:
     # test_fast_train.py)
-    for key in ("weights", "average"):
-        for a, b in zip(ranks[0][key], reference[key]):
-            np.testing.assert_allclose(a, b, rtol=5e-5, atol=1e-6)
+    _assert_ranks_match(ranks, reference, 12, rtol=5e-5, atol=1e-6)
     for key, value in reference["metrics"].items():
         assert ranks[0]["metrics"][key] == pytest.approx(value, rel=1e-5), key
 
@@ -226,15 +228,7 @@ def test_pinet2_two_ranks_equal_one_process(one_launcher, tmp_path, case):
     assert CONTROLLER[name] in out_two and "step 6/6" in out_two
     reference = _load(tmp_path / "one", "one", 0)
     ranks = [_load(tmp_path, "two", r) for r in range(2)]
-    assert [r["size"] for r in ranks] == [2, 2] and [r["step"] for r in ranks] == [6, 6]
-    for key in ("weights", "optimizer", "average"):
-        for a, b in zip(ranks[0][key], ranks[1][key]):
-            np.testing.assert_array_equal(a, b)
-    for key in ("weights", "average"):
-        for a, b in zip(ranks[0][key], reference[key]):
-            np.testing.assert_allclose(a, b, rtol=rtol, atol=atol)
-    for a, b in zip(ranks[0]["optimizer"], reference["optimizer"]):
-        np.testing.assert_allclose(a, b, rtol=10 * rtol, atol=atol)
+    _assert_ranks_match(ranks, reference, 6, rtol=rtol, atol=atol, optimizer_rtol=10 * rtol)
     assert ranks[0]["lr"] == pytest.approx(reference["lr"], rel=1e-6)
     assert ranks[0]["metrics"] == ranks[1]["metrics"]
     assert ("D_RMSE" in reference["metrics"]) == (model != "potential_model")
