@@ -205,7 +205,7 @@ class _TensorFlowEngine:
                                      jit_compile=self.jit, autograph=False)
         self._predict = self._function.get_concrete_function()
         # its flat call on tensors made here skips the binding of a dict of NumPy arrays to the
-        # signature as well (0.2-0.3 ms of a 2-3 ms PiNet2 step of ethanol); a TensorFlow without
+        # signature as well (0.4-0.55 ms of a 2.6 ms PiNet2 step of ethanol); a TensorFlow without
         # ConcreteFunction._call_flat takes the public call
         self._spec = [(key, spec[key].dtype) for key in sorted(spec)]  # tf.nest.flatten's order of a dict
         self._call_flat = getattr(self._predict, "_call_flat", None)
