@@ -209,14 +209,14 @@ class _TensorFlowEngine:
         # ConcreteFunction._call_flat takes the public call
         self._spec = [(key, spec[key].dtype) for key in sorted(spec)]  # tf.nest.flatten's order of a dict
         self._call_flat = getattr(self._predict, "_call_flat", None)
+        self._constant = tf.constant  # kept: no import lookup per MD step
 
     def _run(self, batch):
         """The concrete function on a batch of NumPy arrays (the keys of its signature) → NumPy arrays."""
-        import tensorflow as tf
         if self._call_flat is None:
             out = self._predict(batch)
         else:
-            out = self._call_flat([tf.constant(batch[key], dtype) for key, dtype in self._spec],
+            out = self._call_flat([self._constant(batch[key], dtype) for key, dtype in self._spec],
                                   self._predict.captured_inputs)
         return {key: value.numpy() for key, value in out.items()}
 

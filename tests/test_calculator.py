@@ -44,6 +44,22 @@ def test_traced_once_for_all_sizes(trained_alloy_model):
     assert calc._engine._function.experimental_get_tracing_count() == 1
 
 
+def test_flat_call_equals_the_public_call(trained_alloy_model):
+    """The TensorFlow engine's flat call of its compiled function (ConcreteFunction._call_flat) gives
+    the public call's numbers, padded and not, which a TensorFlow without _call_flat takes."""
+    for jit in (True, False):
+        engine = pinn.get_calc(trained_alloy_model, engine="tensorflow", jit=jit)._engine
+        assert engine._call_flat is not None  # TensorFlow 2.15 has it: the path under test
+        atoms = _alloy((2, 1, 1))
+        atoms.rattle(0.05, seed=2)
+        flat = engine(atoms, None)
+        engine._call_flat = None
+        public = engine(atoms, None)
+        assert sorted(flat) == sorted(public) == ["energy", "forces", "stress"]
+        for key in flat:
+            np.testing.assert_array_equal(flat[key], public[key], err_msg=key)
+
+
 def test_unchanged_atoms_are_not_recomputed(trained_alloy_model):
     """check_state's exact test: identical atoms reuse the results, any change recomputes, and it
     names the same changes as ASE's own test."""
