@@ -11,7 +11,7 @@ structures at every step and must end with the same weights.  Validation is
 cut into unequal shares the same way; it is also evaluated during training
 (every 5 steps: metrics.jsonl, eval_predictions.npz, the best checkpoint),
 with a weight average (``ema_decay``).  ``--nan-steps`` put a NaN energy into
-part 1 (rank 1) of those steps.
+part 1 (rank 1) of those steps; ``--jump-steps`` multiply the labels of those steps by 1000.
 
 Each rank writes WORKDIR/TAG.rank{r}.npz with its variables, validation
 metrics and every write it made inside model_dir (seen by an audit hook and
@@ -32,6 +32,9 @@ parser.add_argument("--lr", type=float, default=1e-3)
 parser.add_argument("--decay-step", type=int, default=20)
 parser.add_argument("--lr-scaling", default="linear")
 parser.add_argument("--nan-steps", type=int, nargs="*", default=[])
+parser.add_argument("--jump-steps", type=int, nargs="*", default=[],
+                    help="labels × 1000 in both parts of these steps' batches (a loss jump); watched over a window "
+                    "of 1 step with loss_jump_factor 100")
 parser.add_argument("--accumulate", type=int, default=1)
 parser.add_argument("--save-every", type=int, default=10)
 parser.add_argument("--stall-timeout", type=float, default=600.0)
@@ -112,6 +115,8 @@ params = {
                         "host_exchange": args.host_exchange},
 }
 params["model"]["params"]["engine"] = args.engine
+if args.jump_steps:
+    params["model"]["params"].update(loss_jump_window=1, loss_jump_factor=100.0)
 params["model"]["params"]["jit"] = None if args.jit == "auto" else False
 if args.engine == "numba":
     params["network"]["params"]["pi_nodes"] = [8, 8]
@@ -149,16 +154,16 @@ def water(seed):
     return atoms, atoms.calc.results["dipole"]
 
 
-def batch(structures, nan=False):
+def batch(structures, nan=False, scale=1.0):
     out = batch_from_atoms([s[0] for s in structures], RC)
     if DIPOLE:
-        out[K.D_DATA] = np.stack([s[1] for s in structures]).astype(np.float32)
+        out[K.D_DATA] = scale * np.stack([s[1] for s in structures]).astype(np.float32)
         if nan:
             out[K.D_DATA][-1] = np.nan
         return out
-    out[K.E_DATA] = np.array([s[1] for s in structures], np.float32)
-    out[K.F_DATA] = np.concatenate([s[2] for s in structures]).astype(np.float32)
-    out[K.S_DATA] = np.stack([s[3] for s in structures]).astype(np.float32)
+    out[K.E_DATA] = scale * np.array([s[1] for s in structures], np.float32)
+    out[K.F_DATA] = scale * np.concatenate([s[2] for s in structures]).astype(np.float32)
+    out[K.S_DATA] = scale * np.stack([s[3] for s in structures]).astype(np.float32)
     if nan:
         out[K.E_DATA][-1] = np.nan
     return out
@@ -184,7 +189,7 @@ def step_batch(step):
         POOL[step] = parts(1000 * step, (2 + step % 3, 1 + (step * 7) % 4))
     chunks = POOL[step]
     nan = step in args.nan_steps and (size == 1 or rank == 1)
-    return batch(my_share(chunks), nan=nan)
+    return batch(my_share(chunks), nan=nan, scale=1000.0 if step in args.jump_steps else 1.0)
 
 
 spec = {k: tf.TensorSpec((None,) + v.shape[1:], tf.as_dtype(v.dtype)) for k, v in step_batch(0).items()}

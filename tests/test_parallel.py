@@ -176,10 +176,11 @@ def test_an_exception_on_every_rank_ends_the_job(one_launcher, tmp_path):
 def test_numba_engine_two_ranks_equal_one_process(one_launcher, tmp_path):
     """The numba engine's gradients on every rank, one allreduce per step (here through Horovod's
     collectives, host_exchange: horovod; the TCP and MPI exchanges are in the test above), the host
-    update on every rank, with a NaN on rank 1 at step 8: both ranks end bitwise equal to each other
-    and equal to one process on the union."""
+    update on every rank, with a NaN on rank 1 at step 8 and a loss jump at step 11 (back to the state
+    of step 6, kept in memory on every rank): both ranks end bitwise equal to each other and equal to one
+    process on the union."""
     name, command = one_launcher
-    args = ["--steps", "12", "--engine", "numba", "--nan-steps", "7"]
+    args = ["--steps", "12", "--engine", "numba", "--nan-steps", "7", "--jump-steps", "10"]
     (tmp_path / "one").mkdir()
     one, out_one = _run([], tmp_path / "one", "one", "--lr", "2e-3", "--decay-step", "10", *args)
     assert one.returncode == 0, out_one[-4000:]
@@ -191,6 +192,8 @@ def test_numba_engine_two_ranks_equal_one_process(one_launcher, tmp_path):
     # each of the 2 ranks takes its share of the cores (this machine has 2)
     assert f"gradients by the numba engine ({max(1, (os.cpu_count() or 2) // 2)} thread(s))" in out_two
     assert "step 8: non-finite loss or gradient (from rank 1); update skipped on all ranks" in out_two
+    for out in (out_one, out_two):  # step 8 was skipped: the copy of step 6 is the last confirmed one
+        assert out.count("the loss jumped") == 1 and "back to the state of step 6, learning rate × 0.5" in out
     reference = _load(tmp_path / "one", "one", 0)
     ranks = [_load(tmp_path, "two", r) for r in range(2)]
     # float32 sums in another order (one call on the union, or two halves and an allreduce), through

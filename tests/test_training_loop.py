@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 
 from pinn import keys as K
-from pinn.training.guards import PREEMPTED_EXIT_CODE, TrainingPreempted
+from pinn.training.guards import PREEMPTED_EXIT_CODE, LossJumpGuard, TrainingPreempted
 from pinn.io.batch import batch_from_atoms
 from pinn.training.metrics import read_metrics
 from pinn.models import potential_model
@@ -121,6 +121,69 @@ def test_non_finite_steps_are_skipped_then_rolled_back_then_refused(alloy_xyz, t
     assert float(model.lr_factor) == pytest.approx(0.25)
     text = open(tmp_path / "m" / "train.log").read()
     assert text.count("rolled back to") == 2 and "update skipped on all ranks (2 in a row)" in text
+
+
+def _guarded_losses(losses, factor=10.0, window=8, max_rollbacks=3):
+    """Feed ``losses`` (of steps 1, 2, …) to a LossJumpGuard whose copies are the step numbers; returns
+    [(step, copy's step)] of its rollbacks."""
+    taken = {"step": 0}
+    guard = LossJumpGuard(factor, window, max_rollbacks, take=lambda: taken["step"])
+    rollbacks = []
+    for step, loss in enumerate(losses, start=1):
+        taken["step"] = step
+        jump = guard.record(loss, step)
+        if jump is not None:
+            assert jump[0] == jump[1]  # the copy is the state of the step it names
+            rollbacks.append((step, jump[0]))
+    return rollbacks
+
+
+def test_loss_jump_guard_acts_on_a_sustained_jump_only():
+    rng = np.random.default_rng(0)
+    steps = np.arange(1, 1001)
+    falling = (1.0 + 50.0 / np.sqrt(steps)) * rng.lognormal(0.0, 0.5, steps.size)  # noisy batches, a falling loss
+    spiky = falling.copy()
+    spiky[[300, 301, 302, 600]] *= 1e4  # outlier batches (fewer than half the window in a row)
+    assert _guarded_losses(falling) == [] and _guarded_losses(spiky) == []
+    jumped = falling.copy()
+    jumped[700:] *= 300.0  # from step 701 on, as after a blow-up
+    rollbacks = _guarded_losses(jumped, max_rollbacks=1000)
+    # seen when half the window is high; back to a copy confirmed by 2 × window healthy steps after it
+    first, copy = rollbacks[0]
+    assert 701 <= first <= 701 + 8 // 2 and copy <= 701 - 16 and copy % 16 == 0
+    # the loss stays high (the data's, here): each rollback after a new window, to the same copy
+    assert [c for _, c in rollbacks] == [copy] * len(rollbacks) and len(rollbacks) > 3
+    with pytest.raises(TrainingDiverged, match="jumped to .* again after 3 rollbacks") as err:
+        _guarded_losses(jumped, max_rollbacks=3)
+    assert err.value.restore[:2] == (copy, copy)
+
+
+def test_a_loss_jump_rolls_back_to_the_state_before_it(alloy_xyz, tmp_path):
+    """Good batches, then labels × 1000 (a jump that stays): each jump restores the in-memory copy of
+    step 8 (confirmed at step 12, the last good one) with the rate halved, the third raises."""
+    frames = ase.io.read(alloy_xyz, ":40")
+    good = [_batch(frames[2 * i:2 * i + 2]) for i in range(12)]
+    bad = []
+    for i in range(8):
+        b = _batch(frames[24 + 2 * i:26 + 2 * i])
+        for key in (K.E_DATA, K.F_DATA, K.S_DATA):
+            b[key] = b[key] * 1000.0
+        bad.append(b)
+    mp = dict(loss_jump_window=2, loss_jump_factor=100.0, max_rollbacks=2, save_checkpoint_steps=100)
+    model = potential_model(_params(tmp_path / "m", **mp))
+    with pytest.raises(TrainingDiverged, match="step 17: the loss jumped .* again after 2 rollbacks"):
+        model.train(_dataset(good + bad), max_steps=100)
+    reference = potential_model(_params(tmp_path / "ref"))
+    reference.train(_dataset(good), max_steps=8)
+    for a, b in zip(_weights(model), _weights(reference)):
+        np.testing.assert_array_equal(a, b)
+    for a, b in zip(model.optimizer.variables, reference.optimizer.variables):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    assert float(model.lr_factor) == pytest.approx(0.25)
+    text = open(tmp_path / "m" / "train.log").read()
+    assert [line.split("pinn WARNING ")[-1].split(";")[0] for line in text.splitlines() if "jumped" in line] == \
+        [f"step {s}: the loss jumped to" for s in (13, 15, 17)] or text.count("back to the state of step 8") == 3
+    assert text.count("back to the state of step 8") == 3 and "training stops" in text
 
 
 @pytest.mark.parametrize("signame", ["SIGTERM", "SIGUSR1"])

@@ -7,8 +7,13 @@
 - :class:`Watchdog` ends a process whose training step has not finished
   within a time limit, which is what happens to the surviving ranks of a
   parallel job when one rank dies inside a collective operation.
+- :class:`DivergenceGuard` rolls back after non-finite losses, and
+  :class:`LossJumpGuard` after a finite loss that jumps far above its running
+  level (Adam's occasional blow-ups, which take thousands of steps to recover).
 """
+import collections
 import logging
+import math
 import os
 import signal
 import threading
@@ -113,7 +118,7 @@ class Watchdog:
 
 
 class TrainingDiverged(FloatingPointError):
-    """Non-finite losses persisted through ``max_rollbacks`` rollbacks."""
+    """Non-finite losses, or loss jumps, persisted through ``max_rollbacks`` rollbacks."""
 
 
 class DivergenceGuard:
@@ -151,3 +156,95 @@ class DivergenceGuard:
                                    f"rollbacks; lower model.params.learning_rate or check the data")
         self.streak = 0
         return True
+
+
+class LossJumpGuard:
+    """Watches the training loss for a jump and keeps an in-memory copy of a state from before it.
+
+    The loss level is the median of the last ``window`` step losses (a single outlier batch does not
+    move it); its running reference is an exponential average of that median over ``8 × window``
+    steps, updated while the level is healthy (at most √``factor`` × the reference).  A level above
+    ``factor`` × the reference is a jump: :meth:`record` then returns the state to go back to.
+
+    The states are copies of the training state (``take()``) every ``2 × window`` steps; a copy becomes
+    the one rolled back to only after the next ``2 × window`` steps stayed healthy, so the state
+    restored was taken at least that long before the jump showed (a jump shows within ``window / 2``
+    steps).  The loss given must be the same on every rank (the allreduced loss), so every rank
+    decides alike.  Before the first copy is confirmed (the first ``5 × window`` steps of a run) a jump
+    is not acted on.
+
+    Args:
+        factor: the jump, as a multiple of the reference (> 1).
+        window: steps in the median.
+        max_rollbacks: raise :class:`TrainingDiverged` at the jump after this many rollbacks (in one
+            ``train()`` call).
+        take: function returning a copy of the training state (restored by the caller).
+    """
+
+    def __init__(self, factor, window, max_rollbacks, take):
+        self.factor, self.window, self.max_rollbacks, self.take = factor, window, max_rollbacks, take
+        self.every = 2 * window
+        self.losses = collections.deque(maxlen=window)
+        self.reference = None
+        self.good = self.pending = None  # (step, state): the state to roll back to; the next candidate
+        self.suspect = False  # an unhealthy level since the pending copy was taken
+        self.rollbacks = 0
+
+    def level(self):
+        """The median of the last ``window`` losses (``None`` before the window is full)."""
+        if len(self.losses) < self.window:
+            return None
+        ordered = sorted(self.losses)
+        middle = len(ordered) // 2
+        return ordered[middle] if len(ordered) % 2 else 0.5 * (ordered[middle - 1] + ordered[middle])
+
+    def record(self, loss, step):
+        """Count the loss of an applied step.
+
+        Args:
+            loss: the step's loss (float, the same on every rank).
+            step: the step's number.
+
+        Returns:
+            ``None``, or ``(step, state, ratio)`` when the loss jumped: the copy to restore, the step it
+            was taken at, and the level over the reference.
+
+        Raises:
+            TrainingDiverged: a jump after ``max_rollbacks`` rollbacks (its ``restore`` attribute holds
+                what the return value would).
+        """
+        self.losses.append(float(loss))
+        level = self.level()
+        if level is None:
+            return None
+        if self.reference is None:
+            self.reference = level
+        ratio = level / self.reference if self.reference > 0 else math.inf
+        if ratio > self.factor and self.good is not None:
+            return self._jumped(step, ratio)
+        if ratio > math.sqrt(self.factor):
+            self.suspect = True
+        else:
+            self.reference += (level - self.reference) / (8 * self.window)
+        if step % self.every == 0:
+            if self.pending is not None and not self.suspect:
+                self.good = self.pending
+            self.pending, self.suspect = (step, self.take()), False
+        return None
+
+    def _jumped(self, step, ratio):
+        self.rollbacks += 1
+        self.reset()
+        if self.rollbacks > self.max_rollbacks:
+            err = TrainingDiverged(f"step {step}: the loss jumped to {ratio:.3g} × its running level again after "
+                                   f"{self.max_rollbacks} rollbacks; lower model.params.learning_rate or check "
+                                   f"the data")
+            err.restore = self.good + (ratio,)
+            raise err
+        return self.good + (ratio,)
+
+    def reset(self):
+        """Start the window and the candidate copy afresh (after any rollback); the reference and the
+        state to roll back to stay."""
+        self.losses.clear()
+        self.pending, self.suspect = None, False

@@ -128,7 +128,7 @@ class KalmanFilter(tf.Module):
         if size > limit:
             raise ParamsError(f"model.params.optimizer: the {NAMES[self.kind]} keeps a {n} × {n} matrix P for the "
                               f"{n} weights of this network, {size / 1e9:.3g} GB in float64 (about 3 times that at "
-                              f"the peak of an update), above model.params.ekf_max_memory_gb {mp['ekf_max_memory_gb']:g}"
+                              f"the peak of an update, and 2 copies more for loss_jump_factor), above model.params.ekf_max_memory_gb {mp['ekf_max_memory_gb']:g}"
                               "; use a smaller network, optimizer: adam, or raise ekf_max_memory_gb")
         self.n = n
         self.epsilon = float(mp["ekf_epsilon"])

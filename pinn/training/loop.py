@@ -16,7 +16,7 @@ from pinn import keys as K
 from pinn.schema import ParamsError
 from pinn.training.checkpoints import stop_when_disk_full
 from pinn.training.exchange import FusedExchange, fused, local_counts, take
-from pinn.training.guards import DivergenceGuard, TrainingPreempted
+from pinn.training.guards import DivergenceGuard, LossJumpGuard, TrainingDiverged, TrainingPreempted
 from pinn.training.kalman import KalmanSteps
 from pinn.training.metrics import predictions_path, write_eval_predictions
 from pinn.training.progress import Meter, scaling_line
@@ -53,6 +53,8 @@ class TrainingLoop:
         self.trainer, self.run, self.k, self.bar = trainer, run, k, bar
         mp = trainer.mp
         self.guard = DivergenceGuard(mp["max_nonfinite_steps"], mp["max_rollbacks"])
+        self.jumps = None if mp["loss_jump_factor"] is None or mp["loss_weight_schedule"] else \
+            LossJumpGuard(mp["loss_jump_factor"], mp["loss_jump_window"], mp["max_rollbacks"], trainer.state_copy)
 
     def log(self, level, message, *args):
         """Log below the progress bar."""
@@ -112,6 +114,10 @@ class TrainingLoop:
                          "(%d in a row)", step, where, self.guard.streak + 1)
             if self.guard.record(applied, step):
                 trainer.rollback()
+                if self.jumps is not None:
+                    self.jumps.reset()
+            elif applied and self.jumps is not None:
+                self._watch_jumps(loss, step)
             self.bar.update(step, run.max_steps, f"loss {float(loss):.4g}")
             if step % every == 0 or step >= run.max_steps:
                 self._progress(step, meter, skipped)
@@ -129,6 +135,17 @@ class TrainingLoop:
         if run.eval_fn is not None and last_eval != step and step > 0:
             self._validate(step)
         trainer.save()
+
+    def _watch_jumps(self, loss, step):
+        """Count the loss of an applied step; after a jump, back to the state from before it (also when
+        the jumps persisted through ``max_rollbacks``: then ``TrainingDiverged`` is raised)."""
+        try:
+            jump = self.jumps.record(loss, step)
+        except TrainingDiverged as err:
+            self.trainer.restore_state_copy(*err.restore, last=True)
+            raise
+        if jump is not None:
+            self.trainer.restore_state_copy(*jump)
 
     def _stop_or_end(self, ended, stop_signal, signals, step):
         """After an agreement over ranks: preempt on a stop signal (raises); whether an input ended."""

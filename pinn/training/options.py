@@ -82,8 +82,15 @@ TRAINING_PARAMS = {
                                   "gradient (each skipped), roll back to the last checkpoint", check=positive),
     "rollback_lr_factor": Option(float, 0.5, "multiply the learning rate by this at each rollback",
                                  check=lambda v: None if 0 < v <= 1 else "must be in (0, 1]"),
-    "max_rollbacks": Option(int, 3, "stop with an error after this many rollbacks in one train() call",
-                            check=positive),
+    "max_rollbacks": Option(int, 3, "stop with an error after this many rollbacks for non-finite losses, or "
+                            "this many for loss jumps, in one train() call", check=positive),
+    "loss_jump_factor": Option((float, None), 10.0, "when the median loss of the last loss_jump_window steps exceeds "
+                               "this many times its running level, go back to an in-memory copy of the training "
+                               "state from before the jump (taken every 2 × loss_jump_window steps) and multiply "
+                               "the learning rate by rollback_lr_factor; None: off (also off with a "
+                               "loss_weight_schedule, whose loss changes with the weights: logged)",
+                               check=lambda v: None if v > 1 else "must be greater than 1"),
+    "loss_jump_window": Option(int, 50, "steps whose median loss loss_jump_factor watches", check=positive),
     "save_checkpoint_steps": Option(int, 1000, "write a checkpoint every that many steps", check=positive),
     "keep_checkpoint_max": Option(int, 5, "number of checkpoints kept", check=positive),
     "eval_every_n_steps": Option((int, None), None, "evaluate the eval_fn input every that many steps (None: at "

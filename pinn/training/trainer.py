@@ -264,11 +264,16 @@ class Trainer(metaclass=_ModelClass):
             raise error
         return path
 
+    def _training_state(self):
+        """The variables a rollback restores: the model's, the optimizer's (Adam's moments or the Kalman
+        filter) and the weight average's."""
+        extra = list(self.ema.variables) if self.ema is not None else []
+        return list(self.model.variables) + list(self.optimizer.variables) + extra
+
     def _broadcast_state(self):
         """Every rank takes rank 0's model, optimizer state, weight average, step and schedule state."""
-        extra = list(self.ema.variables) if self.ema is not None else []
-        self.world.broadcast_variables(list(self.model.variables) + list(self.optimizer.variables) + extra
-                                       + [self.step, self.lr_factor] + self.early_stopping.variables)
+        self.world.broadcast_variables(self._training_state() + [self.step, self.lr_factor]
+                                       + self.early_stopping.variables)
 
     @contextlib.contextmanager
     def averaged_weights(self):
@@ -317,6 +322,28 @@ class Trainer(metaclass=_ModelClass):
         self.lr_factor.assign(factor)
         self._broadcast_state()
 
+    def state_copy(self):
+        """An in-memory copy of the training state (list of NumPy arrays, :meth:`_training_state`'s
+        order), for :meth:`restore_state_copy`."""
+        self.backend.store()
+        return [v.numpy().copy() for v in self._training_state()]
+
+    def restore_state_copy(self, step, copy, ratio, last=False):
+        """Back to ``copy`` (of :meth:`state_copy`, taken at ``step``) after a loss jump of ``ratio`` × the
+        loss's running level, with the learning rate multiplied by ``rollback_lr_factor`` (the step and the
+        data position go on); on every rank alike (each holds the same copy).  ``last``: training stops
+        (the rate stays)."""
+        factor = float(self.lr_factor) * (1.0 if last else self.mp["rollback_lr_factor"])
+        self.backend.reload(diverged=True)
+        for variable, value in zip(self._training_state(), copy):
+            variable.assign(value)
+        self.lr_factor.assign(factor)
+        if self.is_chief:
+            self.bar.clear()
+            then = "training stops" if last else f"learning rate × {factor:g} from now on"
+            log.warning("step %d: the loss jumped to %.3g × its running level; back to the state of step %d, %s",
+                        int(self.step), ratio, step, then)
+
     def save(self):
         """Write a checkpoint of the current step on rank 0 (unless one exists for it).
 
@@ -348,7 +375,8 @@ class Trainer(metaclass=_ModelClass):
         Raises:
             TrainingPreempted: (a ``SystemExit`` with status 75) after SIGTERM or
                 SIGUSR1 on any rank, once rank 0 has written a checkpoint.
-            TrainingDiverged: the loss stayed non-finite through ``max_rollbacks`` rollbacks.
+            TrainingDiverged: the loss stayed non-finite, or jumped again, through ``max_rollbacks``
+                rollbacks (after a jump the model holds the state from before it).
             RuntimeError: a collective operation failed (another rank died).
         """
         if self._frozen:
@@ -373,6 +401,8 @@ class Trainer(metaclass=_ModelClass):
         if eval_fn is not None and mp["early_stopping_metric"] == "loss" and mp["loss_weight_schedule"]:
             log.warning("early_stopping_metric 'loss' with a loss_weight_schedule: the loss changes with the weights; "
                         "an error metric such as 'F_RMSE' picks the best checkpoint more reliably")
+        if mp["loss_jump_factor"] is not None and mp["loss_weight_schedule"]:
+            log.info("loss_jump_factor: not watched with a loss_weight_schedule (the loss changes with the weights)")
         start = int(self.step)
         if start >= max_steps:
             log.info("step %d already reaches max_steps %d: nothing to train", start, max_steps)
