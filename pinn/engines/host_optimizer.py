@@ -11,7 +11,7 @@ something reads them (:meth:`HostOptimizer.store`: before a checkpoint, a valida
 TensorFlow computes, and at the end of training) and read back when something else changed them
 (:meth:`HostOptimizer.load`: the start of training, a rollback).
 
-The arithmetic is Keras' ``Adam`` (TensorFlow 2.15: ``m += (g − m)(1 − β₁)``,
+The arithmetic is :class:`pinn.training.adam.Adam`'s (Keras 2.15's: ``m += (g − m)(1 − β₁)``,
 ``v += (g² − v)(1 − β₂)``, ``w −= α m / (√v + ε)``, ``α = lr √(1 − β₂ᵗ) / (1 − β₁ᵗ)``),
 ``tf.clip_by_global_norm`` and :class:`pinn.training.ema.WeightAverage`, in the variables' precision;
 float64 training gives TensorFlow's numbers to rounding (tested, :mod:`tests.test_fast_train`).
@@ -38,27 +38,13 @@ def _update(weights, grad, m, v, average, scale, alpha, keep_1, keep_2, epsilon,
             average[i] = decay * average[i] + rest * weights[i]
 
 
-def adam_slots(optimizer, variable):
-    """Keras Adam's first and second moment variables of ``variable`` (Keras 2.15's optimizer).
-
-    Raises:
-        ValueError: the optimizer is not such an Adam, or was not built for ``variable``.
-    """
-    try:
-        index = optimizer._index_dict[optimizer._var_key(variable)]
-        return optimizer._momentums[index], optimizer._velocities[index]
-    except (AttributeError, KeyError) as err:
-        raise ValueError(f"the numba engine's update needs Keras' Adam built for {variable.name} "
-                         f"(tf.keras.optimizers.Adam of TensorFlow 2.15)") from err
-
-
 class HostOptimizer:
     """Weights, Adam's moments and the weight average of a training run as flat vectors.
 
     Args:
         variables: the trainable variables (their values, flattened and concatenated in this
             order, are :attr:`weights`).
-        optimizer: the run's ``tf.keras.optimizers.Adam``, built for ``variables``.
+        optimizer: the run's :class:`pinn.training.adam.Adam`, built for ``variables``.
         average: the run's :class:`pinn.training.ema.WeightAverage`, or None.
         max_grad_norm: global-norm clipping of the gradient (None or 0: none).
     """
@@ -68,7 +54,7 @@ class HostOptimizer:
         self.optimizer = optimizer
         self.average = average
         self.clip_norm = float(max_grad_norm or 0.0)
-        self.slots = [adam_slots(optimizer, v) for v in self.variables]
+        self.slots = [optimizer.slots(v) for v in self.variables]
         self.sizes = [v.shape.num_elements() for v in self.variables]
         self.dtype = np.dtype(self.variables[0].dtype.as_numpy_dtype)
         n = sum(self.sizes)
@@ -116,7 +102,7 @@ class HostOptimizer:
 
     def apply(self, grad, lr):
         """One update with the flat gradient ``grad`` (in :attr:`weights`' layout) at learning rate
-        ``lr`` (a float32 value, as Keras keeps it)."""
+        ``lr`` (a float32 value, as the optimizer keeps it)."""
         dt = self.dtype.type
         grad = np.asarray(grad, self.dtype)
         self.ahead = True  # first: an interrupt during the update still has it written by store()
@@ -130,7 +116,7 @@ class HostOptimizer:
         t = dt(self.iterations)
         opt = self.optimizer
         rate = dt(np.float32(lr))
-        # Keras' tf.cast(beta, dtype) makes a float32 constant of the Python float first
+        # Adam's tf.cast(beta, dtype) makes a float32 constant of the Python float first
         beta_1, beta_2 = dt(np.float32(opt.beta_1)), dt(np.float32(opt.beta_2))
         alpha = rate * np.sqrt(one - beta_2 ** t) / (one - beta_1 ** t)
         decay = dt(-1.0)

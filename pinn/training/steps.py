@@ -71,8 +71,7 @@ class StepFunctions:
             clipped = grads
             if self.max_grad_norm:
                 clipped, _ = tf.clip_by_global_norm(grads, self.max_grad_norm)
-            # Keras keeps a learning rate given as a function as a variable of its first value:
-            # the schedule reaches the update only through this assignment
+            # the optimizer keeps the rate as a variable: the schedule reaches the update through this assignment
             self.optimizer.learning_rate.assign(self.learning_rate(self.step) * self.lr_factor)
             self.optimizer.apply_gradients(zip(clipped, variables))
             if self.ema is not None:

@@ -45,6 +45,7 @@ from pinn.logs import setup_logging
 from pinn.networks import get_network
 from pinn.parallel.worlds import SerialWorld
 from pinn.params import read_params, resolve
+from pinn.training.adam import Adam
 from pinn.training.backends import choose_backend
 from pinn.training.checkpoints import BEST_DIR, CheckpointStore, NoIntactCheckpoint
 from pinn.training.early_stopping import EarlyStopping
@@ -127,8 +128,7 @@ class Trainer(metaclass=_ModelClass):
         #: the Kalman filter of ``optimizer: ekf | gekf`` (:mod:`pinn.training.kalman`), else None
         self.kalman = None
         if mp["optimizer"] == "adam":
-            self.optimizer = tf.keras.optimizers.Adam(learning_rate=float(self.current_learning_rate()))
-            self.optimizer.build(self.model.trainable_variables)  # slots exist before a restore or broadcast
+            self.optimizer = Adam(self.model.trainable_variables, learning_rate=float(self.current_learning_rate()))
         else:
             self.optimizer = self.kalman = KalmanFilter(self.model.trainable_variables, mp)
         self.ema = WeightAverage(self.model.trainable_variables, mp["ema_decay"]) if mp["ema_decay"] else None

@@ -1,0 +1,91 @@
+"""Adam on plain ``tf.Variable``s: no Keras, the same arithmetic and checkpoints on every TensorFlow.
+
+The update is Keras 2.15's ``tf.keras.optimizers.Adam`` (what pinn ≤ 0.15 trained with), step
+for step::
+
+    t = iterations + 1
+    α = lr · √(1 − β₂ᵗ) / (1 − β₁ᵗ)        (β's powers of float32(β) cast to the variable's dtype)
+    m += (g − m)(1 − β₁)
+    v += (g² − v)(1 − β₂)
+    w −= α m / (√v + ε)
+
+and the checkpoint layout is Keras's too (``_iterations``, ``_learning_rate`` and the list
+``_variables`` = [iterations, m₀, v₀, m₁, v₁, …]), so a checkpoint of either restores into the
+other: model directories trained with TensorFlow 2.15's Keras resume on TensorFlow 2.2x, where
+Keras 3 has another optimizer and layout.  Tested against Keras' Adam where it is installed
+(tests/test_adam.py).
+"""
+import tensorflow as tf
+
+
+class Adam(tf.Module):
+    """Adam for a fixed list of variables.
+
+    Args:
+        variables: the variables it updates (their order is the order of :meth:`apply_gradients`'
+            pairs and of the moments in a checkpoint).
+        learning_rate: the first learning rate (the trainer assigns each step's to :attr:`learning_rate`).
+        beta_1, beta_2, epsilon: Adam's constants (Keras' defaults).
+    """
+
+    def __init__(self, variables, learning_rate=1e-3, beta_1=0.9, beta_2=0.999, epsilon=1e-7, name="Adam"):
+        super().__init__(name=name)
+        self.beta_1, self.beta_2, self.epsilon = float(beta_1), float(beta_2), float(epsilon)
+        self._iterations = tf.Variable(0, dtype=tf.int64, trainable=False, name="iteration")
+        self._learning_rate = tf.Variable(learning_rate, dtype=tf.float32, trainable=False, name="learning_rate")
+        state = [self._iterations]
+        for variable in variables:
+            zeros = tf.zeros(variable.shape, variable.dtype)
+            state.append(tf.Variable(zeros, trainable=False, name=f"{_base_name(variable)}/m"))
+            state.append(tf.Variable(zeros, trainable=False, name=f"{_base_name(variable)}/v"))
+        self._variables = state
+        # not tracked (the checkpoint holds the variables through _variables alone)
+        object.__setattr__(self, "_index", {v.ref(): i for i, v in enumerate(variables)})
+
+    @property
+    def iterations(self):
+        """Applied updates (int64 variable)."""
+        return self._iterations
+
+    @property
+    def learning_rate(self):
+        """The learning rate of the next update (float32 variable)."""
+        return self._learning_rate
+
+    @property
+    def variables(self):
+        """[iterations, m₀, v₀, m₁, v₁, …]: the state a checkpoint, a broadcast or a rollback carries."""
+        return list(self._variables)
+
+    def slots(self, variable):
+        """``(m, v)``: the first and second moment variables of ``variable``.
+
+        Raises:
+            KeyError: ``variable`` is not one this optimizer was built for.
+        """
+        try:
+            i = self._index[variable.ref()]
+        except KeyError:
+            raise KeyError(f"Adam was not built for {variable.name}") from None
+        return self._variables[1 + 2 * i], self._variables[2 + 2 * i]
+
+    def apply_gradients(self, grads_and_vars):
+        """One update of each variable with its gradient (a tensor of the variable's dtype), then
+        ``iterations`` + 1."""
+        for gradient, variable in grads_and_vars:
+            m, v = self.slots(variable)
+            dtype = variable.dtype
+            rate = tf.cast(self._learning_rate, dtype)
+            t = tf.cast(self._iterations + 1, dtype)
+            beta_1_power = tf.pow(tf.cast(self.beta_1, dtype), t)
+            beta_2_power = tf.pow(tf.cast(self.beta_2, dtype), t)
+            alpha = rate * tf.sqrt(1 - beta_2_power) / (1 - beta_1_power)
+            m.assign_add((gradient - m) * (1 - self.beta_1))
+            v.assign_add((tf.square(gradient) - v) * (1 - self.beta_2))
+            variable.assign_sub((m * alpha) / (tf.sqrt(v) + self.epsilon))
+        self._iterations.assign_add(1)
+
+
+def _base_name(variable):
+    """A variable's name without the ``:0`` suffix."""
+    return variable.name.split(":")[0]
