@@ -2,6 +2,7 @@
 
 Usage:  python parallel_train.py WORKDIR TAG [--steps N] [--lr X] [--decay-step N] [--nan-steps ...] ...
         horovodrun -np 2 --gloo python parallel_train.py ...   /   mpirun -np 2 python parallel_train.py ...
+        mpirun -np 2 python parallel_train.py ... --backend mpi   (MPI through mpi4py, no Horovod)
 
 Every step s has one "union" batch of EMT Cu/Au structures of different sizes
 (``--model AD_BC_R_dipole_model``: QEq water clusters of 1 to 3 molecules with their dipole),
@@ -40,6 +41,7 @@ parser.add_argument("--save-every", type=int, default=10)
 parser.add_argument("--stall-timeout", type=float, default=600.0)
 parser.add_argument("--compression", default="none")
 parser.add_argument("--fusion-mb", type=float, default=None)
+parser.add_argument("--backend", default="auto", help="parallel_params.backend: auto, horovod or mpi")
 parser.add_argument("--host-exchange", default="auto", help="parallel_params.host_exchange")
 parser.add_argument("--model-dir", default=None)
 parser.add_argument("--jit", choices=("auto", "off"), default="auto",
@@ -112,7 +114,7 @@ params = {
     "parallel": True,
     "parallel_params": {"lr_scaling": args.lr_scaling, "stall_timeout_s": args.stall_timeout,
                         "compression": args.compression, "fusion_threshold_mb": args.fusion_mb,
-                        "host_exchange": args.host_exchange},
+                        "host_exchange": args.host_exchange, "backend": args.backend},
 }
 params["model"]["params"]["engine"] = args.engine
 if args.jump_steps:

@@ -1,7 +1,8 @@
-"""Parallel training on real Horovod ranks (horovodrun --gloo and mpirun), compared with one process.
+"""Parallel training on real ranks, compared with one process: Horovod's (horovodrun --gloo and mpirun)
+and MPI's without Horovod (mpirun, ``parallel_params.backend: mpi``).
 
 The training script is tests/parallel_train.py, run unchanged with 1 process
-and with 2.  No part of Horovod is mocked.
+and with 2.  Neither Horovod nor MPI is mocked.
 """
 import importlib.util
 import json
@@ -23,19 +24,25 @@ LAUNCHERS = {
                         ["horovodrun", "-np", "2", "--gloo"]),
     "mpirun": (lambda: shutil.which("mpirun") and horovod_has("mpi"),
                ["mpirun", "-np", "2", "--oversubscribe", "--bind-to", "none"]),
+    # the script's own option picks the backend: mpirun starts it as ["--backend", "mpi"] below
+    "mpirun-mpi4py": (lambda: shutil.which("mpirun") and importlib.util.find_spec("mpi4py") is not None,
+                      ["mpirun", "-np", "2", "--oversubscribe", "--bind-to", "none"]),
 }
-CONTROLLER = {"horovodrun-gloo": "controller Gloo", "mpirun": "controller MPI"}
+#: extra arguments of the training script per launcher
+SCRIPT_ARGS = {"mpirun-mpi4py": ["--backend", "mpi"]}
+CONTROLLER = {"horovodrun-gloo": "controller Gloo", "mpirun": "controller MPI", "mpirun-mpi4py": "no Horovod"}
 #: what carries the step's exchange (parallel_params.host_exchange: auto) under each launcher
 EXCHANGE = {"horovodrun-gloo": "host arrays over TCP sockets to rank 0",
-            "mpirun": "host arrays over MPI (" if importlib.util.find_spec("mpi4py") else "host arrays over Horovod"}
+            "mpirun": "host arrays over MPI (" if importlib.util.find_spec("mpi4py") else "host arrays over Horovod",
+            "mpirun-mpi4py": "MPI through mpi4py"}
 
 
 @pytest.fixture(params=sorted(LAUNCHERS))
 def launcher(request):
     available, command = LAUNCHERS[request.param]
     if not available():
-        pytest.skip(f"{request.param}: launcher or Horovod controller not installed")
-    return request.param, command
+        pytest.skip(f"{request.param}: launcher, Horovod controller or mpi4py not installed")
+    return request.param, command + [sys.executable, SCRIPT] + SCRIPT_ARGS.get(request.param, [])
 
 
 @pytest.fixture
@@ -45,12 +52,15 @@ def one_launcher():
     for name in sorted(LAUNCHERS):
         available, command = LAUNCHERS[name]
         if available():
-            return name, command
+            return name, command + [sys.executable, SCRIPT] + SCRIPT_ARGS.get(name, [])
     pytest.skip("no launcher with a Horovod controller installed")
 
 
 def _run(command, workdir, tag, *args, timeout=600):
-    run = subprocess.run(command + [sys.executable, SCRIPT, str(workdir), tag, *args], env=ENV, cwd=workdir,
+    """The training script (``command``: a launcher's, ending in the script and its backend; ``[]``: one
+    process) in ``workdir``."""
+    command = command or [sys.executable, SCRIPT]
+    run = subprocess.run(command + [str(workdir), tag, *args], env=ENV, cwd=workdir,
                          capture_output=True, text=True, timeout=timeout)
     return run, run.stdout + run.stderr
 
@@ -242,7 +252,7 @@ def test_pinet2_two_ranks_equal_one_process(one_launcher, tmp_path, case):
 def _start_long_run(command, workdir, tag, *args, env=None, wait_rank=1):
     """A run that would not end by itself (without XLA: what is tested is how it stops), once at step 10;
     returns the process, rank ``wait_rank``'s pid and rank 0's log."""
-    proc = subprocess.Popen(command + [sys.executable, SCRIPT, str(workdir), tag, "--steps", "100000",
+    proc = subprocess.Popen(command + [str(workdir), tag, "--steps", "100000",
                                        "--save-every", "100000", *args],
                             env=env or ENV, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     log = workdir / "model" / "train.log"
@@ -330,5 +340,6 @@ def test_a_launcher_without_horovod_ranks_is_refused(tmp_path):
     run = subprocess.run([sys.executable, SCRIPT, str(tmp_path), "alone", "--steps", "1"], env=env,
                          capture_output=True, text=True, timeout=300)
     assert run.returncode != 0
-    assert "the launcher started 2 processes but Horovod sees 1" in run.stderr
+    assert "the launcher started 2 processes but Horovod sees 1" in run.stderr or \
+        "the launcher started 2 processes but MPI sees 1" in run.stderr
     assert not (tmp_path / "model" / "checkpoint").exists()

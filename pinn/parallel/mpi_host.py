@@ -67,29 +67,33 @@ def available():
 class MpiHost:
     """Host collectives on a duplicate of ``MPI_COMM_WORLD``.
 
-    Make it after ``hvd.init()`` (Horovod initialises MPI with ``MPI_THREAD_MULTIPLE``, which
-    lets this thread call MPI while Horovod's background thread does).
+    Beside Horovod, make it after ``hvd.init()`` (Horovod initialises MPI with ``MPI_THREAD_MULTIPLE``,
+    which lets this thread call MPI while Horovod's background thread does, and finalises it).
+    Without Horovod (:class:`pinn.parallel.mpi_world.MpiWorld`), ``standalone``: mpi4py has
+    initialised MPI and finalises it at exit, and only this thread calls MPI.
 
     Raises:
-        RuntimeError: MPI is not initialised, or not with ``MPI_THREAD_MULTIPLE``.
+        RuntimeError: MPI is not initialised, or (beside Horovod) not with ``MPI_THREAD_MULTIPLE``.
     """
 
-    def __init__(self):
+    def __init__(self, standalone=False):
         import mpi4py
-        mpi4py.rc.initialize = False  # Horovod has initialised MPI (and finalises it)
-        mpi4py.rc.finalize = False
+        if not standalone:
+            mpi4py.rc.initialize = False  # Horovod has initialised MPI (and finalises it)
+            mpi4py.rc.finalize = False
         from mpi4py import MPI
         if not MPI.Is_initialized():
             raise RuntimeError("MPI is not initialised (Horovod's controller is not MPI)")
-        if MPI.Query_thread() < MPI.THREAD_MULTIPLE:
+        if not standalone and MPI.Query_thread() < MPI.THREAD_MULTIPLE:
             raise RuntimeError("MPI was initialised without MPI_THREAD_MULTIPLE")
         self._mpi = MPI
         self.comm = MPI.COMM_WORLD.Dup()
         self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
         self.library = f"MPI ({MPI.Get_library_version().splitlines()[0].strip()})"
 
-    def allreduce_sum(self, array):
-        """Sum over ranks of ``array`` (float64), the same bytes on every rank.
+    def allreduce_sum(self, array, dtype=np.float64):
+        """Sum over ranks of ``array`` (in ``dtype``: float64, or float16 for compressed gradients), the
+        same bytes on every rank.
 
         Up to :data:`HUB_BYTES` received by rank 0 in all, the ranks send their arrays to rank 0,
         which sums them in rank order and sends the sum back (point to point: one rendezvous and
@@ -100,27 +104,31 @@ class MpiHost:
 
         Args:
             array: this rank's array (any shape, the same on every rank).
+            dtype: the type the arrays travel and are summed in.
 
         Returns:
-            A new float64 array of that shape.
+            A new array of that shape and ``dtype``.
         """
-        array = np.ascontiguousarray(array, dtype=np.float64)
+        array = np.ascontiguousarray(array, dtype=dtype)
         total = np.empty_like(array)
-        if array.nbytes * (self.size - 1) > HUB_BYTES:
+        half = array.dtype == np.float16  # MPI has no half type: its bytes travel, rank 0 sums
+        if array.nbytes * (self.size - 1) > HUB_BYTES and not half:
             self._wait(self.comm.Ireduce(array, total, op=self._mpi.SUM, root=0))
             self._wait(self.comm.Ibcast(total, root=0))
             return total
+        wire = (lambda a: a.view(np.uint16)) if half else (lambda a: a)  # noqa: E731
         if self.rank != 0:
-            for request in (self.comm.Isend(array, 0, tag=_TO_ROOT), self.comm.Irecv(total, 0, tag=_FROM_ROOT)):
+            for request in (self.comm.Isend(wire(array), 0, tag=_TO_ROOT),
+                            self.comm.Irecv(wire(total), 0, tag=_FROM_ROOT)):
                 self._wait(request)
             return total
-        parts = np.empty((self.size - 1,) + array.shape)
-        for request in [self.comm.Irecv(parts[peer - 1], peer, tag=_TO_ROOT) for peer in range(1, self.size)]:
+        parts = np.empty((self.size - 1,) + array.shape, array.dtype)
+        for request in [self.comm.Irecv(wire(parts[peer - 1]), peer, tag=_TO_ROOT) for peer in range(1, self.size)]:
             self._wait(request)
         total[...] = array
         for part in parts:  # in rank order: the same rounding whatever order the messages came in
             total += part
-        for request in [self.comm.Isend(total, peer, tag=_FROM_ROOT) for peer in range(1, self.size)]:
+        for request in [self.comm.Isend(wire(total), peer, tag=_FROM_ROOT) for peer in range(1, self.size)]:
             self._wait(request)
         return total
 

@@ -1,4 +1,4 @@
-"""Who this process is in a parallel job, without importing Horovod: for code below the
+"""Who this process is in a parallel job, without importing Horovod or MPI: for code below the
 training stage (:func:`pinn.io.distribute_data`) and for the learning-rate scaling."""
 import math
 import os
@@ -8,11 +8,15 @@ import sys
 _LAUNCHER_SIZE_VARS = ("HOROVOD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "SLURM_NTASKS")
 
 def world():
-    """This process's (rank, size): from Horovod if it is initialised, else (0, 1).
+    """This process's (rank, size): from the parallel world if one was started
+    (:func:`pinn.parallel.worlds.init`), else from an initialised Horovod, else (0, 1).
 
     Returns:
         (rank, size) as ints.
     """
+    started = getattr(sys.modules.get("pinn.parallel.worlds"), "_WORLD", None)
+    if started is not None:
+        return int(started.rank), int(started.size)
     hvd = sys.modules.get("horovod.tensorflow")
     if hvd is not None:
         try:

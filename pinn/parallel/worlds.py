@@ -1,17 +1,22 @@
-"""The one module that talks to Horovod.
+"""The worlds of parallel training, and the one module that talks to Horovod.
 
-A single-process run never imports Horovod.  The trainer talks to a *world*
-object with one interface and two implementations:
+A single-process run never imports Horovod or MPI.  The trainer talks to a *world*
+object with one interface and three implementations:
 
 - :class:`SerialWorld` (one process): every reduction is the identity.
 - :class:`HorovodWorld` (``params['parallel'] = True``, made by
   :func:`parallelize_model`): sums over ranks with Horovod's collectives
   (Gloo or MPI controller, NCCL on GPUs when Horovod was built with it),
   broadcasts from rank 0, and says who may write files.
+- :class:`pinn.parallel.mpi_world.MpiWorld`: the same on MPI alone through mpi4py
+  (``parallel_params.backend: mpi``, or ``auto`` where Horovod does not import or does
+  not see the launcher's ranks: Python 3.12+ and TensorFlow 2.16+, which Horovod does not
+  build against).
 
-:func:`pinn.parallel.ranks.world` reports the (rank, size) of an initialised Horovod
-without importing it, for code such as :func:`pinn.io.distribute_data`.
+:func:`pinn.parallel.ranks.world` reports the (rank, size) of this process
+without importing either, for code such as :func:`pinn.io.distribute_data`.
 """
+import importlib.util
 import logging
 import os
 import socket
@@ -21,6 +26,7 @@ import numpy as np
 
 from pinn.parallel import mpi_host, tcp_host
 from pinn.parallel.horovod_host import HorovodHost
+from pinn.parallel.process import broadcast_through_host, exit_after_uncaught_exceptions, pin_devices
 from pinn.parallel.ranks import launcher_size
 from pinn.schema import Option, non_negative, positive
 
@@ -28,6 +34,9 @@ log = logging.getLogger("pinn")
 
 #: options of ``params['parallel_params']`` (used when ``params['parallel']`` is true)
 PARAMS = {
+    "backend": Option(str, "auto", "what joins the ranks: 'horovod', 'mpi' (mpi4py alone, no Horovod), or 'auto' "
+                      "(Horovod when it imports and its controller sees every rank the launcher started, else "
+                      "MPI)", choices=("auto", "horovod", "mpi")),
     "lr_scaling": Option(str, "linear", "how the learning rate grows with the number of ranks N: 'linear' (×N), "
                          "'sqrt' (×√N) or 'none'. When it scales, decay_step and warmup_steps count single-rank "
                          "steps, so the schedule follows the amount of data seen",
@@ -158,16 +167,7 @@ class HorovodWorld(SerialWorld):
         """
         tf, hvd = self._tf, self._hvd
         if hasattr(self.host, "broadcast_bytes"):
-            arrays = [v.numpy() for v in variables]
-            payload = self.host.broadcast_bytes(b"".join(a.tobytes() for a in arrays) if self.rank == 0 else None)
-            if len(payload) != sum(a.nbytes for a in arrays):
-                raise RuntimeError(f"rank {self.rank}: rank 0 broadcast {len(payload)} bytes of variables, this rank "
-                                   f"has {sum(a.nbytes for a in arrays)} (the ranks do not build the same model)")
-            if self.rank != 0:
-                start = 0
-                for v, a in zip(variables, arrays):
-                    v.assign(np.frombuffer(payload, a.dtype, a.size, start).reshape(a.shape))
-                    start += a.nbytes
+            broadcast_through_host(self.host, self.rank, variables)
             return
         plain = [v for v in variables if v.dtype != tf.bool]
         if plain:
@@ -220,44 +220,6 @@ def _configure_horovod_env(options, plan):
         os.environ["HOROVOD_CYCLE_TIME"] = str(QUIET_CYCLE_TIME_MS)
     if plan == "mpi":
         mpi_host.yield_when_idle()
-
-
-def _pin_devices(hvd, options):
-    """One GPU per process (by local rank); on CPU, this rank's share of the cores.
-
-    Returns:
-        A short text for the rank map: ``'GPU:1'`` or ``'CPU, 4 intra-op thread(s)'``.
-    """
-    import tensorflow as tf
-    gpus = tf.config.list_physical_devices("GPU")
-    if gpus:
-        gpu = gpus[hvd.local_rank() % len(gpus)]
-        try:
-            tf.config.set_visible_devices([gpu], "GPU")
-            tf.config.experimental.set_memory_growth(gpu, True)
-        except RuntimeError as err:
-            raise RuntimeError(
-                "parallelize_model: TensorFlow was already running when the model was built, so each rank "
-                "would use every GPU of its node; build the model (potential_model(params)) before any "
-                "TensorFlow work, or call pinn.parallel.init(params) at the top of the script") from err
-        if len(gpus) < hvd.local_size():
-            log.warning("rank %d: %d ranks on this node share %d GPU(s)", hvd.rank(), hvd.local_size(), len(gpus))
-        return gpu.name.replace("/physical_device:", "")
-    threads = options.get("intra_op_threads")
-    if threads is None:
-        available = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-        # a launcher that bound this rank to fewer cores than the node has already gave it its share
-        if available >= (os.cpu_count() or available):
-            available //= max(hvd.local_size(), 1)
-        threads = max(available, 1)
-    try:
-        tf.config.threading.set_intra_op_parallelism_threads(threads)
-        tf.config.threading.set_inter_op_parallelism_threads(max(1, min(2, threads)))
-    except RuntimeError:
-        log.warning("rank %d: TensorFlow was already running, so its thread count could not be set to %d; "
-                    "build the model before any TensorFlow work", hvd.rank(), threads)
-        threads = tf.config.threading.get_intra_op_parallelism_threads() or "default"
-    return f"CPU, {threads} intra-op thread(s)"
 
 
 def _build_info(hvd, host):
@@ -330,18 +292,17 @@ def init(params=None):
         return _WORLD
     from pinn.schema import validate_section
     options = validate_section((params or {}).get("parallel_params"), PARAMS, "parallel_params")
-    plan = _host_exchange_plan(options)
-    _configure_horovod_env(options, plan)
-    import horovod.tensorflow as hvd
-    hvd.init()
-    if hvd.size() == 1 and launcher_size() > 1:
-        raise RuntimeError(
-            f"the launcher started {launcher_size()} processes but Horovod sees 1 ({_build_info(hvd, None)}): "
-            "launch with horovodrun or mpirun, or build Horovod with MPI for srun (see docs/parallel.md)")
-    device = _pin_devices(hvd, options)
-    _exit_after_uncaught_exceptions()
+    hvd = None
+    if options["backend"] != "mpi":
+        hvd = _start_horovod(options)
+    if hvd is None:
+        from pinn.parallel.mpi_world import open_mpi_world
+        _WORLD = open_mpi_world(options)
+        return _WORLD
+    device = pin_devices(hvd.rank(), hvd.local_rank(), hvd.local_size(), options)
+    exit_after_uncaught_exceptions()
     world_ = HorovodWorld(hvd, options)
-    world_.host = _open_host_exchange(hvd, options, plan) or world_.host
+    world_.host = _open_host_exchange(hvd, options, _host_exchange_plan(options)) or world_.host
     world_.device = device
     world_.build = _build_info(hvd, world_.host)
     world_.rank_map = _gather_rank_map(world_)
@@ -349,25 +310,37 @@ def init(params=None):
     return world_
 
 
-def _exit_after_uncaught_exceptions():
-    """An uncaught exception of a Horovod process (``TrainingDiverged`` on every rank, say) prints its
-    traceback and ends the process with status 1 at once.  Left to the interpreter, the traceback
-    kept the step's frames (a ``tf.data`` iterator among them) alive into the shutdown of Horovod's
-    background thread, and both ranks of a 2-rank run hung there until the launcher's timeout."""
-    import logging
-    import sys
-    previous = sys.excepthook
+def _start_horovod(options):
+    """``hvd.init()`` with the tuning knobs; ``None`` where ``backend: auto`` goes on with MPI instead:
+    Horovod does not import (not installed, or built against another TensorFlow), or its controller
+    sees one process where the launcher started several (e.g. ``srun`` and a Horovod without MPI).
 
-    def excepthook(kind, value, traceback):
-        try:
-            previous(kind, value, traceback)
-            logging.shutdown()  # train.log and the stderr handler flushed
-            sys.stdout.flush()
-            sys.stderr.flush()
-        finally:
-            os._exit(1)
-
-    sys.excepthook = excepthook
+    Raises:
+        RuntimeError: ``backend: horovod`` and Horovod does not import, or sees one of N processes.
+    """
+    auto = options["backend"] == "auto"
+    try:
+        import horovod.tensorflow as hvd
+    except Exception as err:  # ImportError, or TensorFlow's NotFoundError of a Horovod built for another TF
+        if auto:
+            log.debug("Horovod does not import (%s): parallel training on MPI", err)
+            return None
+        raise RuntimeError(f"parallel_params.backend is 'horovod' but Horovod does not import: {err}; "
+                           "install it (docs/install.md) or use backend: mpi") from err
+    plan = _host_exchange_plan(options)
+    _configure_horovod_env(options, plan)
+    hvd.init()
+    if hvd.size() == 1 and launcher_size() > 1:
+        if auto and importlib.util.find_spec("mpi4py") is not None and not hvd.mpi_enabled():
+            log.info("Horovod's controller sees 1 of the %d processes the launcher started (%s): parallel "
+                     "training on MPI", launcher_size(), _build_info(hvd, None))
+            hvd.shutdown()
+            return None
+        raise RuntimeError(
+            f"the launcher started {launcher_size()} processes but Horovod sees 1 ({_build_info(hvd, None)}): "
+            "launch with horovodrun or mpirun, build Horovod with MPI for srun, or install mpi4py for "
+            "parallel_params.backend: mpi (see docs/parallel.md)")
+    return hvd
 
 
 def _gather_rank_map(world_):
