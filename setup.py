@@ -2,12 +2,21 @@
 
 TensorFlow is an extra so that CPU and GPU users pick their own build:
 ``pip install -e .[cpu]`` (tensorflow-cpu) or ``pip install -e .[gpu]``
-(tensorflow with CUDA).  Horovod is built separately by ``tools/env.sh``
-(it must be compiled against the installed TensorFlow).
+(tensorflow with CUDA).  Two stacks, chosen by the Python version: 3.11 gets
+TensorFlow 2.15.1 and NumPy < 2 (Horovod 0.28.1, built separately by
+``tools/env.sh`` against the installed TensorFlow, supports nothing newer);
+3.12 and 3.13 get TensorFlow 2.21.0 and NumPy 2, and train in parallel on MPI
+alone (``mpi4py``).
 """
 from setuptools import find_packages, setup
 
-TF_VERSION = "2.15.1"
+OLD, NEW = "python_version < '3.12'", "python_version >= '3.12'"
+
+
+def tensorflow(package):
+    """The TensorFlow requirement of each stack."""
+    return [f"{package}==2.15.1; {OLD}", f"{package}==2.21.0; {NEW}"]
+
 
 setup(
     name="pinn",
@@ -16,18 +25,22 @@ setup(
                 "trained on many GPUs with Horovod",
     long_description=open("README.md").read() if __import__("os").path.exists("README.md") else "",
     long_description_content_type="text/markdown",
-    python_requires=">=3.9,<3.12",
+    python_requires=">=3.9,<3.14",
     packages=find_packages(include=["pinn", "pinn.*"]),
-    install_requires=["numpy<2", "ase>=3.22", "pyyaml>=5", "matplotlib>=3.5", "numba>=0.59"],
+    # tensorboard: the event files a run writes (model.params.tensorboard); TensorFlow 2.2x no longer brings it
+    install_requires=[f"numpy<2; {OLD}", f"numpy>=2; {NEW}", "ase>=3.22", "pyyaml>=5", "matplotlib>=3.5",
+                      "numba>=0.59", "tensorboard>=2.15"],
     extras_require={
-        "cpu": [f"tensorflow-cpu=={TF_VERSION}"],
-        "gpu": [f"tensorflow[and-cuda]=={TF_VERSION}"],
-        # the per-step exchange of MPI-launched parallel jobs (pinn.parallel.mpi_host)
+        "cpu": tensorflow("tensorflow-cpu"),
+        "gpu": tensorflow("tensorflow[and-cuda]"),
+        # parallel training on MPI alone (pinn.parallel.mpi_world), and the per-step exchange of
+        # MPI-launched Horovod jobs (pinn.parallel.mpi_host)
         "mpi": ["mpi4py>=3.1"],
         # pinn.io.load_ani reads the ANI-1 data set's HDF5 files
         "ani": ["h5py>=3"],
         # MDAnalysis(+Tests) and mimicpy 0.2.1 are independent oracles for the trr and .mpt readers
-        "test": [f"tensorflow-cpu=={TF_VERSION}", "pytest>=7", "pytest-timeout", "pytest-xdist>=3",
+        # (TensorFlow comes from the cpu or gpu extra, or from tools/env.sh)
+        "test": ["pytest>=7", "pytest-timeout", "pytest-xdist>=3",
                  "MDAnalysis==2.11.0",
                  "MDAnalysisTests==2.11.0", "mimicpy==0.2.1", "pandas<3", "h5py>=3",
                  # the documentation site, built in strict mode by tests/test_docs.py

@@ -54,7 +54,9 @@ def quiet_tensorflow(verbose=False):
     exception carrying TensorFlow's message.  Two lines that TensorFlow 2.15 writes through
     another logger (absl) at the first XLA compilation ignore the variable and still appear
     once per process: ``WARNING: All log messages before absl::InitializeLog() is called
-    are written to STDERR`` and ``Compiled cluster using XLA!``.
+    are written to STDERR`` and ``Compiled cluster using XLA!``; TensorFlow 2.16+ writes its
+    ``oneDNN custom operations are on`` line through absl too, before the logger is set up, so it
+    also still appears at start.
 
     Args:
         verbose: ``False``: set ``TF_CPP_MIN_LOG_LEVEL`` to :data:`QUIET_LEVEL` unless the

@@ -11,13 +11,17 @@ TF_CPP_LOG_LINE = re.compile(r"^(\d{4}-\d\d-\d\d [\d:.]+: [IWE] |[IWE]\d{4} \d\d
 #: TF_CPP_MIN_LOG_LEVEL and cannot be hidden by pinn (pinn.runtime.quiet_tensorflow says so)
 ABSL_ONCE = ("WARNING: All log messages before absl::InitializeLog() is called are written to STDERR",
              "Compiled cluster using XLA!  This line is logged at most once for the lifetime of the process.")
+#: TensorFlow 2.16+ writes its oneDNN start-up line through absl before absl::InitializeLog(), in absl's format
+#: ("I0000 00:00:1795777968.278240   19979 port.cc:153] oneDNN custom operations are on. ..."), and that ignores
+#: TF_CPP_MIN_LOG_LEVEL too (TensorFlow 2.15 wrote it through its own logging, which the variable hides)
+ABSL_ONEDNN = re.compile(r"^I0000 00:00:[\d.]+ +\d+ port\.cc:\d+\] oneDNN custom operations are on")
 
 
 def tensorflow_chatter(text):
     """TensorFlow's C++ log lines in ``text`` (empty when it kept quiet), less the two of ABSL_ONCE."""
     return [line for line in text.splitlines()
             if (TF_CPP_LOG_LINE.match(line) or any(s in line for s in TF_STARTUP))
-            and not any(line.endswith(s) for s in ABSL_ONCE)]
+            and not any(line.endswith(s) for s in ABSL_ONCE) and not ABSL_ONEDNN.match(line)]
 
 
 def user_env(**changes):
