@@ -2,8 +2,14 @@
 # Run the whole test suite (sets up the environment first, once).
 # Two pytest-xdist workers, a test file each at a time (the launch tests first, tests/conftest.py);
 # extra arguments go to pytest, e.g.  ./run_tests.sh -k physics   or   ./run_tests.sh -n 0  (one process)
+# or   ./run_tests.sh tests/test_physics.py tests/test_cli.py   (those files instead of all of tests/)
 set -euo pipefail
 cd "$(dirname "$0")"
 . tools/env.sh
 export TF_CPP_MIN_LOG_LEVEL=${TF_CPP_MIN_LOG_LEVEL:-2}
-python -m pytest -q -n 2 --dist loadfile tests "$@"
+# the whole tests/ folder unless the arguments name test files or folders
+targets=(tests)
+for arg in "$@"; do
+  case "$arg" in tests|tests/*) targets=() ;; esac
+done
+python -m pytest -q -n 2 --dist loadfile "${targets[@]}" "$@"

@@ -15,13 +15,13 @@ import socket
 import numpy as np
 
 from pinn.parallel.mpi_host import MpiHost
-from pinn.parallel.process import broadcast_through_host, exit_after_uncaught_exceptions, pin_devices
+from pinn.parallel.process import HostWorld, broadcast_through_host, exit_after_uncaught_exceptions, pin_devices
 from pinn.parallel.ranks import launcher_size
 
 log = logging.getLogger("pinn")
 
 
-class MpiWorld:
+class MpiWorld(HostWorld):
     """Many processes joined by MPI (mpi4py); made by :func:`open_mpi_world`.
 
     Args:
@@ -29,7 +29,7 @@ class MpiWorld:
         options: the validated ``parallel_params``.
     """
 
-    is_parallel = True
+    LAUNCH_HINT = "srun --mpi=pmix or mpirun"
 
     def __init__(self, host, options):
         from mpi4py import MPI
@@ -42,24 +42,9 @@ class MpiWorld:
         node.Free()
         self.is_chief = self.rank == 0
         self._half = options["compression"] == "fp16"
-        self._logged = False
         self.build = f"MPI through mpi4py {mpi4py.__version__} ({host.library}), no Horovod"
         self.device = None
         self.rank_map = []
-
-    def log_summary(self):
-        """Log the world once (rank 0): size, MPI library, rank → host/device map."""
-        if not self.is_chief or self._logged:
-            return
-        self._logged = True
-        log.info("parallel training on %d rank(s): %s", self.size, self.build)
-        for rank, host, local_rank, device in self.rank_map:
-            log.info("  rank %d: host %s, local rank %d, %s", rank, host, local_rank, device)
-        if self.size == 1:
-            log.warning("*" * 72)
-            log.warning("params['parallel'] is True but this is the only process: nothing runs in parallel. "
-                        "Launch one process per GPU with srun --mpi=pmix or mpirun (docs/parallel.md).")
-            log.warning("*" * 72)
 
     def allreduce_sum(self, tensors, compress=False):
         """Sum over ranks of a list of tensors (eagerly or inside ``tf.function``): one message of their
@@ -82,22 +67,6 @@ class MpiWorld:
         for s, t in zip(summed, tensors):
             s.set_shape(t.shape)
         return list(summed)
-
-    def allreduce_sum_numpy(self, array):
-        """Sum over ranks of a float64 NumPy array, the same bytes on every rank."""
-        return self.host.allreduce_sum(array)
-
-    def allgather_numpy(self, array):
-        """[size, ...] array of every rank's ``array`` (same shape on all ranks)."""
-        return self.host.allgather(array)
-
-    def concat_rows_numpy(self, array):
-        """Every rank's rows of ``array`` (first dimensions may differ) concatenated in rank order (float64)."""
-        return self.host.concat_rows(array)
-
-    def barrier(self):
-        """Wait until every rank has come here."""
-        self.host.barrier()
 
     def broadcast_variables(self, variables):
         """Assign rank 0's values to ``variables`` on every rank (their bytes in one message).

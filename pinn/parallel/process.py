@@ -1,6 +1,7 @@
-"""What every parallel world does to its process, whichever library joins the ranks: pin it to its
-GPU or its share of the CPU cores, end it at an uncaught exception, and broadcast variables as one
-message of bytes through the host exchange (:mod:`pinn.parallel.mpi_host`, :mod:`pinn.parallel.tcp_host`)."""
+"""What every parallel world does, whichever library joins the ranks: pin its process to its GPU or
+its share of the CPU cores, end it at an uncaught exception, broadcast variables as one message of
+bytes through the host exchange (:mod:`pinn.parallel.mpi_host`, :mod:`pinn.parallel.tcp_host`), and
+the host collectives and the log summary (:class:`HostWorld`)."""
 import logging
 import os
 import sys
@@ -92,3 +93,44 @@ def broadcast_through_host(host, rank, variables):
         for v, a in zip(variables, arrays):
             v.assign(np.frombuffer(payload, a.dtype, a.size, start).reshape(a.shape))
             start += a.nbytes
+
+
+class HostWorld:
+    """What a parallel world does through its host exchange ``self.host`` (sums, gathers, barrier) and
+    its log summary; :class:`pinn.parallel.worlds.HorovodWorld` and
+    :class:`pinn.parallel.mpi_world.MpiWorld` set ``host``, ``rank``, ``size``, ``is_chief``, ``build``,
+    ``rank_map`` and :attr:`LAUNCH_HINT`."""
+
+    is_parallel = True
+    #: what the warning of a 1-process parallel run suggests
+    LAUNCH_HINT = ""
+
+    def log_summary(self):
+        """Log the world once (rank 0): size, library, rank → host/device map."""
+        if not self.is_chief or getattr(self, "_logged", False):
+            return
+        self._logged = True
+        log.info("parallel training on %d rank(s): %s", self.size, self.build)
+        for rank, host, local_rank, device in self.rank_map:
+            log.info("  rank %d: host %s, local rank %d, %s", rank, host, local_rank, device)
+        if self.size == 1:
+            log.warning("*" * 72)
+            log.warning("params['parallel'] is True but this is the only process: nothing runs in parallel. "
+                        "Launch one process per GPU with %s (docs/parallel.md).", self.LAUNCH_HINT)
+            log.warning("*" * 72)
+
+    def allreduce_sum_numpy(self, array):
+        """Sum over ranks of a float64 NumPy array, uncompressed (exact metrics), the same bytes on every rank."""
+        return self.host.allreduce_sum(array)
+
+    def allgather_numpy(self, array):
+        """[size, ...] array of every rank's ``array`` (same shape on all ranks)."""
+        return self.host.allgather(array)
+
+    def concat_rows_numpy(self, array):
+        """Every rank's rows of ``array`` (first dimensions may differ) concatenated in rank order (float64)."""
+        return self.host.concat_rows(array)
+
+    def barrier(self):
+        """Wait until every rank has come here."""
+        self.host.barrier()

@@ -26,7 +26,7 @@ import numpy as np
 
 from pinn.parallel import mpi_host, tcp_host
 from pinn.parallel.horovod_host import HorovodHost
-from pinn.parallel.process import broadcast_through_host, exit_after_uncaught_exceptions, pin_devices
+from pinn.parallel.process import HostWorld, broadcast_through_host, exit_after_uncaught_exceptions, pin_devices
 from pinn.parallel.ranks import launcher_size
 from pinn.schema import Option, non_negative, positive
 
@@ -99,10 +99,10 @@ class SerialWorld:
         self.allreduce_sum_numpy(np.zeros(1))
 
 
-class HorovodWorld(SerialWorld):
+class HorovodWorld(HostWorld, SerialWorld):
     """Many processes joined by Horovod; made by :func:`parallelize_model`."""
 
-    is_parallel = True
+    LAUNCH_HINT = "srun, mpirun or horovodrun"
 
     def __init__(self, hvd, options):
         import tensorflow as tf
@@ -111,23 +111,9 @@ class HorovodWorld(SerialWorld):
         self.rank, self.size = hvd.rank(), hvd.size()
         self.local_rank, self.local_size = hvd.local_rank(), hvd.local_size()
         self.is_chief = self.rank == 0
-        self._logged = False
         self._compression = hvd.Compression.fp16 if options["compression"] == "fp16" else hvd.Compression.none
         #: what carries the host arrays: HorovodHost, or MpiHost / TcpHost (:func:`init`)
         self.host = HorovodHost(hvd, tf)
-
-    def log_summary(self):
-        if not self.is_chief or self._logged:
-            return
-        self._logged = True
-        log.info("parallel training on %d rank(s): %s", self.size, self.build)
-        for rank, host, local_rank, device in self.rank_map:
-            log.info("  rank %d: host %s, local rank %d, %s", rank, host, local_rank, device)
-        if self.size == 1:
-            log.warning("*" * 72)
-            log.warning("params['parallel'] is True but this is the only process: nothing runs in parallel. "
-                        "Launch one process per GPU with srun, mpirun or horovodrun (docs/parallel.md).")
-            log.warning("*" * 72)
 
     def allreduce_sum(self, tensors, compress=False):
         """Sum over ranks of a list of tensors, in one fused Horovod collective.
@@ -140,21 +126,6 @@ class HorovodWorld(SerialWorld):
         tensors = [tf.convert_to_tensor(t) for t in tensors]
         compression = self._compression if compress else hvd.Compression.none
         return hvd.grouped_allreduce(tensors, op=hvd.Sum, compression=compression)
-
-    def allreduce_sum_numpy(self, array):
-        """Sum over ranks of a float64 NumPy array, uncompressed (exact metrics), the same bytes on every rank."""
-        return self.host.allreduce_sum(array)
-
-    def allgather_numpy(self, array):
-        """[size, ...] array of every rank's ``array`` (same shape on all ranks)."""
-        return self.host.allgather(array)
-
-    def concat_rows_numpy(self, array):
-        """Every rank's rows of ``array`` (first dimensions may differ) concatenated in rank order (float64)."""
-        return self.host.concat_rows(array)
-
-    def barrier(self):
-        self.host.barrier()
 
     def broadcast_variables(self, variables):
         """Assign rank 0's values to ``variables`` on every rank (bool variables travel as int8).
