@@ -242,7 +242,8 @@ _WORLD = None
 
 
 def init(params=None):
-    """Start Horovod for this process (once): tuning knobs, ``hvd.init()``, device pinning.
+    """Start the parallel world of this process (once): Horovod (tuning knobs, ``hvd.init()``) or MPI
+    alone (``parallel_params.backend``), then device pinning.
 
     Call it at the top of a parallel script if the script runs TensorFlow
     before it builds the model; otherwise :func:`parallelize_model` calls it.
@@ -251,12 +252,13 @@ def init(params=None):
         params: resolved params, or ``None`` for the default parallel options.
 
     Returns:
-        The :class:`HorovodWorld` of this process.
+        The :class:`HorovodWorld` or :class:`~pinn.parallel.mpi_world.MpiWorld` of this process.
 
     Raises:
-        RuntimeError: the launcher started several processes but Horovod sees
-            only one (e.g. ``srun`` with a Horovod built without MPI), which
-            would make every process train alone on the same ``model_dir``.
+        RuntimeError: the launcher started several processes but Horovod (or MPI)
+            sees only one (e.g. ``srun`` with a Horovod built without MPI), which
+            would make every process train alone on the same ``model_dir``; or the
+            backend asked for is not installed.
     """
     global _WORLD
     if _WORLD is not None:
@@ -321,20 +323,20 @@ def _gather_rank_map(world_):
 
 
 def parallelize_model(params):
-    """Make a model train on all ranks of a Horovod job.
+    """Make a model train on all ranks of a Horovod or MPI job.
 
     Called by the model functions (:func:`pinn.models.potential_model`) when
     ``params['parallel']`` is true, before the model is built.  It starts
-    Horovod (:func:`init`: pins each process to the GPU of its local rank,
-    or gives it its share of the CPU cores) and returns the
-    :class:`HorovodWorld` through which the trainer then
+    Horovod or MPI alone (:func:`init`: pins each process to the GPU of its
+    local rank, or gives it its share of the CPU cores) and returns the
+    world through which the trainer then
 
     - writes checkpoints, ``params.yml`` and logs on rank 0 only;
     - scales the learning rate (``parallel_params.lr_scaling``, with warmup);
     - broadcasts variables and optimizer state from rank 0 after building,
       after restoring a checkpoint and after a rollback;
-    - sums gradients over ranks every (accumulated) step with Horovod's
-      grouped allreduce, losses normalised by global counts, so the N-rank
+    - sums gradients over ranks every (accumulated) step (one exchange of
+      host arrays, or Horovod's grouped allreduce), losses normalised by global counts, so the N-rank
       update equals the 1-rank update on the union of the N batches;
     - sums validation errors, agrees on skipping non-finite steps and on
       stopping after a signal.
@@ -343,6 +345,6 @@ def parallelize_model(params):
         params: resolved params (:func:`pinn.params.resolve`).
 
     Returns:
-        :class:`HorovodWorld`.
+        :class:`HorovodWorld`, or :class:`~pinn.parallel.mpi_world.MpiWorld` on MPI alone.
     """
     return init(params)
