@@ -309,8 +309,8 @@ class Trainer(metaclass=_ModelClass):
     def rollback(self):
         """Back to the latest checkpoint's model, optimizer and weight average (step and data position go on),
         with the learning rate multiplied by ``rollback_lr_factor``."""
-        factor = float(self.lr_factor) * self.mp["rollback_lr_factor"]
         self.backend.reload(diverged=True)  # the engine's diverged weights are dropped; the next step reads these
+        factor = self._lower_learning_rate()
         if self.is_chief:
             parts = dict(model=self.model, **self._optimizer_part())
             if self.ema is not None:
@@ -319,8 +319,13 @@ class Trainer(metaclass=_ModelClass):
             self._optimizer_state_missing(path)
             self.bar.clear()
             log.warning("rolled back to %s; learning rate × %g from now on", path, factor)
-        self.lr_factor.assign(factor)
         self._broadcast_state()
+
+    def _lower_learning_rate(self):
+        """Multiply the rate by ``rollback_lr_factor`` from now on (after a rollback); returns the factor."""
+        factor = float(self.lr_factor) * self.mp["rollback_lr_factor"]
+        self.lr_factor.assign(factor)
+        return factor
 
     def state_copy(self):
         """An in-memory copy of the training state (list of NumPy arrays, :meth:`_training_state`'s
@@ -333,11 +338,10 @@ class Trainer(metaclass=_ModelClass):
         loss's running level, with the learning rate multiplied by ``rollback_lr_factor`` (the step and the
         data position go on); on every rank alike (each holds the same copy).  ``last``: training stops
         (the rate stays)."""
-        factor = float(self.lr_factor) * (1.0 if last else self.mp["rollback_lr_factor"])
         self.backend.reload(diverged=True)
         for variable, value in zip(self._training_state(), copy):
             variable.assign(value)
-        self.lr_factor.assign(factor)
+        factor = float(self.lr_factor) if last else self._lower_learning_rate()
         if self.is_chief:
             self.bar.clear()
             then = "training stops" if last else f"learning rate × {factor:g} from now on"
