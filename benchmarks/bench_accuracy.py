@@ -49,11 +49,10 @@ def main():
     ap.add_argument("--model-dir", default=None, help="train into this directory and keep it (default: a temporary "
                     "one in bench-data, removed at the end)")
     args = ap.parse_args()
-    import ase.io
-    from pinn.io import add_neighbors, load_ase, sparse_batch
+    from pinn.io import add_neighbors, ase_files, load_ase, sparse_batch
     from pinn.models import potential_model
     train_path, val_path = dataset_path(args.dataset, "train"), dataset_path(args.dataset, "val")
-    types = sorted(set(ase.io.read(train_path, 0).numbers.tolist()))
+    types = sorted(set(ase_files.read(train_path, 0).numbers.tolist()))
     if args.preset == "reference":
         settings = dict(REFERENCE_MODEL)
     else:

@@ -42,14 +42,13 @@ sys.path.insert(0, HERE)
 
 
 def worker(args):
-    import ase.io
     import numpy as np
     from common import REFERENCE_MODEL, REFERENCE_NETWORK, dataset_path
 
-    from pinn.io import add_neighbors, load_ase, sparse_batch
+    from pinn.io import add_neighbors, ase_files, load_ase, sparse_batch
     from pinn.models import potential_model
     path = dataset_path(args.dataset)
-    types = sorted(set(ase.io.read(path, 0).numbers.tolist()))
+    types = sorted(set(ase_files.read(path, 0).numbers.tolist()))
     mp = dict(REFERENCE_MODEL, data_resume="none", log_every_n_steps=args.steps - args.warmup)
     params = {"model_dir": args.model_dir, "parallel": args.parallel,
               "network": {"name": "PiNet", "params": dict(REFERENCE_NETWORK, atom_types=types)},

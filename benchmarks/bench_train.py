@@ -26,14 +26,13 @@ def main():
                     help="the reference PiNet, or PiNet2 with the same sizes (default PiNet)")
     ap.add_argument("--rank", type=int, default=3, choices=(1, 3, 5), help="PiNet2's rank (default 3)")
     args = ap.parse_args()
-    import ase.io
     import numpy as np
-    from pinn.io import add_neighbors, load_ase, sparse_batch
+    from pinn.io import add_neighbors, ase_files, load_ase, sparse_batch
     from pinn.training.metrics import read_metrics
     from pinn.models import potential_model
     for name in args.datasets:
         path = dataset_path(name)
-        first = ase.io.read(path, 0)
+        first = ase_files.read(path, 0)
         types = sorted(set(first.numbers.tolist()))
         model_dir = path.replace(".xyz", "") + "-model"
         shutil.rmtree(model_dir, ignore_errors=True)

@@ -61,12 +61,12 @@ def dataset_path(name, part=None):
 def _write_dataset(name, paths):
     print(f"generating {paths[None]} and its split", file=sys.stderr)
     frames = _make(name, n_frames=int(os.environ.get("PINN_BENCH_FRAMES", 2000)))
-    import ase.io
+    from pinn.io import ase_files
     order = np.random.RandomState(12345).permutation(len(frames))
     n_val = int(round(0.1 * len(frames)))
     parts = {None: np.arange(len(frames)), "val": np.sort(order[:n_val]), "train": np.sort(order[n_val:])}
     for key, idx in parts.items():
-        ase.io.write(paths[key], [frames[i] for i in idx], format="extxyz")
+        ase_files.write(paths[key], [frames[i] for i in idx], format="extxyz")
 
 
 def _make(name, n_frames):

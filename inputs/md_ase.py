@@ -10,7 +10,6 @@ step.  The argon MiMiC demo:  python inputs/md_ase.py demo/mimic-model 500 demo/
 import sys
 import time
 
-import ase.io
 import numpy as np
 from ase import units
 from ase.build import bulk
@@ -22,6 +21,7 @@ from pinn.runtime import quiet_tensorflow
 quiet_tensorflow()  # before TensorFlow is imported: its start-up messages only if TF_CPP_MIN_LOG_LEVEL is set
 
 import pinn  # noqa: E402
+from pinn.io import ase_files  # noqa: E402  (ase.io.read of this process's file, also under MPI)
 
 model_dir = sys.argv[1] if len(sys.argv) > 1 else "demo/model"
 n_steps = int(sys.argv[2]) if len(sys.argv) > 2 else 500
@@ -29,7 +29,7 @@ structure = sys.argv[3] if len(sys.argv) > 3 else None
 temperature = float(sys.argv[4]) if len(sys.argv) > 4 else 300.0
 
 if structure:
-    atoms = ase.io.read(structure)
+    atoms = ase_files.read(structure)
 else:
     atoms = bulk("Cu", "fcc", a=3.75, cubic=True) * (3, 3, 3)
     atoms.numbers[np.random.RandomState(0).rand(len(atoms)) < 0.3] = 79

@@ -12,7 +12,10 @@ Every ``make_*`` function creates the folder it writes to when it is missing
 """
 import numpy as np
 
+from pinn.io import ase_files
 
+
+@ase_files.per_process()  # ASE's Langevin and velocity distribution broadcast their random numbers over MPI's world
 def alloy_frames(n_frames=400, seed=0, size=2, frames_per_trajectory=20, stride=10, max_strain=0.01):
     """Return a list of ``Atoms`` with EMT results attached (eV, eV/Å, eV/Å³)."""
     from ase import units
@@ -58,8 +61,7 @@ def _parent_made(path):
 
 def make_alloy_dataset(path, n_frames=400, seed=0):
     """Write :func:`alloy_frames` to ``path`` (extended XYZ; its folder is created if missing) and return ``path``."""
-    import ase.io
-    ase.io.write(_parent_made(path), alloy_frames(n_frames, seed), format="extxyz")
+    ase_files.write(_parent_made(path), alloy_frames(n_frames, seed), format="extxyz")
     return path
 
 
@@ -67,6 +69,7 @@ def make_alloy_dataset(path, n_frames=400, seed=0):
 ARGON_LJ = {"sigma": 3.405, "epsilon": 0.0103, "rc": 7.5}
 
 
+@ase_files.per_process()  # the MD's random numbers are this process's (see alloy_frames)
 def make_mimic_demo(directory, n_runs=8, n_frames=40, seed=0, stride=10):
     """Write MiMiC-format output of argon runs: ``argon.mpt``, ``run{i}.trr`` and ``run{i}.ENERGIES``.
 
@@ -84,7 +87,6 @@ def make_mimic_demo(directory, n_runs=8, n_frames=40, seed=0, stride=10):
     """
     import os
 
-    import ase.io
     from ase import units as ase_units
     from ase.build import bulk
     from ase.calculators.lj import LennardJones
@@ -127,7 +129,7 @@ def make_mimic_demo(directory, n_runs=8, n_frames=40, seed=0, stride=10):
         out["energies"].append(energies)
     start = bulk("Ar", "fcc", a=5.45, cubic=True) * (3, 3, 3)
     out["start"] = os.path.join(directory, "argon.xyz")
-    ase.io.write(out["start"], start)
+    ase_files.write(out["start"], start)
     return out
 
 
@@ -194,6 +196,5 @@ def water_dipole_frames(n_frames=200, seed=0, max_molecules=3, box=6.0):
 def make_dipole_dataset(path, n_frames=200, seed=0):
     """Write :func:`water_dipole_frames` to ``path`` (extended XYZ; its folder is created if missing) and return
     ``path``."""
-    import ase.io
-    ase.io.write(_parent_made(path), water_dipole_frames(n_frames, seed), format="extxyz")
+    ase_files.write(_parent_made(path), water_dipole_frames(n_frames, seed), format="extxyz")
     return path

@@ -27,3 +27,47 @@ def wait_for(predicate, timeout, what):
             return
         time.sleep(0.5)
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def checksum(coords):
+    """Σ_k (k + 1) · Σ coord_k over frames k (positions as float32, summed in float64): which frames, in which
+    order (tests/parallel_train.py records it for what each rank read)."""
+    import numpy as np
+    return float(sum((k + 1) * np.asarray(c, np.float32).astype(np.float64).sum() for k, c in enumerate(coords)))
+
+
+def expected_reads(data_dir):
+    """What each rank of a 2-rank tests/parallel_train.py run must have read from ``data_dir``, found here in
+    one process: its share of the training files (distribute_data's assignment), and for the share and for
+    each of its files the frame count, the atoms per frame and :func:`checksum` of the positions.
+
+    Returns:
+        [rank 0's record, rank 1's record], in the form of the script's ``read`` records.
+    """
+    import glob
+
+    from pinn.io import ase_files, distribute_data
+    files = sorted(glob.glob(os.path.join(data_dir, "train*.xyz")))
+    records = []
+    for rank in range(2):
+        share, = distribute_data(files, rank=rank, size=2)
+        per_file = [(os.path.basename(path), ase_files.read(path, ":")) for path in share]
+        frames = [atoms for _, file_frames in per_file for atoms in file_frames]
+        records.append({"share": [name for name, _ in per_file], "count": len(frames),
+                        "atoms": [len(a) for a in frames], "checksum": checksum([a.positions for a in frames]),
+                        "plain": [[name, len(ff), [len(a) for a in ff], checksum([a.positions for a in ff])]
+                                  for name, ff in per_file]})
+    return records
+
+
+def assert_each_rank_read_its_own_files(ranks_read, data_dir):
+    """``ranks_read``: the ``read`` records of ranks 0 and 1 of a 2-rank run: each is its own share (load_ase's
+    frames and a plain ``ase.io.read`` of each file), the shares differ and cover every training file."""
+    expected = expected_reads(data_dir)
+    assert set(expected[0]["share"]).isdisjoint(expected[1]["share"])
+    assert expected[0]["count"] != expected[1]["count"]  # the files differ in length: a mix-up cannot hide
+    for rank, (got, want) in enumerate(zip(ranks_read, expected)):
+        assert got["share"] == want["share"], f"rank {rank}"
+        assert (got["count"], got["atoms"]) == (want["count"], want["atoms"]), f"rank {rank}: load_ase's frames"
+        assert got["checksum"] == want["checksum"], f"rank {rank}: load_ase's positions"
+        assert got["plain"] == want["plain"], f"rank {rank}: ase.io.read after the parallel world started"

@@ -4,19 +4,25 @@ Usage:  python parallel_train.py WORKDIR TAG [--steps N] [--lr X] [--decay-step 
         horovodrun -np 2 --gloo python parallel_train.py ...   /   mpirun -np 2 python parallel_train.py ...
         mpirun -np 2 python parallel_train.py ... --backend mpi   (MPI through mpi4py, no Horovod)
 
-Every step s has one "union" batch of EMT Cu/Au structures of different sizes
-(``--model AD_BC_R_dipole_model``: QEq water clusters of 1 to 3 molecules with their dipole),
-cut into 2 unequal parts; with 2 ranks rank r trains on part r, with 1 process
-on both parts (the union).  So a 2-rank run and a 1-process run see the same
-structures at every step and must end with the same weights.  Validation is
-cut into unequal shares the same way; it is also evaluated during training
-(every 5 steps: metrics.jsonl, eval_predictions.npz, the best checkpoint),
-with a weight average (``ema_decay``).  ``--nan-steps`` put a NaN energy into
+The data are files on disk, read as users read them: rank 0 writes extended XYZ files of
+EMT Cu/Au cells of different sizes (``--model AD_BC_R_dipole_model``: QEq water clusters of
+1 to 3 molecules with their dipole) where they are missing — 4 training files of 7, 3, 5
+and 4 frames, 2 validation files of 5 and 3 — and after the model is built (the parallel
+world started) each rank takes its files with ``distribute_data`` and reads them with
+``load_ase``; one process takes both ranks' shares by the same assignment.  Every step s
+has one "union" batch cut into 2 unequal parts: rank r's part is the next 2-4 (rank 0) or
+1-4 (rank 1) frames of its own files, cycling; with 1 process the step's batch is both
+parts.  So a 2-rank run and a 1-process run see the same structures at every step and must
+end with the same weights.  Validation is each rank's validation file(s); it is also
+evaluated during training (every 5 steps: metrics.jsonl, eval_predictions.npz, the best
+checkpoint), with a weight average (``ema_decay``).  ``--nan-steps`` put a NaN energy into
 part 1 (rank 1) of those steps; ``--jump-steps`` multiply the labels of those steps by 1000.
 
 Each rank writes WORKDIR/TAG.rank{r}.npz with its variables, validation
-metrics and every write it made inside model_dir (seen by an audit hook and
-by wrapping the checkpoint writer), and WORKDIR/TAG.rank{r}.pid.
+metrics, every write it made inside model_dir (seen by an audit hook and
+by wrapping the checkpoint writer) and what it read (its files; the count,
+atoms and a checksum of positions of the frames load_ase gave; the same of a
+plain ``ase.io.read`` of each file), and WORKDIR/TAG.rank{r}.pid.
 """
 import argparse
 import json
@@ -44,6 +50,8 @@ parser.add_argument("--fusion-mb", type=float, default=None)
 parser.add_argument("--backend", default="auto", help="parallel_params.backend: auto, horovod or mpi")
 parser.add_argument("--host-exchange", default="auto", help="parallel_params.host_exchange")
 parser.add_argument("--model-dir", default=None)
+parser.add_argument("--data-dir", default=None, help="where the data files are (written there by rank 0 where missing); "
+                    "default WORKDIR/data-cuau or data-water")
 parser.add_argument("--jit", choices=("auto", "off"), default="auto",
                     help="model.params.jit: auto (XLA for PiNet) or off (the tests of launching and stopping)")
 parser.add_argument("--perturb-rank1", action="store_true", help="train half the steps, change a weight on "
@@ -79,11 +87,14 @@ def audit(event, event_args):
 
 sys.addaudithook(audit)
 
+import ase.io  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from ase.build import bulk  # noqa: E402
 from ase.calculators.emt import EMT  # noqa: E402
 
+from launching import checksum  # noqa: E402
 from pinn import keys as K  # noqa: E402
+from pinn.io import ase_files, distribute_data, load_ase  # noqa: E402
 from pinn.io.batch import batch_from_atoms  # noqa: E402
 from pinn.models import get_model  # noqa: E402
 
@@ -138,22 +149,68 @@ with open(os.path.join(args.workdir, f"{args.tag}.rank{rank}.pid"), "w") as f:
     f.write(str(os.getpid()))
 
 
+#: frames per data file (unequal lengths; each frame has 4, 8 or 12 atoms, or 1 to 3 water molecules)
+TRAIN_FRAMES, VALI_FRAMES = (7, 3, 5, 4), (5, 3)
+DATA_DIR = os.path.abspath(args.data_dir or os.path.join(args.workdir, "data-water" if DIPOLE else "data-cuau"))
+
+
 def structure(seed):
-    """An EMT-labelled periodic Cu/Au cell of 4, 8 or 12 atoms, strained and rattled."""
+    """An EMT-labelled periodic Cu/Au cell of 4, 8 or 12 atoms, strained and rattled (eV, eV/Å, eV/Å³)."""
+    from ase.calculators.singlepoint import SinglePointCalculator
     rng = np.random.RandomState(seed)
     atoms = bulk("Cu", "fcc", a=3.7, cubic=True).repeat((1 + seed % 3, 1, 1))
     atoms.numbers[rng.rand(len(atoms)) < 0.3] = 79
     atoms.set_cell(atoms.cell[:] @ (np.eye(3) + 0.02 * rng.randn(3, 3)), scale_atoms=True)
     atoms.rattle(0.1, seed=seed)
     atoms.calc = EMT()
-    return atoms, atoms.get_potential_energy(), atoms.get_forces(), atoms.get_stress(voigt=False)
+    results = {"energy": atoms.get_potential_energy(), "forces": atoms.get_forces(), "stress": atoms.get_stress()}
+    atoms.calc = SinglePointCalculator(atoms, **results)
+    return atoms
 
 
 def water(seed):
     """A cluster of 1 to 3 distorted water molecules and its QEq dipole (e·Å; pinn.demo's reference)."""
     from pinn.demo import water_dipole_frames
-    atoms = water_dipole_frames(1, seed=seed, max_molecules=3)[0]
-    return atoms, atoms.calc.results["dipole"]
+    return water_dipole_frames(1, seed=seed, max_molecules=3)[0]
+
+
+def data_files():
+    """(train files, validation files) in DATA_DIR: extended XYZ written by rank 0 where missing (through
+    pinn.io.ase_files, like a user's script), then read by every rank."""
+    make = water if DIPOLE else structure
+    files = {}
+    for kind, lengths, first_seed in (("train", TRAIN_FRAMES, 0), ("vali", VALI_FRAMES, 10 ** 6)):
+        seeds = first_seed + np.cumsum((0,) + lengths)
+        files[kind] = [os.path.join(DATA_DIR, f"{kind}{i}.xyz") for i in range(len(lengths))]
+        for path, begin, end in zip(files[kind], seeds[:-1], seeds[1:]):
+            if rank == 0 and not os.path.exists(path):
+                os.makedirs(DATA_DIR, exist_ok=True)
+                ase_files.write(path + ".part", [make(int(seed)) for seed in range(begin, end)], format="extxyz")
+                os.replace(path + ".part", path)
+    model.world.barrier()
+    return files["train"], files["vali"]
+
+
+def frames_of(files):
+    """The frames of ``files`` as pinn.io.load_ase gives them (in file order): (Atoms, labels) tuples."""
+    from ase import Atoms
+    out = []
+    for s in load_ase(files, shuffle=False).as_numpy_iterator():
+        atoms = Atoms(numbers=s[K.ELEMS], positions=s[K.COORD], cell=s[K.CELL], pbc=s[K.PBC])
+        out.append((atoms, s[K.D_DATA]) if DIPOLE else (atoms, s[K.E_DATA], s[K.F_DATA], s[K.S_DATA]))
+    return out
+
+
+def what_was_read(share, frames):
+    """This rank's files, what load_ase gave, and what a plain ase.io.read of each file gives on this rank."""
+    plain = []
+    for path in share:
+        atoms = ase.io.read(path, ":")  # as a user's script would, after the parallel world started
+        plain.append([os.path.basename(path), len(atoms), [len(a) for a in atoms],
+                      checksum([a.positions for a in atoms])])
+    return {"share": [os.path.basename(p) for p in share], "count": len(frames),
+            "atoms": [len(f[0]) for f in frames], "checksum": checksum([f[0].positions for f in frames]),
+            "plain": plain}
 
 
 def batch(structures, nan=False, scale=1.0):
@@ -171,27 +228,37 @@ def batch(structures, nan=False, scale=1.0):
     return out
 
 
-def parts(first_seed, sizes):
-    """Structures cut into consecutive parts of the given sizes."""
-    seeds = np.cumsum([0] + list(sizes)) + first_seed
-    make = water if DIPOLE else structure
-    return [[make(s) for s in range(seeds[i], seeds[i + 1])] for i in range(len(sizes))]
+train_files, vali_files = data_files()
+# the documented order: the model (the parallel world) first, then distribute_data and load_ase on this rank's
+# files; one process takes both ranks' shares (the union), by the same assignment
+RANKS = (0, 1) if size == 1 else (rank,)
 
 
-def my_share(chunks):
-    """Rank r of 2 gets chunk r; a single process gets all chunks in order (the union)."""
-    return [s for i, chunk in enumerate(chunks) for s in chunk if size == 1 or i == rank]
+def shares_of(files):
+    if size == 1:
+        return [distribute_data(files, rank=r, size=2)[0] for r in RANKS]
+    return [distribute_data(files)[0]]
 
 
-POOL = {}
+train_shares, vali_shares = shares_of(train_files), shares_of(vali_files)
+streams = [frames_of(share) for share in train_shares]
+read_record = [what_was_read(share, stream) for share, stream in zip(train_shares, streams)]
+#: structures each rank takes at step s (rank 0: 2, 3, 4, ...; rank 1: 1, 4, 3, 2, ...): unequal parts
+PART_SIZES = ((2, 3, 4), (1, 4, 3, 2))
+
+
+def part(r, step, stream):
+    """Rank r's part of the union batch of ``step``: the next PART_SIZES[r] frames of its files, cycling."""
+    sizes = PART_SIZES[r]
+    full, rest = divmod(step, len(sizes))
+    start = full * sum(sizes) + sum(sizes[:rest])
+    return [stream[(start + i) % len(stream)] for i in range(sizes[step % len(sizes)])]
 
 
 def step_batch(step):
-    if step not in POOL:
-        POOL[step] = parts(1000 * step, (2 + step % 3, 1 + (step * 7) % 4))
-    chunks = POOL[step]
-    nan = step in args.nan_steps and (size == 1 or rank == 1)
-    return batch(my_share(chunks), nan=nan, scale=1000.0 if step in args.jump_steps else 1.0)
+    structures = [s for r, stream in zip(RANKS, streams) for s in part(r, step, stream)]
+    nan = step in args.nan_steps and RANKS[-1] == 1  # the union's last structure: rank 1's part
+    return batch(structures, nan=nan, scale=1000.0 if step in args.jump_steps else 1.0)
 
 
 spec = {k: tf.TensorSpec((None,) + v.shape[1:], tf.as_dtype(v.dtype)) for k, v in step_batch(0).items()}
@@ -206,12 +273,11 @@ def train_input():
     return tf.data.Dataset.from_generator(gen, output_signature=spec)
 
 
-validation = parts(10 ** 6, (5, 3))
+validation = [s for share in vali_shares for s in frames_of(share)]
 
 
 def vali_input():
-    share = my_share(validation)
-    batches = [batch(share[i:i + 2]) for i in range(0, len(share), 2)]
+    batches = [batch(validation[i:i + 2]) for i in range(0, len(validation), 2)]
     return tf.data.Dataset.from_generator(lambda: iter(batches), output_signature=spec)
 
 
@@ -233,4 +299,4 @@ np.savez(os.path.join(args.workdir, f"{args.tag}.rank{rank}.npz"),
          average=np.array([v.numpy() for v in model.ema.shadow], dtype=object),
          optimizer=np.array([v.numpy() for v in model.optimizer.variables], dtype=object),
          step=int(model.step), lr=float(model.current_learning_rate()), size=size,
-         metrics=json.dumps(metrics), writes=json.dumps(writes))
+         metrics=json.dumps(metrics), writes=json.dumps(writes), read=json.dumps(read_record))

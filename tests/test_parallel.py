@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 import pytest
-from launching import ENV, horovod_has, wait_for
+from launching import ENV, assert_each_rank_read_its_own_files, horovod_has, wait_for
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "parallel_train.py")
@@ -71,7 +71,8 @@ def _load(workdir, tag, rank):
             "average": [np.asarray(w, dtype=float) for w in out["average"]],
             "optimizer": [np.asarray(w, dtype=float) for w in out["optimizer"]],
             "step": int(out["step"]), "lr": float(out["lr"]), "size": int(out["size"]),
-            "metrics": json.loads(str(out["metrics"])), "writes": json.loads(str(out["writes"]))}
+            "metrics": json.loads(str(out["metrics"])), "writes": json.loads(str(out["writes"])),
+            "read": json.loads(str(out["read"]))}
 
 
 NAN_STEPS = ["--nan-steps", "7", "12", "13", "14"]  # one skip, then three in a row: a rollback to step 10
@@ -115,8 +116,11 @@ def test_one_process_asked_to_be_parallel_says_so(one_process):
 
 
 def test_two_ranks_equal_one_process_on_the_union(launcher, one_process, tmp_path):
-    """20 steps in two launches (a restart at step 10), unequal batches, a NaN on rank 1 and a rollback:
-    both ranks end bitwise equal to each other and equal to the 1-process run to float32 rounding."""
+    """20 steps in two launches (a restart at step 10), unequal batches read from files on disk, a NaN on
+    rank 1 and a rollback: both ranks end bitwise equal to each other and equal to the 1-process run to
+    float32 rounding.  Each rank read its own files (distribute_data, then load_ase and a plain
+    ase.io.read), whatever the launcher: ASE's MPI-aware reading, which gave both ranks rank 0's
+    frames under mpirun before 0.17.0, is off in a parallel world."""
     name, command = launcher
     reference = one_process[0]
     common = ["--lr", "1e-3", "--decay-step", "20", *NAN_STEPS]
@@ -125,6 +129,8 @@ def test_two_ranks_equal_one_process_on_the_union(launcher, one_process, tmp_pat
     second, out2 = _run(command, tmp_path, "two", "--steps", "20", *common)
     assert second.returncode == 0, out2[-4000:]
     ranks = [_load(tmp_path, "two", r) for r in range(2)]
+    assert_each_rank_read_its_own_files([r["read"][0] for r in ranks], tmp_path / "data-cuau")
+    assert [r["read"][0]["share"] for r in ranks] == [r["share"] for r in reference["read"]]  # the union's shares
     _assert_ranks_match(ranks, reference, 20, rtol=1e-5, atol=1e-6, optimizer_rtol=1e-4)
     # the learning rate: 1e-3 × 2 ranks × 0.5^(2·20/20) × 0.5 (the rollback) on both sides
     assert ranks[0]["lr"] == pytest.approx(2.5e-4, rel=1e-6) and reference["lr"] == pytest.approx(2.5e-4, rel=1e-6)
@@ -154,6 +160,7 @@ def test_two_ranks_equal_one_process_on_the_union(launcher, one_process, tmp_pat
     assert not any("params.yml" in w for w in ranks[0]["writes"])
     # what the log says
     assert CONTROLLER[name] in out1 and EXCHANGE[name] in out1 and "rank 1: host" in out1
+    assert "ASE's file I/O is per rank" in out1
     assert "step 8: non-finite loss or gradient (from rank 1); update skipped on all ranks" in out1
     assert "restored" in out2 and "(step 10)" in out2
     assert "rolled back to" in out2 and "ckpt-10" in out2

@@ -4,6 +4,7 @@ import os
 import numpy as np
 
 from pinn import keys as K
+from pinn.io import ase_files
 from pinn.io.base import DataError, Frame, check_structure, chosen_split, list_loader
 
 
@@ -75,13 +76,11 @@ def _read_file(path):
     if os.path.getsize(path) == 0:
         raise DataError(f"{path}: file is empty")
     if path.endswith((".db", ".json")) and _is_ase_db(path):
-        import ase.db
-        with ase.db.connect(path) as db:
+        with ase_files.connect(path) as db:
             return [(f"{path}, row {row.id}", row.toatoms(add_additional_information=False))
                     for row in db.select()]
-    import ase.io
     try:
-        frames = ase.io.read(path, index=":")
+        frames = ase_files.read(path, index=":")
     except Exception as err:
         raise DataError(f"{path}: ASE could not read it: {type(err).__name__}: {err}") from err
     if not isinstance(frames, list):
@@ -93,8 +92,7 @@ def _is_ase_db(path):
     if path.endswith(".db"):
         return True
     try:
-        import ase.db
-        with ase.db.connect(path) as db:
+        with ase_files.connect(path) as db:
             return db.count() >= 0
     except Exception:
         return False

@@ -1,5 +1,5 @@
 """What every parallel world does, whichever library joins the ranks: pin its process to its GPU or
-its share of the CPU cores, end it at an uncaught exception, broadcast variables as one message of
+its share of the CPU cores, make ASE's file I/O this rank's own, end it at an uncaught exception, broadcast variables as one message of
 bytes through the host exchange (:mod:`pinn.parallel.mpi_host`, :mod:`pinn.parallel.tcp_host`), and
 the host collectives and the log summary (:class:`HostWorld`)."""
 import logging
@@ -54,6 +54,29 @@ def pin_devices(rank, local_rank, local_size, options):
                     "build the model before any TensorFlow work", rank, threads)
         threads = tf.config.threading.get_intra_op_parallelism_threads() or "default"
     return f"CPU, {threads} intra-op thread(s)"
+
+
+#: what the log says of ASE's I/O in a parallel job (docs/parallel.md, "Reading files with ASE")
+ASE_IO_NOTE = ("ASE's file I/O is per rank: ase.io.read on each rank reads that rank's files, and ase.io.write "
+               "writes on every rank that calls it (write shared files from rank 0 only)")
+
+
+def make_ase_io_per_rank(rank):
+    """Make ASE's world this process alone for the rest of the job (:mod:`pinn.io.ase_files`): once
+    mpi4py is imported, ASE would otherwise give every rank rank 0's frames from ``ase.io.read`` and
+    drop the writes of the other ranks.  Warns where ASE had been using MPI's world already, since
+    reads of a script before the parallel world started were then rank 0's on every rank.
+
+    Args:
+        rank: this process's rank (for the warning).
+    """
+    from pinn.io.ase_files import make_ase_world_per_process
+    before = make_ase_world_per_process()
+    if before > 1:
+        log.warning("rank %d: ASE was already using MPI's world of %d ranks before the parallel world started "
+                    "(mpi4py was imported earlier): any ase.io.read before this point gave every rank the frames "
+                    "of rank 0's file. Build the model (params['parallel'] = True) before reading files, or read "
+                    "with pinn.io.load_ase or pinn.io.ase_files.read (docs/parallel.md)", rank, before)
 
 
 def exit_after_uncaught_exceptions():
@@ -113,6 +136,7 @@ class HostWorld:
         log.info("parallel training on %d rank(s): %s", self.size, self.build)
         for rank, host, local_rank, device in self.rank_map:
             log.info("  rank %d: host %s, local rank %d, %s", rank, host, local_rank, device)
+        log.info("  %s", ASE_IO_NOTE)
         if self.size == 1:
             log.warning("*" * 72)
             log.warning("params['parallel'] is True but this is the only process: nothing runs in parallel. "

@@ -26,7 +26,8 @@ import numpy as np
 
 from pinn.parallel import mpi_host, tcp_host
 from pinn.parallel.horovod_host import HorovodHost
-from pinn.parallel.process import HostWorld, broadcast_through_host, exit_after_uncaught_exceptions, pin_devices
+from pinn.parallel.process import (HostWorld, broadcast_through_host, exit_after_uncaught_exceptions,
+                                   make_ase_io_per_rank, pin_devices)
 from pinn.parallel.ranks import launcher_size
 from pinn.schema import Option, non_negative, positive
 
@@ -243,7 +244,8 @@ _WORLD = None
 
 def init(params=None):
     """Start the parallel world of this process (once): Horovod (tuning knobs, ``hvd.init()``) or MPI
-    alone (``parallel_params.backend``), then device pinning.
+    alone (``parallel_params.backend``), then device pinning, and ASE's file I/O made this rank's own
+    (:func:`pinn.parallel.process.make_ase_io_per_rank`).
 
     Call it at the top of a parallel script if the script runs TensorFlow
     before it builds the model; otherwise :func:`parallelize_model` calls it.
@@ -270,15 +272,16 @@ def init(params=None):
         hvd = _start_horovod(options)
     if hvd is None:
         from pinn.parallel.mpi_world import open_mpi_world
-        _WORLD = open_mpi_world(options)
-        return _WORLD
-    device = pin_devices(hvd.rank(), hvd.local_rank(), hvd.local_size(), options)
-    exit_after_uncaught_exceptions()
-    world_ = HorovodWorld(hvd, options)
-    world_.host = _open_host_exchange(hvd, options, _host_exchange_plan(options)) or world_.host
-    world_.device = device
-    world_.build = _build_info(hvd, world_.host)
-    world_.rank_map = _gather_rank_map(world_)
+        world_ = open_mpi_world(options)
+    else:
+        device = pin_devices(hvd.rank(), hvd.local_rank(), hvd.local_size(), options)
+        exit_after_uncaught_exceptions()
+        world_ = HorovodWorld(hvd, options)
+        world_.host = _open_host_exchange(hvd, options, _host_exchange_plan(options)) or world_.host
+        world_.device = device
+        world_.build = _build_info(hvd, world_.host)
+        world_.rank_map = _gather_rank_map(world_)
+    make_ase_io_per_rank(world_.rank)
     _WORLD = world_
     return world_
 
