@@ -7,6 +7,7 @@ private to the test: its own config, key, socket, ports and state directory, sto
 the pids in its pid files; the recipe is in the fixture below (slurm.conf, munge key, daemons).
 """
 import importlib.util
+import json
 import os
 import shutil
 import signal
@@ -15,10 +16,12 @@ import subprocess
 import sys
 
 import pytest
-from launching import ENV, horovod_has, wait_for
+from launching import ENV, assert_each_rank_read_its_own_files, horovod_has, wait_for
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 INPUT = os.path.join(ROOT, "inputs", "train_mimic_parallel.py")
+#: test_parallel.py's training script: its ranks read ASE files on disk
+PARALLEL_TRAIN = os.path.join(ROOT, "tests", "parallel_train.py")
 pytestmark = pytest.mark.hpc
 
 
@@ -198,6 +201,21 @@ def test_sbatch_of_the_job_script_trains_on_two_ranks(slurm, mimic_data, tmp_pat
                          os.path.join(mimic_data, "argon.xyz"), "60"], env=ENV, capture_output=True, text=True,
                         timeout=300)
     assert md.returncode == 0 and "NVE 100 steps of 108 atoms" in md.stdout, md.stdout + md.stderr[-3000:]
+
+
+def test_sbatch_ranks_read_their_own_ase_files(slurm, tmp_path):
+    """srun of the job script (PMIx; Horovod's MPI controller or MPI alone, both with mpi4py imported): 2 steps
+    of test_parallel.py's script, whose ranks take their files with distribute_data and read them with
+    load_ase and a plain ase.io.read: each rank reads its own (ASE's MPI-aware reading gave both rank 0's)."""
+    import numpy as np
+    out = tmp_path / "job-%j.out"
+    run, job = _sbatch(slurm, "scripts/slurm_train_1node.sh", PARALLEL_TRAIN, str(tmp_path), "srun", "--steps", "2",
+                       "--jit", "off", sbatch_args=[f"--output={out}"], wait=True)
+    log = (tmp_path / f"job-{job}.out").read_text() if job else ""
+    assert run.returncode == 0, run.stdout + run.stderr + log[-4000:]
+    assert "parallel training on 2 rank(s)" in log and "ASE's file I/O is per rank" in log, log[-4000:]
+    ranks = [json.loads(str(np.load(tmp_path / f"srun.rank{r}.npz", allow_pickle=True)["read"]))[0] for r in range(2)]
+    assert_each_rank_read_its_own_files(ranks, tmp_path / "data-cuau")
 
 
 def test_restart_chain_resubmits_after_the_walltime_signal(slurm, mimic_data, tmp_path):
