@@ -49,7 +49,7 @@ def test_load_ase_file_list_and_db(tmp_path, rng):
     with ase.db.connect(str(tmp_path / "f.db")) as db:
         for a in frames:
             db.write(a)
-    for source in (str(tmp_path / "f.xyz"), frames, str(tmp_path / "f.db")):
+    for source in (str(tmp_path / "f.xyz"), frames, str(tmp_path / "f.db"), ase.db.connect(str(tmp_path / "f.db"))):
         ds = load_ase(source, shuffle=False)
         got = list(ds.as_numpy_iterator())
         assert len(got) == 6

@@ -53,8 +53,9 @@ def _read_atoms(dataset):
         dataset = [dataset]
     if isinstance(dataset, (str, os.PathLike)):
         return _read_file(os.fspath(dataset))
-    if hasattr(dataset, "select"):  # an open ase.db connection
-        return [(f"database row {row.id}", row.toatoms()) for row in dataset.select()]
+    if hasattr(dataset, "select"):  # an open ase.db connection (the user's: its queries made this process's)
+        with ase_files.per_process():
+            return [(f"database row {row.id}", row.toatoms()) for row in dataset.select()]
     items = list(dataset)
     is_path = [isinstance(item, (str, os.PathLike)) for item in items]
     for i, item in enumerate(items):
