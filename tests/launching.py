@@ -29,6 +29,15 @@ def wait_for(predicate, timeout, what):
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
+def without_modules(tmp_path, *modules):
+    """A folder for PYTHONPATH whose sitecustomize makes ``modules`` fail to import (``None`` in
+    ``sys.modules``), as on a machine where they are not installed."""
+    folder = tmp_path / "without"
+    folder.mkdir(exist_ok=True)
+    (folder / "sitecustomize.py").write_text("import sys\n" + "".join(f"sys.modules[{m!r}] = None\n" for m in modules))
+    return str(folder)
+
+
 def checksum(coords):
     """Σ_k (k + 1) · Σ coord_k over frames k (positions as float32, summed in float64): which frames, in which
     order (tests/parallel_train.py records it for what each rank read)."""

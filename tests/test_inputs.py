@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 from chatter import tensorflow_chatter, user_env
+from launching import without_modules
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -85,3 +86,18 @@ def test_single_process_does_not_import_horovod(alloy_xyz, tmp_path):
         "assert not any(k.startswith('horovod') for k in sys.modules), 'horovod was imported'\n"
     )
     _run(["-c", script], tmp_path, input_script=False)
+
+
+def test_mimic_input_script_alone_without_horovod_or_mpi4py(tmp_path):
+    """The quick start's training script (params['parallel'] = True) as one lone process where neither Horovod
+    nor mpi4py is installed (Python 3.12 without MPI; PINN_NO_HOROVOD=1 on 3.11): it trains as one process
+    and says so, where it stopped with "parallel training without Horovod needs mpi4py" before 0.17.0."""
+    env = user_env(PYTHONPATH=os.pathsep.join([ROOT, without_modules(tmp_path, "horovod", "mpi4py")]))
+    script = os.path.join(ROOT, "inputs", "train_mimic_parallel.py")
+    out = subprocess.run([sys.executable, script, "data", "model", "5"], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=600)
+    output = out.stdout + out.stderr
+    assert out.returncode == 0, output[-4000:]
+    assert "this is the only process and neither Horovod nor mpi4py is installed: training as one process" in output
+    assert "Traceback" not in output and "step 5/5" in output
+    assert (tmp_path / "model" / "checkpoint").exists()

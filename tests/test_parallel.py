@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 import pytest
-from launching import ENV, assert_each_rank_read_its_own_files, horovod_has, wait_for
+from launching import ENV, assert_each_rank_read_its_own_files, horovod_has, wait_for, without_modules
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "parallel_train.py")
@@ -352,3 +352,30 @@ def test_a_launcher_without_horovod_ranks_is_refused(tmp_path):
     assert "the launcher started 2 processes but Horovod sees 1" in run.stderr or \
         "the launcher started 2 processes but MPI sees 1" in run.stderr
     assert not (tmp_path / "model" / "checkpoint").exists()
+
+
+@pytest.mark.skipif(not (shutil.which("mpirun") and horovod_has("mpi")), reason="mpirun and Horovod's MPI controller")
+def test_mpirun_without_mpi4py_warns_of_the_slow_exchange(tmp_path):
+    """Horovod's MPI controller where mpi4py is not installed (HPC module stacks): the step's exchange falls back
+    to Horovod's collectives, and rank 0 warns with the fix."""
+    env = dict(ENV, PYTHONPATH=without_modules(tmp_path, "mpi4py"))
+    command = LAUNCHERS["mpirun"][1] + [sys.executable, SCRIPT, str(tmp_path), "nompi4py", "--steps", "1", "--jit", "off"]
+    run = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    output = run.stdout + run.stderr
+    assert run.returncode == 0, output[-4000:]
+    assert "host arrays over Horovod" in output
+    assert output.count("mpi4py is not installed, so every step's exchange goes through Horovod's collectives") == 1
+
+
+@pytest.mark.skipif(importlib.util.find_spec("horovod") is None or importlib.util.find_spec("mpi4py") is None,
+                    reason="Horovod and mpi4py are needed")
+def test_a_horovod_that_does_not_import_is_named(tmp_path):
+    """A broken Horovod build (here: horovod.tensorflow does not import) is named in a WARNING, and training
+    goes on through MPI alone; before 0.17.0 the reason was logged at DEBUG only."""
+    env = dict(ENV, PYTHONPATH=without_modules(tmp_path, "horovod.tensorflow"))
+    run = subprocess.run([sys.executable, SCRIPT, str(tmp_path), "broken", "--steps", "1", "--jit", "off"], env=env,
+                         cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    output = run.stdout + run.stderr
+    assert run.returncode == 0, output[-4000:]
+    assert "Horovod is installed but does not import (ModuleNotFoundError: import of horovod.tensorflow halted" in output
+    assert "MPI through mpi4py" in output and "no Horovod" in output
