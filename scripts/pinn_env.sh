@@ -1,7 +1,7 @@
 # Sourced by the job scripts in scripts/: loads the environment and defines pinn_srun.
 #
 # Variables (set them before sbatch, or edit the job script):
-#   PINN_MODULES     modules to load, e.g. "modenv/ml Horovod/0.28.1-... PyYAML"; skipped
+#   PINN_MODULES     modules to load (none by default), e.g. "Python/3.12 OpenMPI/4.1"; skipped
 #                    where there is no `module` command (a workstation, CI)
 #   PINN_VENV        a virtual environment to activate (scripts/install_cluster.sh makes one)
 #   PINN_SRUN_MPI    srun's --mpi plugin (default pmix: Horovod's MPI controller needs it)

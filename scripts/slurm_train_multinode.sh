@@ -15,7 +15,9 @@
 #SBATCH --signal=USR1@300
 #SBATCH --output=pinn-%j.out
 
-PINN_MODULES=${PINN_MODULES:-"modenv/ml Horovod/0.28.1-foss-2022a-TensorFlow-2.11.0-CUDA-11.7.0 PyYAML"}
+# the modules of your cluster's Python stack (docs/cluster.md), e.g. a Python 3.11 with TensorFlow 2.15 and
+# Horovod, or a Python 3.12 and an MPI; none by default (PINN_MODULES="" loads none either)
+PINN_MODULES=${PINN_MODULES-}
 PINN_VENV=${PINN_VENV:-}
 # Horovod: larger fusion buffer for inter-node allreduces (also params['parallel_params'])
 export HOROVOD_FUSION_THRESHOLD=${HOROVOD_FUSION_THRESHOLD:-67108864}

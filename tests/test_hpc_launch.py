@@ -95,6 +95,34 @@ def test_dipole_input_script_on_two_ranks(tmp_path):
     assert (tmp_path / "model" / "checkpoint").exists()
 
 
+def test_job_script_modules_on_a_cluster_with_a_module_command(tmp_path):
+    """A `module` command that knows none of the modules (a stub that fails, like Lmod's for an unknown name):
+    with PINN_MODULES unset or empty the job script loads nothing and goes on to srun (before 0.17.0 it loaded
+    an example TensorFlow 2.11 stack by default and exited 1 there); a named module that does not load stops
+    the job with one line."""
+    stubs = tmp_path / "bin"
+    stubs.mkdir()
+    calls = tmp_path / "calls"
+    for name, tail in (("module", 'echo "Lmod has detected the following error: unknown module" >&2; exit 1'),
+                       ("srun", "exit 0")):
+        (stubs / name).write_text(f'#!/bin/sh\necho "{name} $*" >> "{calls}"\n{tail}\n')
+        (stubs / name).chmod(0o755)
+    env = {k: v for k, v in ENV.items() if k != "PINN_MODULES"}
+    env.update(PATH=f"{stubs}{os.pathsep}{ENV['PATH']}", SLURM_SUBMIT_DIR=ROOT)
+    for modules in (None, ""):
+        calls.write_text("")
+        run = subprocess.run(["bash", "scripts/slurm_train_1node.sh", "train.py", "data"], cwd=ROOT, timeout=60,
+                             env=env if modules is None else dict(env, PINN_MODULES=modules),
+                             capture_output=True, text=True)
+        assert run.returncode == 0 and "pinn: training finished" in run.stderr, run.stderr
+        assert calls.read_text().splitlines() == ["srun --mpi=pmix --cpu-bind=cores python train.py data"]
+    calls.write_text("")
+    run = subprocess.run(["bash", "scripts/slurm_train_1node.sh", "train.py"], cwd=ROOT, timeout=60,
+                         env=dict(env, PINN_MODULES="Missing/1.0"), capture_output=True, text=True)
+    assert run.returncode == 1 and "pinn: module load Missing/1.0 failed" in run.stderr, run.stderr
+    assert calls.read_text().splitlines() == ["module load Missing/1.0"]
+
+
 # ---------------------------------------------------------------------------------------------- Slurm
 SLURM_CONF = """ClusterName=pinntest
 SlurmctldHost={host}
@@ -184,7 +212,6 @@ def test_sbatch_of_the_job_script_trains_on_two_ranks(slurm, mimic_data, tmp_pat
                        sbatch_args=[f"--output={out}"], wait=True)
     log = (tmp_path / f"job-{job}.out").read_text() if job else ""
     assert run.returncode == 0, run.stdout + run.stderr + log[-4000:]
-    assert "skipping module load" in log  # no `module` command on this machine
     # Horovod's MPI controller where Horovod is installed (Python 3.11), else MPI alone through mpi4py
     assert "parallel training on 2 rank(s)" in log
     assert ("controller MPI" in log) if horovod_has("mpi") else ("MPI through mpi4py" in log), log[-4000:]
