@@ -8,6 +8,8 @@
 # Idempotent: a second run reuses the environment, the data and the model (training
 # continues from the last checkpoint up to PINN_DEMO_STEPS).
 set -euo pipefail
+# a failed step stops the script here, with one line naming it (the steps after it need its output)
+trap 'status=$?; echo "[quickstart] stopped: \"$BASH_COMMAND\" failed with exit status $status; the steps after it were not run" >&2' ERR
 cd "$(dirname "$0")"
 . tools/env.sh
 export TF_CPP_MIN_LOG_LEVEL=${TF_CPP_MIN_LOG_LEVEL:-3}  # TensorFlow's C++ log lines hidden unless you set it (docs/cli.md)
@@ -16,7 +18,9 @@ train=(python inputs/train_mimic_parallel.py demo/mimic demo/mimic-model "${PINN
 if command -v horovodrun >/dev/null 2>&1; then      # Python 3.11: Horovod with its Gloo controller
   horovodrun -np "$ranks" --gloo "${train[@]}"
 elif command -v mpirun >/dev/null 2>&1 && python -c 'import mpi4py' 2>/dev/null; then   # 3.12+: MPI alone
-  OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -np "$ranks" --oversubscribe --bind-to none "${train[@]}"
+  openmpi=()   # Open MPI's flags for more ranks than cores, unbound; MPICH's mpirun takes neither
+  if mpirun --version 2>&1 | grep -q "Open MPI"; then openmpi=(--oversubscribe --bind-to none); fi
+  OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -np "$ranks" "${openmpi[@]}" "${train[@]}"
 else
   echo "[quickstart] neither horovodrun nor mpirun with mpi4py is here (apt-get install openmpi-bin libopenmpi-dev): training in one process" >&2
   "${train[@]}"

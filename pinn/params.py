@@ -29,8 +29,9 @@ TOP_LEVEL = {
     "precision": Option(str, "float32", "floating-point precision of the network and training",
                         choices=("float32", "float64")),
     "seed": Option(int, 0, "seed of the weight initialisation"),
-    "parallel": Option(bool, False, "train on all ranks of a Horovod job (one process per GPU, launched with "
-                       "srun, mpirun or horovodrun; see the parallel-training page)"),
+    "parallel": Option(bool, False, "train on all ranks of a parallel job, joined by Horovod or by MPI alone "
+                       "(one process per GPU, launched with srun, mpirun or horovodrun; see the parallel-training "
+                       "page); a lone process without either trains as one, saying so"),
     "parallel_params": Option(dict, {}, "options of parallel training (see below); used when parallel is True"),
     "params_format": Option(int, 2, "2: model.params.e_scale means what it means in upstream PiNN (energy = Σ net / "
                             "e_scale); 1: params of pinn < 0.14, where energy = e_scale · Σ net, converted when "

@@ -26,8 +26,10 @@ def distribute_data(*file_lists, rank=None, size=None, weights=None):
         *file_lists: lists of file names of equal length (a single name is a
             list of one).
         rank, size: this process's rank and the number of ranks; by default
-            from Horovod when it is initialised, otherwise ``0, 1`` (the whole
-            lists).
+            from the parallel world once it has started (a model built with
+            ``params['parallel'] = True``, or :func:`pinn.parallel.init`; Horovod or
+            MPI alone), else from an initialised Horovod, otherwise ``0, 1`` (the
+            whole lists).
         weights: optional weight per position, instead of frame counts.
 
     Returns:
