@@ -75,6 +75,17 @@ def test_train_bad_run_files(tmp_path, capsys):
         assert err.startswith("pinn train: error:") and message in err and err.count("\n") == 1, err
     assert main(["train", str(tmp_path / "nothing.yml")]) == 1
     assert "nothing.yml: no such file" in capsys.readouterr().err
+    # an element the network does not know: one line naming it and the file, before any training
+    data = tmp_path / "elements"
+    data.mkdir()
+    make_dipole_dataset(str(data / "water.xyz"), n_frames=4, seed=0)
+    hydrogen_only = {"name": "PiNet", "params": dict(NET, atom_types=[1])}
+    for data_section, where in (({"train": "water.xyz", "eval": "water.xyz"}, "error: {}/water.xyz:"),
+                                ({"train": "water.xyz", "split": {"train": 3, "eval": 1}}, "data.train ({}/water.xyz):")):
+        assert main(["train", _run_file(data, network=hydrogen_only, data=data_section)]) == 1
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "Traceback" not in err, err
+        assert f"{where.format(data)} element(s) O (8) not in network.params.atom_types [1]" in err, err
     assert main(["train", str(tmp_path / "params.txt")]) == 1
     assert "expected a run file" in capsys.readouterr().err
 

@@ -135,23 +135,55 @@ def _data_relative_to(data, base):
     return data
 
 
-def load_structures(source):
+def check_elements(dataset, atom_types, source):
+    """Refuse a dataset of structures with elements the network does not know, naming them and ``source``
+    (one pass over the structures, before training; in training the network's check would stop a step
+    without saying which element or file).
+
+    Args:
+        dataset: ``tf.data.Dataset`` of structures (``elems``).
+        atom_types: the network's atomic numbers.
+        source: what to name in the message (a file, or the run file's key).
+
+    Raises:
+        DataError: naming ``source``, the unknown elements and ``network.params.atom_types``.
+    """
+    import numpy as np
+    from ase.data import chemical_symbols
+
+    from pinn import keys as K
+    from pinn.io.errors import DataError
+    seen = set()
+    for elems in dataset.map(lambda structure: structure[K.ELEMS]).as_numpy_iterator():
+        seen.update(np.unique(elems).tolist())
+    unknown = sorted(seen - set(int(z) for z in atom_types))
+    if unknown:
+        names = ", ".join(f"{chemical_symbols[z] if 0 < z < len(chemical_symbols) else '?'} ({z})" for z in unknown)
+        raise DataError(f"{source}: element(s) {names} not in network.params.atom_types {list(atom_types)}")
+
+
+def load_structures(source, atom_types=None):
     """A dataset from a file name or list: TFRecord caches (``X.tfr``, or their spec ``X.yml`` as upstream
-    PiNN names them) or anything ASE reads."""
+    PiNN names them) or anything ASE reads; with ``atom_types``, each file is checked to hold only
+    those elements (:func:`check_elements`)."""
     from pinn.io import load_ase, load_tfrecord
     files = [source] if isinstance(source, (str, os.PathLike)) else list(source)
     if not files:
         raise ParamsError("data: an empty list of files")
     datasets = [load_tfrecord(f) if os.fspath(f).endswith((".tfr", ".yml", ".yaml")) else load_ase(f, shuffle=False)
                 for f in files]
+    if atom_types is not None:
+        for path, dataset in zip(files, datasets):
+            check_elements(dataset, atom_types, os.fspath(path))
     dataset = datasets[0]
     for more in datasets[1:]:
         dataset = dataset.concatenate(more)
     return dataset
 
 
-def datasets(data, world):
-    """(train, eval or ``None``) datasets of structures for this rank."""
+def datasets(data, world, atom_types=None):
+    """(train, eval or ``None``) datasets of structures for this rank; with ``atom_types``, checked to hold
+    only those elements (:func:`check_elements`)."""
     from pinn.io import distribute_data, load_ase, load_mimic
     split = data["split"]
     if data["mimic"] is not None:
@@ -163,6 +195,7 @@ def datasets(data, world):
         if world.is_parallel:
             files = distribute_data(*files, rank=world.rank, size=world.size)
         parts = load_mimic(*files, split=split or False, seed=data["seed"], **mimic)
+        source = f"data.mimic ({', '.join(os.fspath(f) for f in files[1])})"
         sharded = False
     elif split is not None:
         sources = data["train"]
@@ -170,28 +203,34 @@ def datasets(data, world):
             raise ParamsError("data.split: a TFRecord cache is split when written (pinn convert --split); give "
                               "data.train and data.eval instead")
         parts = load_ase(sources, split=split, seed=data["seed"])  # a file or a list of files
+        source = f"data.train ({sources if isinstance(sources, str) else ', '.join(map(os.fspath, sources))})"
         sharded = world.is_parallel
     else:
-        parts = {"train": load_structures(data["train"]),
-                 "eval": load_structures(data["eval"]) if data["eval"] is not None else None}
+        parts = {"train": load_structures(data["train"], atom_types),
+                 "eval": load_structures(data["eval"], atom_types) if data["eval"] is not None else None}
+        source = None  # checked file by file
         sharded = world.is_parallel
     if not isinstance(parts, dict):
         parts = {"train": parts}
     train, evaluation = parts["train"], parts.get("eval")
+    if atom_types is not None and source is not None:
+        for part in (train, evaluation):
+            if part is not None:
+                check_elements(part, atom_types, source)
     if sharded:
         train = train.shard(world.size, world.rank)
         evaluation = evaluation.shard(world.size, world.rank) if evaluation is not None else None
     return train, evaluation
 
 
-def input_fns(data, train_section, world, rc):
+def input_fns(data, train_section, world, rc, atom_types=None):
     """(train_fn, eval_fn or ``None``): input functions of sparse batches for :meth:`Trainer.train`.
 
     The training structures get their neighbor lists (cutoff ``rc``, Å) before the cache, so
     each list is computed once, not at every epoch.
     """
     from pinn.io import add_neighbors, sparse_batch
-    train, evaluation = datasets(data, world)
+    train, evaluation = datasets(data, world, atom_types)
     size, buffer, seed = data["batch_size"], data["shuffle_buffer"], data["seed"]
     by_epochs = train_section["max_epochs"] is not None
 
@@ -228,7 +267,7 @@ def run_training(path, model_dir=None, max_steps=None):
     if "model_dir" not in params:
         raise ParamsError(f"{path}: params.model_dir: required key is missing (or give --model-dir)")
     model = get_model(params)  # starts Horovod first when parallel
-    train_fn, eval_fn = input_fns(data, train_section, model.world, model.rc)
+    train_fn, eval_fn = input_fns(data, train_section, model.world, model.rc, model.network.atom_types)
     model.train(train_fn, max_steps=train_section["max_steps"], max_epochs=train_section["max_epochs"],
                 eval_fn=eval_fn)
     if eval_fn is None:
