@@ -17,10 +17,11 @@ import time
 import numpy as np
 from ase import units
 from ase.build import bulk, molecule
-from ase.md.velocitydistribution import MaxwellBoltzmannDistribution
 from ase.md.verlet import VelocityVerlet
 
 from common import DATA, emit, peak_rss_mb
+
+from pinn.velocities import thermalize
 
 SYSTEMS = {"ethanol": ("ethanol", lambda: molecule("CH3CH2OH"), 500),
            "cu108": ("cu108", lambda: bulk("Cu", "fcc", a=3.61, cubic=True) * (3, 3, 3), 800),
@@ -56,7 +57,7 @@ def main():
             raise SystemExit(f"{model_dir} missing: run benchmarks/bench_train.py {model_name} first")
         atoms = build()
         atoms.calc = calc = pinn.get_calc(model_dir, engine=args.engine)
-        MaxwellBoltzmannDistribution(atoms, temperature_K=temperature, rng=np.random.RandomState(0))
+        thermalize(atoms, temperature, rng=np.random.RandomState(0))
         md = VelocityVerlet(atoms, 0.5 * units.fs)
         md.run(5)
         times = []

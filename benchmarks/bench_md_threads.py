@@ -49,7 +49,7 @@ def measure(name, steps):
     import numba
     from ase import units
     from ase.build import bulk
-    from ase.md.velocitydistribution import MaxwellBoltzmannDistribution
+    from pinn.velocities import thermalize
     from ase.md.verlet import VelocityVerlet
 
     import pinn
@@ -60,7 +60,7 @@ def measure(name, steps):
         raise SystemExit(f"{model_dir} missing: run benchmarks/bench_train.py cu108 first")
     atoms = bulk("Cu", "fcc", a=3.61, cubic=True) * ((CELLS[name],) * 3)
     atoms.calc = calc = pinn.get_calc(model_dir, engine="numba")
-    MaxwellBoltzmannDistribution(atoms, temperature_K=800, rng=np.random.RandomState(0))
+    thermalize(atoms, 800, rng=np.random.RandomState(0))
     md = VelocityVerlet(atoms, 0.5 * units.fs)
     md.run(5)
     ms_step = _median_ms(lambda: md.run(1), steps)

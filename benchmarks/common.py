@@ -74,7 +74,8 @@ def _make(name, n_frames):
     from ase.build import bulk, molecule
     from ase.calculators.singlepoint import SinglePointCalculator
     from ase.md.langevin import Langevin
-    from ase.md.velocitydistribution import MaxwellBoltzmannDistribution, Stationary, ZeroRotation
+    from ase.md.velocitydistribution import Stationary, ZeroRotation
+    from pinn.velocities import thermalize
     if name == "cu108":
         from ase.calculators.emt import EMT
         atoms, calc = bulk("Cu", "fcc", a=3.61, cubic=True) * (3, 3, 3), EMT()
@@ -91,7 +92,7 @@ def _make(name, n_frames):
         raise SystemExit(f"unknown benchmark dataset {name!r} (cu108, ethanol)")
     rng = np.random.RandomState(seed)
     atoms.calc = calc
-    MaxwellBoltzmannDistribution(atoms, temperature_K=temp, rng=rng)
+    thermalize(atoms, temp, rng=rng)
     Stationary(atoms)
     if not atoms.pbc.any():
         ZeroRotation(atoms)

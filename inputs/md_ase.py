@@ -13,7 +13,6 @@ import time
 import numpy as np
 from ase import units
 from ase.build import bulk
-from ase.md.velocitydistribution import MaxwellBoltzmannDistribution
 from ase.md.verlet import VelocityVerlet
 
 from pinn.runtime import quiet_tensorflow
@@ -22,6 +21,7 @@ quiet_tensorflow()  # before TensorFlow is imported: its start-up messages only 
 
 import pinn  # noqa: E402
 from pinn.io import ase_files  # noqa: E402  (ase.io.read of this process's file, also under MPI)
+from pinn.velocities import thermalize  # noqa: E402
 
 model_dir = sys.argv[1] if len(sys.argv) > 1 else "demo/model"
 n_steps = int(sys.argv[2]) if len(sys.argv) > 2 else 500
@@ -34,7 +34,7 @@ else:
     atoms = bulk("Cu", "fcc", a=3.75, cubic=True) * (3, 3, 3)
     atoms.numbers[np.random.RandomState(0).rand(len(atoms)) < 0.3] = 79
 atoms.calc = pinn.get_calc(model_dir)
-MaxwellBoltzmannDistribution(atoms, temperature_K=temperature, rng=np.random.RandomState(1))
+thermalize(atoms, temperature, rng=np.random.RandomState(1))
 md = VelocityVerlet(atoms, 1.0 * units.fs)
 
 e0 = atoms.get_total_energy()

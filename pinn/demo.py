@@ -23,7 +23,7 @@ def alloy_frames(n_frames=400, seed=0, size=2, frames_per_trajectory=20, stride=
     from ase.calculators.emt import EMT
     from ase.calculators.singlepoint import SinglePointCalculator
     from ase.md.langevin import Langevin
-    from ase.md.velocitydistribution import MaxwellBoltzmannDistribution
+    from pinn.velocities import thermalize
 
     rng = np.random.RandomState(seed)
     frames = []
@@ -36,7 +36,7 @@ def alloy_frames(n_frames=400, seed=0, size=2, frames_per_trajectory=20, stride=
         strain = np.eye(3) + rng.uniform(-max_strain, max_strain, (3, 3))
         atoms.set_cell(atoms.cell[:] @ (strain + strain.T) / 2, scale_atoms=True)
         atoms.calc = EMT()
-        MaxwellBoltzmannDistribution(atoms, temperature_K=temperature, rng=rng)
+        thermalize(atoms, temperature, rng=rng)
         md = Langevin(atoms, 2.0 * units.fs, temperature_K=temperature, friction=0.02 / units.fs,
                       fixcm=False, rng=rng)
         md.run(50)  # short equilibration
@@ -91,7 +91,7 @@ def make_mimic_demo(directory, n_runs=8, n_frames=40, seed=0, stride=10):
     from ase.build import bulk
     from ase.calculators.lj import LennardJones
     from ase.md.langevin import Langevin
-    from ase.md.velocitydistribution import MaxwellBoltzmannDistribution
+    from pinn.velocities import thermalize
 
     from pinn import units
     from pinn.io.readers.energies import write_energies
@@ -108,7 +108,7 @@ def make_mimic_demo(directory, n_runs=8, n_frames=40, seed=0, stride=10):
         temperature = 40.0 + 80.0 * run / max(n_runs - 1, 1)
         atoms = bulk("Ar", "fcc", a=rng.uniform(5.30, 5.60), cubic=True) * (2, 2, 2)
         atoms.calc = LennardJones(smooth=True, **ARGON_LJ)
-        MaxwellBoltzmannDistribution(atoms, temperature_K=temperature, rng=rng)
+        thermalize(atoms, temperature, rng=rng)
         md = Langevin(atoms, 2.0 * ase_units.fs, temperature_K=temperature, friction=0.01 / ase_units.fs,
                       fixcm=False, rng=rng)
         md.run(100)  # equilibration

@@ -43,6 +43,7 @@ def test_train_then_md(alloy_xyz, tmp_path):
     assert "validation: E_MAE" in log and "(step 40)" in log
     log = _run([os.path.join(ROOT, "inputs", "md_ase.py"), "model", "100"], tmp_path)
     assert "NVE 100 steps of 108 atoms" in log
+    assert "Warning" not in log, log  # ASE's DeprecationWarning of MaxwellBoltzmannDistribution before 0.17.0
 
 
 def test_dipole_input_then_calculator(tmp_path):

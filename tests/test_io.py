@@ -100,6 +100,23 @@ def test_load_ase_errors(tmp_path, rng):
     garbage.write_text("3\nnot really\nX 0 0\n")
     with pytest.raises(DataError, match="bad.xyz"):
         load_ase(str(garbage))
+    # labels of the wrong shape: the structure is named
+    from ase.calculators.singlepoint import SinglePointCalculator
+    bad = _frames(2, rng)
+    bad[1].calc = SinglePointCalculator(bad[1], energy=0.0, forces=np.zeros((len(bad[1]) + 1, 3)))
+    with pytest.raises(DataError, match=rf"Atoms 1: forces of shape \({len(bad[1]) + 1}, 3\) for {len(bad[1])} atoms"):
+        load_ase(bad)
+    bad[1].calc = SinglePointCalculator(bad[1], energy=0.0, stress=np.zeros(4))
+    with pytest.raises(DataError, match=r"Atoms 1: stress of shape \(4,\); expected 6 Voigt components or 3x3"):
+        load_ase(bad)
+
+
+def test_load_ds_says_that_a_tfrecord_is_not_shuffled(tmp_path, rng, caplog):
+    from pinn.io import load_ds, write_tfrecord
+    write_tfrecord(str(tmp_path / "c.tfr"), load_ase(_frames(3, rng)))
+    with caplog.at_level("INFO", logger="pinn"):
+        assert len(list(load_ds(str(tmp_path / "c.tfr")))) == 3
+    assert "a TFRecord cache is read in the order it was written, so shuffle and seed (0) do not apply" in caplog.text
 
 
 def test_sparse_batch_and_neighbors(rng):

@@ -16,6 +16,9 @@
 ==========  =====================================================================
 """
 import importlib
+import logging
+
+log = logging.getLogger(__name__)
 
 #: format name → (module, loader) of pinn.io
 LOADERS = {"tfr": ("pinn.io.tfrecord", "load_tfrecord"), "pinn": ("pinn.io.tfrecord", "load_tfrecord"),
@@ -43,7 +46,8 @@ def load_ds(dataset, fmt="auto", splits=None, shuffle=True, seed=0, **kwargs):
         dataset: what the loader takes (a file name, a list of them, a folder, ...).
         fmt: a name of the module's table, or ``'auto'`` (guessed from the file name).
         splits: ``{name: ratio}``: a dict of datasets, split after shuffling (``None``: one dataset).
-        shuffle: shuffle the structures (before splitting).
+        shuffle: shuffle the structures (before splitting); a TFRecord cache is read in the order
+            it was written (a logged line says so).
         seed: seed of the shuffle.
         **kwargs: further arguments of that loader.
 
@@ -64,5 +68,9 @@ def load_ds(dataset, fmt="auto", splits=None, shuffle=True, seed=0, **kwargs):
                              "'train:8,eval:2'); load its parts instead")
         if kwargs:
             raise TypeError(f"load_ds: load_tfrecord takes no {sorted(kwargs)}")
+        if shuffle:  # upstream's default: said, not silently dropped
+            log.info("load_ds: %s: a TFRecord cache is read in the order it was written, so shuffle and seed "
+                     "(%s) do not apply; shuffle when writing it (pinn convert --shuffle) or with "
+                     "dataset.shuffle(buffer)", dataset, seed)
         return loader(dataset)
     return loader(dataset, splits=splits, shuffle=shuffle, seed=seed, **kwargs)
