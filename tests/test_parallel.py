@@ -183,6 +183,8 @@ def test_an_exception_on_every_rank_ends_the_job(one_launcher, tmp_path):
     """TrainingDiverged on both ranks (NaN energies on rank 1 from step 6 on): both print it and exit with
     status 1 at once; the interpreter's own exit hung in Horovod's shutdown until the launcher's timeout."""
     name, command = one_launcher
+    if name.startswith("mpirun"):  # each rank's lines whole: untagged, the two tracebacks interleaved mid-line
+        command = command[:1] + ["--tag-output"] + command[1:]
     nan_steps = [str(s) for s in range(6, 60)]
     run, out = _run(command, tmp_path, "diverged", "--steps", "60", "--jit", "off", "--nan-steps", *nan_steps,
                     timeout=240)
