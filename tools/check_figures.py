@@ -11,8 +11,9 @@ page's ``125 000``) must
 
 1. appear in the block just above the comment (its lines back to the previous blank line or
    comment), as the page writes it (thousands may be grouped with a space: ``125 000``), and
-2. equal a number of a raw line in the named file(s) of ``benchmarks/results/`` rounded to the
-   decimals the page shows, as it is or after one of the unit changes in :data:`UNIT_CHANGES`.
+2. equal a number of a raw line in the named file(s) of ``benchmarks/results/`` rounded (half
+   up) to the decimals the page shows, as it is or after one of the unit changes in
+   :data:`UNIT_CHANGES`.
 
 So a figure on a page cannot drift from its raw line unnoticed, and a tag cannot name a file that
 does not hold the figure.  ``tests/test_figures.py`` runs the check on every page.
@@ -23,6 +24,7 @@ import json
 import os
 import re
 import sys
+from decimal import ROUND_HALF_UP, Decimal
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "benchmarks", "results")
@@ -68,8 +70,8 @@ def decimals(token):
 
 def matches(token, raw):
     """Whether the page's number ``token`` is a raw value rounded to the decimals it shows (after a unit change)."""
-    shown, places = float(token), decimals(token)
-    return any(abs(round(value * factor, places) - shown) <= 1e-9 * max(1.0, abs(shown))
+    shown, step = Decimal(token), Decimal(1).scaleb(-decimals(token))
+    return any(Decimal(repr(value * factor)).quantize(step, rounding=ROUND_HALF_UP) == shown
                for value in raw for factor in UNIT_CHANGES)
 
 
