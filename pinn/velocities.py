@@ -7,7 +7,7 @@ def thermalize(atoms, temperature_K, rng=None):
     process alone (ASE would otherwise share rank 0's numbers over MPI's world, see :mod:`pinn.io.ase_files`).
 
     Args:
-        atoms: ``ase.Atoms``; its momenta are set (amu·Å/fs in ASE's units).
+        atoms: ``ase.Atoms``; its momenta are set (in ASE's units).
         temperature_K: temperature, K.
         rng: a NumPy random generator (``np.random.RandomState(seed)``), or None for NumPy's global one.
     """

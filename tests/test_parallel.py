@@ -359,7 +359,8 @@ def test_a_launcher_without_horovod_ranks_is_refused(tmp_path):
 @pytest.mark.skipif(not (shutil.which("mpirun") and horovod_has("mpi")), reason="mpirun and Horovod's MPI controller")
 def test_mpirun_without_mpi4py_warns_of_the_slow_exchange(tmp_path):
     """Horovod's MPI controller where mpi4py is not installed (HPC module stacks): the step's exchange falls back
-    to Horovod's collectives, and rank 0 warns with the fix."""
+    to Horovod's collectives, and rank 0 warns with the fix; each rank read its own files (mpirun without
+    mpi4py, where ASE's reading is not MPI-aware to begin with)."""
     env = dict(ENV, PYTHONPATH=without_modules(tmp_path, "mpi4py"))
     command = LAUNCHERS["mpirun"][1] + [sys.executable, SCRIPT, str(tmp_path), "nompi4py", "--steps", "1", "--jit", "off"]
     run = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
@@ -367,6 +368,8 @@ def test_mpirun_without_mpi4py_warns_of_the_slow_exchange(tmp_path):
     assert run.returncode == 0, output[-4000:]
     assert "host arrays over Horovod" in output
     assert output.count("mpi4py is not installed, so every step's exchange goes through Horovod's collectives") == 1
+    assert_each_rank_read_its_own_files([_load(tmp_path, "nompi4py", r)["read"][0] for r in range(2)],
+                                        tmp_path / "data-cuau")
 
 
 @pytest.mark.skipif(importlib.util.find_spec("horovod") is None or importlib.util.find_spec("mpi4py") is None,
@@ -380,4 +383,5 @@ def test_a_horovod_that_does_not_import_is_named(tmp_path):
     output = run.stdout + run.stderr
     assert run.returncode == 0, output[-4000:]
     assert "Horovod is installed but does not import (ModuleNotFoundError: import of horovod.tensorflow halted" in output
+    assert "parallel training goes on without it (MPI alone where mpi4py is installed)" in output
     assert "MPI through mpi4py" in output and "no Horovod" in output

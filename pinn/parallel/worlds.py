@@ -322,7 +322,7 @@ def _start_horovod(options):
                 log.debug("Horovod is not installed: parallel training on MPI alone")
             else:  # a broken build: say so, rather than send the user after mpi4py
                 log.warning("Horovod is installed but does not import (%s: %s): parallel training goes on without "
-                            "it (MPI alone, through mpi4py). Rebuild Horovod against this TensorFlow (docs/install.md), "
+                            "it (MPI alone where mpi4py is installed). Rebuild Horovod against this TensorFlow (docs/install.md), "
                             "or set parallel_params.backend: mpi to use MPI alone on purpose",
                             type(err).__name__, str(err).splitlines()[0] if str(err) else "")
             return None
