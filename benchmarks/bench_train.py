@@ -1,6 +1,6 @@
 """Training throughput of the reference configuration.
 
-Usage:  python benchmarks/bench_train.py [cu108|ethanol ...] [--steps N] [--engine numba]
+Usage:  python benchmarks/bench_train.py [cu108|ethanol ...] [--steps N] [--engine numba] [--parts N] [--jit off]
                                          [--network PiNet2 --rank 3]
 
 Prints one JSON line per dataset: the median of the trainer's own throughput over the
@@ -9,6 +9,7 @@ as steps/s, structures/s and atoms/s, with the peak RSS.  The trained model is k
 bench-data/NAME-model for bench_md.py.
 """
 import argparse
+import os
 import shutil
 
 from common import REFERENCE_MODEL, REFERENCE_NETWORK, dataset_path, emit, peak_rss_mb
@@ -22,6 +23,8 @@ def main():
     ap.add_argument("--parts", type=int, default=None, help="model.params.batch_parts (default: the trainer's)")
     ap.add_argument("--engine", default=None, choices=("auto", "tensorflow", "numba"),
                     help="model.params.engine (default: the trainer's)")
+    ap.add_argument("--jit", default=None, choices=("on", "off"),
+                    help="model.params.jit for the tensorflow engine (default: the trainer's, on for PiNet)")
     ap.add_argument("--network", default="PiNet", choices=("PiNet", "PiNet2"),
                     help="the reference PiNet, or PiNet2 with the same sizes (default PiNet)")
     ap.add_argument("--rank", type=int, default=3, choices=(1, 3, 5), help="PiNet2's rank (default 3)")
@@ -44,6 +47,8 @@ def main():
                                                                         batch_parts=args.parts)}}
         if args.engine:
             params["model"]["params"]["engine"] = args.engine
+        if args.jit:
+            params["model"]["params"]["jit"] = args.jit == "on"
         model = potential_model(params)
         structures = load_ase(dataset_path(name, "train"))  # read once: the 90 % training split
         # the documented pipeline: neighbor lists once per structure, before the cache
@@ -57,7 +62,9 @@ def main():
              engine="tensorflow" if model.engine is None else "numba",
              steps_per_s=round(steps_per_s, 2), structures_per_s=round(steps_per_s * args.batch, 1),
              atoms_per_s=round(steps_per_s * args.batch * len(first)), peak_rss_mb=round(peak_rss_mb()),
-             intervals=len(intervals), network=params["network"], model=params["model"]["params"])
+             intervals=len(intervals),
+             # read by TensorFlow at its first tensor; importing pinn sets it to true where it is unset
+             tf_cpu_allocator_use_bfc=os.environ.get("TF_CPU_ALLOCATOR_USE_BFC"), network=params["network"], model=params["model"]["params"])
 
 
 if __name__ == "__main__":
