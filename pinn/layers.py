@@ -9,13 +9,11 @@ neighbor-list layer directly, e.g. to look at the distances of a batch::
 
 In ``pinn`` the networks take the neighbor lists from the input pipeline
 (:func:`pinn.io.add_neighbors`) or compute them themselves; this layer gives the same
-pairs for a batch by hand, from :func:`pinn.io.neighbors.batch_neighbor_list`.
+pairs for a batch by hand, from :func:`pinn.io.batch.batch_pairs`.
 """
 import tensorflow as tf
 
-from pinn import keys as K
-from pinn.io.neighbors import batch_neighbor_list
-from pinn.models.potential import pair_geometry
+from pinn.io.batch import batch_pairs
 
 
 class CellListNL(tf.Module):
@@ -58,29 +56,7 @@ class CellListNL(tf.Module):
             image of j in multiples of a, b, c; ``diff`` [n_pairs, 3], r_j + shift·cell − r_i (Å);
             ``dist`` [n_pairs], |diff| (Å), 0 < dist < rc.
         """
-        coord = tf.convert_to_tensor(tensors[K.COORD])
-        ind_1 = tf.cast(tf.reshape(tensors[K.IND_1], [-1, 1]), tf.int32)
-        if K.CELL in tensors:
-            cell = tf.reshape(tf.cast(tensors[K.CELL], coord.dtype), [-1, 3, 3])
-        else:
-            n_struct = tf.maximum(tf.reduce_max(ind_1) + 1, 0)  # 0 for a batch without atoms
-            cell = tf.zeros([n_struct, 3, 3], coord.dtype)
-        if K.PBC in tensors:
-            pbc = tf.reshape(tf.cast(tensors[K.PBC], tf.bool), [-1, 3])
-        else:
-            has_cell = tf.reduce_any(tf.not_equal(cell, 0), axis=[1, 2])
-            pbc = tf.tile(has_cell[:, None], [1, 3])
-        rc = self.rc
-
-        def pairs(c, cl, p, i1):
-            ind_2, shift = batch_neighbor_list(c, cl, p, i1, rc)
-            return ind_2.astype("int32"), shift.astype(c.dtype)
-
-        ind_2, shift = tf.numpy_function(pairs, [coord, cell, pbc, ind_1], (tf.int32, coord.dtype), stateful=False)
-        batch = {K.COORD: coord, K.CELL: cell, K.IND_1: ind_1,
-                 K.IND_2: tf.ensure_shape(ind_2, (None, 2)), K.SHIFT: tf.ensure_shape(shift, (None, 3))}
-        batch = pair_geometry(batch)
-        return {key: batch[key] for key in (K.IND_2, K.SHIFT, K.DIFF, K.DIST)}
+        return batch_pairs(tensors, self.rc)
 
 
 __all__ = ["CellListNL"]

@@ -89,7 +89,22 @@ def resolve(params):
                     "params": validate_section(_renamed(model["params"], getattr(MODELS[model["name"]], "ALIASES", {})),
                                                model_schema(model["name"]), "model.params")}
     out["parallel_params"] = validate_section(out["parallel_params"], PARALLEL_PARAMS, "parallel_params")
+    _set_model_extras(out, MODELS[model["name"]])
     return out
+
+
+def _set_model_extras(params, model_cls):
+    """Give PiNet2 the extra outputs the model reads (``NETWORK_EXTRAS``; upstream's polarizability models set
+    ``out_extra`` so, replacing what the file says), logged where that changes the file's setting."""
+    extras = getattr(model_cls, "NETWORK_EXTRAS", None)
+    net = params["network"]
+    if extras is None or net["name"] != "PiNet2":
+        return
+    if net["params"]["out_extra"] != extras:
+        if net["params"]["out_extra"]:
+            log.info("network.params.out_extra: %s reads %s, as upstream's model sets it (the params said %s)",
+                     params["model"]["name"], extras, net["params"]["out_extra"])
+        net["params"]["out_extra"] = dict(extras)
 
 
 def _from_format_1(params):

@@ -62,9 +62,11 @@ parser.add_argument("--arch", choices=("PiNet", "PiNet2"), default="PiNet",
                     help="the network (not --network: horovodrun would take it as its --network-interface); "
                     "PiNet2: rank 3 (vector features), the same small sizes")
 parser.add_argument("--precision", choices=("float32", "float64"), default="float32")
-parser.add_argument("--model", choices=("potential_model", "AD_BC_R_dipole_model"), default="potential_model",
-                    help="AD_BC_R_dipole_model: on PiNet2 with out_extra {p3: 1} (atomic dipoles and bond "
-                    "charges), trained on QEq water clusters (pinn.demo) instead of EMT cells")
+parser.add_argument("--model", choices=("potential_model", "AD_BC_R_dipole_model", "pol_acks2_model"),
+                    default="potential_model",
+                    help="AD_BC_R_dipole_model: on PiNet2 with out_extra {p3: 1, i1: 1, i3: 1} (atomic dipoles and bond "
+                    "charges), trained on QEq water clusters (pinn.demo) instead of EMT cells; pol_acks2_model: "
+                    "on PiNet2, the same clusters with a polarizability tensor, in QM7b files read by load_qm7b")
 args = parser.parse_args()
 
 MODEL_DIR = os.path.abspath(args.model_dir or os.path.join(args.workdir, "model"))
@@ -94,7 +96,7 @@ from ase.calculators.emt import EMT  # noqa: E402
 
 from launching import checksum  # noqa: E402
 from pinn import keys as K  # noqa: E402
-from pinn.io import ase_files, distribute_data, load_ase  # noqa: E402
+from pinn.io import ase_files, distribute_data, load_ase, load_qm7b  # noqa: E402
 from pinn.io.batch import batch_from_atoms  # noqa: E402
 from pinn.models import get_model  # noqa: E402
 
@@ -135,10 +137,13 @@ if args.engine == "numba":
     params["network"]["params"]["pi_nodes"] = [8, 8]
     params["model"]["params"]["use_stress"] = False
 DIPOLE = args.model != "potential_model"
+POLARIZABILITY = args.model.startswith("pol_")
 if args.arch == "PiNet2":
     params["network"] = {"name": "PiNet2", "params": dict(params["network"]["params"], rank=3)}
 if DIPOLE:  # water (H, O); the magnitude loss and the bond charges' regularisation (upstream's defaults)
-    params["network"]["params"].update(atom_types=[1, 8], out_units=2, out_extra={"p3": 1})
+    params["network"]["params"].update(atom_types=[1, 8], out_units=2, out_extra={"p3": 1, "i1": 1, "i3": 1})
+    if POLARIZABILITY:  # one atomic output; the model sets out_extra (i1, i3)
+        params["network"]["params"].update(out_units=1)
     potential_only = ("use_force", "use_stress", "fit_e_dress", "fit_e_dress_batches", "f_loss_multiplier",
                       "s_loss_multiplier")
     params["model"] = {"name": args.model, "params": {k: v for k, v in params["model"]["params"].items()
@@ -151,7 +156,8 @@ with open(os.path.join(args.workdir, f"{args.tag}.rank{rank}.pid"), "w") as f:
 
 #: frames per data file (unequal lengths; each frame has 4, 8 or 12 atoms, or 1 to 3 water molecules)
 TRAIN_FRAMES, VALI_FRAMES = (7, 3, 5, 4), (5, 3)
-DATA_DIR = os.path.abspath(args.data_dir or os.path.join(args.workdir, "data-water" if DIPOLE else "data-cuau"))
+DATA_DIR = os.path.abspath(args.data_dir or os.path.join(
+    args.workdir, "data-qm7b" if POLARIZABILITY else "data-water" if DIPOLE else "data-cuau"))
 
 
 def structure(seed):
@@ -174,9 +180,25 @@ def water(seed):
     return water_dipole_frames(1, seed=seed, max_molecules=3)[0]
 
 
+def qm7b_text(clusters):
+    """QM7b-format frames of water clusters with a polarizability tensor (bohr³): atomic terms and the
+    clusters' spread, something a model can learn."""
+    lines = []
+    for atoms in clusters:
+        centred = atoms.positions - atoms.positions.mean(axis=0)
+        alpha = np.eye(3) * 5.0 * len(atoms) + 2.0 * centred.T @ centred
+        values = [alpha[0, 0], alpha[1, 1], alpha[2, 2], alpha[0, 1], alpha[0, 2], alpha[1, 2]]
+        lines += [str(len(atoms)), 'Properties=species:S:1:pos:R:3 b3lyp_pol="' +
+                  " ".join(f"{v:.10f}" for v in values) + '"']
+        lines += [f"{s} {x:.10f} {y:.10f} {z:.10f}" for s, (x, y, z) in zip(atoms.get_chemical_symbols(),
+                                                                             atoms.positions)]
+    return "\n".join(lines) + "\n"
+
+
 def data_files():
     """(train files, validation files) in DATA_DIR: extended XYZ written by rank 0 where missing (through
-    pinn.io.ase_files, like a user's script), then read by every rank."""
+    pinn.io.ase_files, like a user's script; QM7b text for the polarizability model), then read by every
+    rank."""
     make = water if DIPOLE else structure
     files = {}
     for kind, lengths, first_seed in (("train", TRAIN_FRAMES, 0), ("vali", VALI_FRAMES, 10 ** 6)):
@@ -185,16 +207,25 @@ def data_files():
         for path, begin, end in zip(files[kind], seeds[:-1], seeds[1:]):
             if rank == 0 and not os.path.exists(path):
                 os.makedirs(DATA_DIR, exist_ok=True)
-                ase_files.write(path + ".part", [make(int(seed)) for seed in range(begin, end)], format="extxyz")
+                frames = [make(int(seed)) for seed in range(begin, end)]
+                if POLARIZABILITY:
+                    with open(path + ".part", "w") as f:
+                        f.write(qm7b_text(frames))
+                else:
+                    ase_files.write(path + ".part", frames, format="extxyz")
                 os.replace(path + ".part", path)
     model.world.barrier()
     return files["train"], files["vali"]
 
 
 def frames_of(files):
-    """The frames of ``files`` as pinn.io.load_ase gives them (in file order): (Atoms, labels) tuples."""
+    """The frames of ``files`` as pinn.io.load_ase (load_qm7b) gives them (in file order): (Atoms, labels) tuples."""
     from ase import Atoms
     out = []
+    if POLARIZABILITY:
+        for s in load_qm7b(files).as_numpy_iterator():
+            out.append((Atoms(numbers=s[K.ELEMS], positions=s[K.COORD]), s["ptensor"]))
+        return out
     for s in load_ase(files, shuffle=False).as_numpy_iterator():
         atoms = Atoms(numbers=s[K.ELEMS], positions=s[K.COORD], cell=s[K.CELL], pbc=s[K.PBC])
         out.append((atoms, s[K.D_DATA]) if DIPOLE else (atoms, s[K.E_DATA], s[K.F_DATA], s[K.S_DATA]))
@@ -205,7 +236,8 @@ def what_was_read(share, frames):
     """This rank's files, what load_ase gave, and what a plain ase.io.read of each file gives on this rank."""
     plain = []
     for path in share:
-        atoms = ase.io.read(path, ":")  # as a user's script would, after the parallel world started
+        # as a user's script would, after the parallel world started
+        atoms = ase.io.read(path, ":", format="xyz" if POLARIZABILITY else None)
         plain.append([os.path.basename(path), len(atoms), [len(a) for a in atoms],
                       checksum([a.positions for a in atoms])])
     return {"share": [os.path.basename(p) for p in share], "count": len(frames),
@@ -215,6 +247,11 @@ def what_was_read(share, frames):
 
 def batch(structures, nan=False, scale=1.0):
     out = batch_from_atoms([s[0] for s in structures], RC)
+    if POLARIZABILITY:
+        out["ptensor"] = scale * np.stack([s[1] for s in structures]).astype(np.float32)
+        if nan:
+            out["ptensor"][-1] = np.nan
+        return out
     if DIPOLE:
         out[K.D_DATA] = scale * np.stack([s[1] for s in structures]).astype(np.float32)
         if nan:

@@ -11,7 +11,7 @@ from ase.calculators.emt import EMT
 
 from pinn.cli import main
 from pinn.io.batch import batch_from_atoms
-from pinn.models.potential import pair_geometry
+from pinn.io.batch import pair_geometry
 from pinn.networks.pinet2 import p5_to_matrix, rank2_components
 from pinn.schema import ParamsError
 
@@ -197,14 +197,17 @@ def test_settings_it_cannot_build_are_refused(changes, message):
 
 
 def test_network_alone_returns_atomic_outputs_and_pools(rng):
-    """``net(tensors)`` gives the outputs alone whatever out_extra says; ``out_pool`` pools them per structure,
-    not the extras."""
+    """``net.atomic_outputs(tensors)`` gives the outputs alone whatever out_extra says, ``net(tensors)`` the pair
+    (outputs, extras) as upstream's; ``out_pool`` pools the outputs per structure, not the extras."""
     model = model_for(3, False, out_units=2)
     batch = {k: tf.constant(v) for k, v in batch_from_atoms([ethanol(rng), alloy_cell(rng)], RC, "float64").items()}
     tensors = pair_geometry(batch)
-    atomic = model.network(tensors).numpy()
+    atomic = model.network.atomic_outputs(tensors).numpy()
     assert atomic.shape == (17, 2)
     np.testing.assert_allclose(model.network.call_with_extras(tensors)[0].numpy(), atomic, atol=1e-12)
+    outputs, extras = model.network(tensors)
+    np.testing.assert_allclose(outputs.numpy(), atomic, atol=1e-12)
+    assert set(extras) == set(model.network.out_extra)
     from pinn.networks import get_network
     from pinn.params import network_params
     pooled = get_network(network_params({"network": {"name": "PiNet2", "params": dict(
@@ -276,7 +279,7 @@ def test_md17_pinet2_yml_trains_unchanged(tmp_path, monkeypatch):
     assert written["network"]["name"] == "PiNet2"
     net = written["network"]["params"]
     assert (net["depth"], net["rc"], net["n_basis"], net["basis_type"], net["rank"], net["weighted"]) == \
-        (5, 4.5, 10, "gaussian", 3, True)  # weighted: not in the file, upstream's default
+        (5, 4.5, 10, "gaussian", 3, False)  # weighted: not in the file, upstream's default (false since e242fed)
     assert net["pp_nodes"] == net["ii_nodes"] == [64] * 4 and net["pi_nodes"] == [64]
     model = written["model"]["params"]
     assert model["use_force"] and model["f_loss_multiplier"] == 10.0 and model["log_e_per_atom"]

@@ -83,6 +83,26 @@ def test_load_mimic_takes_splits(tmp_path):
         load_mimic(*files, split={"a": 1}, splits={"a": 1})
 
 
+def test_upstream_metric_names_are_in_upstreams_training_units(tmp_path):
+    """METRICS/E_*, F_* are × e_scale as upstream reports them (its test_potential divides them by e_scale);
+    pinn's own names stay in eV."""
+    from ase.build import bulk
+    from ase.calculators.lj import LennardJones
+    frames = []
+    for i in range(4):
+        atoms = bulk("Cu", cubic=True)
+        atoms.rattle(0.05, seed=i)
+        atoms.calc = LennardJones(sigma=2.3, epsilon=0.4, rc=3.0)
+        atoms.get_forces()
+        frames.append(atoms)
+    model = pinn.get_model({"model_dir": str(tmp_path / "lj"), "network": {"name": "LJ", "params": {"rc": 3.0}},
+                            "model": {"name": "potential_model", "params": {"e_scale": 5.0, "use_force": True}}})
+    result = model.evaluate(lambda: load_ase(frames).apply(sparse_batch(2)))
+    assert result["F_RMSE"] > 0.01
+    for key in ("E_MAE", "E_RMSE", "F_MAE", "F_RMSE"):
+        assert result[f"METRICS/{key}"] == pytest.approx(5.0 * result[key], rel=1e-12)
+
+
 def test_evaluate_takes_steps_refuses_an_endless_input_and_gives_upstream_metric_names(small_model, alloy_xyz):
     model = pinn.get_model(small_model["model_dir"])
     endless = lambda: load_ase(alloy_xyz).repeat().apply(sparse_batch(4))  # noqa: E731

@@ -29,7 +29,7 @@ from ase.neighborlist import neighbor_list
 import pinn
 from pinn import units
 from pinn.cli import main
-from pinn.io import load_numpy, load_qm9, load_runner, load_tfrecord, sparse_batch, write_tfrecord
+from pinn.io import add_neighbors, load_numpy, load_qm9, load_runner, load_tfrecord, sparse_batch, write_tfrecord
 from pinn.layers import CellListNL
 from pinn.params import resolve
 
@@ -98,10 +98,11 @@ def only(dataset):
 
 # --- test_io.py: the loaders on the trivial structure, the split, TFRecord files
 
-def test_numpy_loader_gives_the_trivial_structure():
+def test_numpy_loader_gives_the_trivial_structure_with_exactly_its_keys():
+    """Upstream's test_numpy: one dataset without splits, every key as given and no other."""
     data = {k: v[None] for k, v in trivial_arrays().items()}
-    out = only(load_numpy(data, split=1))  # as upstream's helpers pass it
-    assert set(out) == set(data) | {"pbc"}  # pinn's structures always say which directions are periodic
+    out = only(load_numpy(data))
+    assert set(out) == set(data)
     for key, value in data.items():
         np.testing.assert_allclose(out[key], value[0])
 
@@ -114,29 +115,44 @@ def test_a_single_ratio_as_split_gives_one_dataset_of_every_structure(trivial_fi
     assert only(load_runner(trivial_files[1], split=1))["elems"].tolist() == [1, 8, 1]
 
 
-def test_numpy_structure_with_a_cell_is_periodic_as_upstream():
+def test_a_cell_without_pbc_is_read_as_periodic_and_no_cell_as_open():
+    """Nothing is added to the structures; add_neighbors, the models and the trainer read a cell without pbc
+    as periodic (upstream's reading) and a structure without cell as open."""
     data = {k: v[None] for k, v in trivial_arrays().items()}
-    assert only(load_numpy(data, split=False))["pbc"].tolist() == [True, True, True]
+    small = dict(data, cell=np.eye(3)[None] * 2.0)  # a 2 Å cell: pairs with images within 2.5 Å
+    structure = only(load_numpy(small))
+    assert "pbc" not in structure
+    periodic = next(iter(load_numpy(small).apply(add_neighbors(2.5))))
+    assert periodic["pbc"].numpy().tolist() == [True, True, True] and periodic["shift"].numpy().any()
+    molecule = {k: v for k, v in data.items() if k != "cell"}
+    open_ = next(iter(load_numpy(molecule).apply(sparse_batch(1)).apply(add_neighbors(2.5))))
+    assert open_["pbc"].numpy().tolist() == [[False, False, False]] and not open_["shift"].numpy().any()
+    assert not open_["cell"].numpy().any()
 
 
-def test_qm9_loader_gives_the_trivial_structure_in_ev(trivial_files):
+def test_qm9_loader_gives_the_trivial_structure_in_the_files_units(trivial_files):
+    """Upstream's test_qm9: U0 as the file gives it (Hartree), no cell; units='pinn' converts to eV."""
     out = only(load_qm9([trivial_files[0]]))
+    assert set(out) == {"elems", "coord", "e_data"}
     assert out["elems"].tolist() == [1, 8, 1]
     np.testing.assert_allclose(out["coord"], TRIVIAL_COORD, atol=1e-6)  # "0.000000*^0" is QM9's 0
-    # upstream's loader leaves U0 in Hartree (its test expects 11.0); pinn's energies are in eV
-    assert out["e_data"] == pytest.approx(TRIVIAL_ENERGY * units.HARTREE, rel=1e-6)
-    assert not out["pbc"].any() and not out["cell"].any()  # a molecule: open
+    assert out["e_data"] == pytest.approx(TRIVIAL_ENERGY, rel=1e-6)
+    in_ev = only(load_qm9([trivial_files[0]], units="pinn"))
+    assert in_ev["e_data"] == pytest.approx(TRIVIAL_ENERGY * units.HARTREE, rel=1e-6)
 
 
-def test_runner_loader_gives_the_trivial_structure_in_angstrom_and_ev(trivial_files):
+def test_runner_loader_gives_the_trivial_structure_as_upstream_reads_it(trivial_files):
+    """Upstream's test_runner: lengths in Å, the energy in Hartree, forces in Hartree/Å; units='atomic': eV."""
     out = only(load_runner(trivial_files[1]))
     assert out["elems"].tolist() == [1, 8, 1]
     np.testing.assert_allclose(out["coord"], TRIVIAL_COORD * units.BOHR, rtol=1e-6)
     np.testing.assert_allclose(out["cell"], TRIVIAL_CELL * units.BOHR, rtol=1e-6)
     assert out["pbc"].all()  # lattice lines: periodic
-    # upstream's test (01b03e0) expects 11.0: its loader converts Hartree to eV since, as pinn does
-    assert out["e_data"] == pytest.approx(TRIVIAL_ENERGY * units.HARTREE, rel=1e-6)
-    np.testing.assert_allclose(out["f_data"][0], np.array([0.0001, -0.0002, 0.0003]) * units.HARTREE / units.BOHR,
+    assert out["e_data"] == pytest.approx(TRIVIAL_ENERGY, rel=1e-6)
+    np.testing.assert_allclose(out["f_data"][0], np.array([0.0001, -0.0002, 0.0003]) / units.BOHR, rtol=1e-5)
+    in_ev = only(load_runner(trivial_files[1], units="atomic"))
+    assert in_ev["e_data"] == pytest.approx(TRIVIAL_ENERGY * units.HARTREE, rel=1e-6)
+    np.testing.assert_allclose(in_ev["f_data"][0], np.array([0.0001, -0.0002, 0.0003]) * units.HARTREE / units.BOHR,
                                rtol=1e-5)
 
 
@@ -146,6 +162,18 @@ def test_split_follows_the_ratio():
         assert set(subsets) == {"train", "test"}
         assert sum(1 for _ in subsets["train"]) == 8
         assert sum(1 for _ in subsets["test"]) == 2
+
+
+def test_frames_of_another_shape_are_carried_as_upstream_and_refused_at_batching(caplog):
+    """Upstream's test_split stacks [[v]] * 10: frames of coord [1, 3, 3]. Its loader splits them; so does pinn's,
+    with a warning, and sparse_batch then refuses them naming the key."""
+    data = {k: np.stack([[v]] * 10, axis=0) for k, v in trivial_arrays().items()}
+    with caplog.at_level("WARNING", logger="pinn"):
+        subsets = load_numpy(data, splits={"train": 8, "test": 2})
+    assert sum(1 for _ in subsets["train"]) == 8 and sum(1 for _ in subsets["test"]) == 2
+    assert "'coord' [1, 3, 3]" in caplog.text and "sparse_batch and the models refuse them" in caplog.text
+    with pytest.raises(ValueError, match=r"sparse_batch: 'coord' has the shape \[1, 3, 3\] per structure"):
+        subsets["train"].apply(sparse_batch(2))
 
 
 def test_tfrecord_of_structures_and_of_batches_named_by_their_spec(trivial_files, tmp_path):
@@ -191,14 +219,14 @@ def lj_samples():
     return {k: np.array(v) for k, v in data.items()}
 
 
-def test_load_numpy_default_split_is_upstreams_train_and_test(lj_samples):
-    subsets = load_numpy(lj_samples)
-    assert sum(1 for _ in subsets["train"]) == 40 and sum(1 for _ in subsets["test"]) == 10
-    assert set(subsets) == {"train", "test"}
+def test_load_numpy_without_splits_is_one_dataset_of_every_frame_in_order(lj_samples):
+    dataset = load_numpy(lj_samples)
+    energies = [float(s["e_data"]) for s in dataset]
+    np.testing.assert_allclose(energies, lj_samples["e_data"], rtol=1e-6)
 
 
 def test_potential_model_trains_on_lj_three_body_samples(lj_samples, tmp_path):
-    dataset = lambda: load_numpy(lj_samples)  # noqa: E731  (upstream's test writes it so)
+    dataset = lambda: load_numpy(lj_samples, splits={"train": 8, "test": 2})  # noqa: E731  (upstream's test)
     train = lambda: dataset()["train"].shuffle(100).repeat().apply(sparse_batch(100))  # noqa: E731
     test = lambda: dataset()["test"].repeat().apply(sparse_batch(100))  # noqa: E731
     nodes = [8, 8]
@@ -315,8 +343,8 @@ def test_convert_reads_qm9_files_with_upstreams_format_option(qm9_folder):
     for path in (qm9_folder / "dsgdb9nsd").glob("*.xyz"):
         lines = path.read_text().splitlines()
         u0[int(lines[0])] = u0.get(int(lines[0]), []) + [float(lines[1].split()[12])]
-    for s in structures:  # U0 of a molecule of that size, in eV
-        assert min(abs(s["e_data"].numpy() - e * units.HARTREE) for e in u0[len(s["elems"])]) < 1e-2
+    for s in structures:  # U0 of a molecule of that size, in the file's Hartree as upstream's loader gives it
+        assert min(abs(s["e_data"].numpy() - e) for e in u0[len(s["elems"])]) < 1e-5
 
 
 def test_qm9_pinet_yml_trains_unchanged(qm9_folder, monkeypatch, capsys):

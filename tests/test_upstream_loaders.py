@@ -15,6 +15,7 @@ import yaml
 from pinn import units
 from pinn.io import (DataError, list_loader, load_ani, load_cp2k, load_deepmd, load_qm7b, load_qm9, load_runner,
                      load_tfrecord, sparse_batch, write_tfrecord)
+from pinn.io.base import periodic
 from pinn.io.batch import split_batch
 from pinn.io.padding import pad_tensors
 
@@ -65,23 +66,24 @@ def qm9_dir(tmp_path):
 
 def test_qm9_converts_units_reads_mathematica_exponents_and_splits(qm9_dir):
     files = sorted(str(p) for p in qm9_dir.iterdir())
-    got = _all(load_qm9(files, label_map={"e_data": "U0", "gap": "gap", "mu": "mu", "q_data": "mulliken"},
-                        shuffle=False))
-    methane, water = got
+    labels = {"e_data": "U0", "gap": "gap", "mu": "mu", "q_data": "mulliken"}
+    methane, water = _all(load_qm9(files, label_map=labels, shuffle=False, units="pinn"))
     assert methane["e_data"] == pytest.approx(-40.47893 * units.HARTREE, rel=1e-6)  # Hartree -> eV
     assert water["gap"] == pytest.approx(0.3615 * units.HARTREE, rel=1e-6)
     assert water["mu"] == pytest.approx(1.8511 * units.DEBYE, rel=1e-6)  # debye -> e·Å
+    as_written = _all(load_qm9(files, label_map=labels, shuffle=False))  # upstream's: the file's units
+    assert as_written[0]["e_data"] == pytest.approx(-40.47893, rel=1e-6)
+    assert as_written[1]["mu"] == pytest.approx(1.8511, rel=1e-6)
     np.testing.assert_array_equal(methane["elems"], [6, 1, 1, 1, 1])
     assert methane["coord"][1, 0] == pytest.approx(2.150416e-3)  # 2.150416*^-3
     assert methane["coord"][2, 2] == pytest.approx(2.765748e-4)
     np.testing.assert_allclose(water["q_data"], [-0.589706, 0.294853, 0.294853], rtol=1e-6)
-    assert not methane["pbc"].any()
+    assert "cell" not in methane and "pbc" not in methane  # a molecule: open
     # upstream's default label_map, a directory, and splits= (molecules are the items)
     parts = load_qm9(str(qm9_dir), splits={"train": 1, "test": 1}, seed=1)
     sizes = {name: [s["e_data"] for s in _all(ds)] for name, ds in parts.items()}
     assert sorted(len(v) for v in sizes.values()) == [1, 1]
-    assert sorted(sizes["train"] + sizes["test"]) == pytest.approx(sorted([-40.47893 * units.HARTREE,
-                                                                           -76.404702 * units.HARTREE]), rel=1e-6)
+    assert sorted(sizes["train"] + sizes["test"]) == pytest.approx([-76.404702, -40.47893], rel=1e-6)  # Hartree
 
 
 def test_qm9_bad_files_and_labels_are_named(qm9_dir, tmp_path):
@@ -135,8 +137,12 @@ end
 def test_runner_converts_bohr_and_hartree_and_carries_weights(tmp_path):
     path = tmp_path / "input.data"
     path.write_text(RUNNER)
-    first, second = _all(load_runner(str(path), shuffle=False))
+    upstream_first, _ = _all(load_runner(str(path), shuffle=False))  # upstream's reading: Hartree, Hartree/Å
+    assert upstream_first["e_data"] == pytest.approx(-76.25, rel=1e-6)
+    np.testing.assert_allclose(upstream_first["f_data"][0], np.array([0.01, 0.02, 0.03]) / units.BOHR, rtol=1e-6)
+    first, second = _all(load_runner(str(path), shuffle=False, units="atomic"))
     np.testing.assert_allclose(first["coord"][1], np.array([2.5, 2.0, 3.0]) * units.BOHR, rtol=1e-6)
+    np.testing.assert_allclose(upstream_first["coord"], first["coord"])
     np.testing.assert_allclose(first["cell"], np.diag([10.0, 11.0, 12.0]) * units.BOHR, rtol=1e-6)
     assert first["pbc"].all()
     assert first["e_data"] == pytest.approx(-76.25 * units.HARTREE, rel=1e-6)
@@ -166,11 +172,11 @@ def test_runner_reads_what_ase_writes_with_a_begin_layout(tmp_path):
     path = tmp_path / "ase.data"
     ase.io.write(str(path), [atoms], format="runnerdata")
     assert path.read_text().split("\n")[0].split()[:3] == ["begin", "position(3)", "element"]
-    (got,) = _all(load_runner(str(path), shuffle=False))
+    (got,) = _all(load_runner(str(path), shuffle=False, units="atomic"))
     np.testing.assert_allclose(got["coord"], atoms.positions, atol=1e-6)
     assert got["e_data"] == pytest.approx(-2078.5, rel=1e-6)
     np.testing.assert_allclose(got["f_data"], atoms.get_forces(), atol=1e-6)
-    assert not got["pbc"].any()
+    assert "cell" not in got and "pbc" not in got  # no lattice lines: open
 
 
 def test_runner_bad_structures_name_the_file_and_line(tmp_path):
@@ -237,8 +243,8 @@ def test_deepmd_open_systems_raw_layout_and_a_directory_of_systems(tmp_path):
     with pytest.raises(DataError, match=r"type\.raw: atom types are indices .* give type_map="):
         load_deepmd(str(tmp_path / "all" / "cluster"))
     got = _all(load_deepmd(str(tmp_path / "all"), type_map=["O", "H"], shuffle=False))  # found below the folder
-    assert len(got) == 2 and not got[0]["pbc"].any()
-    assert "s_data" not in got[0] and "cell" in got[0] and not got[0]["cell"].any()  # no stress without a box
+    assert len(got) == 2 and "pbc" not in got[0] and "cell" not in got[0]  # open, as upstream's: no cell
+    assert "s_data" not in got[0]  # no stress without a box
     np.testing.assert_array_equal(got[0]["elems"], [8, 1, 1])
     # upstream's dict form: atomic number -> type index
     assert _all(load_deepmd(str(tmp_path / "all" / "cluster"), type_map={8: 0, 1: 1}, shuffle=False))[1]["e_data"] \
@@ -366,7 +372,7 @@ def test_cp2k_both_output_generations_units_and_stress_sign(tmp_path):
     np.testing.assert_array_equal(third["elems"], [8, 1])  # 'O1' is oxygen
     # upstream's default keys without a cell: an open system; splits
     open_run = _all(load_cp2k({"out": runs[0]["out"], "coord": runs[0]["coord"]}, shuffle=False))
-    assert not open_run[0]["pbc"].any() and "s_data" not in open_run[0]
+    assert "cell" not in open_run[0] and "pbc" not in open_run[0] and "s_data" not in open_run[0]
     parts = load_cp2k(runs, splits={"a": 2, "b": 1})
     assert sorted(len(_all(ds)) for ds in parts.values()) == [1, 2]
 
@@ -406,14 +412,16 @@ def _ani_file(path, rng):
     return written
 
 
-def test_ani_hartree_to_ev_and_split_by_molecule(tmp_path):
+def test_ani_in_hartree_or_ev_and_split_by_molecule(tmp_path):
     pytest.importorskip("h5py")
     written = _ani_file(str(tmp_path / "ani_gdb_s01.h5"), np.random.RandomState(0))
     got = _all(load_ani(str(tmp_path / "ani_gdb_s01.h5"), shuffle=False))
-    assert len(got) == 9
+    assert len(got) == 9 and set(got[0]) == {"elems", "coord", "e_data"}
     np.testing.assert_array_equal(got[0]["elems"], [6, 1, 1, 1, 1])
     np.testing.assert_allclose(got[1]["coord"], written["gdb11_s01-0"][0][1], rtol=1e-6)
-    assert got[4]["e_data"] == pytest.approx(written["gdb11_s01-1"][1][1] * units.HARTREE, rel=1e-6)
+    assert got[4]["e_data"] == pytest.approx(written["gdb11_s01-1"][1][1], rel=1e-6)  # Hartree, as upstream's
+    in_ev = _all(load_ani(str(tmp_path / "ani_gdb_s01.h5"), shuffle=False, units="pinn"))
+    assert in_ev[4]["e_data"] == pytest.approx(written["gdb11_s01-1"][1][1] * units.HARTREE, rel=1e-6)
     parts = load_ani([str(tmp_path / "ani_gdb_s01.h5")], splits={"train": 2, "test": 1}, seed=0)
     formulas = {name: {tuple(s["elems"]) for s in _all(ds)} for name, ds in parts.items()}
     sizes = {name: len(_all(ds)) for name, ds in parts.items()}
@@ -493,9 +501,9 @@ def test_list_loader_flags_declare_the_keys():
         return {"elems": atoms.numbers, "coord": atoms.positions, "cell": atoms.cell[:],
                 "f_data": np.zeros_like(atoms.positions), "e_data": 0.0}
     copper, water, long_copper = _all(load_atoms(_atoms_items(), shuffle=False))
-    assert copper["pbc"].all() and not water["pbc"].any()  # a zero cell is an open system
+    assert periodic(copper) and not periodic(water)  # a zero cell is an open system
     np.testing.assert_allclose(long_copper["cell"][2, 2], 7.2)
-    assert set(copper) == {"elems", "coord", "cell", "pbc", "e_data", "f_data"}
+    assert set(copper) == {"elems", "coord", "cell", "e_data", "f_data"}  # the declared keys, nothing added
 
     @list_loader(force=True)
     def load_without_forces(atoms):

@@ -1,5 +1,5 @@
-"""Upstream PiNN 2.x's input files inputs/qm9-pinet.yml, md17-pinet2.yml and pinet2-dipole.yml,
-restated as configuration data for the tests that run them as upstream's `pinn train` takes them."""
+"""Upstream PiNN 2.x's input files inputs/qm9-pinet.yml, md17-pinet2.yml, pinet2-dipole.yml and
+pol_inputs/*.yml, restated as configuration data for the tests that run them as upstream's `pinn train` takes them."""
 
 QM9_PINET = """\
 model:
@@ -67,4 +67,34 @@ optimizer:
         decay_rate: 0.994
         decay_steps: 10000
         initial_learning_rate: 0.0001
+"""
+
+
+#: upstream's inputs/pol_inputs/acks2.yml (c1cfd5c); its nine other files differ only in the model name and
+#: PiNet2's out_extra (those of NETWORK_EXTRAS)
+UPSTREAM_POL_YML = """
+model:
+  name: pol_acks2_model
+  params: {}
+model_dir: model
+network:
+  name: PiNet2
+  params:
+    atom_types: [1, 6, 7, 8, 16, 17]
+    basis_type: gaussian
+    depth: 5
+    ii_nodes: [32, 32, 32, 32]
+    n_basis: 20
+    out_extra: {i1: 1, i3: 1}
+    out_nodes: [32]
+    pi_nodes: [32]
+    pp_nodes: [32, 32, 32, 32]
+    rc: 4.5
+optimizer:
+  class_name: Adam
+  config:
+    global_clipnorm: 0.01
+    learning_rate:
+      class_name: ExponentialDecay
+      config: {decay_rate: 0.994, decay_steps: 10000, initial_learning_rate: 0.0003}
 """

@@ -248,7 +248,7 @@ def _fingerprint_range(params, batches):
 
     from pinn import get_network
     from pinn.io import add_neighbors
-    from pinn.models.potential import pair_geometry
+    from pinn.io.batch import pair_geometry
     raw = dict(params["network"], params=dict(params["network"]["params"], fp_scale=False, fp_range=[],
                                               fp_multiplier=1.0))
     network = get_network({"network": raw, "precision": params.get("precision", "float32")})

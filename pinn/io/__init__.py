@@ -3,7 +3,8 @@
 - :func:`load_ase`: any ASE-readable file (or a list of them), an ASE database, a list of ``Atoms``;
 - :func:`load_numpy`: a dict of arrays;
 - :func:`load_mimic`: the files a MiMiC QM/MM run leaves (``.mpt``, ``.trr``, ``ENERGIES``);
-- upstream PiNN's format loaders, converting to pinn's units: :func:`load_qm9` (QM9 ``.xyz``),
+- upstream PiNN's format loaders, giving the values upstream gives (``units=`` converts):
+  :func:`load_qm9` (QM9 ``.xyz``),
   :func:`load_ani` (ANI-1 HDF5, needs h5py), :func:`load_cp2k` (CP2K output, trajectory, cell
   file), :func:`load_deepmd` (DeePMD-kit systems), :func:`load_runner` (RuNNer ``input.data``),
   :func:`load_qm7b` (QM7b polarizabilities);
@@ -12,6 +13,8 @@
 - :func:`list_loader`: write your own loader from a function of one item;
 - :func:`sparse_batch`: batch structures of different sizes;
 - :func:`add_neighbors`: precompute neighbor lists in the pipeline;
+- :func:`with_cell_and_pbc`: ``cell`` and ``pbc`` for structures whose loader gave none (molecules,
+  a cell without ``pbc``), as the models read them;
 - :func:`split_batch`: a sparse batch in parts of consecutive structures;
 - :func:`write_tfrecord` / :func:`load_tfrecord`: a preprocessed cache.
 
@@ -33,6 +36,7 @@ _EXPORTS = {
     "load_deepmd": "pinn.io.deepmd", "load_runner": "pinn.io.runner", "load_qm7b": "pinn.io.qm7b",
     "distribute_data": "pinn.io.distribute",
     "add_neighbors": "pinn.io.batch", "sparse_batch": "pinn.io.batch", "split_batch": "pinn.io.batch",
+    "with_cell_and_pbc": "pinn.io.batch",
     "load_tfrecord": "pinn.io.tfrecord", "write_tfrecord": "pinn.io.tfrecord",
     "load_ds": "pinn.io.formats",
 }

@@ -1,5 +1,5 @@
 """Load the ANI-1 data set (HDF5 files of molecules and their conformers), as upstream PiNN's
-``load_ani`` does, in pinn's units.
+``load_ani`` does (energies in Hartree, as upstream's; ``units='pinn'`` converts them to eV).
 
 An ANI-1 file (``ani_gdb_s01.h5`` ... ``ani_gdb_s08.h5``; Smith, Isayev and Roitberg,
 Sci. Data 4, 170193 (2017)) holds a group per molecule, such as ``gdb11_s01/gdb11_s01-0``,
@@ -7,7 +7,7 @@ with the datasets
 
 - ``species`` [n_atoms]: element symbols (bytes), or ``atomic_numbers`` [n_atoms];
 - ``coordinates`` [n_conformers, n_atoms, 3]: Å;
-- ``energies`` [n_conformers]: Hartree (converted to eV);
+- ``energies`` [n_conformers]: Hartree;
 - and others (``smiles``...), which are not read.
 
 The data sets are split by molecule, as upstream PiNN splits them: the conformers of one
@@ -19,7 +19,7 @@ import os
 import numpy as np
 
 from pinn import keys as K
-from pinn import units
+from pinn.units import HARTREE
 from pinn.io.base import DataError, Frame, ItemReader, chosen_split, split_items
 from pinn.io.readers.text import atomic_number
 
@@ -33,7 +33,7 @@ def _h5py():
     return h5py
 
 
-def load_ani(filelist, split=False, shuffle=True, seed=0, splits=None):
+def load_ani(filelist, split=False, shuffle=True, seed=0, splits=None, *, units="file"):
     """Load the conformers of ANI-1 HDF5 files.
 
     Args:
@@ -41,11 +41,12 @@ def load_ani(filelist, split=False, shuffle=True, seed=0, splits=None):
         split, shuffle, seed, splits: as for :func:`pinn.io.load_ase`, but the items split and
             shuffled are the molecules (every conformer of a molecule lands in the same
             subset, in the file's order).  Upstream PiNN's ``cycle_length`` is not taken.
+        units: ``'file'`` (upstream's: ``e_data`` in the files' Hartree) or ``'pinn'`` (eV: Hartree
+            times :data:`pinn.units.HARTREE`).
 
     Returns:
         A ``tf.data.Dataset`` of structures (or a nested dict of them) with ``elems``,
-        ``coord`` (Å), ``cell``/``pbc`` (open) and ``e_data`` (eV; the files' Hartree times
-        :data:`pinn.units.HARTREE`; upstream PiNN leaves Hartree), as float32.
+        ``coord`` (Å) and ``e_data``, as float32 (no ``cell``: open molecules).
 
     Raises:
         ImportError: h5py is not installed.
@@ -53,6 +54,9 @@ def load_ani(filelist, split=False, shuffle=True, seed=0, splits=None):
             whose datasets disagree in shape or that names an unknown element (naming the file
             and group), or a non-finite energy (naming the conformer, when it is read).
     """
+    if units not in ("file", "pinn"):
+        raise DataError(f"load_ani: units={units!r}; known: 'file' (upstream PiNN's: Hartree) or 'pinn' (eV)")
+    factor = HARTREE if units == "pinn" else 1.0
     h5py = _h5py()
     split = chosen_split(split, splits, "load_ani")
     files = [os.fspath(filelist)] if isinstance(filelist, (str, os.PathLike)) else [os.fspath(f) for f in filelist]
@@ -67,7 +71,7 @@ def load_ani(filelist, split=False, shuffle=True, seed=0, splits=None):
     def read_ani_conformer(item):
         path, name, i = item.payload
         elems, coord, energies = _molecule(path, name, os.stat(path).st_mtime_ns)
-        return {K.ELEMS: elems, K.COORD: coord[i], K.E_DATA: energies[i] * units.HARTREE}
+        return {K.ELEMS: elems, K.COORD: coord[i], K.E_DATA: energies[i] * factor}
 
     return ItemReader(read_ani_conformer, "load_ani").datasets(_map(subsets, conformers))
 

@@ -37,13 +37,14 @@ def split_items(items, split, shuffle=True, seed=0):
 
     Args:
         items: a sequence.
-        split: ``False``/``None`` (no split: one list, shuffled unless ``shuffle`` is False), a
-            positive number (upstream PiNN's ``split=1``: one subset of every item, the same
-            list), or a dict mapping names to positive ratios or to nested dicts of the
+        split: ``False``/``None`` (no split: the items in their order), a positive number
+            (upstream PiNN's ``split=1``: one subset of every item, in order), or a dict
+            mapping names to positive ratios or to nested dicts of the
             same form, e.g. ``{'train': 8, 'vali': 1, 'test': 1}`` or
             ``{'train': 8, 'eval': {'vali': 1, 'test': 1}}``.  A one-key split
             such as ``{'all': 1}`` gives every item.
-        shuffle: shuffle the items (before splitting; also without a split, see docs/data.md).
+        shuffle: shuffle the items before splitting them (as upstream PiNN's ``shuffle``, only used
+            when splitting; pinn 0.12–0.17 shuffled without a split too).
         seed: seed of the shuffle; the same seed gives the same subsets.
 
     Returns:
@@ -52,13 +53,13 @@ def split_items(items, split, shuffle=True, seed=0):
         rounding), every item lands in exactly one subset.
     """
     items = list(items)
-    if shuffle:
-        order = np.random.RandomState(seed).permutation(len(items))
-        items = [items[i] for i in order]
     if not split:
         return items
     if isinstance(split, (int, float)) and not isinstance(split, bool) and split > 0:
         return items  # upstream's split=1: a single subset holding every item
+    if shuffle:
+        order = np.random.RandomState(seed).permutation(len(items))
+        items = [items[i] for i in order]
     return _split(items, split, path="split")
 
 
@@ -109,8 +110,9 @@ def check_structure(data, source, float_dtype="float32", extra=None):
             tuple with ``None`` for a dimension of any size, the dtype a name or ``'float'``.
 
     Returns:
-        A new dict of numpy arrays of the declared dtypes (missing ``cell``/``pbc``
-        filled for an open system).
+        A new dict of numpy arrays of the declared dtypes, with the keys of ``data`` (as upstream
+        PiNN's loaders: no ``cell`` or ``pbc`` is added; see :func:`periodic` for what their
+        absence means).
 
     Raises:
         DataError: unknown keys, wrong shapes, non-positive atomic numbers or
@@ -135,8 +137,6 @@ def check_structure(data, source, float_dtype="float32", extra=None):
     n_atoms = len(out[K.ELEMS])
     if n_atoms == 0:
         raise DataError(f"{source}: structure has no atoms")
-    out.setdefault(K.CELL, np.zeros((3, 3), K.dtype_of(K.CELL, float_dtype)))
-    out.setdefault(K.PBC, np.zeros(3, bool))
     for key, value in out.items():
         if key in extra:
             declared = extra[key][0]
@@ -154,9 +154,23 @@ def check_structure(data, source, float_dtype="float32", extra=None):
             raise DataError(f"{source}: non-finite values in {key!r} (first at index {bad[0].tolist()})")
     if np.any(out[K.ELEMS] <= 0) or np.any(out[K.ELEMS] > 118):
         raise DataError(f"{source}: atomic numbers must be in 1..118, got {sorted(set(out[K.ELEMS].tolist()))}")
-    if out[K.PBC].any() and abs(np.linalg.det(out[K.CELL].astype(np.float64))) < 1e-6:
+    if K.PBC in out and K.CELL not in out and out[K.PBC].any():
+        raise DataError(f"{source}: periodic along {out[K.PBC].tolist()} but no {K.CELL!r}")
+    if K.CELL in out and periodic(out) and abs(np.linalg.det(out[K.CELL].astype(np.float64))) < 1e-6:
         raise DataError(f"{source}: periodic structure with a singular cell {out[K.CELL].tolist()}")
     return out
+
+
+def periodic(structure):
+    """Whether one structure (a dict of arrays) is periodic along any axis.
+
+    ``pbc`` says so where the structure has it; without it a structure with a ``cell`` that is not
+    all zeros is periodic along a, b and c (upstream PiNN's reading), and one without a ``cell``
+    is open.  :func:`pinn.io.with_cell_and_pbc` fills both keys in the same way for the models.
+    """
+    if K.PBC in structure:
+        return bool(np.any(structure[K.PBC]))
+    return K.CELL in structure and bool(np.any(np.asarray(structure[K.CELL]) != 0))
 
 
 def signature_of(structure, extra=None):
@@ -290,9 +304,6 @@ class ItemReader:
         if unexpected:
             raise DataError(f"{source}: {self.name} gives {unexpected}, which it does not declare (list_loader's "
                             "pbc=True declares 'cell', force=True 'f_data', stress=True 's_data', ds_spec any key)")
-        if K.CELL in raw and K.PBC not in raw:  # upstream PiNN: a structure with a cell is periodic
-            raw = dict(raw)
-            raw[K.PBC] = np.repeat(bool(np.any(np.asarray(raw[K.CELL]) != 0)), 3)
         return raw
 
     def datasets(self, subsets):

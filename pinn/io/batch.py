@@ -48,6 +48,7 @@ def sparse_batch(batch_size, drop_remainder=False, num_parallel_calls=tf.data.AU
 
     def transform(dataset):
         spec = dataset.element_spec
+        _check_known_shapes(spec)
         extra_atomic = [key for key in atomic if isinstance(spec, dict) and key in spec and key not in K.ATOMIC_KEYS]
         if extra_atomic and K.ELEMS in spec:
             dataset = dataset.map(_rows_per_atom_checked(extra_atomic), num_parallel_calls=num_parallel_calls,
@@ -62,6 +63,16 @@ def sparse_batch(batch_size, drop_remainder=False, num_parallel_calls=tf.data.AU
             flatten = lambda batch: _flatten_ragged(batch, atomic)  # noqa: E731
         return batched.map(flatten, num_parallel_calls=num_parallel_calls, deterministic=True)
     return transform
+
+
+def _check_known_shapes(spec):
+    """Refuse single structures whose keys of pinn's have another rank than pinn's (:mod:`pinn.keys`)."""
+    if not isinstance(spec, dict) or K.IND_1 in spec:
+        return
+    for key, value in spec.items():
+        if key in K.SHAPES and isinstance(value, tf.TensorSpec) and value.shape.rank != len(K.SHAPES[key]):
+            raise ValueError(f"sparse_batch: {key!r} has the shape {value.shape.as_list()} per structure; pinn's "
+                             f"{key!r} is {list(K.SHAPES[key])} (None: the atoms; see pinn.keys)")
 
 
 def _rows_per_atom_checked(keys):
@@ -158,7 +169,7 @@ def split_batch(batch, n_parts, atomic_props=None):
     if K.REAL in batch:
         raise ValueError("split_batch: split a batch before padding it (it has the padding key 'real')")
     ind_1 = batch[K.IND_1][:, 0]
-    n_struct = tf.shape(batch[K.CELL])[0]
+    n_struct = structure_count(batch)
     struct_bounds = tf.range(n_parts + 1, dtype=tf.int32) * n_struct // n_parts
     checks = [tf.debugging.assert_non_negative(ind_1[1:] - ind_1[:-1],
                                                message="split_batch: atoms are not ordered by structure (ind_1)")]
@@ -204,16 +215,118 @@ def per_structure_checks(batch, n_struct, atomic, who):
             for key, value in batch.items() if key not in known and not isinstance(value, tf.RaggedTensor)]
 
 
+def structure_count(batch):
+    """The number of structures of a sparse batch (int32 scalar tensor): the rows of its first
+    per-structure key (``cell``, ``pbc``, ``e_data``, ...), else one more than the largest ``ind_1``."""
+    for key in K.STRUCTURE_KEYS:
+        if key in batch:
+            return tf.shape(batch[key])[0]
+    return tf.maximum(tf.reduce_max(tf.cast(batch[K.IND_1], tf.int32)) + 1, 0)
+
+
+def with_cell_and_pbc(tensors):
+    """``tensors`` with ``cell`` and ``pbc`` where a loader gave none (upstream PiNN's loaders give
+    neither for molecules, and a ``cell`` without ``pbc`` for periodic data).
+
+    Without ``cell`` a structure is open (a cell of zeros); without ``pbc`` a structure is
+    periodic along a, b and c where its cell is not all zeros, and open where it is (upstream's
+    reading).  Works on one structure and on a sparse batch (``ind_1`` present), in
+    ``tf.data`` maps and in functions.
+
+    Args:
+        tensors: dict of tensors with ``coord`` (Å) and, for a batch, ``ind_1``.
+
+    Returns:
+        ``tensors`` itself when it has both keys, else a new dict with ``cell`` [3, 3] (batch:
+        [n_struct, 3, 3], Å, the ``coord`` dtype) and ``pbc`` [3] (batch: [n_struct, 3]) bool.
+    """
+    if K.CELL in tensors and K.PBC in tensors:
+        return tensors
+    out = dict(tensors)
+    if K.CELL not in out:
+        coord = tf.convert_to_tensor(out[K.COORD])
+        if K.IND_1 in out:
+            out[K.CELL] = tf.zeros(tf.stack([structure_count(out), 3, 3]), coord.dtype)
+        else:
+            out[K.CELL] = tf.zeros([3, 3], coord.dtype)
+    if K.PBC not in out:
+        has_cell = tf.reduce_any(tf.not_equal(out[K.CELL], 0), axis=[-2, -1])
+        out[K.PBC] = tf.repeat(has_cell[..., None], 3, axis=-1)
+    return out
+
+
+def pair_geometry(tensors):
+    """``tensors`` (a sparse batch with ``coord``, ``cell``, ``ind_1``, ``ind_2`` and ``shift``) with
+    ``diff`` [n_pairs, 3] = r_j + shift·cell − r_i (Å) and ``dist`` [n_pairs] = |diff| (Å), computed in
+    TensorFlow so that gradients reach ``coord`` and ``cell``; a new dict."""
+    ind_2 = tensors[K.IND_2]
+    # through a reshape, the gradient with respect to coord is a dense tensor (tf.gather's alone would be
+    # IndexedSlices, which a user's tape.gradient(energy, coord) would hand back)
+    coord = tf.reshape(tensors[K.COORD], [-1, 3])
+    cell_of_pair = tf.gather(tensors[K.CELL], tf.gather(tensors[K.IND_1][:, 0], ind_2[:, 0]))
+    diff = (tf.gather(coord, ind_2[:, 1]) - tf.gather(coord, ind_2[:, 0])
+            + tf.reduce_sum(tensors[K.SHIFT][:, :, None] * cell_of_pair, axis=1))  # shift @ cell, per pair
+    out = dict(tensors)
+    out[K.DIFF] = diff
+    out[K.DIST] = tf.norm(diff, axis=1)
+    return out
+
+
+@tf.autograph.experimental.do_not_convert
+def batch_pairs(tensors, rc):
+    """Every pair of atoms of a sparse batch closer than ``rc``, with their geometry (in a function
+    or a ``tf.data`` map).
+
+    The pairs are those of :func:`pinn.io.neighbors.neighbor_list`, found structure by structure
+    with cell lists in NumPy (``tf.numpy_function``); ``diff`` and ``dist`` come from
+    :func:`pair_geometry`, so gradients reach ``coord`` and ``cell``.
+
+    Args:
+        tensors: dict with ``ind_1`` [n_atoms, 1] (atoms of a structure contiguous, in structure
+            order, as :func:`sparse_batch` makes them), ``coord`` [n_atoms, 3] (Å), and optionally
+            ``cell`` [n_struct, 3, 3] (Å; [3, 3] for a batch of one) and ``pbc`` [n_struct, 3]
+            (see :func:`with_cell_and_pbc` for their absence).
+        rc: cutoff radius, Å.
+
+    Returns:
+        dict: ``ind_2`` [n_pairs, 2] int32 (both orders of a pair, sorted by structure and i),
+        ``shift`` [n_pairs, 3] (the image of j in multiples of a, b, c), ``diff`` [n_pairs, 3] and
+        ``dist`` [n_pairs] (Å), 0 < dist < rc.
+    """
+    coord = tf.convert_to_tensor(tensors[K.COORD])
+    ind_1 = tf.cast(tf.reshape(tensors[K.IND_1], [-1, 1]), tf.int32)
+    geometry = {K.COORD: coord, K.IND_1: ind_1}
+    if K.CELL in tensors:
+        geometry[K.CELL] = tf.reshape(tf.cast(tensors[K.CELL], coord.dtype), [-1, 3, 3])
+    if K.PBC in tensors:
+        geometry[K.PBC] = tf.reshape(tf.cast(tensors[K.PBC], tf.bool), [-1, 3])
+    geometry = with_cell_and_pbc(geometry)
+    rc = float(rc)
+
+    def pairs(c, cell, pbc, i1):
+        ind_2, shift = batch_neighbor_list(c, cell, pbc, i1, rc)
+        return ind_2.astype("int32"), shift.astype(c.dtype)
+
+    ind_2, shift = tf.numpy_function(pairs, [coord, geometry[K.CELL], geometry[K.PBC], ind_1],
+                                     (tf.int32, coord.dtype), stateful=False)
+    geometry[K.IND_2] = tf.ensure_shape(ind_2, (None, 2))
+    geometry[K.SHIFT] = tf.ensure_shape(shift, (None, 3))
+    geometry = pair_geometry(geometry)
+    return {key: geometry[key] for key in (K.IND_2, K.SHIFT, K.DIFF, K.DIST)}
+
+
 def add_neighbors(rc, num_parallel_calls=tf.data.AUTOTUNE):
     """Dataset transform: add the neighbor list (``ind_2``, ``shift``) with cutoff ``rc`` (Å).
 
     Works on single structures (apply it before ``.cache()`` to compute every
     list once) and on sparse batches (what models do when the input has no
     list yet).  The list is computed in NumPy by :func:`pinn.io.neighbors.neighbor_list`.
+    Structures without ``cell`` or ``pbc`` get them as :func:`with_cell_and_pbc` says.
     """
     rc = float(rc)
 
     def pairs(structure):
+        structure = with_cell_and_pbc(structure)
         coord = structure[K.COORD]
         batched = K.IND_1 in structure
         if batched:

@@ -23,7 +23,7 @@ import numpy as np
 import tensorflow as tf
 
 from pinn import keys as K
-from pinn.io.batch import atomic_keys, per_structure_checks
+from pinn.io.batch import atomic_keys, per_structure_checks, with_cell_and_pbc
 
 #: buckets: 16 · 2^(k/8), rounded up to a multiple of 8
 _SMALLEST = 16
@@ -124,6 +124,7 @@ def pad_tensors(batch, rc, element, atomic_props=None):
     def bucket(n):
         return tf.cast(tf.gather(table, tf.searchsorted(table, tf.cast(n, tf.int64)[None]))[0], tf.int32)
 
+    batch = with_cell_and_pbc(batch)
     n_struct = tf.shape(batch[K.CELL])[0]
     n_atoms = tf.shape(batch[K.ELEMS])[0]
     n_pairs = tf.shape(batch[K.IND_2])[0]

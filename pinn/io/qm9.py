@@ -10,13 +10,14 @@ from pinn.io.readers.qm9 import PROPERTIES, read_qm9
 MULLIKEN = "mulliken"
 
 
-def load_qm9(flist, label_map=None, split=False, shuffle=True, seed=0, splits=None):
-    """Load QM9 molecules, with the properties of ``label_map`` as labels.
+def load_qm9(flist, label_map=None, split=False, shuffle=True, seed=0, splits=None, *, units="file"):
+    """Load QM9 molecules, with the properties of ``label_map`` as labels (upstream PiNN's ``load_qm9``).
 
-    Units are converted to pinn's: the energies (``U0``, ``U``, ``H``, ``G``, ``zpve``,
-    ``homo``, ``lumo``, ``gap``) from Hartree to eV, ``mu`` from debye to e·Å, ``alpha``
-    from bohr³ to Å³, ``r2`` from bohr² to Å²; ``A``, ``B``, ``C`` stay in GHz and ``Cv``
-    in cal/(mol·K).  Upstream PiNN leaves every property in the file's unit (U0 in Hartree).
+    As upstream's, every property is given in the file's unit (``U0`` in Hartree) unless
+    ``units='pinn'``, which converts to pinn's: the energies (``U0``, ``U``, ``H``, ``G``,
+    ``zpve``, ``homo``, ``lumo``, ``gap``) from Hartree to eV, ``mu`` from debye to e·Å,
+    ``alpha`` from bohr³ to Å³, ``r2`` from bohr² to Å² (``A``, ``B``, ``C`` stay in GHz,
+    ``Cv`` in cal/(mol·K)).  The structures have no ``cell`` (open molecules).
 
     Args:
         flist: a QM9 ``.xyz`` file, a list of them, or a directory (its ``*.xyz`` files).
@@ -26,15 +27,19 @@ def load_qm9(flist, label_map=None, split=False, shuffle=True, seed=0, splits=No
             molecule: the key ``e_data`` or a key pinn does not know, such as ``'gap'``), and
             ``'mulliken'``, the Mulliken charges (e, per atom: the key ``q_data``).
         split, shuffle, seed, splits: as for :func:`pinn.io.load_ase` (molecules are the items).
+        units: ``'file'`` (upstream's: as the file gives them) or ``'pinn'`` (eV, e·Å, Å³, Å²).
 
     Returns:
         A ``tf.data.Dataset`` of structures (or a nested dict of them) with ``elems``,
-        ``coord`` (Å), ``cell``/``pbc`` (open) and the keys of ``label_map``, as float32.
+        ``coord`` (Å) and the keys of ``label_map``, as float32.
 
     Raises:
         DataError: no files, a property or key ``label_map`` cannot give; a bad file names
             the file and line (when the dataset is iterated, the first file at once).
     """
+    if units not in ("file", "pinn"):
+        raise DataError(f"load_qm9: units={units!r}; known: 'file' (upstream PiNN's: the file's units) or 'pinn' "
+                        "(eV, e·Å, Å³, Å²)")
     label_map = {K.E_DATA: "U0"} if label_map is None else dict(label_map)
     spec = {K.ELEMS: {"dtype": "int32", "shape": [None]}, K.COORD: {"dtype": "float", "shape": [None, 3]}}
     for key, name in label_map.items():
@@ -58,7 +63,10 @@ def load_qm9(flist, label_map=None, split=False, shuffle=True, seed=0, splits=No
         molecule = read_qm9(item.payload)
         out = {K.ELEMS: molecule["elems"], K.COORD: molecule["coord"]}
         for key, name in label_map.items():
-            out[key] = molecule["charges"] if name == MULLIKEN else molecule["properties"][name]
+            if name == MULLIKEN:
+                out[key] = molecule["charges"]
+            else:
+                out[key] = molecule["properties"][name] * (PROPERTIES[name][2] if units == "pinn" else 1.0)
         return out
     return read_qm9_molecule([Frame(path, path) for path in files], split=split, shuffle=shuffle, seed=seed,
                              splits=splits)

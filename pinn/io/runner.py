@@ -11,14 +11,16 @@ from pinn.io.readers.runner import UNITS, read_runner_frame, scan_runner
 WEIGHTS = {"e_weight": ((), "float"), "f_weights": ((None, 3), "float")}
 
 
-def load_runner(flist, split=False, shuffle=True, seed=0, splits=None, *, units="atomic", weights=False):
+def load_runner(flist, split=False, shuffle=True, seed=0, splits=None, *, units="upstream", weights=False):
     """Load the structures of RuNNer ``input.data`` files.
 
     Args:
         flist: a file or a list of files; the structures of every file, in order.
         split, shuffle, seed, splits: as for :func:`pinn.io.load_ase` (structures are the items).
-        units: the file's units: ``'atomic'`` (RuNNer's: bohr, Hartree, Hartree/bohr; upstream
-            PiNN's assumption) or ``'ase'`` (Å, eV, eV/Å, as some n2p2 data are written).
+        units: how the file's numbers become the dataset's: ``'upstream'`` (the default, upstream
+            PiNN's reading of RuNNer's atomic units: lengths bohr → Å, energies kept in Hartree,
+            forces Hartree/bohr → Hartree/Å), ``'atomic'`` (bohr, Hartree → pinn's Å, eV, eV/Å)
+            or ``'ase'`` (the file is in Å, eV, eV/Å already, as some n2p2 data are written).
         weights: also give upstream PiNN's weights, ``e_weight`` [] (the ``energy_weight``
             line, 1 without it) and ``f_weights`` [n_atoms, 3] (three columns after the forces
             of an atom line, 1 without them); per-atom ``f_weights`` is in
@@ -27,10 +29,10 @@ def load_runner(flist, split=False, shuffle=True, seed=0, splits=None, *, units=
     Returns:
         A ``tf.data.Dataset`` of structures (or a nested dict of them): ``elems``, ``coord``
         (Å), ``cell`` (Å) and ``pbc`` (periodic when the structure has ``lattice`` lines),
-        ``e_data`` (eV), ``f_data`` (eV/Å), ``q_data`` (e, the atomic charge column),
-        ``s_data`` (eV/Å³, only from upstream PiNN's non-standard ``stress`` lines, read as
-        upstream reads them), as float32; the first structure fixes which keys every
-        structure must have.
+        ``e_data`` (Hartree with ``units='upstream'``, eV otherwise), ``f_data`` (Hartree/Å,
+        or eV/Å), ``q_data`` (e, the atomic charge column), ``s_data`` (only from upstream
+        PiNN's non-standard ``stress`` lines, read as upstream reads them), as float32; the
+        first structure fixes which keys every structure must have.
 
     Raises:
         DataError: a missing file or one without ``begin``; a bad structure names the file

@@ -132,6 +132,11 @@ class Model(tf.Module):
         """
         return False
 
+    def upstream_metric_scales(self):
+        """Quantity (``E``, ``F``, ``D``, ...) → the factor between pinn's metric and upstream PiNN's
+        ``METRICS/...`` value of it (upstream reports errors in its training units); none here."""
+        return {}
+
     def missing_labels(self, spec):
         """Enabled loss terms whose labels data with element spec ``spec`` lack."""
         return [t for t in self.loss_term_names() if self.LABELS[t] not in spec]

@@ -37,7 +37,7 @@ import tensorflow as tf
 from pinn import keys as K
 from pinn.models.base import COMMON_PARAMS, Model, abs_sq_count, cast_floats, check_atomic_outputs, per_row
 from pinn.models.loss_weights import atom_weights, structure_weights
-from pinn.models.potential import pair_geometry
+from pinn.io.batch import pair_geometry, with_cell_and_pbc
 from pinn.networks.layers import scatter_sum
 from pinn.schema import Option, ParamsError, non_negative, positive
 
@@ -149,7 +149,7 @@ class DipoleFamilyModel(Model):
     their ``PARAMS``; the parts' network outputs come from :meth:`parts`.
 
     Args:
-        network: a network module (``net(tensors) -> [n_atoms, out_units]``).
+        network: a network module (``net.atomic_outputs(tensors) -> [n_atoms, out_units]``).
         params: resolved ``model.params`` (see ``PARAMS``).
         atom_types: atomic numbers the network knows.
         dtype: float dtype.
@@ -195,16 +195,20 @@ class DipoleFamilyModel(Model):
         """The network's outputs for this model's parts, in training units (× d_scale).
 
         Args:
-            tensors: batch with ``diff`` and ``dist`` (:func:`pinn.models.potential.pair_geometry`).
+            tensors: batch with ``diff`` and ``dist`` (:func:`pinn.io.batch.pair_geometry`).
 
         Returns:
             dict with ``charges`` [n_atoms] (AC), ``bonds`` [n_pairs] (BC), ``dipoles`` [n_atoms, 3] (AD).
         """
-        return {"charges": self.network(tensors)[:, 0]}
+        return {"charges": self.network.atomic_outputs(tensors)[:, 0]}
 
     def regularized_weights(self):
         """Weight matrices of ``use_l2``: the network's (models with their own layers add theirs)."""
         return list(self.network.regularized_weights())
+
+    def upstream_metric_scales(self):
+        """Upstream PiNN reports D and D_PER_ATOM errors × ``d_scale`` (its training units)."""
+        return {"D": self.params["d_scale"], "D_PER_ATOM": self.params["d_scale"]}
 
     def predict(self, tensors, bond_charges=False):
         """Dipole (and charges) of a sparse batch.
@@ -220,6 +224,7 @@ class DipoleFamilyModel(Model):
             units.
         """
         p = self.params
+        tensors = with_cell_and_pbc(tensors)
         n_struct = tf.shape(tensors[K.CELL])[0]
         tensors = pair_geometry(cast_floats(tensors, self.dtype))
         struct = tensors[K.IND_1][:, 0]

@@ -17,12 +17,11 @@ without it (PiNet has scalars only).
 Bond charges: with PiNet, I_ij = Σ_t out_t(I^t_ij), a sum over the network's ``depth`` blocks t of an
 output net (``out_nodes`` then one linear unit; no biases, so that a bond charge vanishes smoothly at the
 cutoff as the interactions do) on the block's pair interactions I^t_ij (PiNet's II output); upstream's
-PiNet grows such nets with ``out_inter``, here they belong to the model.  With PiNet2 (whose pair
-interactions stay inside it), I_ij = Σ_b h_b([P_i, P_j]) e_b(r_ij): a pair net (``out_nodes``, then one
-weight per radial basis function e_b, which holds the cutoff) on the network's atomic outputs P
-(``out_units`` channels; raise it for richer bond features).  Only the part of I_ij that differs from
-I_ji moves charge ((I_ij − I_ji) r_ij for the two directions of a pair); both heads see i and j in order.
-Other networks have no bond charges (refused).
+PiNet grows such nets with ``out_inter``, here they belong to the model.  With PiNet2, as upstream:
+I_ij = i1_ij + ⟨i3_ij, i3_ij⟩ from the network's pair outputs (``out_extra: {i1: 1, i3: 1}``,
+:mod:`pinn.networks.pinet2`; refused without ``i1``).  Only the part of I_ij that differs from I_ji
+moves charge ((I_ij − I_ji) r_ij for the two directions of a pair).  Other networks have no bond
+charges (refused).
 """
 import numpy as np
 import tensorflow as tf
@@ -43,7 +42,7 @@ BOND_HEAD_SEED = 7
 def pinet_pass(network, tensors):
     """PiNet's forward pass, keeping every block's pair interactions.
 
-    The same operations as :meth:`pinn.networks.pinet.PiNet.__call__` (tested to give its outputs).
+    The same operations as :meth:`pinn.networks.pinet.PiNet.atomic_outputs` (tested to give its outputs).
 
     Args:
         network: a :class:`~pinn.networks.pinet.PiNet`.
@@ -97,37 +96,13 @@ class BondHead(tf.Module):
 
 
 
-class PairHead(tf.Module):
-    """Bond charges from atomic features: I_ij = Σ_b h_b([P_i, P_j]) e_b(r_ij) (for PiNet2).
-
-    Args:
-        network: the network whose atomic outputs P [n_atoms, out_units] it reads (its ``out_nodes``,
-            ``act`` and radial basis options are used).
-        dtype: float dtype.
-    """
-
-    def __init__(self, network, dtype, name="pair_head"):
-        super().__init__(name=name)
-        rng = np.random.RandomState(BOND_HEAD_SEED)
-        p = network.params
-        self.ff = FeedForward(2 * p["out_units"], p["out_nodes"], rng, p["act"], dtype=dtype, name="ff")
-        self.unit = Dense(self.ff.n_out, p["n_basis"], rng, dtype=dtype, name="unit")
-        object.__setattr__(self, "basis_params", dict(rc=network.rc, cutoff_type=p["cutoff_type"],
-                                                      basis_type=p["basis_type"], n_basis=p["n_basis"],
-                                                      gamma=p["gamma"], center=p["center"]))
-
-    def __call__(self, features, tensors):
-        """[n_pairs] bond charges (training units) from atomic features [n_atoms, k] and the pairs of ``tensors``."""
-        b = self.basis_params
-        ind_2 = tensors[K.IND_2]
-        fc = cutoff(tensors[K.DIST], b["rc"], b["cutoff_type"])
-        basis = radial_basis(tensors[K.DIST], fc, b["basis_type"], b["n_basis"], b["rc"], b["gamma"], b["center"])
-        pair = tf.concat([tf.gather(features, ind_2[:, 0]), tf.gather(features, ind_2[:, 1])], axis=1)
-        return tf.reduce_sum(self.unit(self.ff(pair)) * basis, axis=1)
-
-    def regularized_weights(self):
-        """The hidden layers' weight matrices (not the output unit)."""
-        return [layer.kernel for layer in self.ff.layers]
+def pair_charges(extras):
+    """Bond charges [n_pairs] from PiNet2's pair outputs, as upstream's BC models make them:
+    I_ij = Σ_c i1_ijc + Σ_c Σ_x i3_ijxc² (the i3 term where the network gives it)."""
+    bonds = tf.reduce_sum(extras["i1"], axis=1)
+    if "i3" in extras:
+        bonds = bonds + tf.reduce_sum(extras["i3"] ** 2, axis=[1, 2])
+    return bonds
 
 
 class DipoleVariantModel(DipoleFamilyModel):
@@ -143,7 +118,7 @@ class DipoleVariantModel(DipoleFamilyModel):
     def __init__(self, network, params, atom_types, dtype=tf.float32, name="dipole"):
         network_name = type(network).__name__
         if self.ATOMIC_DIPOLES:
-            if not hasattr(network, "call_with_extras"):
+            if not isinstance(network, PiNet2):
                 raise ParamsError(f"network.name: the {self.NAME} needs atomic dipoles from equivariant vector "
                                   f"features (p3), which PiNet2 gives; {network_name} has atomic scalars only (use "
                                   "PiNet2 with out_extra: {p3: 1})")
@@ -153,9 +128,12 @@ class DipoleVariantModel(DipoleFamilyModel):
         if self.BONDS and not isinstance(network, (PiNet, PiNet2)):
             raise ParamsError(f"network.name: the {self.NAME} needs pair features for its bond charges, which PiNet "
                               f"and PiNet2 give; {network_name} has none")
+        if self.BONDS and isinstance(network, PiNet2) and "i1" not in network.out_extra:
+            raise ParamsError(f"network.params.out_extra: the {self.NAME} reads its bond charges from PiNet2's pair "
+                              "outputs, as upstream's; set out_extra: {i1: 1, i3: 1} (i3 with rank 3 or 5)")
         super().__init__(network, params, atom_types, dtype, name=name)
-        if self.BONDS:
-            self.bond_head = BondHead(network, dtype) if isinstance(network, PiNet) else PairHead(network, dtype)
+        if self.BONDS and isinstance(network, PiNet):
+            self.bond_head = BondHead(network, dtype)
 
     def parts(self, tensors):
         """Atomic outputs (``charges``, AC), ``bonds`` [n_pairs] and ``dipoles`` [n_atoms, 3], training units,
@@ -165,19 +143,21 @@ class DipoleVariantModel(DipoleFamilyModel):
         if self.BONDS and isinstance(net, PiNet):
             outputs, interactions = pinet_pass(net, tensors)
             out["bonds"] = self.bond_head(interactions)
-        elif self.ATOMIC_DIPOLES:
+        elif self.ATOMIC_DIPOLES or self.BONDS:
             outputs, extras = net.call_with_extras(tensors)
-            out["dipoles"] = tf.reduce_sum(extras["p3"], axis=2)
+            if self.ATOMIC_DIPOLES:
+                out["dipoles"] = tf.reduce_sum(extras["p3"], axis=2)
+            if self.BONDS:
+                out["bonds"] = pair_charges(extras)
         else:
-            outputs = net(tensors)
-        if self.BONDS and not isinstance(net, PiNet):
-            out["bonds"] = self.bond_head(outputs, tensors)
+            outputs = net.atomic_outputs(tensors)
         out["charges"] = outputs[:, 0]
         return out
 
     def regularized_weights(self):
-        """The network's weight matrices and the bond head's hidden ones."""
-        head = self.bond_head.regularized_weights() if self.BONDS else []
+        """The network's weight matrices and the bond head's hidden ones (PiNet's; PiNet2's pair heads are the
+        network's)."""
+        head = self.bond_head.regularized_weights() if self.BONDS and isinstance(self.network, PiNet) else []
         return list(self.network.regularized_weights()) + head
 
 

@@ -21,7 +21,7 @@ import numpy as np
 import tensorflow as tf
 
 from pinn import keys as K
-from pinn.io.batch import add_neighbors
+from pinn.io.batch import add_neighbors, pair_geometry, with_cell_and_pbc  # pair_geometry: also its old home
 from pinn.models.base import COMMON_PARAMS, Model, abs_sq_count, cast_floats, check_atomic_outputs
 from pinn.models.loss_weights import atom_weights, structure_weights
 from pinn.networks.layers import atomic_number, scatter_sum
@@ -79,24 +79,11 @@ def atoms_per_structure(tensors, n_struct, dtype):
     return tf.math.unsorted_segment_sum(tf.ones_like(tensors[K.ELEMS], dtype), tensors[K.IND_1][:, 0], n_struct)
 
 
-def pair_geometry(tensors):
-    """Add ``diff`` and ``dist`` to a batch that has ``coord``, ``cell``, ``ind_1``, ``ind_2``, ``shift``."""
-    ind_2 = tensors[K.IND_2]
-    coord = tensors[K.COORD]
-    cell_of_pair = tf.gather(tensors[K.CELL], tf.gather(tensors[K.IND_1][:, 0], ind_2[:, 0]))
-    diff = (tf.gather(coord, ind_2[:, 1]) - tf.gather(coord, ind_2[:, 0])
-            + tf.reduce_sum(tensors[K.SHIFT][:, :, None] * cell_of_pair, axis=1))  # shift @ cell, per pair
-    out = dict(tensors)
-    out[K.DIFF] = diff
-    out[K.DIST] = tf.norm(diff, axis=1)
-    return out
-
-
 class PotentialModel(Model):
     """Network + energy offsets → energy, forces, stress; and the training loss.
 
     Args:
-        network: a network module (``net(tensors) -> [n_atoms, 1]``).
+        network: a network module (``net.atomic_outputs(tensors) -> [n_atoms, 1]``).
         params: resolved ``model.params`` (see ``PARAMS``).
         atom_types: atomic numbers the network knows (order of ``e_dress``).
         dtype: float dtype.
@@ -127,17 +114,22 @@ class PotentialModel(Model):
 
     def energy_from_pairs(self, tensors, n_struct):
         """Per-structure energy [n_struct] (eV) from a batch with ``diff``/``dist``."""
-        atomic = self.network(tensors)[:, 0] / self.params["e_scale"]
+        atomic = self.network.atomic_outputs(tensors)[:, 0] / self.params["e_scale"]
         idx = self.network.element_index(tensors[K.ELEMS])
         atomic = atomic + tf.gather(self.e_dress, idx)
         return scatter_sum(atomic, tensors[K.IND_1][:, 0], n_struct)
+
+    def upstream_metric_scales(self):
+        """Upstream PiNN reports E, E_PER_ATOM, F and S errors × ``e_scale`` (its training units)."""
+        scale = self.params["e_scale"]
+        return {"E": scale, "E_PER_ATOM": scale, "F": scale, "S": scale}
 
     def predict(self, tensors, forces=True, stress=True):
         """Energy, forces and stress of a sparse batch.
 
         Args:
-            tensors: batch with ``elems``, ``coord``, ``cell``, ``ind_1``,
-                ``ind_2``, ``shift`` (see :mod:`pinn.keys`).
+            tensors: batch with ``elems``, ``coord``, ``ind_1``, ``ind_2``, ``shift`` and
+                optionally ``cell``, ``pbc`` (see :mod:`pinn.keys` and :func:`pinn.io.with_cell_and_pbc`).
             forces, stress: whether to compute them (one backward pass for both).
 
         Returns:
@@ -145,6 +137,7 @@ class PotentialModel(Model):
             (eV/Å), ``stress`` [n_struct, 3, 3] (eV/Å³; zero for open
             structures) when asked for.
         """
+        tensors = with_cell_and_pbc(tensors)
         n_struct = tf.shape(tensors[K.CELL])[0]
         tensors = cast_floats(tensors, self.dtype)
         with tf.GradientTape(watch_accessed_variables=False) as tape:

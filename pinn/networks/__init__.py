@@ -1,9 +1,11 @@
 """Networks: ``tf.Module``s mapping a neighbor graph to atomic outputs [n_atoms, out_units].
 
-- :class:`PiNet` (``'PiNet'``), :class:`PiNet2` (``'PiNet2'``), :class:`BPNN` (``'BPNN'``), :class:`LJ` (``'LJ'``).
+- :class:`PiNet` (``'PiNet'``), :class:`PiNet2` (``'PiNet2'``, also upstream's earlier name
+  ``'NewPiNet2'``), :class:`BPNN` (``'BPNN'``), :class:`LJ` (``'LJ'``).
 
-Each has a ``PARAMS`` schema; build one from resolved params with :func:`get_network`, or
-from upstream PiNN's network spec ``{'name': ..., 'params': {...}}`` with ``pinn.get_network``.
+Each has a ``PARAMS`` schema; build one from resolved params with :func:`get_network`, from
+upstream PiNN's network spec ``{'name': ..., 'params': {...}}`` with ``pinn.get_network``, or with
+upstream's arguments (``PiNet(atom_types=[1, 8], rc=4.5)``; :mod:`pinn.networks.base`).
 """
 import tensorflow as tf
 
@@ -14,9 +16,11 @@ from pinn.networks.pinet2 import PiNet2
 
 NETWORKS = {"PiNet": PiNet, "PiNet2": PiNet2, "BPNN": BPNN, "LJ": LJ}
 #: upstream PiNN 2.x's networks that pinn does not have yet: lower-case name → what it is
-NOT_YET = {"newpinet2": "upstream PiNN 2.x's NewPiNet2 (PiNet2 of the polarizability models)"}
+NOT_YET = {}
 _ALIASES = {name.lower(): name for name in NETWORKS}
-_ALIASES.update({"bpnn": "BPNN", "behler_parrinello": "BPNN", "lj": "LJ", "pinet": "PiNet", "pinet2": "PiNet2"})
+# NewPiNet2: upstream's earlier name of PiNet2 (its polarizability inputs use it)
+_ALIASES.update({"bpnn": "BPNN", "behler_parrinello": "BPNN", "lj": "LJ", "pinet": "PiNet", "pinet2": "PiNet2",
+                 "newpinet2": "PiNet2"})
 
 
 def canonical_network_name(name):

@@ -19,12 +19,11 @@ sizes) mapping the symmetry functions to an atomic energy.  With ``fp_scale`` th
 functions of entry n are first mapped from ``fp_range[n]`` = [min, max] to [-1, 1]
 (upstream's pre-conditioning); ``fp_multiplier`` multiplies them all.
 """
-import copy
-
 import numpy as np
 import tensorflow as tf
 
 from pinn import keys as K
+from pinn.networks.base import Network
 from pinn.networks.layers import (ACTIVATIONS, CUTOFFS, POOLS, Dense, ElementIndex, FeedForward, atomic_number,
                                   cutoff)
 from pinn.schema import Option, ParamsError, positive, positive_int_list
@@ -81,6 +80,9 @@ PARAMS = {
                        "structure (the network on its own; the models sum atomic outputs)",
                        check=lambda v: None if v in (False, "sum", "max", "min") else "false, 'sum', 'max' or 'min'"),
     "out_units": Option(int, 1, "outputs per atom", check=positive),
+    "use_jacobian": Option(bool, True, "upstream PiNN's switch between its hand-made Jacobian of the symmetry "
+                           "functions and TensorFlow's gradient; pinn takes TensorFlow's exact gradient either "
+                           "way, so both values give the same forces"),
 }
 
 
@@ -106,22 +108,21 @@ def triplets(ind_2, n_atoms):
     return tf.boolean_mask(p_ij, keep), tf.boolean_mask(p_ik, keep)
 
 
-class BPNN(tf.Module):
-    """Behler–Parrinello network: ``net(tensors) -> [n_atoms, out_units]``.
+class BPNN(Network):
+    """Behler–Parrinello network: ``net.atomic_outputs(tensors) -> [n_atoms, out_units]`` from ``elems``,
+    ``ind_2``, ``diff`` and ``dist``; ``net(tensors)`` as upstream calls it.
 
-    Call with ``elems``, ``ind_2``, ``diff`` and ``dist``.
+    Built from params (``BPNN(params, dtype=..., seed=...)``) or with upstream PiNN's arguments
+    (``BPNN(sf_spec, nn_spec, rc=5.0)``); see :class:`pinn.networks.base.Network`.
     """
 
     PARAMS = PARAMS
+    UPSTREAM_ARGS = ("sf_spec", "nn_spec", "rc", "act", "cutoff_type", "fp_range", "fp_scale", "preprocess",
+                     "use_jacobian", "out_units", "out_pool")
     #: the angular triplets have data-dependent shapes: no XLA
     JIT_COMPATIBLE = False
 
-    def __init__(self, params, dtype=tf.float32, seed=0, name="BPNN"):
-        super().__init__(name=name)
-        # a private deep copy, past TensorFlow's attribute tracking: tracking wraps nested lists and
-        # dicts in place, which would reach into the caller's params (and break writing them as YAML)
-        object.__setattr__(self, "params", copy.deepcopy(dict(params)))
-        rng = np.random.RandomState(seed)
+    def build(self, params, dtype, rng):
         self.rc = params["rc"]
         nn_spec = params["nn_spec"]
         if params["atom_types"] is None:
@@ -151,14 +152,39 @@ class BPNN(tf.Module):
         what upstream PiNN's ``use_l2`` regularises."""
         return [v for ff, _ in self.subnets for v in ff.trainable_variables if v.name.startswith("kernel")]
 
+    @tf.autograph.experimental.do_not_convert
+    def preprocess(self, tensors):
+        """Upstream PiNN's ``BPNN.preprocess``: the batch with its neighbor list and pair geometry
+        (:meth:`pinn.networks.base.Network.preprocess`) and ``fp_{n}`` for each ``sf_spec`` entry n:
+        its symmetry functions, unscaled, [n_i, n_functions] for the n_i atoms of the entry's
+        element ``i`` (every atom for ``'ALL'``), in batch order, as upstream's layer gives them."""
+        tensors = super().preprocess(tensors)
+        elems = tensors[K.ELEMS]
+        for n, (sf, entry) in enumerate(zip(self.params["sf_spec"], self.symmetry_functions(tensors))):
+            tensors[f"fp_{n}"] = tf.boolean_mask(tf.stack(entry, axis=1), _match(elems, sf.get("i")))
+        return tensors
+
     def fingerprints(self, tensors):
-        """Symmetry functions [n_atoms, n_fp]."""
+        """The subnetworks' input [n_atoms, n_fp]: the symmetry functions of every entry (zero for atoms
+        whose element the entry does not centre on), scaled by ``fp_range`` with ``fp_scale``, times
+        ``fp_multiplier``."""
+        p = self.params
+        columns = []
+        for n, entry in enumerate(self.symmetry_functions(tensors)):
+            if p["fp_scale"]:  # fp_range[n]: [min, max] of the entry, or of each of its functions
+                low, high = (np.broadcast_to(np.asarray(x, float), len(entry)) for x in p["fp_range"][n])
+                entry = [(g - lo) / (hi - lo) * 2.0 - 1.0 for g, lo, hi in zip(entry, low, high)]
+            columns.extend(entry)
+        return tf.stack(columns, axis=1) * p["fp_multiplier"]
+
+    def symmetry_functions(self, tensors):
+        """For each ``sf_spec`` entry, the list of its functions, each [n_atoms] (zero where the entry
+        does not centre on the atom's element), unscaled."""
         elems, ind_2, diff, dist = (tensors[K.ELEMS], tensors[K.IND_2], tensors[K.DIFF], tensors[K.DIST])
         n_atoms = tf.shape(elems)[0]
         ctype = self.params["cutoff_type"]
         fc = cutoff(dist, self.rc, ctype)
         e_i, e_j = tf.gather(elems, ind_2[:, 0]), tf.gather(elems, ind_2[:, 1])
-        columns = []
         need_triplets = any(sf["type"] != "G2" for sf in self.params["sf_spec"])
         if need_triplets:
             p_ij, p_ik = triplets(ind_2, n_atoms)
@@ -172,8 +198,8 @@ class BPNN(tf.Module):
             t_i = tf.gather(e_i, p_ij)
             t_j, t_k = tf.gather(e_j, p_ij), tf.gather(e_j, p_ik)
             centre = tf.gather(ind_2[:, 0], p_ij)
-        p = self.params
-        for n, sf in enumerate(p["sf_spec"]):
+        entries = []
+        for sf in self.params["sf_spec"]:
             entry = []
             if sf["type"] == "G2":
                 mask = tf.cast(_match(e_i, sf.get("i")) & _match(e_j, sf.get("j")), dist.dtype)
@@ -188,13 +214,11 @@ class BPNN(tf.Module):
                     base = tf.maximum(1.0 + lambd * cos, 0.0)
                     g = 2.0 ** (1.0 - zeta) * base ** zeta * tf.exp(-eta * radial) * cut * mask
                     entry.append(tf.math.unsorted_segment_sum(g, centre, n_atoms))
-            if p["fp_scale"]:  # fp_range[n]: [min, max] of the entry, or of each of its functions
-                low, high = (np.broadcast_to(np.asarray(x, float), len(entry)) for x in p["fp_range"][n])
-                entry = [(g - lo) / (hi - lo) * 2.0 - 1.0 for g, lo, hi in zip(entry, low, high)]
-            columns.extend(entry)
-        return tf.stack(columns, axis=1) * p["fp_multiplier"]
+            entries.append(entry)
+        return entries
 
-    def __call__(self, tensors):
+    def atomic_outputs(self, tensors):
+        """[n_atoms, out_units] (per structure with ``out_pool``)."""
         fp = self.fingerprints(tensors)
         idx = self.element_index(tensors[K.ELEMS])
         parts = tf.dynamic_partition(fp, idx, len(self.atom_types))

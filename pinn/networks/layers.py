@@ -108,6 +108,15 @@ def atomic_number(value, where):
     return int(value)
 
 
+def atom_type_list(value):
+    """Schema check of ``atom_types``: a non-empty list of atomic numbers 0..118 (0: a dummy element)."""
+    if not value or not all(isinstance(z, int) and not isinstance(z, bool) and 0 <= z <= 118 for z in value):
+        return "must be a non-empty list of atomic numbers (integers 0..118)"
+    if len(set(value)) != len(value):
+        return "lists an element twice"
+    return None
+
+
 def check_centers(params):
     """Refuse a ``center`` list that the Gaussian basis cannot take (PiNet's and PiNet2's ``center``).
 

@@ -4,12 +4,11 @@ E = sum_{i<j} 4 epsilon [(sigma/r)^12 - (sigma/r)^6] - E(rc), with pairs beyond
 ``rc`` ignored: the same energy as ASE's ``LennardJones(smooth=False)``.
 ``epsilon`` (eV) and ``sigma`` (Å) are trainable variables.
 """
-import copy
-
 import tensorflow as tf
 from ase.data import chemical_symbols
 
 from pinn import keys as K
+from pinn.networks.base import Network
 from pinn.networks.layers import ElementIndex
 from pinn.schema import Option, positive, positive_int_list
 
@@ -22,18 +21,16 @@ PARAMS = {
 }
 
 
-class LJ(tf.Module):
-    """Lennard-Jones network: ``net(tensors) -> [n_atoms, 1]`` atomic energies, eV."""
+class LJ(Network):
+    """Lennard-Jones network: ``net.atomic_outputs(tensors) -> [n_atoms, 1]`` atomic energies, eV;
+    ``net(tensors)`` as upstream calls it.  ``LJ(rc=3.0, sigma=1.0, epsilon=1.0)`` as upstream builds it."""
 
     PARAMS = PARAMS
+    UPSTREAM_ARGS = ("rc", "sigma", "epsilon")
     #: static shapes only (XLA): the calculator compiles it on padded batches
     JIT_COMPATIBLE = True
 
-    def __init__(self, params, dtype=tf.float32, seed=0, name="LJ"):
-        super().__init__(name=name)
-        # a private deep copy, past TensorFlow's attribute tracking: tracking wraps nested lists and
-        # dicts in place, which would reach into the caller's params (and break writing them as YAML)
-        object.__setattr__(self, "params", copy.deepcopy(dict(params)))
+    def build(self, params, dtype, rng):
         self.rc = params["rc"]
         self.atom_types = [int(z) for z in (params["atom_types"] or range(1, len(chemical_symbols)))]
         self.element_index = ElementIndex(self.atom_types)
@@ -44,7 +41,8 @@ class LJ(tf.Module):
         """None: epsilon and sigma are physical parameters, not weights to regularise."""
         return []
 
-    def __call__(self, tensors):
+    def atomic_outputs(self, tensors):
+        """[n_atoms, 1] atomic energies (eV) from ``elems``, ``ind_2`` and ``dist`` (Å)."""
         self.element_index(tensors[K.ELEMS])  # rejects unknown elements
         dist = tensors[K.DIST]
         inside = dist < self.rc

@@ -14,14 +14,12 @@ then an output net (``out_nodes`` and a linear unit) adds each block's
 atomic contribution, and a residual update carries P to the next block.
 Parameter names follow upstream PiNN so users' params carry over.
 """
-import copy
-
-import numpy as np
 import tensorflow as tf
 
 from pinn import keys as K
-from pinn.networks.layers import (ACTIVATIONS, CUTOFFS, POOLS, Dense, ElementIndex, FeedForward, check_centers, cutoff,
-                                  radial_basis, scatter_sum)
+from pinn.networks.base import Network
+from pinn.networks.layers import (ACTIVATIONS, CUTOFFS, POOLS, Dense, ElementIndex, FeedForward, atom_type_list,
+                                  check_centers, cutoff, radial_basis, scatter_sum)
 from pinn.schema import Option, positive, positive_int_list
 
 def _numbers(value):
@@ -35,7 +33,8 @@ def _pool_choice(value):
 
 
 PARAMS = {
-    "atom_types": Option(list, [1, 6, 7, 8], "atomic numbers the network knows", check=positive_int_list),
+    "atom_types": Option(list, [1, 6, 7, 8], "atomic numbers the network knows (0: a dummy element, as "
+                         "upstream allows)", check=atom_type_list),
     "rc": Option(float, 4.0, "cutoff radius, Å", check=positive),
     "depth": Option(int, 4, "number of graph-convolution blocks", check=positive),
     "pp_nodes": Option(list, [16, 16], "hidden sizes of the property-property nets", check=positive_int_list),
@@ -110,28 +109,21 @@ class GCBlock(tf.Module):
         return scatter_sum(inter, ind_2[:, 0], tf.shape(prop)[0])
 
 
-class PiNet(tf.Module):
-    """PiNet network: ``net(tensors) -> [n_atoms, out_units]`` atomic outputs.
+class PiNet(Network):
+    """PiNet network: ``net.atomic_outputs(tensors) -> [n_atoms, out_units]``; ``net(tensors)`` as upstream.
 
-    Args:
-        params: resolved network params (see ``PARAMS``).
-        dtype: float dtype of the weights.
-        seed: seed of the weight initialisation.
-
-    Call with a dict holding ``elems`` [n_atoms], ``ind_2`` [n_pairs, 2] and
-    ``dist`` [n_pairs] (Å).
+    Built from params (``PiNet(params, dtype=..., seed=...)``) or with upstream PiNN's arguments
+    (``PiNet(atom_types=[1, 8], rc=4.5)``, upstream's defaults); see :class:`pinn.networks.base.Network`.
     """
 
     PARAMS = PARAMS
+    UPSTREAM_ARGS = ("atom_types", "rc", "cutoff_type", "basis_type", "n_basis", "gamma", "center", "pp_nodes",
+                     "pi_nodes", "ii_nodes", "out_nodes", "out_units", "out_pool", "act", "depth")
+    UPSTREAM_DEFAULTS = {"basis_type": "polynomial", "n_basis": 4}
     #: static shapes only (XLA): the calculator compiles it on padded batches
     JIT_COMPATIBLE = True
 
-    def __init__(self, params, dtype=tf.float32, seed=0, name="PiNet"):
-        super().__init__(name=name)
-        # a private deep copy, past TensorFlow's attribute tracking: tracking wraps nested lists and
-        # dicts in place, which would reach into the caller's params (and break writing them as YAML)
-        object.__setattr__(self, "params", copy.deepcopy(dict(params)))
-        rng = np.random.RandomState(seed)
+    def build(self, params, dtype, rng):
         self.rc = params["rc"]
         check_centers(params)
         self.atom_types = [int(z) for z in params["atom_types"]]
@@ -157,7 +149,8 @@ class PiNet(tf.Module):
             [v for r in self.residual if r is not None for v in r.trainable_variables]
         return [v for v in ffs if v.name.startswith("kernel")]
 
-    def __call__(self, tensors):
+    def atomic_outputs(self, tensors):
+        """[n_atoms, out_units] (per structure with ``out_pool``) from ``elems``, ``ind_1``, ``ind_2``, ``dist`` (Å)."""
         idx = self.element_index(tensors[K.ELEMS])
         prop = tf.one_hot(idx, self.n_types, dtype=tensors[K.DIST].dtype)
         fc = cutoff(tensors[K.DIST], self.rc, self.params["cutoff_type"])

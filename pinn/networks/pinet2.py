@@ -28,40 +28,45 @@ Every scalar is rotation-invariant and P3 / P5 rotate with the structure, so the
 invariant and forces equivariant; pairs at the cutoff contribute nothing (I_ij vanishes with the
 cutoff function, the II net having no bias) as long as act(0) = 0 (not ``softplus``).
 
-**Extra outputs (``out_extra``) for models.** ``out_extra: {'p3': k}`` (upstream's option; keys
-``'p1'``, ``'p3'`` for rank ≥ 3, ``'p5'`` for rank 5) adds, per key, one head per block on that
-block's P1' / P3' / P5' whose results are summed over blocks like the main output:
+**Extra outputs (``out_extra``) for models.** ``out_extra: {'p3': k}`` (upstream's option) adds,
+per key, one head per block on that block's quantity, whose results are summed over blocks like
+the main output:
 
-- ``'p3'``: [n_atoms, 3, k], Cartesian vectors (x, y, z) that rotate with the structure, e.g.
-  atomic dipoles (upstream's ``AD_dipole_model`` reads ``p3`` with k = 1);
-- ``'p5'``: [n_atoms, 5, k], traceless symmetric tensors in the basis of :func:`p5_to_matrix`;
-- ``'p1'``: [n_atoms, k], invariant.
+- ``'p1'``: [n_atoms, k], invariant (the block's P1');
+- ``'p3'``: [n_atoms, 3, k], Cartesian vectors (x, y, z) that rotate with the structure (P3'),
+  e.g. atomic dipoles (upstream's ``AD_dipole_model`` reads ``p3`` with k = 1); rank ≥ 3;
+- ``'p5'``: [n_atoms, 5, k], traceless symmetric tensors in the basis of :func:`p5_to_matrix`; rank 5;
+- ``'dotted_p3'`` / ``'dotted_p5'``: [n_atoms, k], invariant (the dot products D3 / D5);
+- per pair of ``ind_2``: ``'i1'`` [n_pairs, k], invariant (the interactions I, all of their
+  1, 2 or 3 parts), ``'i3'`` [n_pairs, 3, k] (the vector pair terms X_ij, rank ≥ 3) and ``'i5'``
+  [n_pairs, 5, k] (rank 5): what upstream's bond-charge dipole and polarizability models read.
 
-The p3 / p5 heads are linear without bias (``out_nodes`` then k channels, mixing channels only),
-so equivariance holds exactly.  ``net(tensors)`` always returns the atomic outputs
-[n_atoms, out_units] alone (so the potential model works unchanged whatever ``out_extra``
-says); a model that wants the extras calls::
+The equivariant heads (p3, p5, i3, i5) are linear without bias (``out_nodes`` then k channels,
+mixing channels only), so equivariance holds exactly; the pair heads have no bias, so that they
+vanish at the cutoff with the interactions they read; p1 and the dotted heads are output nets
+(``act``, with bias).  Models call ``net.atomic_outputs(tensors)`` ([n_atoms, out_units]) and::
 
     outputs, extras = net.call_with_extras(tensors)   # extras == {'p3': [n_atoms, 3, k], ...}
 
-and may check ``net.out_extra`` (``{'p3': k}``) when it is built.  The extras are atomic (never
-pooled by ``out_pool``).  All lengths are Å; the outputs are in the units the model trains them in.
+and may check ``net.out_extra`` (``{'p3': k}``) when they are built; ``net(tensors)`` returns
+``(outputs, extras)`` as upstream's does.  The extras are never pooled by ``out_pool``.  All
+lengths are Å; the outputs are in the units the model trains them in.
 
 Differences from upstream's code (all deliberate):
 
 - upstream builds ``p5`` in the basis (T_xx, T_yy, T_xy, T_xz, T_yz), in which the sum of squares
   is not rotation-invariant (so its rank-5 energy is not invariant); pinn uses an orthonormal
   basis (:func:`p5_to_matrix`), in which it is;
-- upstream's ``out_extra`` heads for ``p3`` have a bias, which breaks equivariance; pinn's have none;
+- upstream's ``out_extra`` heads have a bias, which breaks equivariance (p3, i3) and the smoothness
+  at the cutoff (i1, i3); pinn's equivariant and pair heads have none;
 - the PI and output nets are pinn's PiNet's: hidden layers with ``act``, a linear last PI layer;
   (upstream's PiNet2 output nets have no activation and its PI layers are all activated).
 """
-import copy
-
 import numpy as np
 import tensorflow as tf
 
 from pinn import keys as K
+from pinn.networks.base import Network
 from pinn.networks.layers import (POOLS, Dense, ElementIndex, FeedForward, PairInteraction, check_centers,
                                   cutoff,
                                   radial_basis, scatter_sum)
@@ -69,7 +74,11 @@ from pinn.networks.pinet import PARAMS as PINET_PARAMS
 from pinn.schema import Option, ParamsError
 
 #: keys of ``out_extra`` and the smallest rank that has them
-EXTRA_RANKS = {"p1": 1, "p3": 3, "p5": 5}
+EXTRA_RANKS = {"p1": 1, "p3": 3, "p5": 5, "i1": 1, "i3": 3, "i5": 5, "dotted_p3": 3, "dotted_p5": 5}
+#: extra outputs that are equivariant (their heads mix channels linearly, without bias)
+EQUIVARIANT_EXTRAS = ("p3", "p5", "i3", "i5")
+#: extra outputs per pair (their heads have no bias, so that they vanish with the interactions at the cutoff)
+PAIR_EXTRAS = ("i1", "i3", "i5")
 
 
 def _extra_spec(value):
@@ -85,10 +94,12 @@ PARAMS = dict(PINET_PARAMS)
 PARAMS.update({
     "rank": Option(int, 3, "highest order of the atomic features: 1 (scalars only, like PiNet), 3 (and vectors) or "
                    "5 (and rank-2 tensors)", choices=(1, 3, 5)),
-    "weighted": Option(bool, True, "weighted style of the equivariant pair and dot products (a learnt channel "
-                       "mixing of P_i and P_j, and of the two factors of the dot product)"),
-    "out_extra": Option(dict, {}, "extra atomic outputs for models: {'p1' | 'p3' | 'p5': channels}, e.g. "
-                        "{'p3': 1} for atomic vectors [n_atoms, 3, 1] (see pinn.networks.pinet2)",
+    "weighted": Option(bool, False, "weighted style of the equivariant pair and dot products (a learnt channel "
+                       "mixing of P_i and P_j, and of the two factors of the dot product); upstream's default "
+                       "false since its commit e242fed"),
+    "out_extra": Option(dict, {}, "extra outputs for models: {key: channels}, keys p1, p3, p5, dotted_p3, "
+                        "dotted_p5 (per atom) and i1, i3, i5 (per pair), e.g. {'p3': 1} for atomic vectors "
+                        "[n_atoms, 3, 1] (see pinn.networks.pinet2)",
                         check=_extra_spec),
 })
 
@@ -134,6 +145,80 @@ def _mix_channels(x, kernel):
     return tf.reshape(tf.matmul(tf.reshape(x, [-1, x.shape[-1]]), kernel), [shape[0], shape[1], kernel.shape[-1]])
 
 
+class _ChannelMix(tf.Module):
+    """x [..., C] times a Glorot-uniform kernel [C, C] (no bias), the kernel made on the first call."""
+
+    def __init__(self, rng, name=None):
+        super().__init__(name=name)
+        self.rng = rng
+        self.kernel = None
+
+    def __call__(self, x):
+        x = tf.convert_to_tensor(x)
+        if self.kernel is None:
+            n = int(x.shape[-1])
+            limit = np.sqrt(6.0 / (2 * n))
+            self.kernel = tf.Variable(self.rng.uniform(-limit, limit, (n, n)), dtype=x.dtype, name="kernel")
+        return tf.tensordot(x, self.kernel, axes=[[x.shape.rank - 1], [0]])
+
+
+class _WeightedStyle(tf.Module):
+    """Upstream's ``weighted`` style of a layer: two channel mixings ``wi``, ``wj`` from ``seed`` (or none)."""
+
+    def __init__(self, weighted, seed=0, name=None):
+        super().__init__(name=name)
+        self.weighted = bool(weighted)
+        if self.weighted:
+            rng = np.random.RandomState(seed)
+            self.wi, self.wj = _ChannelMix(rng, name="wi"), _ChannelMix(rng, name="wj")
+
+
+class PIXLayer(_WeightedStyle):
+    """Upstream PiNN's ``PIXLayer``: equivariant pair terms from equivariant atomic features.
+
+    ``PIXLayer(weighted)([ind_2, px])`` with ``ind_2`` [n_pairs, 2] and ``px`` [n_atoms, ..., C]
+    (vectors [n_atoms, 3, C], matrices [n_atoms, 3, 3, C], ...): ``px_j`` per pair, or with
+    ``weighted`` ``px_i W + px_j W'`` (W, W' [C, C], Glorot-uniform from ``seed``, made on the first
+    call).  Channels mix, components never do, so a rotation of ``px`` rotates the result.
+    """
+
+    def __call__(self, tensors):
+        """[n_pairs, ..., C] from ``[ind_2, px]``."""
+        ind_2, px = tensors
+        px_j = tf.gather(px, ind_2[:, 1])
+        if not self.weighted:
+            return px_j
+        return self.wi(tf.gather(px, ind_2[:, 0])) + self.wj(px_j)
+
+
+class DotLayer(_WeightedStyle):
+    """Upstream PiNN's ``DotLayer``: invariants of equivariant features.
+
+    ``DotLayer(weighted)(x)`` with ``x`` [n, m, C] (m components, e.g. 3 for vectors, or 9 for
+    3 × 3 matrices flattened): Σ_m x_nmc x_nmc [n, C], or with ``weighted``
+    Σ_m (x W)_nmc (x W')_nmc (W, W' [C, C] from ``seed``, made on the first call).
+    """
+
+    def __call__(self, x):
+        """[n, C] from [n, m, C]."""
+        if self.weighted:
+            return tf.einsum("ixr,ixr->ir", self.wi(x), self.wj(x))
+        return tf.einsum("ixr,ixr->ir", x, x)
+
+
+class ScaleLayer(tf.Module):
+    """Upstream PiNN's ``ScaleLayer``: equivariant features scaled channel by channel by invariants.
+
+    ``ScaleLayer()([px, p1])`` with ``px`` [n, ..., C] and ``p1`` [n, C] (or broadcastable to
+    [n, 1, ..., C]): ``px * p1[:, None, :]``, no weights.
+    """
+
+    def __call__(self, tensors):
+        """``px`` scaled, the shape of ``px``."""
+        px, p1 = tensors
+        return px * p1[:, None, :]
+
+
 class EquivariantPath(tf.Module):
     """The vector (or tensor) path of a block: features [n_atoms, m, C] → new features and their dot products.
 
@@ -167,7 +252,8 @@ class EquivariantPath(tf.Module):
             n_atoms: number of atoms (int32 scalar).
 
         Returns:
-            (features [n_atoms, m, n_out], dot products [n_atoms, n_out]).
+            (features [n_atoms, m, n_out], dot products [n_atoms, n_out], pair interactions
+            [n_pairs, m, C]: upstream's ``i3`` / ``i5``).
         """
         pair = direction[:, :, None]
         if not self.first:
@@ -176,12 +262,13 @@ class EquivariantPath(tf.Module):
                                + tf.gather(_mix_channels(px, self.pair_j.kernel), ind_2[:, 1]))
             else:
                 pair = pair + tf.gather(px, ind_2[:, 1])
-        new = _mix_channels(scatter_sum(pair * inter[:, None, :], ind_2[:, 0], n_atoms), self.pp.kernel)
+        pair_inter = pair * inter[:, None, :]
+        new = _mix_channels(scatter_sum(pair_inter, ind_2[:, 0], n_atoms), self.pp.kernel)
         if self.weighted:
             dots = tf.reduce_sum(_mix_channels(new, self.dot_a.kernel) * _mix_channels(new, self.dot_b.kernel), axis=1)
         else:
             dots = tf.reduce_sum(new * new, axis=1)
-        return new, dots
+        return new, dots, pair_inter
 
 
 class GCBlock2(tf.Module):
@@ -221,20 +308,23 @@ class GCBlock2(tf.Module):
             d3: unit pair vectors [n_pairs, 3]; d5: their rank-2 components [n_pairs, 5] (rank 5).
 
         Returns:
-            dict with ``p1`` [n_atoms, ii_nodes[-1]] and, by rank, ``p3`` [n_atoms, 3, ·], ``p5`` [n_atoms, 5, ·].
+            dict with ``p1`` [n_atoms, ii_nodes[-1]] and the invariant pair interactions ``i1``
+            [n_pairs, n_props × ii_nodes[-1]]; by rank, ``p3`` [n_atoms, 3, ·], ``i3`` [n_pairs, 3, ·]
+            and ``dotted_p3`` [n_atoms, ·], and ``p5``, ``i5``, ``dotted_p5`` likewise.
         """
         n_atoms = tf.shape(p1)[0]
         inter = self.ii(self.pi(p1, ind_2, basis))
         parts = tf.split(inter, self.n_props, axis=1)
         scalars = [self.pp(scatter_sum(inter, ind_2[:, 0], n_atoms))]
+        new = {"i1": inter}
         if self.rank >= 3:
-            v3, dot3 = self.vectors(p3, ind_2, parts[1], d3, n_atoms)
-            scalars.append(dot3)
+            v3, new["dotted_p3"], new["i3"] = self.vectors(p3, ind_2, parts[1], d3, n_atoms)
+            scalars.append(new["dotted_p3"])
         if self.rank >= 5:
-            v5, dot5 = self.tensors(p5, ind_2, parts[2], d5, n_atoms)
-            scalars.append(dot5)
+            v5, new["dotted_p5"], new["i5"] = self.tensors(p5, ind_2, parts[2], d5, n_atoms)
+            scalars.append(new["dotted_p5"])
         scales = tf.split(self.mix(tf.concat(scalars, axis=1)), self.n_props, axis=1)
-        new = {"p1": scales[0]}
+        new["p1"] = scales[0]
         if self.rank >= 3:
             new["p3"] = v3 * scales[1][:, None, :]
         if self.rank >= 5:
@@ -242,34 +332,29 @@ class GCBlock2(tf.Module):
         return new
 
 
-class PiNet2(tf.Module):
-    """PiNet2 network: ``net(tensors) -> [n_atoms, out_units]`` atomic outputs; with ``out_extra``,
-    ``net.call_with_extras(tensors) -> (outputs, {'p3': [n_atoms, 3, k], ...})`` (see the module docstring).
+class PiNet2(Network):
+    """PiNet2 network: ``net.atomic_outputs(tensors) -> [n_atoms, out_units]``; with ``out_extra``,
+    ``net.call_with_extras(tensors) -> (outputs, {'p3': [n_atoms, 3, k], ...})`` (see the module docstring);
+    ``net(tensors)`` as upstream calls it (:class:`pinn.networks.base.Network`).
 
-    Args:
-        params: resolved network params (see ``PARAMS``).
-        dtype: float dtype of the weights.
-        seed: seed of the weight initialisation.
-
-    Call with a dict holding ``elems`` [n_atoms], ``ind_1`` [n_atoms, 1], ``ind_2`` [n_pairs, 2],
-    ``diff`` [n_pairs, 3] (r_j − r_i, Å) and ``dist`` [n_pairs] (|diff|, Å), as
-    :func:`pinn.models.potential.pair_geometry` makes them.
+    Built from params (``PiNet2(params, dtype=..., seed=...)``) or with upstream PiNN's arguments
+    (``PiNet2(atom_types=[1, 8], rank=3)``, upstream's defaults).  The atomic outputs need
+    ``elems`` [n_atoms], ``ind_1`` [n_atoms, 1], ``ind_2`` [n_pairs, 2], ``diff`` [n_pairs, 3]
+    (r_j − r_i, Å) and ``dist`` [n_pairs] (|diff|, Å), as :func:`pinn.io.batch.pair_geometry` makes them.
     """
 
     PARAMS = PARAMS
+    UPSTREAM_ARGS = ("atom_types", "rc", "cutoff_type", "basis_type", "n_basis", "gamma", "center", "pp_nodes",
+                     "pi_nodes", "ii_nodes", "out_nodes", "out_units", "out_extra", "out_pool", "act", "depth",
+                     "weighted", "rank")
+    UPSTREAM_DEFAULTS = {"basis_type": "polynomial", "n_basis": 4}
     #: static shapes only (XLA): the calculator compiles it on padded batches
     JIT_COMPATIBLE = True
 
-    def __init__(self, params, dtype=tf.float32, seed=0, name="PiNet2"):
-        super().__init__(name=name)
-        # a private deep copy, past TensorFlow's attribute tracking (see PiNet)
-        object.__setattr__(self, "params", copy.deepcopy(dict(params)))
-        p = self.params
+    def build(self, p, dtype, rng):
         self._check(p)
-        rng = np.random.RandomState(seed)
         self.rc = p["rc"]
         self.rank = p["rank"]
-        object.__setattr__(self, "out_extra", dict(p["out_extra"]))
         self.atom_types = [int(z) for z in p["atom_types"]]
         self.element_index = ElementIndex(self.atom_types)
         self.n_types = len(self.atom_types)
@@ -283,10 +368,13 @@ class PiNet2(tf.Module):
             self.outputs.append((out_ff, Dense(out_ff.n_out, p["out_units"], rng, use_bias=False, dtype=dtype,
                                                name=f"out_{d}_units")))
             for key in sorted(self.out_extra):
-                # p3 / p5 heads: linear and without bias, so that they mix channels only (equivariant)
-                act = p["act"] if key == "p1" else "linear"
-                n_in = block.n_out if key == "p1" else block.pp.n_out
-                ff = FeedForward(n_in, p["out_nodes"], rng, act, use_bias=key == "p1", dtype=dtype,
+                # equivariant heads: linear and without bias, so that they mix channels only; pair heads:
+                # without bias, so that they vanish at the cutoff with the interactions they read
+                act = "linear" if key in EQUIVARIANT_EXTRAS else p["act"]
+                n_in = {"p1": block.n_out, "i1": block.n_out * block.n_props, "i3": block.n_out,
+                        "i5": block.n_out}.get(key, block.pp.n_out)
+                use_bias = key not in EQUIVARIANT_EXTRAS and key not in PAIR_EXTRAS
+                ff = FeedForward(n_in, p["out_nodes"], rng, act, use_bias=use_bias, dtype=dtype,
                                  name=f"{key}_out_{d}")
                 self.extra_heads[key].append((ff, Dense(ff.n_out, self.out_extra[key], rng, use_bias=False,
                                                         dtype=dtype, name=f"{key}_out_{d}_units")))
@@ -332,7 +420,7 @@ class PiNet2(tf.Module):
             output = output + out_units(out_ff(new["p1"]))
             for key in extras:
                 ff, units = self.extra_heads[key][d]
-                if key == "p1":
+                if key not in EQUIVARIANT_EXTRAS:
                     extras[key] = extras[key] + units(ff(new[key]))
                 else:
                     x = new[key]
@@ -356,10 +444,12 @@ class PiNet2(tf.Module):
         Returns:
             (outputs [n_atoms, out_units] (pooled per structure with ``out_pool``),
             dict {key: extra output} for the keys of ``out_extra``: ``p1`` [n_atoms, k],
-            ``p3`` [n_atoms, 3, k] (x, y, z), ``p5`` [n_atoms, 5, k] (see :func:`p5_to_matrix`)).
+            ``p3`` [n_atoms, 3, k] (x, y, z), ``p5`` [n_atoms, 5, k] (see :func:`p5_to_matrix`),
+            ``dotted_p3`` / ``dotted_p5`` [n_atoms, k], and per pair of ``ind_2``: ``i1``
+            [n_pairs, k], ``i3`` [n_pairs, 3, k], ``i5`` [n_pairs, 5, k]).
         """
         return self._forward(tensors, True)
 
-    def __call__(self, tensors):
+    def atomic_outputs(self, tensors):
         """Atomic outputs [n_atoms, out_units] (pooled per structure with ``out_pool``); see :meth:`call_with_extras`."""
         return self._forward(tensors, False)[0]

@@ -79,7 +79,14 @@ def _kalman_backend(mp, choice, world):
 
 def _jit_setting(params, network):
     """Whether the TensorFlow step is XLA-compiled (``model.params.jit``; default: if the network can be)."""
+    from pinn.models.registry import MODELS
     requested = params["model"]["params"]["jit"]
+    model = params["model"]["name"]
+    if not getattr(MODELS[model], "JIT_COMPATIBLE", True):
+        if requested:
+            raise ParamsError(f"model.params.jit: the {model} cannot be compiled with XLA (its per-structure "
+                              "matrices have sizes that depend on the data); set jit to false or leave it unset")
+        return False
     supported = bool(getattr(network, "JIT_COMPATIBLE", False))
     if requested is None:
         return supported

@@ -6,14 +6,15 @@ import numpy as np
 import tensorflow as tf
 
 from pinn import keys as K
-from pinn.io.batch import add_neighbors, split_batch
+from pinn.io.batch import add_neighbors, split_batch, with_cell_and_pbc
 from pinn.io.padding import pad_to_buckets
 
 log = logging.getLogger("pinn")
 
 
 def prepared_input(input_fn, network, skip=0, pad=False, parts=1):
-    """The dataset of ``input_fn`` checked, with neighbor lists (at ``network.rc``), ``skip`` batches
+    """The dataset of ``input_fn`` checked, with ``cell``/``pbc`` (:func:`pinn.io.batch.with_cell_and_pbc`)
+    and neighbor lists (at ``network.rc``), ``skip`` batches
     skipped, split into tuples of ``parts`` sparse batches when ``parts > 1``, padded to bucket sizes
     when ``pad`` (for the XLA-compiled training step) and prefetched.
 
@@ -36,6 +37,8 @@ def prepared_input(input_fn, network, skip=0, pad=False, parts=1):
         raise ValueError("input_fn must return sparse batches: apply pinn.io.sparse_batch(batch_size)")
     if skip:
         dataset = dataset.skip(skip)
+    if K.CELL not in spec or K.PBC not in spec:
+        dataset = dataset.map(with_cell_and_pbc, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     if K.IND_2 not in spec:
         dataset = dataset.apply(add_neighbors(network.rc))
     if pad:

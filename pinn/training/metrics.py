@@ -28,10 +28,15 @@ import numpy as np
 from pinn.files.durable import append_line, replacing
 
 #: unit of each quantity whose errors are logged
-UNITS = {"E": "eV", "E_PER_ATOM": "eV/atom", "F": "eV/Å", "S": "eV/Å³", "D": "e·Å", "Q": "e"}
+UNITS = {"E": "eV", "E_PER_ATOM": "eV/atom", "F": "eV/Å", "S": "eV/Å³", "D": "e·Å", "Q": "e",
+         # the polarizability models (pinn.models.polarizability): bohr³ per atom with p_unit 1, Hartree
+         "alpha_per_atom": "bohr³/atom", "alpha_per_atom_diag": "bohr³/atom", "alpha_per_atom_offdiag": "bohr³/atom",
+         "egap": "Hartree"}
 #: names of the quantities, for tables and plots
 NAMES = {"E": "energy", "E_PER_ATOM": "energy per atom", "F": "forces", "S": "stress", "D": "dipole",
-         "Q": "charges"}
+         "Q": "charges", "alpha_per_atom": "polarizability per atom",
+         "alpha_per_atom_diag": "isotropic polarizability per atom",
+         "alpha_per_atom_offdiag": "anisotropic polarizability per atom", "egap": "HOMO–LUMO gap"}
 #: per-atom rows kept for parity plots (a random subset of larger evaluations)
 MAX_PARITY_ROWS = 20000
 
@@ -51,11 +56,21 @@ def append_metrics(model_dir, record):
     append_line(metrics_path(model_dir), json.dumps(clean))
 
 
-def with_upstream_names(result):
+def with_upstream_names(result, scales=None):
     """``result`` (a dict of metrics) with each ``<Q>_MAE`` / ``<Q>_RMSE`` also under upstream PiNN's
-    name ``METRICS/<Q>_MAE`` / ``METRICS/<Q>_RMSE`` (in place; returned)."""
-    result.update({f"METRICS/{key}": value for key, value in list(result.items())
-                   if key.endswith(("_MAE", "_RMSE"))})
+    name ``METRICS/<Q>_MAE`` / ``METRICS/<Q>_RMSE``, in upstream's training units (in place; returned).
+
+    Args:
+        result: the metrics, pinn's names and units (eV, eV/Å, e·Å, ...).
+        scales: quantity ``<Q>`` → factor of upstream's value (the model's
+            :meth:`~pinn.models.base.Model.upstream_metric_scales`: ``e_scale`` for E, F, S,
+            ``d_scale`` for D); 1 for the others.
+    """
+    scales = scales or {}
+    for key, value in list(result.items()):
+        if key.endswith(("_MAE", "_RMSE")):
+            quantity = key.rsplit("_", 1)[0]
+            result[f"METRICS/{key}"] = value * scales[quantity] if quantity in scales else value
     return result
 
 

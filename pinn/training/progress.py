@@ -73,7 +73,7 @@ class Meter:
         """``loss … E_RMSE … eV F_RMSE … eV/Å N structures/s`` (all ranks together)."""
         elapsed = max(self.elapsed(), 1e-9)
         parts = [f"loss {self.loss / max(self.n_steps, 1):.4g}"]
-        parts += [f"{k} {v:.4g} {UNITS[k[0]]}" for k, v in errors_from_sums(self.sums).items()
+        parts += [f"{k} {v:.4g} {UNITS[k.rsplit('_', 1)[0]]}" for k, v in errors_from_sums(self.sums).items()
                   if k.endswith("RMSE")]
         parts.append(f"{self.n_struct / elapsed:.0f} structures/s")
         return " ".join(parts)

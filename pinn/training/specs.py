@@ -68,5 +68,5 @@ def train_and_evaluate(model, train_spec, eval_spec):
     model.train(train_spec.input_fn, max_steps=train_spec.max_steps, eval_fn=eval_fn)
     last = model.last_validation
     if last and last["global_step"] == int(model.step):
-        return with_upstream_names(dict(last)), []
+        return with_upstream_names(dict(last), model.model.upstream_metric_scales()), []
     return model.evaluate(eval_fn), []

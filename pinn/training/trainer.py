@@ -471,14 +471,16 @@ class Trainer(metaclass=_ModelClass):
             labels, ``<Q>_MAE`` and ``<Q>_RMSE``: ``E`` (eV), ``F`` (eV/Å),
             ``S`` (eV/Å³) for the potential model, ``D`` (e·Å), ``Q`` (e) for
             the dipole model; the same errors also under upstream PiNN's names
-            ``METRICS/<Q>_MAE`` and ``METRICS/<Q>_RMSE``.  In a parallel run every
+            ``METRICS/<Q>_MAE`` and ``METRICS/<Q>_RMSE`` in upstream's training units (E, F, S
+            × ``e_scale``, D × ``d_scale``, as upstream reports them).  In a parallel run every
             rank gets the same numbers: sums and counts are added over ranks (each
             rank's input should be its own share of the data).
 
         Raises:
             ValueError: ``steps`` is not a positive integer, or the input is infinite and ``steps`` is None.
         """
-        return with_upstream_names(self.evaluate_with_parity(input_fn, parity=False, steps=steps)[0])
+        return with_upstream_names(self.evaluate_with_parity(input_fn, parity=False, steps=steps)[0],
+                                   self.model.upstream_metric_scales())
 
     def evaluate_with_parity(self, input_fn, parity=True, steps=None):
         """(metrics of :meth:`evaluate` without the upstream names, parity arrays or ``None``); see

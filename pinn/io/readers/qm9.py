@@ -11,8 +11,8 @@ Each file of QM9 (Ramakrishnan et al., Sci. Data 1, 140022 (2014)) is an extende
     C                                     SMILES (GDB-17, relaxed)
     InChI=1S/CH4/h1H4  InChI=1S/CH4/h1H4  InChI (GDB-17, relaxed)
 
-Numbers may carry Mathematica's exponent, ``1.2345*^-6``.  The reader converts the
-properties to pinn's units (:data:`PROPERTIES`).
+Numbers may carry Mathematica's exponent, ``1.2345*^-6``.  The reader gives the properties in
+the file's units; :data:`PROPERTIES` has the factors into pinn's (``load_qm9(units='pinn')``).
 """
 import numpy as np
 
@@ -45,8 +45,9 @@ def read_qm9(path):
 
     Returns:
         dict with ``'elems'`` [n] int32, ``'coord'`` [n, 3] Å (float64), ``'charges'`` [n]
-        Mulliken charges (e) and ``'properties'``: dict name → value in pinn's units (see
-        :data:`PROPERTIES`: energies in eV, ``mu`` in e·Å, ``alpha`` in Å³, ``r2`` in Å²).
+        Mulliken charges (e) and ``'properties'``: dict name → value in the file's unit (see
+        :data:`PROPERTIES`: energies in Hartree, ``mu`` in debye, ``alpha`` in bohr³, ``r2`` in
+        bohr²).
 
     Raises:
         DataError: a missing or empty file, a first line that is not a number of atoms, a
@@ -67,8 +68,8 @@ def read_qm9(path):
     if len(fields) < 17:
         raise DataError(f"{path}, line 2: the property line has {len(fields)} fields, QM9 has 17 "
                         "(tag, index, A, B, C, mu, alpha, homo, lumo, gap, r2, zpve, U0, U, H, G, Cv)")
-    properties = {name: to_float(fields[column], f"{path}, line 2, property {name}") * factor
-                  for name, (column, _, factor, _) in PROPERTIES.items()}
+    properties = {name: to_float(fields[column], f"{path}, line 2, property {name}")
+                  for name, (column, _, _, _) in PROPERTIES.items()}
     if len(lines) < 2 + n_atoms:
         raise DataError(f"{path}: announces {n_atoms} atoms on line 1 but has {max(len(lines) - 2, 0)} lines after "
                         "the property line")

@@ -35,8 +35,11 @@ _COLUMN = re.compile(r"([\w\-]+)\((\d+)\)$")
 _CHARGE_NAMES = ("charge", "charges", "initial_charges")
 _FORCE_NAMES = ("force", "forces")
 
-#: file units → factors into pinn's units: 'atomic' (bohr, Hartree), 'ase' (Å, eV)
+#: how the file's numbers become the dataset's: factors per quantity.  'upstream' (upstream PiNN's
+#: reading of RuNNer's atomic units: lengths bohr → Å, energies stay Hartree, forces Hartree/bohr →
+#: Hartree/Å), 'atomic' (bohr, Hartree → pinn's Å, eV, eV/Å), 'ase' (the file is in Å and eV already)
 UNITS = {
+    "upstream": {"length": units.BOHR, "energy": 1.0, "force": 1.0 / units.BOHR, "stress": units.BOHR ** 3},
     "atomic": {"length": units.BOHR, "energy": units.HARTREE, "force": units.HARTREE_PER_BOHR,
                # upstream PiNN's stress lines: its write_runner divides eV/Å³ by bohr³/Å³, its reader undoes it
                "stress": units.BOHR ** 3},
@@ -68,18 +71,20 @@ def scan_runner(path):
     return starts
 
 
-def read_runner_frame(path, offset, line_number, file_units="atomic"):
+def read_runner_frame(path, offset, line_number, file_units="upstream"):
     """Read the structure whose ``begin`` line is at ``offset`` (see :func:`scan_runner`).
 
     Args:
         path: the file.
         offset, line_number: byte offset and line number of the ``begin`` line.
-        file_units: ``'atomic'`` (bohr, Hartree: RuNNer's) or ``'ase'`` (Å, eV).
+        file_units: a key of :data:`UNITS`: ``'upstream'`` (bohr → Å, Hartree kept, as upstream
+            PiNN reads the file), ``'atomic'`` (bohr, Hartree → Å, eV) or ``'ase'`` (Å, eV as written).
 
     Returns:
         dict with ``'elems'`` [n] int32, ``'coord'`` [n, 3] Å, ``'cell'`` [3, 3] Å or None (no
-        ``lattice`` lines), ``'energy'`` eV or None, ``'forces'`` [n, 3] eV/Å or None (a
-        layout without forces), ``'charges'`` [n] e or None, ``'stress'`` [3, 3] eV/Å³ or None,
+        ``lattice`` lines), ``'energy'`` (Hartree for 'upstream', eV otherwise) or None,
+        ``'forces'`` [n, 3] (Hartree/Å, or eV/Å) or None (a layout without forces),
+        ``'charges'`` [n] e or None, ``'stress'`` [3, 3] (upstream's lines × bohr³) or None,
         ``'energy_weight'`` (1 without the line) and ``'force_weights'`` [n, 3] (ones where an
         atom line has none).
 
