@@ -44,7 +44,7 @@ def split_items(items, split, shuffle=True, seed=0):
             ``{'train': 8, 'eval': {'vali': 1, 'test': 1}}``.  A one-key split
             such as ``{'all': 1}`` gives every item.
         shuffle: shuffle the items before splitting them (as upstream PiNN's ``shuffle``, only used
-            when splitting; pinn 0.12–0.17 shuffled without a split too).
+            when splitting; pinn ≤ 0.17 shuffled without a split too).
         seed: seed of the shuffle; the same seed gives the same subsets.
 
     Returns:

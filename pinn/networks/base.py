@@ -77,7 +77,7 @@ class Network(tf.Module):
     @classmethod
     def arguments(cls, args, kwargs):
         """The resolved params of a construction (see the class docstring)."""
-        where = f"network.params ({cls.__name__})"
+        where = "network.params"
         if len(args) == 1 and isinstance(args[0], dict) and not kwargs:
             return validate_section(copy.deepcopy(dict(args[0])), cls.PARAMS, where)
         if len(args) > len(cls.UPSTREAM_ARGS):
