@@ -1,6 +1,20 @@
 """Upstream PiNN 2.x's input files inputs/qm9-pinet.yml, md17-pinet2.yml, pinet2-dipole.yml and
 pol_inputs/*.yml, restated as configuration data for the tests that run them as upstream's `pinn train` takes them."""
 
+#: the optimizer section of upstream's input files (their learning rates differ)
+UPSTREAM_ADAM = """\
+optimizer:
+  class_name: Adam
+  config:
+    global_clipnorm: 0.01
+    learning_rate:
+      class_name: ExponentialDecay
+      config:
+        decay_rate: 0.994
+        decay_steps: 10000
+        initial_learning_rate: {rate}
+"""
+
 QM9_PINET = """\
 model:
   name: potential_model
@@ -23,20 +37,11 @@ network:
     pp_nodes: [64,64,64,64]
     ii_nodes: [64,64,64,64]
     out_nodes: [64]{extra}
-optimizer:
-  class_name: Adam
-  config:
-    global_clipnorm: 0.01
-    learning_rate:
-      class_name: ExponentialDecay
-      config:
-        decay_rate: 0.994
-        decay_steps: 10000
-        initial_learning_rate: 0.0001
-"""
+{optimizer}"""
 #: upstream's inputs/qm9-pinet.yml and inputs/md17-pinet2.yml (the same but PiNet2 with rank 3)
-QM9_PINET_YML = QM9_PINET.format(network="PiNet", extra="")
-MD17_PINET2_YML = QM9_PINET.format(network="PiNet2", extra="\n    rank: 3")
+QM9_PINET_YML = QM9_PINET.format(network="PiNet", extra="", optimizer=UPSTREAM_ADAM.format(rate="0.0001"))
+MD17_PINET2_YML = QM9_PINET.format(network="PiNet2", extra="\n    rank: 3",
+                                   optimizer=UPSTREAM_ADAM.format(rate="0.0001"))
 #: upstream's inputs/pinet2-dipole.yml
 PINET2_DIPOLE_YML = """\
 model:
@@ -57,17 +62,7 @@ network:
     weighted: False
     atom_types: [1, 6, 7, 8, 9]
     rank: 3
-optimizer:
-  class_name: Adam
-  config:
-    global_clipnorm: 0.01
-    learning_rate:
-      class_name: ExponentialDecay
-      config:
-        decay_rate: 0.994
-        decay_steps: 10000
-        initial_learning_rate: 0.0001
-"""
+""" + UPSTREAM_ADAM.format(rate="0.0001")
 
 
 #: upstream's inputs/pol_inputs/acks2.yml (c1cfd5c); its nine other files differ only in the model name and
@@ -90,11 +85,4 @@ network:
     pi_nodes: [32]
     pp_nodes: [32, 32, 32, 32]
     rc: 4.5
-optimizer:
-  class_name: Adam
-  config:
-    global_clipnorm: 0.01
-    learning_rate:
-      class_name: ExponentialDecay
-      config: {decay_rate: 0.994, decay_steps: 10000, initial_learning_rate: 0.0003}
-"""
+""" + UPSTREAM_ADAM.format(rate="0.0003")
