@@ -158,9 +158,6 @@ class PolarizabilityModel(Model):
     def enabled_terms(self):
         return {"egap"} if self.params["train_egap"] else {"polarizability"}
 
-    def upstream_metric_scales(self):
-        return {}
-
     # --- the physics -------------------------------------------------------------------------------
 
     def network_outputs(self, tensors):
