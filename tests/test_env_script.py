@@ -38,6 +38,13 @@ def test_the_callers_shell_options_come_back(tmp_path):
     assert run.stdout.rstrip().endswith("end")
 
 
+def test_a_set_e_script_stops_where_the_environment_fails(tmp_path):
+    """quickstart.sh runs with set -e: a failed set-up must stop it there (errexit came back off before 0.18.0,
+    as a command substitution runs without it, so the steps after it ran and failed in turn)."""
+    run = _bash('set -euo pipefail; . tools/env.sh; echo "still here"', tmp_path, PINN_PYTHON="/nonexistent/python3")
+    assert run.returncode == 1 and "still here" not in run.stdout, run.stdout + run.stderr
+
+
 def test_run_not_sourced_it_exits_with_the_status(tmp_path):
     run = _bash("bash tools/env.sh; echo \"status=$?\"", tmp_path, PINN_PYTHON="/nonexistent/python3")
     assert "status=1" in run.stdout and "does not run" in run.stderr

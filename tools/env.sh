@@ -152,12 +152,15 @@ _pinn_horovod() {
 # run with the caller's shell options saved and restored: a sourced script must not leave set -e on
 # (or exit) an interactive shell
 _pinn_saved_options=$(set +o)
+# errexit is not in that list: a command substitution runs without it, so it would come back off
+case $- in *e*) _pinn_errexit=1 ;; *) _pinn_errexit=0 ;; esac
 set +e
 _pinn_env_main
 _pinn_status=$?
 eval "$_pinn_saved_options"
+[ "$_pinn_errexit" = 1 ] && set -e
 unset -f _pinn_env_main _pinn_horovod _pinn_pick_python _pinn_resolve_python _pinn_log _pinn_fail
-unset _pinn_saved_options
+unset _pinn_saved_options _pinn_errexit
 if (return 0 2>/dev/null); then
   eval "unset _pinn_status; return $_pinn_status"
 else
