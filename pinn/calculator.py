@@ -338,8 +338,8 @@ def get_calc(model, checkpoint=None, jit=None, skin=0.5, engine="auto", *, check
         if weights is not None:
             log.info("%s: weights from %s (no TensorFlow)", model, weights["source"])
             return PiNNCalc(weights, skin=skin, engine=engine, **options)
-    from pinn.training.trainer import Trainer
-    handle = Trainer.load_for_inference(model, checkpoint)
+    from pinn.training.inference import load_for_inference
+    handle = load_for_inference(model, checkpoint)
     calc = PiNNCalc(handle, jit=jit, skin=skin, engine=engine, **options)
     if calc.engine == "numba":
         exported.save_engine_weights(calc._engine.fast.arrays, calc._engine.e_unit, model, handle.checkpoint)
@@ -360,10 +360,10 @@ def _model_of_params(params, checkpoint=None):
     from pinn.params import read_params, resolve
     given = resolve(params)
     if checkpoint is None and checkpoint_dir.latest(given["model_dir"]) is None:
-        from pinn.models.registry import MODELS
-        from pinn.training.trainer import Trainer
-        fresh = Trainer(given, MODELS[given["model"]["name"]])
-        if fresh.network.trainable_variables:
+        from pinn.models.registry import build_model
+        from pinn.training.inference import InferenceHandle
+        fresh = InferenceHandle(build_model(given), given)
+        if fresh.model.network.trainable_variables:
             log.warning("get_calc: %s holds no checkpoint; the calculator uses the network's initial weights",
                         given["model_dir"])
         return fresh

@@ -12,9 +12,11 @@ import tensorflow as tf
 
 import kalman_ranks
 from launching import ENV, horovod_has
+from pinn.files import checkpoint_dir
 from pinn.models import potential_model
 from pinn.params import read_params, resolve, write_params
 from pinn.schema import ParamsError
+from pinn.training.inference import load_for_inference
 from pinn.training.kalman import KalmanFilter
 from pinn.training.options import TRAINING_PARAMS
 
@@ -223,6 +225,23 @@ def test_resume_continues_the_filter_exactly(tmp_path):
     back = potential_model(_lj_params(tmp_path / "b", optimizer="adam", ekf_epsilon=1.0))
     assert "holds no Adam state (trained with a Kalman filter)" in _log(tmp_path / "b")
     np.testing.assert_array_equal(_flat(back.model.trainable_variables), _flat(again.model.trainable_variables))
+
+
+def test_inference_reads_nothing_of_the_filter(tmp_path):
+    """A model loaded for inference restores the weights and the step alone: a checkpoint whose P is
+    damaged (NaN) loads and evaluates as the Trainer in memory does, where a Trainer passes it over."""
+    source = kalman_ranks.train_input(0, 1)
+    model = potential_model(_lj_params(tmp_path / "m"))
+    model.train(source, max_steps=1)
+    model.kalman.P.assign(np.full((2, 2), np.nan))
+    model.step.assign_add(1)
+    damaged = model.store.checkpoint.write(str(tmp_path / "m" / "ckpt-2"))  # past the store's verification
+    checkpoint_dir.write_state(str(tmp_path / "m"), [str(tmp_path / "m" / "ckpt-1"), damaged])
+    loaded = load_for_inference(tmp_path / "m")
+    assert loaded.step == 2 and loaded.checkpoint.endswith("ckpt-2") and not loaded.averaged
+    np.testing.assert_array_equal(_flat(loaded.model.trainable_variables), _flat(model.model.trainable_variables))
+    assert loaded.evaluate(source, steps=2) == model.evaluate(source, steps=2)
+    assert int(potential_model(str(tmp_path / "m")).step) == 1  # ckpt-2 is damaged for a resume
 
 
 # ----------------------------------------------------------------------------------- refusals

@@ -7,6 +7,7 @@ import pytest
 import tensorflow as tf
 
 from pinn.io import load_ase, sparse_batch
+from pinn.training.inference import load_for_inference
 from pinn.training.metrics import read_eval_predictions, read_metrics
 from pinn.models import get_model, potential_model
 from pinn.params import ParamsError
@@ -121,6 +122,12 @@ def test_weight_average_is_checkpointed_apart_and_resume_continues_raw_weights(a
     for a, b in zip(resumed.ema.shadow, average):
         np.testing.assert_array_equal(a.numpy(), b)
     assert resumed.evaluate(vali) == pytest.approx(result)
+    # loaded for inference (no Trainer): the average in the model's variables, the same figures
+    loaded = load_for_inference(tmp_path / "m")
+    assert loaded.averaged and loaded.frozen and loaded.step == 10
+    for a, b in zip(loaded.model.trainable_variables, average):
+        np.testing.assert_array_equal(a.numpy(), b)
+    assert loaded.evaluate(vali) == pytest.approx(result)
     # …and goes on exactly as an uninterrupted run
     resumed.train(lambda: train().repeat(), max_steps=20)
     straight = potential_model(_params(tmp_path / "straight", ema_decay=0.8))

@@ -291,20 +291,18 @@ def _flatten(parts, prefix=""):
 
 def _evaluate(args):
     from pinn.io import sparse_batch
-    from pinn.models import get_model
     from pinn.cli.runconfig import load_structures
+    from pinn.training.inference import load_for_inference
     if not os.path.isdir(args.model_dir):
         raise FileNotFoundError(f"{args.model_dir}: no such model directory")
-    model = get_model(args.model_dir, checkpoint=None if args.checkpoint == "last" else args.checkpoint)
-    if not model.restored:
-        raise ValueError(f"{args.model_dir}: no checkpoint to evaluate (train the model first)")
+    model = load_for_inference(args.model_dir, checkpoint=None if args.checkpoint == "last" else args.checkpoint)
     dataset = load_structures(args.data)
     metrics = model.evaluate(lambda: dataset.apply(sparse_batch(args.batch_size)))
     if args.json:
-        print(json.dumps({**metrics, "checkpoint": model.restored}))
+        print(json.dumps({**metrics, "checkpoint": model.checkpoint}))
     else:
-        averaged = " (averaged weights)" if model.ema is not None else ""
-        print(f"model {args.model_dir}: checkpoint {os.path.basename(model.restored)}, step {metrics['global_step']}"
+        averaged = " (averaged weights)" if model.averaged else ""
+        print(f"model {args.model_dir}: checkpoint {os.path.basename(model.checkpoint)}, step {metrics['global_step']}"
               f"{averaged}\ndata: {', '.join(args.data)}\n")
         print(_metrics_table(metrics))
     return 0

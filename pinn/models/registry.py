@@ -13,3 +13,20 @@ MODELS = {"potential_model": PotentialModel, "dipole_model": DipoleModel,
 NOT_YET = {name: "one of upstream PiNN 2.x's dipole models" for name in (
     "AC_quadrupole_model", "combined_dipole_model")}
 
+
+
+def build_model(params):
+    """The model that resolved ``params`` name (``params['model']['name']``), on a network built from
+    ``params['network']``, in ``params['precision']``, with its initial weights.
+
+    Args:
+        params: resolved params (:func:`pinn.params.resolve`).
+
+    Returns:
+        the model (a :class:`~pinn.models.base.Model`); its ``network`` attribute is the network.
+    """
+    import tensorflow as tf
+    from pinn.networks import get_network
+    network = get_network(params)
+    return MODELS[params["model"]["name"]](network, params["model"]["params"], network.atom_types,
+                                           tf.as_dtype(params["precision"]))

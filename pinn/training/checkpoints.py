@@ -80,8 +80,13 @@ class CheckpointWriteFailed(SystemExit):
         return self.message
 
 
-def verify_files(path):
-    """Read checkpoint ``path`` whole: index, data (checksummed), finite floating-point values.
+def verify_files(path, names=None):
+    """Read checkpoint ``path``: index, data (checksummed), finite floating-point values.
+
+    Args:
+        path: the checkpoint's path (without ``.index``).
+        names: read only the variables of these objects (e.g. ``{'model', 'step'}`` for inference:
+            an EKF's P, n × n for n weights, is then not read); ``None``: all of them.
 
     Raises:
         CheckpointDamaged: naming what is wrong.
@@ -92,6 +97,8 @@ def verify_files(path):
         reader = tf.train.load_checkpoint(path)
         dtypes = reader.get_variable_to_dtype_map()
         for key in sorted(dtypes):
+            if names is not None and key.split("/", 1)[0] not in names:
+                continue
             value = reader.get_tensor(key)
             if dtypes[key].is_floating:
                 value = np.asarray(value)
@@ -251,7 +258,7 @@ class CheckpointStore:
         Raises:
             CheckpointDamaged: the files are damaged, or lack a variable of ``parts`` or its shape.
         """
-        verify_files(path)
+        verify_files(path, set(parts))
         if "weight_average" in parts and not self.holds(path, "weight_average"):
             parts = {k: v for k, v in parts.items() if k != "weight_average"}
         for name in OPTIMIZER_PARTS:

@@ -52,7 +52,7 @@ from pinn.training.early_stopping import EarlyStopping
 from pinn.training.ema import WeightAverage
 from pinn.training.evaluation import Evaluator
 from pinn.training.guards import StopSignals, TrainingDiverged, Watchdog
-from pinn.training.inference import InferenceHandle
+from pinn.training.inference import InferenceHandle, load_for_inference
 from pinn.training.inputs import evaluation_input, prepared_input, steps_per_epoch_of
 from pinn.training.kalman import KalmanFilter, check_optimizer_settings
 from pinn.training.loop import Run, TrainingLoop
@@ -158,17 +158,17 @@ class Trainer(metaclass=_ModelClass):
 
     @classmethod
     def load_for_inference(cls, model_dir, checkpoint=None):
-        """The :class:`~pinn.training.inference.InferenceHandle` of a model directory's model, with its
-        averaged weights put in for good; a ``ValueError`` when the directory holds no checkpoint."""
-        trainer = cls.from_model_dir(model_dir, checkpoint)
-        if not trainer.restored:
-            raise ValueError(f"{os.fspath(model_dir)}: no checkpoint to load (train the model first)")
-        trainer.freeze_averaged_weights()
-        return trainer.inference()
+        """The :class:`~pinn.training.inference.InferenceHandle` of a model directory's model (see
+        :func:`pinn.training.inference.load_for_inference`: no Trainer is built)."""
+        return load_for_inference(model_dir, checkpoint)
 
     def inference(self):
-        """An :class:`~pinn.training.inference.InferenceHandle` of this model (what the calculator takes)."""
-        return InferenceHandle(self)
+        """An :class:`~pinn.training.inference.InferenceHandle` over this model's live weights (what the
+        calculator takes): the averaged ones inside its ``averaged_weights()``."""
+        if self._frozen:
+            return InferenceHandle(self.model, self.params, self.restored, int(self.step), averaged=self._averaged)
+        return InferenceHandle(self.model, self.params, self.restored, self.step, self.averaged_weights,
+                               averaged=self.ema is not None)
 
     @property
     def engine(self):
