@@ -26,6 +26,7 @@ quiet_tensorflow()  # before TensorFlow is imported: its start-up messages only 
 
 from pinn.io import add_neighbors, distribute_data, load_mimic, sparse_batch  # noqa: E402
 from pinn.models import potential_model  # noqa: E402
+from pinn.parallel import init  # noqa: E402
 
 data_dir = sys.argv[1] if len(sys.argv) > 1 else "demo/mimic"
 model_dir = sys.argv[2] if len(sys.argv) > 2 else "demo/mimic-model"
@@ -46,10 +47,9 @@ params = {
     "parallel_params": {"lr_scaling": "linear", "warmup_steps": 100},
 }
 
-# Build the model first: it starts Horovod and pins this process to its GPU
-# before any other TensorFlow work.
-model = potential_model(params)
-world = model.world
+# The world of this run, first: Horovod or MPI alone starts and pins this process to its GPU
+# before any other TensorFlow work (a SerialWorld for a process started alone without either).
+world = init(params)
 
 
 def find_runs(directory):
@@ -71,9 +71,10 @@ if world.is_chief and not glob.glob(os.path.join(data_dir, "**", "*.trr"), recur
 world.barrier()  # the other ranks wait for the data
 
 # this rank's whole runs, balanced by frame count; then its datasets
-mpt, trr, energies = distribute_data(*find_runs(data_dir))
+mpt, trr, energies = distribute_data(*find_runs(data_dir), world=world)
 # the demo's trr forces are exact LJ forces; in real MiMiC output they are MM-only (docs/mimic.md)
 data = load_mimic(mpt, trr, energies, split={"train": 8, "vali": 1, "test": 1}, seed=0, forces="trr")
+model = potential_model(params, world=world)
 # neighbor lists once per structure, before the cache (not at every step)
 train = lambda: (data["train"].apply(add_neighbors(model.rc)).cache().repeat().shuffle(1000, seed=world.rank)
                  .apply(sparse_batch(8)))

@@ -18,7 +18,7 @@ from pinn.upstream_params import convert_optimizer
 
 log = logging.getLogger("pinn")
 
-__all__ = ["ParamsError", "Option", "describe", "legacy", "model_schema", "read_params", "resolve",
+__all__ = ["ParamsError", "Option", "ResolvedParams", "describe", "legacy", "model_schema", "read_params", "resolve",
            "read_params_file", "resolve_network", "network_params", "write_params", "TOP_LEVEL"]
 
 TOP_LEVEL = {
@@ -55,24 +55,39 @@ def legacy(params):
     return params
 
 
+class ResolvedParams(dict):
+    """Params that :func:`resolve` validated and completed: a dict, marked so that nothing resolves them
+    again (:func:`resolve` returns them as they are; the Trainer and the model functions take them as
+    they come)."""
+
+
+# written as the plain mapping it is (yaml.safe_dump of resolved params, or of a model's .params)
+yaml.SafeDumper.add_representer(ResolvedParams, yaml.representer.SafeRepresenter.represent_dict)
+
+
 def resolve(params):
-    """Validate params and fill in every default.
+    """Validate params, fill in every default and check the sections against each other, once.
 
     Args:
-        params: dict as written in an input script or YAML file.
+        params: dict as written in an input script or YAML file (a :class:`ResolvedParams` is
+            returned as it is).
 
     Returns:
-        A new dict with the nested structure ``{'model_dir', 'precision',
-        'seed', 'network': {'name', 'params'}, 'model': {'name', 'params'}}``,
-        every option present and every network name canonical.
+        A new :class:`ResolvedParams` with the nested structure ``{'model_dir', 'precision',
+        'seed', 'network': {'name', 'params'}, 'model': {'name', 'params'}, 'parallel',
+        'parallel_params', 'params_format'}``, every option present and every network name canonical.
 
     Raises:
-        ParamsError: naming the first bad key.
+        ParamsError: naming the first bad key, or the key of a setting that contradicts another
+            (:func:`pinn.training.options.check`).
     """
     from pinn.models.registry import MODELS
     from pinn.models.registry import NOT_YET as NOT_YET_MODELS
     from pinn.parallel.worlds import PARAMS as PARALLEL_PARAMS
+    from pinn.training.options import check as check_training
 
+    if isinstance(params, ResolvedParams):
+        return params
     if not isinstance(params, dict):
         raise ParamsError(f"params: expected a dict, got {type(params).__name__}")
     _refuse_not_yet(legacy(params), NOT_YET_MODELS)
@@ -90,7 +105,8 @@ def resolve(params):
                                                model_schema(model["name"]), "model.params")}
     out["parallel_params"] = validate_section(out["parallel_params"], PARALLEL_PARAMS, "parallel_params")
     _set_model_extras(out, MODELS[model["name"]])
-    return out
+    check_training(out)
+    return ResolvedParams(out)
 
 
 def _set_model_extras(params, model_cls):

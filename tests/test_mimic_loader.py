@@ -12,6 +12,7 @@ import pytest
 from pinn import keys as K
 from pinn.io import DataError, distribute_data, load_mimic, sparse_batch
 from pinn.io.distribute import balance
+from pinn.parallel.worlds import SerialWorld
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
 MIMIC = os.path.join(DATA, "mimic")
@@ -249,7 +250,7 @@ def test_bad_input_names_file_and_frame(acetone_run, tmp_path):
         load_mimic(ACETONE_MPT, trr, ener, forces="trr ")
 
 
-def test_distribute_data_balances_by_frames(tmp_path):
+def test_distribute_data_balances_by_frames(tmp_path, monkeypatch):
     rng = np.random.RandomState(4)
     counts = [8, 1, 3, 5, 2, 6]
     trrs = [write_trr(tmp_path / f"{i}.trr", random_frames(range(n), 3, rng)) for i, n in enumerate(counts)]
@@ -262,7 +263,19 @@ def test_distribute_data_balances_by_frames(tmp_path):
     frames = [sum(counts[trrs.index(t)] for t in share) for share in got_trr]
     assert sorted(frames) == [8, 8, 9]  # 25 frames over 3 ranks, as even as whole files allow
     assert shares == [distribute_data(trrs, eners, rank=r, size=3) for r in range(3)]  # deterministic
-    assert distribute_data(trrs, eners) == [trrs, eners]  # no Horovod: everything
+    for var in ("HOROVOD_RANK", "HOROVOD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK",
+                "PMI_SIZE", "SLURM_PROCID", "SLURM_NTASKS"):
+        monkeypatch.delenv(var, raising=False)
+    assert distribute_data(trrs, eners) == [trrs, eners]  # a process started alone: everything
+    # the rank the launcher announced (before any world starts), or the world's
+    for rank_var, size_var in (("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"), ("SLURM_PROCID", "SLURM_NTASKS")):
+        with monkeypatch.context() as env:
+            env.setenv(rank_var, "2")
+            env.setenv(size_var, "3")
+            assert distribute_data(trrs, eners) == shares[2]
+    assert distribute_data(trrs, eners, world=SerialWorld()) == [trrs, eners]
+    with pytest.raises(ValueError, match="world= or rank= and size=, not both"):
+        distribute_data(trrs, eners, rank=0, size=1, world=SerialWorld())
     with pytest.raises(DataError, match="6 files per list for 7 ranks"):
         distribute_data(trrs, eners, rank=0, size=7)
     with pytest.raises(DataError, match="equal lengths.*\\[6, 5\\]"):
@@ -284,8 +297,8 @@ def test_distribute_data_on_real_horovod_ranks(tmp_path):
         "from pinn.logs import setup_logging\n"
         "from pinn.io import distribute_data\n"
         "setup_logging()\n"
+        f"trr, = distribute_data({trrs!r})\n"  # before the world starts: the launcher's rank
         "hvd.init()\n"
-        f"trr, = distribute_data({trrs!r})\n"
         f"json.dump({{'rank': hvd.rank(), 'size': hvd.size(), 'trr': trr}}, open('{tmp_path}/rank%d.json' % hvd.rank(), 'w'))\n")
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     run = subprocess.run(["horovodrun", "-np", "2", "--gloo", sys.executable, str(script)], env=env,

@@ -422,18 +422,20 @@ def test_pinet2_dipole_yml_resolves_or_names_only_what_pinn_lacks(qm9_folder, mo
     assert (net["weighted"], net["rank"], net["atom_types"]) == (False, 3, [1, 6, 7, 8, 9])
 
 
-def test_get_calc_of_params_without_a_checkpoint_uses_the_initial_weights(tmp_path):
+def test_get_calc_of_params_without_a_checkpoint_uses_the_initial_weights(tmp_path, caplog):
     """Upstream's estimator predicts with freshly initialised weights where model_dir holds no checkpoint (the last
-    cell of its Quick_tour notebook does so); pinn's get_calc(params) gives that model, with a warning."""
+    cell of its Quick_tour notebook does so); pinn's get_calc(params) gives that model, with a warning, and
+    writes nothing (no Trainer is built for inference)."""
     nodes = [4]
     params = {"model_dir": str(tmp_path / "untrained"),
               "network": {"name": "PiNet", "params": {"depth": 1, "rc": 3.0, "atom_types": [1, 8], "pp_nodes": nodes,
                                                       "pi_nodes": nodes, "ii_nodes": nodes, "out_nodes": nodes}},
               "model": {"name": "potential_model", "params": {}}}
     water = g2["H2O"]
-    water.calc = pinn.get_calc(params)
-    log = (tmp_path / "untrained" / "train.log").read_text()
-    assert f"get_calc: {tmp_path / 'untrained'} holds no checkpoint" in log
+    with caplog.at_level("WARNING", logger="pinn"):
+        water.calc = pinn.get_calc(params)
+    assert f"get_calc: {tmp_path / 'untrained'} holds no checkpoint" in caplog.text
+    assert not (tmp_path / "untrained").exists()
     energy = water.get_potential_energy()
     water.calc = pinn.get_calc(pinn.get_model(params))  # the same params, the same (seeded) initial weights
     assert water.get_potential_energy() == pytest.approx(energy, rel=1e-6)

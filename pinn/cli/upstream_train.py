@@ -140,7 +140,7 @@ def run(path, args):
     if args.model_dir is not None:
         params["model_dir"] = args.model_dir
     params.setdefault("model_dir", "model")  # upstream's default when neither the file nor -d names one
-    resolve(params)  # a bad or not-yet-supported params file is refused before any data are read
+    params = resolve(params)  # a bad or not-yet-supported params file is refused before any data are read
     max_steps = args.max_steps if args.max_steps is not None else opts["train_steps"]
     train = _structures_or_batches(opts["train_ds"], args.batch, "-t")
     evaluation = _structures_or_batches(opts["eval_ds"], args.batch, "-e")

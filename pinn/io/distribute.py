@@ -4,13 +4,13 @@ import os
 
 import numpy as np
 
-from pinn.parallel import ranks as parallel
+from pinn.parallel.ranks import launcher_rank
 from pinn.io.errors import DataError
 
 log = logging.getLogger(__name__)
 
 
-def distribute_data(*file_lists, rank=None, size=None, weights=None):
+def distribute_data(*file_lists, rank=None, size=None, weights=None, world=None):
     """This rank's share of parallel file lists.
 
     Position ``i`` of every list belongs together (e.g. the ``.mpt``, ``.trr``
@@ -25,12 +25,14 @@ def distribute_data(*file_lists, rank=None, size=None, weights=None):
     Args:
         *file_lists: lists of file names of equal length (a single name is a
             list of one).
-        rank, size: this process's rank and the number of ranks; by default
-            from the parallel world once it has started (a model built with
-            ``params['parallel'] = True``, or :func:`pinn.parallel.init`; Horovod or
-            MPI alone), else from an initialised Horovod, otherwise ``0, 1`` (the
-            whole lists).
+        rank, size: this process's rank and the number of ranks (give both, or ``world``, or
+            neither).
         weights: optional weight per position, instead of frame counts.
+        world: the run's world (:func:`pinn.parallel.init`): its rank and size.  With neither
+            it nor ``rank``/``size``: the rank and size that the launcher (horovodrun, mpirun,
+            srun) announced to this process, the same as its world's, so the data may be shared
+            out before the world starts or the model is built; ``0, 1`` (the whole lists) for a
+            process started alone.
 
     Returns:
         A list with, for each input list, the sub-list this rank gets, in the
@@ -47,15 +49,14 @@ def distribute_data(*file_lists, rank=None, size=None, weights=None):
     if len(set(lengths)) != 1:
         raise DataError(f"distribute_data: the file lists must have equal lengths (one entry per run), got {lengths}")
     n = lengths[0]
-    if rank is None or size is None:
-        world_rank, world_size = parallel.world()
-        rank = world_rank if rank is None else rank
-        size = world_size if size is None else size
-        if world_size == 1 and parallel.launcher_size() > 1:
-            log.warning("distribute_data: the launcher started %d processes but Horovod is not initialised, "
-                        "so every process gets all files; build the model with params['parallel'] = True (or call "
-                        "pinn.parallel.init(params)) before distribute_data",
-                        parallel.launcher_size())
+    if world is not None:
+        if rank is not None or size is not None:
+            raise ValueError("distribute_data: give world= or rank= and size=, not both")
+        rank, size = int(world.rank), int(world.size)
+    elif rank is None and size is None:
+        rank, size = launcher_rank()
+    elif rank is None or size is None:
+        raise ValueError("distribute_data: give rank= and size= together")
     if not 0 <= rank < size:
         raise DataError(f"distribute_data: rank {rank} is not in 0..{size - 1}")
     if n < size:

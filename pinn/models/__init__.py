@@ -5,89 +5,123 @@ model object with the estimator-like API ``train(input_fn, max_steps)``,
 ``evaluate(input_fn)``, ``predict(input_fn)``; ``get_model(params)`` builds the
 model that ``params['model']['name']`` names, upstream PiNN 2.x's dipole models
 (``AC_dipole_model``, ``BC_R_dipole_model``, ``AD_dipole_model``, …; see
-:mod:`pinn.models.dipole_variants`) included.
+:mod:`pinn.models.dipole_variants`) included; ``load_for_inference(model_dir)`` restores a
+trained model for evaluation, prediction and MD without building a Trainer.
+
+The params are resolved once, here (:func:`pinn.params.resolve`, cross-field checks
+included), and the world of the run is made once (:func:`pinn.parallel.init`, or the
+``world`` given); the Trainer takes both as they are.  Importing this package imports
+neither TensorFlow nor the Trainer (:mod:`pinn.lazy`).
 """
-from pinn.models.dipole import DipoleModel
-from pinn.models.potential import PotentialModel
-from pinn.models.registry import MODELS
+import os
+
+from pinn.lazy import lazy_exports
+
+_EXPORTS = {"PotentialModel": "pinn.models.potential", "DipoleModel": "pinn.models.dipole",
+            "MODELS": "pinn.models.registry", "build_model": "pinn.models.registry",
+            "load_for_inference": "pinn.training.inference"}
 
 
-def potential_model(params):
+def potential_model(params, world=None):
     """Build (or restore from ``params['model_dir']``) a potential model.
 
     With ``params['parallel'] = True`` it first calls
-    :func:`pinn.parallel.parallelize_model` (Horovod), so the model trains on
+    :func:`pinn.parallel.parallelize_model` (Horovod or MPI alone), so the model trains on
     all ranks of the job.  A model rebuilt from a model directory runs in one
     process, whatever its stored ``parallel`` says (for evaluation and MD).
 
     Args:
         params: params dict (see the params reference) or a model directory.
+        world: the world of the run (:func:`pinn.parallel.init`); ``None``: the one that
+            ``params['parallel']`` asks for.
 
     Returns:
         :class:`pinn.training.trainer.Trainer` wrapping a :class:`PotentialModel`.
     """
-    return _build(params, PotentialModel)
+    return _build(params, "potential_model", world=world)
 
 
-def dipole_model(params):
+def dipole_model(params, world=None):
     """Build (or restore from ``params['model_dir']``) a dipole model: atomic charges and the dipole.
 
-    Same use as :func:`potential_model` (``parallel``, a model directory);
+    Same use as :func:`potential_model` (``parallel``, ``world``, a model directory);
     ``params['model']['name']`` is ``'dipole_model'``.
 
     Returns:
         :class:`pinn.training.trainer.Trainer` wrapping a :class:`DipoleModel`.
     """
-    return _build(params, DipoleModel)
+    return _build(params, "dipole_model", world=world)
 
 
-def get_model(params, checkpoint=None):
+def get_model(params, checkpoint=None, world=None):
     """The model named in the params (or in ``model_dir/params.yml``), e.g. for evaluation or MD.
 
     Args:
         params: params dict, model directory, or the path of a params YAML file (as upstream PiNN's
             ``get_model`` takes; its ``model_dir`` is where the model lives).
         checkpoint: ``None``/``'last'``, ``'best'`` or a checkpoint path (see :class:`pinn.training.trainer.Trainer`).
+        world: as for :func:`potential_model`.
 
     Returns:
-        :class:`pinn.training.trainer.Trainer`.
+        :class:`pinn.training.trainer.Trainer` (for inference alone, :func:`load_for_inference`
+        builds no optimizer).
 
     Raises:
         ParamsError: bad params, naming the key (or the file that is not a params mapping).
     """
-    from pinn.params import read_params, read_params_file, resolve
-    import os
+    from pinn.params import read_params_file
     if isinstance(params, (str, os.PathLike)) and os.path.isfile(params):
         params = read_params_file(params)
-    name = (read_params(params) if isinstance(params, (str, os.PathLike)) else resolve(params))["model"]["name"]
-    return _build(params, MODELS[name], checkpoint)
+    return _build(params, None, checkpoint, world)
 
 
-def _build(params, model_cls, checkpoint=None):
-    from pinn.params import ParamsError, legacy, read_params, resolve
+def _build(params, expected, checkpoint=None, world=None):
+    """The Trainer of ``params`` (a dict or a model directory), whose model must be ``expected`` (a
+    ``model.name``; ``None``: any): the params resolved once, the world made once."""
+    from pinn.params import read_params, resolve
     from pinn.training.trainer import Trainer
-    import os
-    expected = {cls: name for name, cls in MODELS.items()}[model_cls]
     from_model_dir = isinstance(params, (str, os.PathLike))
     if from_model_dir:
         params = read_params(params)
-        if params["model"]["name"] != expected:
+        if expected is not None and params["model"]["name"] != expected:
             raise ValueError(f"{params['model_dir']}: holds a {params['model']['name']}, not a {expected}")
     else:
-        if isinstance(params, dict) and "model_params" in params and "model" not in params:
-            params = {**params, "model": expected}
-        params = legacy(params) if isinstance(params, dict) else params
-        model = params.get("model", {}) if isinstance(params, dict) else None
-        if isinstance(model, dict):
-            if model.get("name", expected) != expected:
-                raise ParamsError(f"model.name: {model['name']!r}, but {expected}() was called")
-            params = {**params, "model": {**model, "name": expected}}
+        if expected is not None:
+            params = _with_model_name(params, expected)
         params = resolve(params)
-    world = None
-    if params["parallel"] and not from_model_dir:
+    parallel = params["parallel"] and not from_model_dir
+    if parallel:
         from pinn.parallel.worlds import parallelize_model
-        world = parallelize_model(params)
-    return Trainer(params, model_cls, world, checkpoint)
+        started = parallelize_model(params)
+        if world is not None and world is not started:
+            raise ValueError("world: not the world of this process (pass the one pinn.parallel.init(params) "
+                             "returned, or none)")
+        world = started
+    return Trainer(params, _model_class(params), world, checkpoint)
 
 
-__all__ = ["potential_model", "dipole_model", "get_model", "PotentialModel", "DipoleModel", "MODELS"]
+def _with_model_name(params, expected):
+    """``params`` naming model ``expected`` (upstream's flat ``model_params`` included); a ParamsError where
+    they name another."""
+    from pinn.params import ParamsError, legacy
+    if not isinstance(params, dict):
+        return params
+    if "model_params" in params and "model" not in params:
+        params = {**params, "model": expected}
+    params = legacy(params)
+    model = params.get("model", {})
+    if isinstance(model, dict):
+        if model.get("name", expected) != expected:
+            raise ParamsError(f"model.name: {model['name']!r}, but {expected}() was called")
+        params = {**params, "model": {**model, "name": expected}}
+    return params
+
+
+def _model_class(params):
+    from pinn.models.registry import MODELS
+    return MODELS[params["model"]["name"]]
+
+
+__all__ = ["potential_model", "dipole_model", "get_model", "load_for_inference", "build_model",
+           "PotentialModel", "DipoleModel", "MODELS"]
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

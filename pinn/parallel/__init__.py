@@ -4,7 +4,7 @@ alone (:mod:`pinn.parallel.mpi_world`), and the rank of this process without eit
 from pinn.lazy import lazy_exports
 
 _EXPORTS = {
-    "world": "pinn.parallel.ranks", "launcher_size": "pinn.parallel.ranks", "lr_scale": "pinn.parallel.ranks",
+    "launcher_rank": "pinn.parallel.ranks", "launcher_size": "pinn.parallel.ranks", "lr_scale": "pinn.parallel.ranks",
     "PARAMS": "pinn.parallel.worlds", "SerialWorld": "pinn.parallel.worlds", "HorovodWorld": "pinn.parallel.worlds",
     "MpiWorld": "pinn.parallel.mpi_world", "init": "pinn.parallel.worlds", "parallelize_model": "pinn.parallel.worlds",
 }

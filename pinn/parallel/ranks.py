@@ -1,29 +1,31 @@
-"""Who this process is in a parallel job, without importing Horovod or MPI: for code below the
-training stage (:func:`pinn.io.distribute_data`) and for the learning-rate scaling."""
+"""Who this process is in a parallel job, from what its launcher (horovodrun, mpirun, srun) put in
+its environment, without importing Horovod or MPI: for code below the training stage
+(:func:`pinn.io.distribute_data` before any world is started) and for the learning-rate scaling.
+Nothing here reads another module's state: the world of a run is passed on explicitly."""
 import math
 import os
-import sys
 
 #: environment variables through which launchers announce the number of processes
 _LAUNCHER_SIZE_VARS = ("HOROVOD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "SLURM_NTASKS")
+#: (rank, size) variables of the launchers: horovodrun (Gloo), Open MPI's mpirun, MPICH / Intel MPI /
+#: srun --mpi=pmi2, srun
+_LAUNCHER_RANK_VARS = (("HOROVOD_RANK", "HOROVOD_SIZE"), ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
+                       ("PMI_RANK", "PMI_SIZE"), ("SLURM_PROCID", "SLURM_NTASKS"))
 
-def world():
-    """This process's (rank, size): from the parallel world if one was started
-    (:func:`pinn.parallel.worlds.init`), else from an initialised Horovod, else (0, 1).
+
+def launcher_rank():
+    """This process's (rank, size) as its launcher announced them; (0, 1) for a process started alone.
+
+    The rank of every parallel world pinn starts (Horovod's, or MPI's ``COMM_WORLD``) is the
+    launcher's rank, so data can be shared out before the world starts.
 
     Returns:
         (rank, size) as ints.
     """
-    started = getattr(sys.modules.get("pinn.parallel.worlds"), "_WORLD", None)
-    if started is not None:
-        return int(started.rank), int(started.size)
-    hvd = sys.modules.get("horovod.tensorflow")
-    if hvd is not None:
-        try:
-            if hvd.is_initialized():
-                return int(hvd.rank()), int(hvd.size())
-        except (AttributeError, ValueError):
-            pass
+    for rank_var, size_var in _LAUNCHER_RANK_VARS:
+        rank, size = os.environ.get(rank_var, ""), os.environ.get(size_var, "")
+        if rank.isdigit() and size.isdigit() and int(size) > 0:
+            return int(rank), int(size)
     return 0, 1
 
 

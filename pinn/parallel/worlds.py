@@ -13,8 +13,9 @@ object with one interface and three implementations:
   not see the launcher's ranks: Python 3.12+ and TensorFlow 2.16+, which Horovod does not
   build against).
 
-:func:`pinn.parallel.ranks.world` reports the (rank, size) of this process
-without importing either, for code such as :func:`pinn.io.distribute_data`.
+:func:`init` makes the world once per process and returns it (``world = pinn.parallel.init(params)``);
+callers pass it on.  :func:`pinn.parallel.ranks.launcher_rank` reports the (rank, size) that the
+launcher announced, without importing either, for :func:`pinn.io.distribute_data` before a world.
 """
 import importlib.util
 import logging
@@ -24,6 +25,7 @@ import sys
 
 import numpy as np
 
+from pinn.logs import setup_logging
 from pinn.parallel import mpi_host, tcp_host
 from pinn.parallel.horovod_host import HorovodHost
 from pinn.parallel.process import (HostWorld, broadcast_through_host, exit_after_uncaught_exceptions,
@@ -259,14 +261,17 @@ def init(params=None):
     alone (``parallel_params.backend``), then device pinning, and ASE's file I/O made this rank's own
     (:func:`pinn.parallel.process.make_ase_io_per_rank`).
 
-    Call it at the top of a parallel script if the script runs TensorFlow
-    before it builds the model; otherwise :func:`parallelize_model` calls it.
+    Call it at the top of a script, ``world = pinn.parallel.init(params)``, and pass the world on
+    (``distribute_data(..., world=world)``, ``potential_model(params, world=world)``); otherwise
+    :func:`parallelize_model` calls it when the model is built.
 
     Args:
-        params: resolved params, or ``None`` for the default parallel options.
+        params: params (resolved or not; ``parallel`` and ``parallel_params`` are read), or ``None``
+            for the default parallel options.
 
     Returns:
-        The :class:`HorovodWorld` or :class:`~pinn.parallel.mpi_world.MpiWorld` of this process.
+        The :class:`HorovodWorld` or :class:`~pinn.parallel.mpi_world.MpiWorld` of this process;
+        a :class:`SerialWorld` for params whose ``parallel`` is false (nothing is started).
 
     Raises:
         RuntimeError: the launcher started several processes but Horovod (or MPI)
@@ -275,6 +280,8 @@ def init(params=None):
             backend asked for is not installed.
     """
     global _WORLD
+    if params is not None and not params.get("parallel", True):
+        return SerialWorld()
     if _WORLD is not None:
         return _WORLD
     from pinn.schema import validate_section
@@ -301,6 +308,9 @@ def init(params=None):
         world_.build = _build_info(hvd, world_.host)
         world_.rank_map = _gather_rank_map(world_)
     make_ase_io_per_rank(world_.rank)
+    # log lines tagged with the rank from here on (rank 0's information, every rank's warnings), as the
+    # Trainer logs them: a script may read and share out its data before it builds the model
+    setup_logging(None, level=logging.INFO if world_.is_chief else logging.WARNING, rank=world_.rank)
     _WORLD = world_
     return world_
 

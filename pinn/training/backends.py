@@ -16,6 +16,7 @@ import numpy as np
 import tensorflow as tf
 
 from pinn.schema import ParamsError
+from pinn.training.options import KALMAN_NAMES
 
 log = logging.getLogger("pinn")
 
@@ -47,12 +48,6 @@ def choose_backend(params, model, world):
             log.info("model.params.engine 'auto': gradients by TensorFlow, since %s", reason)
         if not reason and not (choice == "auto" and (tf.config.list_physical_devices("GPU") or mp["jit"]
                                                      or mp["batch_parts"] not in (None, 1))):
-            if mp["jit"]:
-                raise ParamsError("model.params.jit: XLA compiles TensorFlow's training step; the numba engine "
-                                  "(model.params.engine) has its own compiled kernels: leave jit unset")
-            if mp["batch_parts"] not in (None, 1):
-                raise ParamsError("model.params.batch_parts: the numba engine (model.params.engine) spreads a "
-                                  "batch over the cores itself: leave batch_parts unset")
             threads = tf.config.threading.get_intra_op_parallelism_threads() if world.is_parallel else 0
             return NumbaBackend(model, threads or None)
     jit = _jit_setting(params, model.network)
@@ -62,38 +57,22 @@ def choose_backend(params, model, world):
 def _kalman_backend(mp, choice, world):
     """The backend of a run with the Kalman filters (:mod:`pinn.training.kalman`): TensorFlow without XLA
     (their Jacobians have as many rows as the batch has errors, a shape XLA would compile anew for
-    every batch)."""
-    name = {"ekf": "EKF", "gekf": "gEKF"}[mp["optimizer"]]
-    if choice == "numba":
-        raise ParamsError(f"model.params.engine: 'numba' computes Adam's gradients; the {name} "
-                          f"(model.params.optimizer {mp['optimizer']!r}) needs TensorFlow's Jacobians: "
-                          "set engine to tensorflow or auto")
+    every batch; ``engine: numba`` and ``jit: true`` are refused when the params are resolved)."""
     if choice == "auto" and world.is_chief:
         log.info("model.params.engine 'auto': gradients by TensorFlow, since model.params.optimizer %r (the "
-                 "%s) needs TensorFlow's Jacobians", mp["optimizer"], name)
-    if mp["jit"]:
-        raise ParamsError(f"model.params.jit: the {name}'s step is not XLA-compiled (its Jacobian has as many "
-                          "rows as the batch has errors); leave jit unset or false")
+                 "%s) needs TensorFlow's Jacobians", mp["optimizer"], KALMAN_NAMES[mp["optimizer"]])
     return TensorFlowBackend(False, _parts_setting(mp, False, world))
 
 
 def _jit_setting(params, network):
-    """Whether the TensorFlow step is XLA-compiled (``model.params.jit``; default: if the network can be)."""
+    """Whether the TensorFlow step is XLA-compiled (``model.params.jit``; default: if the model and the
+    network can be; a ``jit: true`` they cannot follow is refused when the params are resolved)."""
     from pinn.models.registry import MODELS
     requested = params["model"]["params"]["jit"]
-    model = params["model"]["name"]
-    if not getattr(MODELS[model], "JIT_COMPATIBLE", True):
-        if requested:
-            raise ParamsError(f"model.params.jit: the {model} cannot be compiled with XLA (its per-structure "
-                              "matrices have sizes that depend on the data); set jit to false or leave it unset")
-        return False
-    supported = bool(getattr(network, "JIT_COMPATIBLE", False))
-    if requested is None:
-        return supported
-    if requested and not supported:
-        raise ParamsError(f"model.params.jit: the {params['network']['name']} network cannot be compiled "
-                          f"with XLA (its shapes depend on the data); set jit to false or leave it unset")
-    return requested
+    if requested is not None:
+        return requested
+    return bool(getattr(MODELS[params["model"]["name"]], "JIT_COMPATIBLE", True)
+                and getattr(network, "JIT_COMPATIBLE", False))
 
 
 def _parts_setting(mp, jit, world):

@@ -54,51 +54,12 @@ import tensorflow as tf
 
 from pinn.schema import ParamsError
 from pinn.training.exchange import WeightsDiffer, local_counts, take
-from pinn.training.options import TRAINING_PARAMS
+from pinn.training.options import KALMAN_NAMES
 
 log = logging.getLogger("pinn")
 
 #: model.params.optimizer values of the Kalman filters
 KINDS = ("ekf", "gekf")
-#: model.params keys of the Kalman filters (refused with Adam unless at their defaults)
-KALMAN_KEYS = ("ekf_max_learning_rate", "ekf_epsilon", "ekf_q_0", "ekf_q_min", "ekf_q_tau", "ekf_solve_dtype",
-               "ekf_max_memory_gb")
-NAMES = {"ekf": "EKF", "gekf": "gEKF"}
-
-
-def check_optimizer_settings(params, world=None):
-    """Refuse settings that the chosen optimizer (``model.params.optimizer``) cannot follow.
-
-    Args:
-        params: resolved params.
-        world: the run's world (``None``: one process).
-
-    Raises:
-        ParamsError: naming the key: ``separate_errors`` or an ``ekf_*`` key with Adam; ``use_l2``,
-            ``loss_type: huber`` or ``parallel_params.compression: fp16`` with EKF / gEKF.
-    """
-    mp = params["model"]["params"]
-    kind = mp["optimizer"]
-    if kind == "adam":
-        if mp.get("separate_errors"):
-            raise ParamsError("model.params.separate_errors: one Kalman update per loss term, for optimizer ekf or "
-                              "gekf; Adam minimises one loss of all terms (set optimizer: ekf, or leave "
-                              "separate_errors false)")
-        for key in KALMAN_KEYS:
-            if mp[key] != TRAINING_PARAMS[key].default:
-                raise ParamsError(f"model.params.{key}: a setting of the Kalman filters (optimizer ekf or gekf); "
-                                  "optimizer is adam")
-        return
-    name = NAMES[kind]
-    if mp.get("use_l2"):
-        raise ParamsError(f"model.params.use_l2: the {name} fits the errors of the data, not a loss; L2 "
-                          "regularisation has no error vector (leave use_l2 false, or use optimizer: adam)")
-    if mp["loss_type"] != "mse":
-        raise ParamsError(f"model.params.loss_type: {mp['loss_type']!r}; the {name} fits the errors themselves "
-                          "(a squared penalty): use loss_type mse, or optimizer: adam")
-    if world is not None and world.is_parallel and world.options["compression"] != "none":
-        raise ParamsError(f"parallel_params.compression: {world.options['compression']!r} compresses Adam's "
-                          f"gradients; the {name} exchanges its errors and Jacobian in float64 (set it to none)")
 
 
 def weight_count(variables):
@@ -126,7 +87,7 @@ class KalmanFilter(tf.Module):
         size = 8.0 * n * n
         limit = mp["ekf_max_memory_gb"] * 1e9
         if size > limit:
-            raise ParamsError(f"model.params.optimizer: the {NAMES[self.kind]} keeps a {n} × {n} matrix P for the "
+            raise ParamsError(f"model.params.optimizer: the {KALMAN_NAMES[self.kind]} keeps a {n} × {n} matrix P for the "
                               f"{n} weights of this network, {size / 1e9:.3g} GB in float64 (about 3 times that at "
                               f"the peak of an update, and 2 copies more for loss_jump_factor), above model.params.ekf_max_memory_gb {mp['ekf_max_memory_gb']:g}"
                               "; use a smaller network, optimizer: adam, or raise ekf_max_memory_gb")
@@ -148,7 +109,7 @@ class KalmanFilter(tf.Module):
     def describe(self):
         """The optimizer, for the log line at the start of training."""
         cap = f" (at most {self.max_rate:g})" if self.max_rate is not None else ""
-        return (f"{NAMES[self.kind]} on {self.n} weights (P {self.n} × {self.n}, ε {self.epsilon:g}; λ: the learning "
+        return (f"{KALMAN_NAMES[self.kind]} on {self.n} weights (P {self.n} × {self.n}, ε {self.epsilon:g}; λ: the learning "
                 f"rate{cap}; Q from {self.q_0:g}, τ {self.q_tau:g}, at least {self.q_min:g})")
 
     def reset(self):

@@ -1,9 +1,11 @@
 """The training loop's options (``model.params``, beside each model's own): learning rate
 and its schedule, weight average, engine, checkpoints, validation and early stopping,
-progress.  :func:`pinn.params.model_schema` joins them with the model's options."""
+progress.  :func:`pinn.params.model_schema` joins them with the model's options, and
+:func:`check` refuses what contradicts itself across keys and sections, once, when the params
+are resolved (:func:`pinn.params.resolve`)."""
 import re
 
-from pinn.schema import Option, non_negative, positive
+from pinn.schema import Option, ParamsError, non_negative, positive
 
 #: shapes of the learning rate over the steps (:class:`pinn.training.schedule.LearningRate`)
 LR_SCHEDULES = ("exponential", "step", "cosine", "constant")
@@ -110,3 +112,82 @@ TRAINING_PARAMS = {
     "data_resume": Option(str, "skip", "on resume, 'skip' the batches already trained on (exact for a "
                           "seeded pipeline) or start the input again ('none')", choices=("skip", "none")),
 }
+
+
+#: model.params keys of the Kalman filters (refused with Adam unless at their defaults)
+KALMAN_KEYS = ("ekf_max_learning_rate", "ekf_epsilon", "ekf_q_0", "ekf_q_min", "ekf_q_tau", "ekf_solve_dtype",
+               "ekf_max_memory_gb")
+KALMAN_NAMES = {"ekf": "EKF", "gekf": "gEKF"}
+
+
+def check(params):
+    """Refuse training settings that contradict each other or the network and model (cross-field checks
+    of resolved ``params``; :func:`pinn.params.resolve` calls it once).
+
+    Raises:
+        ParamsError: naming the key: ``separate_errors`` or an ``ekf_*`` key with Adam; ``use_l2``,
+            ``loss_type`` other than mse, ``engine: numba``, ``jit: true`` or, in a parallel run,
+            ``parallel_params.compression`` with EKF / gEKF; ``jit: true`` for a model or network
+            that XLA cannot compile.
+    """
+    _check_optimizer(params)
+    _check_jit(params)
+    _check_engine(params["model"]["params"])
+
+
+def _check_optimizer(params):
+    mp = params["model"]["params"]
+    kind = mp["optimizer"]
+    if kind == "adam":
+        if mp.get("separate_errors"):
+            raise ParamsError("model.params.separate_errors: one Kalman update per loss term, for optimizer ekf or "
+                              "gekf; Adam minimises one loss of all terms (set optimizer: ekf, or leave "
+                              "separate_errors false)")
+        for key in KALMAN_KEYS:
+            if mp[key] != TRAINING_PARAMS[key].default:
+                raise ParamsError(f"model.params.{key}: a setting of the Kalman filters (optimizer ekf or gekf); "
+                                  "optimizer is adam")
+        return
+    name = KALMAN_NAMES[kind]
+    if mp.get("use_l2"):
+        raise ParamsError(f"model.params.use_l2: the {name} fits the errors of the data, not a loss; L2 "
+                          "regularisation has no error vector (leave use_l2 false, or use optimizer: adam)")
+    if mp["loss_type"] != "mse":
+        raise ParamsError(f"model.params.loss_type: {mp['loss_type']!r}; the {name} fits the errors themselves "
+                          "(a squared penalty): use loss_type mse, or optimizer: adam")
+    if mp["engine"] == "numba":
+        raise ParamsError(f"model.params.engine: 'numba' computes Adam's gradients; the {name} "
+                          f"(model.params.optimizer {kind!r}) needs TensorFlow's Jacobians: "
+                          "set engine to tensorflow or auto")
+    if mp["jit"]:
+        raise ParamsError(f"model.params.jit: the {name}'s step is not XLA-compiled (its Jacobian has as many "
+                          "rows as the batch has errors); leave jit unset or false")
+    compression = params["parallel_params"]["compression"]
+    if params["parallel"] and compression != "none":
+        raise ParamsError(f"parallel_params.compression: {compression!r} compresses Adam's "
+                          f"gradients; the {name} exchanges its errors and Jacobian in float64 (set it to none)")
+
+
+def _check_jit(params):
+    from pinn.models.registry import MODELS
+    from pinn.networks import NETWORKS
+    if not params["model"]["params"]["jit"]:
+        return
+    model, network = params["model"]["name"], params["network"]["name"]
+    if not getattr(MODELS[model], "JIT_COMPATIBLE", True):
+        raise ParamsError(f"model.params.jit: the {model} cannot be compiled with XLA (its per-structure "
+                          "matrices have sizes that depend on the data); set jit to false or leave it unset")
+    if not getattr(NETWORKS[network], "JIT_COMPATIBLE", False):
+        raise ParamsError(f"model.params.jit: the {network} network cannot be compiled "
+                          f"with XLA (its shapes depend on the data); set jit to false or leave it unset")
+
+
+def _check_engine(mp):
+    if mp["engine"] != "numba":
+        return
+    if mp["jit"]:
+        raise ParamsError("model.params.jit: XLA compiles TensorFlow's training step; the numba engine "
+                          "(model.params.engine) has its own compiled kernels: leave jit unset")
+    if mp["batch_parts"] not in (None, 1):
+        raise ParamsError("model.params.batch_parts: the numba engine (model.params.engine) spreads a "
+                          "batch over the cores itself: leave batch_parts unset")

@@ -44,7 +44,7 @@ import tensorflow as tf
 from pinn.logs import setup_logging
 from pinn.networks import get_network
 from pinn.parallel.worlds import SerialWorld
-from pinn.params import read_params, resolve
+from pinn.params import ResolvedParams, read_params
 from pinn.training.adam import Adam
 from pinn.training.backends import choose_backend
 from pinn.training.checkpoints import BEST_DIR, CheckpointStore, NoIntactCheckpoint
@@ -54,7 +54,7 @@ from pinn.training.evaluation import Evaluator
 from pinn.training.guards import StopSignals, TrainingDiverged, Watchdog
 from pinn.training.inference import InferenceHandle, load_for_inference
 from pinn.training.inputs import evaluation_input, prepared_input, steps_per_epoch_of
-from pinn.training.kalman import KalmanFilter, check_optimizer_settings
+from pinn.training.kalman import KalmanFilter
 from pinn.training.loop import Run, TrainingLoop
 from pinn.training.metrics import with_upstream_names
 from pinn.training.options import TRAINING_PARAMS
@@ -81,8 +81,8 @@ class Trainer(metaclass=_ModelClass):
     """A model with ``train(input_fn, max_steps)``, ``evaluate(input_fn)`` and ``predict(input_fn)``.
 
     Args:
-        params: a params dict (see :mod:`pinn.params`), or a model directory
-            holding ``params.yml``.
+        params: resolved params (:func:`pinn.params.resolve`, which checks them once), or a model
+            directory holding ``params.yml``.
         model_cls: the model class (e.g. :class:`pinn.models.potential.PotentialModel`).
         world: :class:`pinn.parallel.worlds.SerialWorld` (default) or the
             :class:`pinn.parallel.worlds.HorovodWorld` from
@@ -101,7 +101,10 @@ class Trainer(metaclass=_ModelClass):
     def __init__(self, params, model_cls, world=None, checkpoint=None):
         if isinstance(params, (str, os.PathLike)):
             params = read_params(params)
-        self.params = resolve(params)
+        if not isinstance(params, ResolvedParams):
+            raise TypeError("Trainer: takes resolved params (pinn.params.resolve) or a model directory; build "
+                            "models with pinn.models.potential_model(params) or get_model(params)")
+        self.params = params
         self.world = world or SerialWorld()
         self.model_dir = self.params["model_dir"]
         self.best_dir = os.path.join(self.model_dir, BEST_DIR)
@@ -117,7 +120,6 @@ class Trainer(metaclass=_ModelClass):
         self.network = get_network(self.params)
         self.rc = self.params["network"]["params"]["rc"]
         self.model = model_cls(self.network, mp, self.network.atom_types, self.dtype)
-        check_optimizer_settings(self.params, self.world)
         self.backend = choose_backend(self.params, self.model, self.world)
         self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
         self.lr_factor = tf.Variable(1.0, dtype=tf.float32, trainable=False, name="lr_factor")
