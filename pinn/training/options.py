@@ -191,3 +191,20 @@ def _check_engine(mp):
     if mp["batch_parts"] not in (None, 1):
         raise ParamsError("model.params.batch_parts: the numba engine (model.params.engine) spreads a "
                           "batch over the cores itself: leave batch_parts unset")
+
+
+def notes(params):
+    """What resolved ``params`` set that has no effect, or less than it may seem: ``[(logging level,
+    message)]``, logged by rank 0 when a Trainer is built (the params stay valid)."""
+    import logging
+    mp, out = params["model"]["params"], []
+    if mp["lr_schedule"] not in ("exponential", "step"):
+        unused = [key for key in ("decay_step", "decay_rate") if mp[key] != TRAINING_PARAMS[key].default]
+        if unused:
+            out.append((logging.WARNING, f"model.params: {' and '.join(unused)} {'has' if len(unused) == 1 else 'have'} "
+                        f"no effect with lr_schedule '{mp['lr_schedule']}' (the default since pinn 0.2); set "
+                        "lr_schedule: exponential to decay by them"))
+    if mp["loss_jump_factor"] is not None and mp["loss_weight_schedule"]:
+        out.append((logging.INFO, "loss_jump_factor: not watched with a loss_weight_schedule (the loss changes with "
+                    "the weights)"))
+    return out

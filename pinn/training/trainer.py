@@ -57,7 +57,7 @@ from pinn.training.inputs import evaluation_input, prepared_input, steps_per_epo
 from pinn.training.kalman import KalmanFilter
 from pinn.training.loop import Run, TrainingLoop
 from pinn.training.metrics import with_upstream_names
-from pinn.training.options import TRAINING_PARAMS
+from pinn.training.options import notes
 from pinn.training.progress import ProgressBar
 from pinn.training.recorder import RunRecorder
 from pinn.training.schedule import LearningRate
@@ -126,7 +126,9 @@ class Trainer(metaclass=_ModelClass):
         self.early_stopping = EarlyStopping(mp["early_stopping_metric"], mp["early_stopping_patience"],
                                             mp["early_stopping_min_delta"])
         self.learning_rate = self._schedule(mp["lr_cosine_steps"])
-        self._warn_unused_decay()
+        if self.is_chief:
+            for level, message in notes(self.params):
+                log.log(level, message)
         #: the Kalman filter of ``optimizer: ekf | gekf`` (:mod:`pinn.training.kalman`), else None
         self.kalman = None
         if mp["optimizer"] == "adam":
@@ -230,17 +232,6 @@ class Trainer(metaclass=_ModelClass):
             log.info("%s holds no Kalman filter (trained with Adam): P starts at ekf_epsilon × I", path)
         else:
             log.info("%s holds no Adam state (trained with a Kalman filter): Adam's moments start at zero", path)
-
-    def _warn_unused_decay(self):
-        """Say so when decay_step / decay_rate are set but the schedule does not use them (the default
-        schedule was 'exponential' up to version 0.1 and is 'cosine' now)."""
-        if self.mp["lr_schedule"] in ("exponential", "step"):
-            return
-        unused = [key for key in ("decay_step", "decay_rate") if self.mp[key] != TRAINING_PARAMS[key].default]
-        if unused and self.is_chief:
-            log.warning("model.params: %s %s no effect with lr_schedule '%s' (the default since pinn 0.2); "
-                        "set lr_schedule: exponential to decay by them", " and ".join(unused),
-                        "has" if len(unused) == 1 else "have", self.mp["lr_schedule"])
 
     def _restore_on_chief(self, which):
         """Check the stored params and restore on rank 0; a failure there raises on every rank (no hang)."""
@@ -407,8 +398,6 @@ class Trainer(metaclass=_ModelClass):
         if eval_fn is not None and mp["early_stopping_metric"] == "loss" and mp["loss_weight_schedule"]:
             log.warning("early_stopping_metric 'loss' with a loss_weight_schedule: the loss changes with the weights; "
                         "an error metric such as 'F_RMSE' picks the best checkpoint more reliably")
-        if mp["loss_jump_factor"] is not None and mp["loss_weight_schedule"]:
-            log.info("loss_jump_factor: not watched with a loss_weight_schedule (the loss changes with the weights)")
         start = int(self.step)
         if start >= max_steps:
             log.info("step %d already reaches max_steps %d: nothing to train", start, max_steps)
