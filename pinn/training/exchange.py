@@ -17,7 +17,7 @@ rank adds a checksum of its weights in its own slot; ranks whose checksums diffe
 with an error naming the step.
 
 With ``parallel_params.compression: fp16`` the gradients keep their own allreduce in
-float16 (:meth:`pinn.training.loop.TrainingLoop._split_step`), which pays where the
+float16 (:class:`pinn.training.strategies.SplitSteps`), which pays where the
 network is large enough for the bytes to matter.
 """
 import time
@@ -53,14 +53,14 @@ class FusedExchange:
     """One allreduce per step for a parallel run.
 
     Args:
-        trainer: the :class:`~pinn.training.trainer.Trainer` (its step functions, backend and world).
+        steps: the run's :class:`~pinn.training.steps.StepFunctions` (with its world and backend).
         k: batches per step (``accumulate_batches``).
         check_every: compare the ranks' weight checksums every this many steps.
     """
 
-    def __init__(self, trainer, k, check_every):
-        self.trainer, self.k, self.check_every = trainer, k, max(1, int(check_every))
-        self.steps, self.world, self.backend = trainer.step_functions, trainer.world, trainer.backend
+    def __init__(self, steps, k, check_every):
+        self.k, self.check_every = k, max(1, int(check_every))
+        self.steps, self.world, self.backend = steps, steps.world, steps.backend
         steps, size = self.steps, self.world.size
         self.n_grad = sum(v.shape.num_elements() for v in steps.variables)
         self.n_stats, self.n_terms = steps.n_stats, len(steps.terms)

@@ -191,20 +191,21 @@ class KalmanSteps:
     :attr:`batches` is ``None``).
 
     Args:
-        trainer: the :class:`~pinn.training.trainer.Trainer` (its step functions, model, world,
-            Kalman filter, weight average, step and learning rate).
+        steps: the run's :class:`~pinn.training.steps.StepFunctions` (world, backend, weight average,
+            step and learning rate).
+        kalman: the :class:`KalmanFilter`.
         k: batches per step (``accumulate_batches``).
         check_every: compare the ranks' weight and P checksums every this many steps.
+        separate_errors: one update per loss term (``model.params.separate_errors``).
     """
 
-    def __init__(self, trainer, k, check_every):
-        self.trainer, self.k, self.check_every = trainer, k, max(1, int(check_every))
-        self.steps, self.world, self.backend = trainer.step_functions, trainer.world, trainer.backend
-        self.filter = trainer.kalman
-        steps = self.steps
+    def __init__(self, steps, kalman, k, check_every, separate_errors=False):
+        self.k, self.check_every = k, max(1, int(check_every))
+        self.steps, self.world, self.backend = steps, steps.world, steps.backend
+        self.filter = kalman
         terms = list(steps.terms)
         # which terms each update fits: all at once, or one at a time (1 for the term's errors, 0 for the others)
-        self.groups = [np.eye(len(terms))[i] for i in range(len(terms))] if trainer.mp.get("separate_errors") \
+        self.groups = [np.eye(len(terms))[i] for i in range(len(terms))] if separate_errors \
             else [np.ones(len(terms))]
         self.n = self.filter.n
         self.coefficients = np.random.RandomState(7).uniform(0.5, 1.5, self.n)
@@ -249,10 +250,10 @@ class KalmanSteps:
         Raises:
             WeightsDiffer: at a checked step, the ranks' weights or P differ.
         """
-        trainer, world, size = self.trainer, self.world, self.world.size
+        steps, world, size = self.steps, self.world, self.world.size
         batches, self.batches = self.batches, None
         counts = tf.constant(self.counts, tf.float64)
-        rate = self.filter.rate(trainer.current_learning_rate())
+        rate = self.filter.rate(steps.current_learning_rate())
         noise = self.filter.noise(step)
         phases = np.array([self._taken, 0.0, 0.0])
         stats, applied, changed = None, True, False
@@ -284,9 +285,9 @@ class KalmanSteps:
                 changed = True
             phases[2] += time.perf_counter() - t2
         t3 = time.perf_counter()
-        if changed and trainer.ema is not None:
-            trainer.ema.update(self.steps.variables)
-        trainer.step.assign_add(1)
+        if changed and steps.ema is not None:
+            steps.ema.update(steps.variables)
+        steps.step.assign_add(1)
         phases[2] += time.perf_counter() - t3
         return batches, applied, stats, phases, False, False
 

@@ -19,6 +19,8 @@ class StepFunctions:
             average, world, backend, learning rate and step variables are used.
 
     Attributes:
+        world, backend, model, optimizer, ema, step, lr_factor, learning_rate: the run's, as the
+            Trainer holds them (:meth:`current_learning_rate`).
         local_counts: ``batch -> [terms]`` loss counts of this rank's batch.
         local_gradients: ``(batch, global_counts) -> (gradients, stats)``.
         reduce_and_apply: ``(gradients, stats) -> (applied, stats)``, summed over ranks.
@@ -28,6 +30,7 @@ class StepFunctions:
 
     def __init__(self, spec, trainer):
         model, world, backend = trainer.model, trainer.world, trainer.backend
+        self.world, self.backend = world, backend
         self.model, self.optimizer, self.ema = model, trainer.optimizer, trainer.ema
         self.learning_rate, self.lr_factor, self.step = trainer.learning_rate, trainer.lr_factor, trainer.step
         self.schedule_position = self.learning_rate.single_rank_steps
@@ -121,6 +124,10 @@ class StepFunctions:
         #: (:class:`pinn.training.kalman.KalmanSteps`)
         self.kalman_local = None
         self.whole_step = backend.whole_step(self, graph_step)
+
+    def current_learning_rate(self):
+        """The learning rate of the next update (float32 tensor)."""
+        return self.learning_rate(self.step) * self.lr_factor
 
     def unpack(self, stats):
         """``(loss, structures, {metric: (Σ|err|, Σerr², count)}, per-rank non-finite flags)`` of a stats vector."""

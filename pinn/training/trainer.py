@@ -55,6 +55,7 @@ from pinn.training.guards import StopSignals, TrainingDiverged, Watchdog
 from pinn.training.inference import InferenceHandle, load_for_inference
 from pinn.training.inputs import evaluation_input, prepared_input, steps_per_epoch_of
 from pinn.training.kalman import KalmanFilter
+from pinn.training.hooks import CheckpointHook, DivergenceHook, ProgressHook, ValidationHook
 from pinn.training.loop import Run, TrainingLoop
 from pinn.training.metrics import with_upstream_names
 from pinn.training.options import notes
@@ -62,6 +63,7 @@ from pinn.training.progress import ProgressBar
 from pinn.training.recorder import RunRecorder
 from pinn.training.schedule import LearningRate
 from pinn.training.steps import StepFunctions
+from pinn.training.strategies import choose_strategy
 
 __all__ = ["Trainer", "TrainingDiverged"]
 
@@ -150,7 +152,7 @@ class Trainer(metaclass=_ModelClass):
         self._averaged = False  # the trainable variables hold the average (inside averaged_weights)
         self._frozen = False
         self.bar = ProgressBar(enabled=False)
-        self.last_validation = None  # metrics of the latest validation during train()
+        self._validation = None  # the ValidationHook of the latest train() with an eval_fn
 
     @classmethod
     def from_model_dir(cls, model_dir, checkpoint=None):
@@ -426,10 +428,10 @@ class Trainer(metaclass=_ModelClass):
         enabled = {"auto": None, "on": True, "off": False}[mp["progress_bar"]]
         self.bar = ProgressBar(enabled=enabled if self.is_chief else False)
         recorder = RunRecorder(self.model_dir, enabled=self.is_chief, tensorboard=mp["tensorboard"])
-        loop = TrainingLoop(self, Run(max_steps, steps_per_epoch, eval_fn, recorder), k, self.bar)
+        loop = self._loop(Run(max_steps, steps_per_epoch, eval_fn, recorder), k)
         with StopSignals() as signals, Watchdog(timeout, self.store.last_checkpoint_text) as watchdog:
             try:
-                loop(iter(dataset), signals, watchdog)
+                loop(iter(dataset), signals, watchdog, start)
             except KeyboardInterrupt:
                 self.bar.clear()
                 log.warning("interrupted at step %d: writing a checkpoint", int(self.step))
@@ -446,6 +448,29 @@ class Trainer(metaclass=_ModelClass):
                 self.bar.clear()
                 recorder.close()
         return self
+
+    def _loop(self, run, k):
+        """The :class:`~pinn.training.loop.TrainingLoop` of ``run``: its step strategy, chosen once, and
+        its hooks, each given the parts it needs."""
+        mp, steps = self.mp, self.step_functions
+        strategy = choose_strategy(steps, k, mp["log_every_n_steps"], self.kalman, mp.get("separate_errors", False))
+        loop = TrainingLoop(strategy, steps.unpack, [], run, self.world, self.save, self.bar)
+        hooks = [DivergenceHook(mp, self.world, self.rollback, self.state_copy, self.restore_state_copy, loop.say),
+                 ProgressHook(run, self.world, mp["log_every_n_steps"], self.current_learning_rate,
+                              lambda: self.store.latest, self.bar, loop.say)]
+        if run.eval_fn is not None:
+            self._validation = ValidationHook(run, mp["eval_every_n_steps"] or mp["save_checkpoint_steps"],
+                                              self.evaluate_with_parity, self.early_stopping, self.store,
+                                              self.is_chief, self.model_dir, loop.say)
+            hooks.append(self._validation)
+        hooks.append(CheckpointHook(mp["save_checkpoint_steps"], self.save))
+        loop.hooks = hooks
+        return loop
+
+    @property
+    def last_validation(self):
+        """The metrics of the latest validation during :meth:`train` (``None`` before one)."""
+        return self._validation.last if self._validation is not None else None
 
     # ------------------------------------------------------------- evaluation
     def evaluate(self, input_fn, steps=None):

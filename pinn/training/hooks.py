@@ -1,0 +1,226 @@
+"""What happens around the steps of a run, as hooks on :class:`~pinn.training.loop.TrainingLoop`.
+
+Each hook gets what it needs when it is made (functions and parts, not the Trainer) and is
+called with a :class:`StepReport` after every step (``on_step_end``, which may ask the run to
+stop) and once when the run ends (``on_run_end``), in the order the loop holds them:
+divergence guards, progress, validation, checkpoints.
+"""
+import logging
+from typing import NamedTuple
+
+import numpy as np
+
+from pinn import keys as K
+from pinn.schema import ParamsError
+from pinn.training.checkpoints import stop_when_disk_full
+from pinn.training.guards import DivergenceGuard, LossJumpGuard, TrainingDiverged
+from pinn.training.metrics import predictions_path, write_eval_predictions
+from pinn.training.progress import Meter, scaling_line
+
+log = logging.getLogger("pinn")
+
+
+class StepReport(NamedTuple):
+    """One step, as the hooks see it."""
+    step: int  #: the global step after it
+    outcome: object  #: the :class:`~pinn.training.strategies.StepOutcome`
+    loss: float  #: the step's loss (summed over ranks)
+    structures: float  #: structures in the step (all ranks)
+    sums: dict  #: metric → (Σ|err|, Σerr², count)
+    bad_ranks: np.ndarray  #: per rank, whether it found the step non-finite
+
+
+class Hook:
+    """The interface: both calls do nothing unless a hook says otherwise."""
+
+    def on_step_end(self, report):
+        """After a step; returns whether the run should stop (early stopping)."""
+        return False
+
+    def on_run_end(self, step):
+        """Once, when the run ends normally at global step ``step``."""
+
+
+class DivergenceHook(Hook):
+    """Skipped non-finite steps and rollbacks (:class:`~pinn.training.guards.DivergenceGuard`); loss jumps
+    and the in-memory copies they go back to (:class:`~pinn.training.guards.LossJumpGuard`).
+
+    Args:
+        mp: the resolved ``model.params`` (``max_nonfinite_steps``, ``max_rollbacks``, ``loss_jump_*``).
+        world: the run's world (the ranks that found a step non-finite are named).
+        rollback: ``() -> None``: back to the latest checkpoint, rate lowered.
+        state_copy: ``() -> copy`` of the training state in memory.
+        restore_state_copy: ``(step, copy, ratio, last=False) -> None``.
+        say: ``(level, message, *args)``: log below the progress bar.
+    """
+
+    def __init__(self, mp, world, rollback, state_copy, restore_state_copy, say):
+        self.world, self.rollback, self.restore_state_copy, self.say = world, rollback, restore_state_copy, say
+        self.guard = DivergenceGuard(mp["max_nonfinite_steps"], mp["max_rollbacks"])
+        self.jumps = None if mp["loss_jump_factor"] is None or mp["loss_weight_schedule"] else \
+            LossJumpGuard(mp["loss_jump_factor"], mp["loss_jump_window"], mp["max_rollbacks"], state_copy)
+
+    def on_step_end(self, report):
+        applied, step = report.outcome.applied, report.step
+        if not applied:
+            where = f" (from rank {', '.join(str(r) for r in np.flatnonzero(report.bad_ranks))})" \
+                if self.world.is_parallel and report.bad_ranks.any() else ""
+            self.say(logging.WARNING, "step %d: non-finite loss or gradient%s; update skipped on all ranks "
+                     "(%d in a row)", step, where, self.guard.streak + 1)
+        if self.guard.record(applied, step):
+            self.rollback()
+            if self.jumps is not None:
+                self.jumps.reset()
+        elif applied and self.jumps is not None:
+            self._watch_jumps(report.loss, step)
+        return False
+
+    def _watch_jumps(self, loss, step):
+        """Count the loss of an applied step; after a jump, back to the state from before it (also when
+        the jumps persisted through ``max_rollbacks``: then ``TrainingDiverged`` is raised)."""
+        try:
+            jump = self.jumps.record(loss, step)
+        except TrainingDiverged as err:
+            self.restore_state_copy(*err.restore, last=True)
+            raise
+        if jump is not None:
+            self.restore_state_copy(*jump)
+
+
+class ProgressHook(Hook):
+    """The progress bar, and every ``every`` steps a progress line and a ``train`` record.
+
+    Args:
+        run: the :class:`~pinn.training.loop.Run` (length, epochs, recorder).
+        world: the run's world (throughput of every rank in a parallel run).
+        every: ``log_every_n_steps``.
+        learning_rate: ``() -> rate`` of the next update.
+        latest_checkpoint: ``() -> path`` of the latest checkpoint (kept when the disk is full).
+        bar: the :class:`~pinn.training.progress.ProgressBar`.
+        say: as for :class:`DivergenceHook`.
+    """
+
+    def __init__(self, run, world, every, learning_rate, latest_checkpoint, bar, say):
+        self.run, self.world, self.every, self.learning_rate = run, world, every, learning_rate
+        self.latest_checkpoint, self.bar, self.say = latest_checkpoint, bar, say
+        self.meter, self.skipped = Meter(), 0
+
+    def on_step_end(self, report):
+        outcome, step = report.outcome, report.step
+        if outcome.applied:
+            self.meter.add(report.loss, report.sums, report.structures,
+                           sum(real_structures(b) for b in outcome.batches), outcome.comm, outcome.phases)
+        else:
+            self.skipped += 1
+        self.bar.update(step, self.run.max_steps, f"loss {float(report.loss):.4g}")
+        if step % self.every == 0 or step >= self.run.max_steps:
+            self._progress(step)
+            self.meter, self.skipped = Meter(), 0
+        return False
+
+    def _progress(self, step):
+        meter, run, world = self.meter, self.run, self.world
+        figures = world.allgather_numpy(meter.rank_figures()) if world.is_parallel else None
+        lr = float(self.learning_rate())
+        epoch = run.epoch(step)
+        where = f"step {step}/{run.max_steps}" + (f" epoch {epoch:.2f}" if epoch is not None else "")
+        line = f"{where} {meter.summary()} lr {lr:.3g}"
+        if self.skipped:
+            line += f" ({self.skipped} non-finite steps skipped)"
+        if figures is not None:
+            line += "; " + scaling_line(figures, world.options["single_rank_throughput"])
+        self.say(logging.INFO, line)
+        if meter.n_steps:
+            split = {}
+            if figures is not None:  # ms per step in each phase, the slowest rank's
+                split = {f"step_ms_{name}": round(float(v), 3)
+                         for name, v in zip(Meter.PHASES, figures[:, 2:].max(axis=0))}
+            with stop_when_disk_full(run.recorder.path, kept=self.latest_checkpoint()):
+                run.recorder.record("train", step, {"lr": lr, **meter.figures(), **split}, epoch)
+
+
+class ValidationHook(Hook):
+    """Validation every ``every`` steps and at the end: records, parity arrays, the best checkpoint, early
+    stopping.
+
+    Args:
+        run: the :class:`~pinn.training.loop.Run` (its ``eval_fn``, epochs, recorder).
+        every: steps between validations.
+        evaluate: ``(input_fn) -> (metrics, parity arrays)`` (with the weights for inference).
+        early_stopping: the :class:`~pinn.training.early_stopping.EarlyStopping` of the run.
+        store: the :class:`~pinn.training.checkpoints.CheckpointStore` (the best checkpoint).
+        is_chief: whether this rank writes files.
+        model_dir: where the parity arrays go.
+        say: as for :class:`DivergenceHook`.
+
+    Attributes:
+        last: the metrics of the latest validation, or ``None``.
+    """
+
+    def __init__(self, run, every, evaluate, early_stopping, store, is_chief, model_dir, say):
+        self.run, self.every, self.evaluate, self.stopping = run, every, evaluate, early_stopping
+        self.store, self.is_chief, self.model_dir, self.say = store, is_chief, model_dir, say
+        self.last, self._last_step = None, None
+
+    def on_step_end(self, report):
+        step = report.step
+        if step % self.every == 0 or step >= self.run.max_steps:
+            return self.validate(step)
+        return False
+
+    def on_run_end(self, step):
+        if self._last_step != step and step > 0:
+            self.validate(step)
+
+    def validate(self, step):
+        """Evaluate the validation input; keep the best checkpoint; return whether to stop early."""
+        run, stopping, store = self.run, self.stopping, self.store
+        result, arrays = self.evaluate(run.eval_fn)
+        self._last_step = step
+        try:
+            value = stopping.value_of(result)
+        except KeyError as err:
+            raise ParamsError(f"model.params.early_stopping_metric: {err.args[0]}") from None
+        improved = stopping.update(value)
+        epoch = run.epoch(step)
+        figures = {k: v for k, v in result.items() if k != "global_step"}
+        text = " ".join(f"{k} {v:.4g}" for k, v in figures.items())
+        self.say(logging.INFO, "evaluation at step %d: %s%s", step, text,
+                 " (best so far)" if improved else f" ({stopping.status()})")
+        with stop_when_disk_full(run.recorder.path, kept=store.latest):
+            run.recorder.record("eval", step, {**figures, "best": improved}, epoch)
+        self.last = result
+        if self.is_chief:
+            if arrays:
+                with stop_when_disk_full(predictions_path(self.model_dir), kept=store.latest):
+                    write_eval_predictions(self.model_dir, {"step": np.array(step), **arrays})
+            if improved:
+                store.save_best(step, stopping.metric, value)
+        if stopping.should_stop():
+            self.say(logging.INFO, "early stopping at step %d: %s has not improved by more than %g in %d "
+                     "evaluations (best %.4g); the best checkpoint is in %s", step, stopping.metric,
+                     stopping.min_delta, stopping.patience, float(stopping.best), store.best_dir)
+            return True
+        return False
+
+
+class CheckpointHook(Hook):
+    """A checkpoint every ``every`` steps (``save_checkpoint_steps``) and at the end, by ``save()``."""
+
+    def __init__(self, every, save):
+        self.every, self.save = every, save
+
+    def on_step_end(self, report):
+        if report.step % self.every == 0:
+            self.save()
+        return False
+
+    def on_run_end(self, step):
+        self.save()
+
+
+def real_structures(batch):
+    """Structures in a batch (or in all parts of a split batch), the padding structures not counted."""
+    if isinstance(batch, tuple):
+        return sum(real_structures(part) for part in batch)
+    return int(np.sum(batch[K.REAL])) if K.REAL in batch else int(batch[K.CELL].shape[0])
