@@ -21,12 +21,15 @@ amount of data) whatever N is, and the user edits no step counts when moving
 from 1 rank to N.  A schedule depends on the step alone, so a resumed run
 continues it exactly.
 """
+import logging
 import math
 
 import tensorflow as tf
 
 from pinn.parallel.ranks import lr_scale
 from pinn.training.options import LR_SCHEDULES
+
+log = logging.getLogger("pinn")
 
 
 class LearningRate:
@@ -114,3 +117,31 @@ class LearningRate:
         if self.parallel_warmup_steps:
             text += f", scaling ramp over {self.parallel_warmup_steps / per:g} steps"
         return text
+
+
+def learning_rate_of(mp, world, total_steps, quiet=False):
+    """The :class:`LearningRate` of a run; ``total_steps`` (steps of this run) sets a cosine's length.
+
+    With the Kalman filters the rate is λ of one update on the union batch of all ranks, the
+    same as one process's on that batch: not scaled with the number of ranks (logged unless
+    ``quiet``, when ``parallel_params`` asks for a scaling).
+
+    Args:
+        mp: the resolved ``model.params``.
+        world: the run's world (its size and ``parallel_params``).
+        total_steps: the run's length in steps, or ``None``.
+        quiet: say nothing (the schedule is made again for a run's length).
+    """
+    options = world.options
+    size, scaling, ramp = world.size, options["lr_scaling"], options["warmup_steps"]
+    if mp["optimizer"] != "adam":
+        if world.is_parallel and world.is_chief and (scaling != "none" or ramp) and not quiet:
+            log.info("parallel_params.lr_scaling %r and warmup_steps %d apply to Adam; with optimizer %r the "
+                     "rate is λ of one update on the union batch of the %d ranks, not scaled", scaling, ramp,
+                     mp["optimizer"], size)
+        size, scaling, ramp = 1, "none", 0
+    steps_per_step = size if scaling != "none" else 1
+    return LearningRate(mp["learning_rate"], mp["lr_schedule"], mp["decay_step"], mp["decay_rate"],
+                        mp["lr_boundaries"], mp["lr_min_factor"],
+                        total_steps * steps_per_step if total_steps else None, mp["lr_warmup_steps"],
+                        size, scaling, ramp)

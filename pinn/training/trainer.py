@@ -35,33 +35,30 @@ early stopping (:mod:`pinn.training.early_stopping`), evaluation
 and the weight average (:mod:`pinn.training.ema`).
 """
 import contextlib
+import functools
 import logging
 import os
 
-import numpy as np
 import tensorflow as tf
 
 from pinn.logs import setup_logging
 from pinn.networks import get_network
 from pinn.parallel.worlds import SerialWorld
 from pinn.params import ResolvedParams, read_params
-from pinn.training.adam import Adam
 from pinn.training.backends import choose_backend
-from pinn.training.checkpoints import BEST_DIR, CheckpointStore, NoIntactCheckpoint
-from pinn.training.early_stopping import EarlyStopping
-from pinn.training.ema import WeightAverage
+from pinn.training.checkpoints import BEST_DIR
 from pinn.training.evaluation import Evaluator
 from pinn.training.guards import StopSignals, TrainingDiverged, Watchdog
 from pinn.training.inference import InferenceHandle, load_for_inference
 from pinn.training.inputs import evaluation_input, prepared_input, steps_per_epoch_of
-from pinn.training.kalman import KalmanFilter
 from pinn.training.hooks import CheckpointHook, DivergenceHook, ProgressHook, ValidationHook
 from pinn.training.loop import Run, TrainingLoop
 from pinn.training.metrics import with_upstream_names
 from pinn.training.options import notes
 from pinn.training.progress import ProgressBar
 from pinn.training.recorder import RunRecorder
-from pinn.training.schedule import LearningRate
+from pinn.training.schedule import learning_rate_of
+from pinn.training.state import TrainingState
 from pinn.training.steps import StepFunctions
 from pinn.training.strategies import choose_strategy
 
@@ -123,29 +120,16 @@ class Trainer(metaclass=_ModelClass):
         self.rc = self.params["network"]["params"]["rc"]
         self.model = model_cls(self.network, mp, self.network.atom_types, self.dtype)
         self.backend = choose_backend(self.params, self.model, self.world)
-        self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
-        self.lr_factor = tf.Variable(1.0, dtype=tf.float32, trainable=False, name="lr_factor")
-        self.early_stopping = EarlyStopping(mp["early_stopping_metric"], mp["early_stopping_patience"],
-                                            mp["early_stopping_min_delta"])
-        self.learning_rate = self._schedule(mp["lr_cosine_steps"])
+        self.learning_rate = learning_rate_of(mp, self.world, mp["lr_cosine_steps"])
         if self.is_chief:
             for level, message in notes(self.params):
                 log.log(level, message)
+        self.state = state = TrainingState(self.model, mp, self.world, self.backend, self.model_dir,
+                                           lambda step, factor: self.learning_rate(step) * factor)
+        self.step, self.lr_factor, self.early_stopping = state.step, state.lr_factor, state.early_stopping
         #: the Kalman filter of ``optimizer: ekf | gekf`` (:mod:`pinn.training.kalman`), else None
-        self.kalman = None
-        if mp["optimizer"] == "adam":
-            self.optimizer = Adam(self.model.trainable_variables, learning_rate=float(self.current_learning_rate()))
-        else:
-            self.optimizer = self.kalman = KalmanFilter(self.model.trainable_variables, mp)
-        self.ema = WeightAverage(self.model.trainable_variables, mp["ema_decay"]) if mp["ema_decay"] else None
-        parts = dict(model=self.model, step=self.step, lr_factor=self.lr_factor,
-                     best_metric=self.early_stopping.best, evals_since_best=self.early_stopping.since_best,
-                     **self._optimizer_part())
-        if self.ema is not None:
-            parts["weight_average"] = self.ema
-        self.store = CheckpointStore(self.model_dir, parts, self.is_chief, mp["keep_checkpoint_max"])
-        self.restored = self._restore_on_chief(checkpoint)
-        self._broadcast_state()
+        self.optimizer, self.kalman, self.ema, self.store = state.optimizer, state.kalman, state.ema, state.store
+        self.restored = state.restore_on_chief(checkpoint, self.params)
         self.step_functions = None  # StepFunctions of the training input's spec (_steps_spec)
         self._steps_spec = None
         self.evaluator = Evaluator(self.model, self.world, self.averaged_weights)
@@ -195,80 +179,6 @@ class Trainer(metaclass=_ModelClass):
         """The learning rate of the next update (float32 tensor)."""
         return self.learning_rate(self.step) * self.lr_factor
 
-    # ------------------------------------------------------------------ setup
-    def _schedule(self, total_steps):
-        """The learning-rate schedule of this run; ``total_steps`` (steps of this run) sets a cosine's length.
-
-        With the Kalman filters the rate is λ of one update on the union batch of all ranks, the
-        same as one process's on that batch: not scaled with the number of ranks (logged when
-        ``parallel_params`` asks for a scaling)."""
-        mp, options = self.mp, self.world.options
-        size, scaling, ramp = self.world.size, options["lr_scaling"], options["warmup_steps"]
-        if mp["optimizer"] != "adam":
-            if self.world.is_parallel and self.is_chief and (scaling != "none" or ramp) and not self._said_unscaled:
-                self._said_unscaled = True
-                log.info("parallel_params.lr_scaling %r and warmup_steps %d apply to Adam; with optimizer %r the "
-                         "rate is λ of one update on the union batch of the %d ranks, not scaled", scaling, ramp,
-                         mp["optimizer"], size)
-            size, scaling, ramp = 1, "none", 0
-        steps_per_step = size if scaling != "none" else 1
-        return LearningRate(mp["learning_rate"], mp["lr_schedule"], mp["decay_step"], mp["decay_rate"],
-                            mp["lr_boundaries"], mp["lr_min_factor"],
-                            total_steps * steps_per_step if total_steps else None, mp["lr_warmup_steps"],
-                            size, scaling, ramp)
-
-    _said_unscaled = False
-
-    def _optimizer_part(self):
-        """The checkpoint part of the optimizer's state: ``{'optimizer': Adam}`` or ``{'kalman': KalmanFilter}``."""
-        return {"kalman": self.kalman} if self.kalman is not None else {"optimizer": self.optimizer}
-
-    def _optimizer_state_missing(self, path):
-        """After restoring checkpoint ``path`` (rank 0): when it holds the other optimizer's state (a run that
-        changed model.params.optimizer), this one's starts afresh, logged."""
-        name = next(iter(self._optimizer_part()))
-        if self.store.holds(path, name):
-            return
-        if self.kalman is not None:
-            self.kalman.reset()
-            log.info("%s holds no Kalman filter (trained with Adam): P starts at ekf_epsilon × I", path)
-        else:
-            log.info("%s holds no Adam state (trained with a Kalman filter): Adam's moments start at zero", path)
-
-    def _restore_on_chief(self, which):
-        """Check the stored params and restore on rank 0; a failure there raises on every rank (no hang)."""
-        error, path = None, None
-        if self.is_chief:
-            try:
-                self.store.check_and_write_params(self.params)
-                path = self.store.restore(which)
-                if path:
-                    log.info("restored %s (step %d)", path, int(self.step))
-                    self._optimizer_state_missing(path)
-                    if self.ema is not None and not self.store.holds(path, "weight_average"):
-                        self.ema.reset(self.model.trainable_variables)
-                        log.info("%s holds no weight average (trained without ema_decay): the average starts "
-                                 "at its weights", path)
-                self.early_stopping.restart_if_metric_changed(self.store.best_metric_name())
-            except (ValueError, NoIntactCheckpoint) as err:
-                error = err
-        if self.world.is_parallel and self.world.allreduce_sum_numpy(np.array([float(error is not None)]))[0]:
-            if error is None:
-                raise ValueError(f"rank 0 could not set up {self.model_dir} (see its error)")
-        if error is not None:
-            raise error
-        return path
-
-    def _training_state(self):
-        """The variables a rollback restores: the model's, the optimizer's (Adam's moments or the Kalman
-        filter) and the weight average's."""
-        extra = list(self.ema.variables) if self.ema is not None else []
-        return list(self.model.variables) + list(self.optimizer.variables) + extra
-
-    def _broadcast_state(self):
-        """Every rank takes rank 0's model, optimizer state, weight average, step and schedule state."""
-        self.world.broadcast_variables(self._training_state() + [self.step, self.lr_factor]
-                                       + self.early_stopping.variables)
 
     @contextlib.contextmanager
     def averaged_weights(self):
@@ -301,48 +211,6 @@ class Trainer(metaclass=_ModelClass):
         return prepared_input(input_fn, self.network, skip=skip, pad=pad, parts=parts)
 
     # --------------------------------------------------------------- training
-    def rollback(self):
-        """Back to the latest checkpoint's model, optimizer and weight average (step and data position go on),
-        with the learning rate multiplied by ``rollback_lr_factor``."""
-        self.backend.reload(diverged=True)  # the engine's diverged weights are dropped; the next step reads these
-        factor = self._lower_learning_rate()
-        if self.is_chief:
-            parts = dict(model=self.model, **self._optimizer_part())
-            if self.ema is not None:
-                parts["weight_average"] = self.ema
-            path = self.store.restore_parts(**parts)
-            self._optimizer_state_missing(path)
-            self.bar.clear()
-            log.warning("rolled back to %s; learning rate × %g from now on", path, factor)
-        self._broadcast_state()
-
-    def _lower_learning_rate(self):
-        """Multiply the rate by ``rollback_lr_factor`` from now on (after a rollback); returns the factor."""
-        factor = float(self.lr_factor) * self.mp["rollback_lr_factor"]
-        self.lr_factor.assign(factor)
-        return factor
-
-    def state_copy(self):
-        """An in-memory copy of the training state (list of NumPy arrays, :meth:`_training_state`'s
-        order), for :meth:`restore_state_copy`."""
-        self.backend.store()
-        return [v.numpy().copy() for v in self._training_state()]
-
-    def restore_state_copy(self, step, copy, ratio, last=False):
-        """Back to ``copy`` (of :meth:`state_copy`, taken at ``step``) after a loss jump of ``ratio`` × the
-        loss's running level, with the learning rate multiplied by ``rollback_lr_factor`` (the step and the
-        data position go on); on every rank alike (each holds the same copy).  ``last``: training stops
-        (the rate stays)."""
-        self.backend.reload(diverged=True)
-        for variable, value in zip(self._training_state(), copy):
-            variable.assign(value)
-        factor = float(self.lr_factor) if last else self._lower_learning_rate()
-        if self.is_chief:
-            self.bar.clear()
-            then = "training stops" if last else f"learning rate × {factor:g} from now on"
-            log.warning("step %d: the loss jumped to %.3g × its running level; back to the state of step %d, %s",
-                        int(self.step), ratio, step, then)
-
     def save(self):
         """Write a checkpoint of the current step on rank 0 (unless one exists for it).
 
@@ -405,10 +273,10 @@ class Trainer(metaclass=_ModelClass):
             log.info("step %d already reaches max_steps %d: nothing to train", start, max_steps)
             return self
         if mp["lr_schedule"] == "cosine" and not mp["lr_cosine_steps"]:
-            self.learning_rate = self._schedule(max_steps)
+            self.learning_rate = learning_rate_of(mp, self.world, max_steps, quiet=True)
             self.step_functions = None
         if self.model.prepare_training(input_fn, self.world.allreduce_sum_numpy):
-            self._broadcast_state()
+            self.state.broadcast()
         self.backend.reload()
         skip = start * k if mp["data_resume"] == "skip" else 0
         dataset = self._input(input_fn, skip=skip, pad=self.backend.jit, parts=self.backend.parts)
@@ -455,7 +323,9 @@ class Trainer(metaclass=_ModelClass):
         mp, steps = self.mp, self.step_functions
         strategy = choose_strategy(steps, k, mp["log_every_n_steps"], self.kalman, mp.get("separate_errors", False))
         loop = TrainingLoop(strategy, steps.unpack, [], run, self.world, self.save, self.bar)
-        hooks = [DivergenceHook(mp, self.world, self.rollback, self.state_copy, self.restore_state_copy, loop.say),
+        state = self.state
+        hooks = [DivergenceHook(mp, self.world, lambda: state.rollback(loop.say), state.copy,
+                                functools.partial(state.restore_copy, say=loop.say), loop.say),
                  ProgressHook(run, self.world, mp["log_every_n_steps"], self.current_learning_rate,
                               lambda: self.store.latest, self.bar, loop.say)]
         if run.eval_fn is not None:

@@ -1,0 +1,153 @@
+"""The state of a training run that checkpoints keep, rollbacks restore and rank 0 broadcasts.
+
+:class:`TrainingState` holds the step, the learning-rate factor, the optimizer's state (Adam's
+moments, or the Kalman filter's P), the weight average and the early-stopping state beside the
+model, and the :class:`~pinn.training.checkpoints.CheckpointStore` of the model directory.  It
+restores on rank 0 (a failure there raises on every rank), broadcasts rank 0's state, rolls back
+to the latest checkpoint and keeps in-memory copies for the loss-jump guard.
+"""
+import logging
+
+import numpy as np
+import tensorflow as tf
+
+from pinn.training.adam import Adam
+from pinn.training.checkpoints import CheckpointStore, NoIntactCheckpoint
+from pinn.training.early_stopping import EarlyStopping
+from pinn.training.ema import WeightAverage
+from pinn.training.kalman import KalmanFilter
+
+log = logging.getLogger("pinn")
+
+
+class TrainingState:
+    """Everything of a run besides the model that a resume needs, and the model's checkpoints.
+
+    Args:
+        model: the model (its variables are trained).
+        mp: the resolved ``model.params`` (optimizer, weight average, early stopping, checkpoints, rollbacks).
+        world: the run's world.
+        backend: the gradient backend (its host copy of the weights is stored before a copy and dropped
+            on a rollback).
+        model_dir: the model directory.
+        learning_rate: ``() -> rate`` of the next update (Adam starts at it).
+
+    Attributes:
+        step, lr_factor: the global step (int64) and the factor of the learning rate (float32) variables.
+        optimizer: :class:`~pinn.training.adam.Adam` or the :class:`~pinn.training.kalman.KalmanFilter`.
+        kalman: the Kalman filter of ``optimizer: ekf | gekf``, else ``None``.
+        ema: the :class:`~pinn.training.ema.WeightAverage` of ``ema_decay``, else ``None``.
+        early_stopping: the :class:`~pinn.training.early_stopping.EarlyStopping`.
+        store: the :class:`~pinn.training.checkpoints.CheckpointStore`.
+    """
+
+    def __init__(self, model, mp, world, backend, model_dir, learning_rate):
+        self.model, self.mp, self.world, self.backend = model, mp, world, backend
+        self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
+        self.lr_factor = tf.Variable(1.0, dtype=tf.float32, trainable=False, name="lr_factor")
+        self.early_stopping = EarlyStopping(mp["early_stopping_metric"], mp["early_stopping_patience"],
+                                            mp["early_stopping_min_delta"])
+        self.kalman = None
+        if mp["optimizer"] == "adam":
+            self.optimizer = Adam(model.trainable_variables, learning_rate=float(learning_rate(self.step,
+                                                                                               self.lr_factor)))
+        else:
+            self.optimizer = self.kalman = KalmanFilter(model.trainable_variables, mp)
+        self.ema = WeightAverage(model.trainable_variables, mp["ema_decay"]) if mp["ema_decay"] else None
+        parts = dict(model=model, step=self.step, lr_factor=self.lr_factor, best_metric=self.early_stopping.best,
+                     evals_since_best=self.early_stopping.since_best, **self.optimizer_part())
+        if self.ema is not None:
+            parts["weight_average"] = self.ema
+        self.store = CheckpointStore(model_dir, parts, world.is_chief, mp["keep_checkpoint_max"])
+
+    def optimizer_part(self):
+        """The checkpoint part of the optimizer's state: ``{'optimizer': Adam}`` or ``{'kalman': KalmanFilter}``."""
+        return {"kalman": self.kalman} if self.kalman is not None else {"optimizer": self.optimizer}
+
+    def restore_on_chief(self, which, params):
+        """Check the stored params and restore checkpoint ``which`` on rank 0, then broadcast; a failure
+        on rank 0 raises on every rank (no hang).  Returns the checkpoint's path, or ``None``."""
+        error, path = None, None
+        if self.world.is_chief:
+            try:
+                self.store.check_and_write_params(params)
+                path = self.store.restore(which)
+                if path:
+                    log.info("restored %s (step %d)", path, int(self.step))
+                    self._optimizer_state_missing(path)
+                    if self.ema is not None and not self.store.holds(path, "weight_average"):
+                        self.ema.reset(self.model.trainable_variables)
+                        log.info("%s holds no weight average (trained without ema_decay): the average starts "
+                                 "at its weights", path)
+                self.early_stopping.restart_if_metric_changed(self.store.best_metric_name())
+            except (ValueError, NoIntactCheckpoint) as err:
+                error = err
+        if self.world.is_parallel and self.world.allreduce_sum_numpy(np.array([float(error is not None)]))[0]:
+            if error is None:
+                raise ValueError(f"rank 0 could not set up {self.store.model_dir} (see its error)")
+        if error is not None:
+            raise error
+        self.broadcast()
+        return path
+
+    def _optimizer_state_missing(self, path):
+        """After restoring checkpoint ``path`` (rank 0): when it holds the other optimizer's state (a run that
+        changed model.params.optimizer), this one's starts afresh, logged."""
+        name = next(iter(self.optimizer_part()))
+        if self.store.holds(path, name):
+            return
+        if self.kalman is not None:
+            self.kalman.reset()
+            log.info("%s holds no Kalman filter (trained with Adam): P starts at ekf_epsilon × I", path)
+        else:
+            log.info("%s holds no Adam state (trained with a Kalman filter): Adam's moments start at zero", path)
+
+    def variables(self):
+        """The variables a rollback restores: the model's, the optimizer's (Adam's moments or the Kalman
+        filter) and the weight average's."""
+        extra = list(self.ema.variables) if self.ema is not None else []
+        return list(self.model.variables) + list(self.optimizer.variables) + extra
+
+    def broadcast(self):
+        """Every rank takes rank 0's model, optimizer state, weight average, step and schedule state."""
+        self.world.broadcast_variables(self.variables() + [self.step, self.lr_factor] + self.early_stopping.variables)
+
+    def rollback(self, say):
+        """Back to the latest checkpoint's model, optimizer and weight average (step and data position go on),
+        with the learning rate multiplied by ``rollback_lr_factor``; ``say(level, message, *args)`` logs."""
+        self.backend.reload(diverged=True)  # the engine's diverged weights are dropped; the next step reads these
+        factor = self._lower_learning_rate()
+        if self.world.is_chief:
+            parts = dict(model=self.model, **self.optimizer_part())
+            if self.ema is not None:
+                parts["weight_average"] = self.ema
+            path = self.store.restore_parts(**parts)
+            self._optimizer_state_missing(path)
+            say(logging.WARNING, "rolled back to %s; learning rate × %g from now on", path, factor)
+        self.broadcast()
+
+    def _lower_learning_rate(self):
+        """Multiply the rate by ``rollback_lr_factor`` from now on (after a rollback); returns the factor."""
+        factor = float(self.lr_factor) * self.mp["rollback_lr_factor"]
+        self.lr_factor.assign(factor)
+        return factor
+
+    def copy(self):
+        """An in-memory copy of the training state (list of NumPy arrays, :meth:`variables`' order), for
+        :meth:`restore_copy`."""
+        self.backend.store()
+        return [v.numpy().copy() for v in self.variables()]
+
+    def restore_copy(self, step, copy, ratio, last=False, say=None):
+        """Back to ``copy`` (of :meth:`copy`, taken at ``step``) after a loss jump of ``ratio`` × the loss's
+        running level, with the learning rate multiplied by ``rollback_lr_factor`` (the step and the data
+        position go on); on every rank alike (each holds the same copy).  ``last``: training stops (the
+        rate stays).  ``say(level, message, *args)`` logs (rank 0)."""
+        self.backend.reload(diverged=True)
+        for variable, value in zip(self.variables(), copy):
+            variable.assign(value)
+        factor = float(self.lr_factor) if last else self._lower_learning_rate()
+        if self.world.is_chief and say is not None:
+            then = "training stops" if last else f"learning rate × {factor:g} from now on"
+            say(logging.WARNING, "step %d: the loss jumped to %.3g × its running level; back to the state of "
+                "step %d, %s", int(self.step), ratio, step, then)
