@@ -31,7 +31,13 @@ MOVED = {
     "pinn.verlet_filter": "pinn.engines.numba.verlet_filter",
     "pinn.report": "pinn.cli.report",
     "pinn.runconfig": "pinn.cli.runconfig",
+    # pinn 0.19: the numba training engine's module named for what it computes
+    "pinn.engines.training": "pinn.engines.gradients",
 }
+
+
+#: the version that moved a module, where it is not 0.10
+MOVED_IN = {"pinn.engines.training": "0.19"}
 
 
 class _MovedFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
@@ -44,7 +50,8 @@ class _MovedFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def create_module(self, spec):
         new = MOVED[spec.name]
-        warnings.warn(f"{spec.name} is now {new} (pinn 0.10); import it from there", DeprecationWarning,
+        warnings.warn(f"{spec.name} is now {new} (pinn {MOVED_IN.get(spec.name, '0.10')}); import it from there",
+                      DeprecationWarning,
                       stacklevel=3)
         return importlib.import_module(new)
 

@@ -200,3 +200,14 @@ def test_old_module_names_import_with_a_warning():
             module = importlib.import_module(old)
         assert module is importlib.import_module(new), old
         assert any(new in str(w.message) for w in caught), old
+
+
+def test_every_part_of_the_trainer_is_on_the_page():
+    """docs/architecture.md's table of the Trainer's parts names every module of pinn/training (so the page
+    shows the parts the code has), and names no module that is gone."""
+    with open(DOC) as f:
+        section = f.read().split("## The Trainer and its parts", 1)[1].split("\n## ", 1)[0]
+    named = set(re.findall(r"`training/(\w+)\.py`", section))
+    modules = {name[:-3] for name in os.listdir(os.path.join(PACKAGE, "training"))
+               if name.endswith(".py") and name not in ("__init__.py", "trainer.py")}
+    assert named == modules, f"not on the page: {sorted(modules - named)}; gone: {sorted(named - modules)}"

@@ -9,7 +9,6 @@ from pinn.demo import make_dipole_dataset, water_dipole_frames
 from pinn.io import load_ase, sparse_batch
 from pinn.io.batch import batch_from_atoms
 from pinn.models import get_model
-from pinn.models.dipole_variants import pinet_pass
 from pinn.io.batch import pair_geometry
 from pinn.models.registry import MODELS, NOT_YET
 from pinn.networks import get_network
@@ -163,11 +162,12 @@ def test_water_molecule_neutrality_in_a_padded_batch(cluster):
     np.testing.assert_allclose(charges[:len(cluster)], _predict(model, cluster)["charges"], atol=1e-12)
 
 
-def test_pinet_pass_is_pinets_own(cluster):
-    """The bond charges read PiNet's interactions from a replica of its forward pass: the same outputs."""
+def test_pinet_gives_its_interactions(cluster):
+    """The bond charges read PiNet's interactions from its own forward pass (call_with_interactions): the
+    outputs of atomic_outputs, one [n_pairs, ii_nodes[-1]] interaction per block."""
     network = _model("BC_R_dipole_model").network
     tensors = pair_geometry(_batch(cluster))
-    outputs, interactions = pinet_pass(network, tensors)
+    outputs, interactions = network.call_with_interactions(tensors)
     np.testing.assert_array_equal(outputs.numpy(), network.atomic_outputs(tensors).numpy())
     assert len(interactions) == PINET["depth"] and interactions[0].shape[1] == PINET["ii_nodes"][-1]
 

@@ -15,7 +15,7 @@ from ase.build import bulk, molecule
 from pinn import keys as K
 from pinn.engines.lowering import LOWERED_PINET_PARAMS, capability
 from pinn.engines.md import FastPiNet
-from pinn.engines.training import TrainingEngine
+from pinn.engines.gradients import TrainingEngine
 from pinn.io.batch import batch_from_atoms
 from pinn.io.neighbors import neighbor_list
 from pinn.networks.pinet import PARAMS as PINET_PARAMS

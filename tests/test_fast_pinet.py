@@ -13,6 +13,7 @@ from pinn.engines import lowering
 from pinn.engines import md as fast_pinet
 from pinn.engines.md import FastPiNet
 from pinn.engines.numba import md_kernels
+from pinn.engines.numba.layout import TANH_FAST
 from pinn.io.neighbors import neighbor_list
 
 from physics import evaluate, make_model
@@ -124,7 +125,7 @@ def test_float32_tanh_approximation():
 
 def _tanh32_values(x):
     y = np.empty((1, x.size), np.float32)
-    md_kernels._act_tile(x.reshape(1, -1), y, 1, md_kernels._TANH_FAST)
+    md_kernels._act_tile(x.reshape(1, -1), y, 1, TANH_FAST)
     return y[0]
 
 

@@ -1,4 +1,4 @@
-"""The numba training engine (pinn.engines.training) against TensorFlow's gradient tapes.
+"""The numba training engine (pinn.engines.gradients) against TensorFlow's gradient tapes.
 
 The engine computes the training loss and its gradient with respect to every weight by hand
 (a forward pass with tangents and one reverse pass, see its module docstring); TensorFlow
@@ -15,7 +15,7 @@ from pinn import keys as K
 from pinn.engines.lowering import check_supported
 from pinn.engines.numba.md_kernels import TILE
 from pinn.engines.numba.train_kernels import balanced_tiles, pair_slots
-from pinn.engines.training import TrainingEngine
+from pinn.engines.gradients import TrainingEngine
 from pinn.io.batch import batch_from_atoms
 
 from physics import make_model
@@ -207,7 +207,7 @@ def test_any_tiling_gives_tensorflows_numbers(monkeypatch, tile):
     """Each call cuts its pairs into tiles (:func:`~pinn.engines.numba.train_kernels.balanced_tiles`, views of the
     workspace); whatever the tile size, with the last tile partly padding, TensorFlow's numbers, and
     a call with another tiling on the same workspace after it too."""
-    import pinn.engines.training as fast_train
+    import pinn.engines.gradients as fast_train
     monkeypatch.setattr(fast_train, "balanced_tiles", lambda n_pairs, threads: (tile, -(-n_pairs // tile)))
     batch = _batch("float64")
     assert len(batch[K.IND_2]) % tile

@@ -2,7 +2,7 @@
 weight average, as the TensorFlow step applies them (:mod:`pinn.training.trainer`), without a TensorFlow
 call per step.
 
-With the numba engine (:mod:`pinn.engines.training`) computing the gradients in about 5 ms for a
+With the numba engine (:mod:`pinn.engines.gradients`) computing the gradients in about 5 ms for a
 small batch, TensorFlow's update (one XLA call taking the gradient and writing ~60 weight,
 ~120 Adam-slot and ~60 average variables) cost another 1.5–2.5 ms, most of it the call's
 overhead per variable.  Here the weights, Adam's moments and the averages are one vector

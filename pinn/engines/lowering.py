@@ -2,7 +2,7 @@
 
 :func:`capability` answers, for the MD engine (``'md'``: energy, forces, stress;
 :class:`pinn.engines.md.FastPiNet`) or the training engine (``'training'``: the loss
-gradients; :class:`pinn.engines.training.TrainingEngine`), whether it can run a model:
+gradients; :class:`pinn.engines.gradients.TrainingEngine`), whether it can run a model:
 with the model lowered to a :class:`~pinn.engines.spec.PiNetSpec`, or with the reason it
 cannot, naming the setting.  Every path asks it (``get_calc``, training with
 ``engine: auto``, the engine-weights file); a model an engine cannot run runs in

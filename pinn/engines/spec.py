@@ -11,17 +11,18 @@ from typing import Optional, Tuple
 
 import numpy as np
 
-from pinn.engines.numba.md_kernels import (_ACT_CODES, _B_II, _B_NII, _B_NOUT, _B_NPI, _B_NPP, _B_OUT, _B_PI,
-                                           _B_PP, _B_RES, _B_UNITS, _B_WIN, _B_WOUT, _B_ZOUT, _BASIS_CODES,
-                                           _CUTOFF_CODES, _TANH_FAST)
+from pinn.engines.numba.layout import (ACT_CODES, TANH_FAST, CUTOFF_CODES, BASIS_CODES, BLOCK_PP, BLOCK_N_PP,
+                                       BLOCK_PI, BLOCK_N_PI, BLOCK_II, BLOCK_N_II, BLOCK_OUT, BLOCK_N_OUT,
+                                       BLOCK_UNITS, BLOCK_RESIDUAL, BLOCK_WIDTH_IN, BLOCK_WIDTH_OUT,
+                                       BLOCK_Z_OUT)
 
 #: the arrays of :meth:`PiNetSpec.arrays` (and of an engine-weights file, :mod:`pinn.engines.exported`)
 ARRAY_KEYS = ("flat", "table", "layers", "blocks", "codes", "scal", "type_of", "e_dress", "workspace")
 
 #: what the kernels implement, by params key (``network.params``)
-ACTIVATIONS = tuple(_ACT_CODES)
-CUTOFFS = tuple(_CUTOFF_CODES)
-BASES = tuple(_BASIS_CODES)
+ACTIVATIONS = tuple(ACT_CODES)
+CUTOFFS = tuple(CUTOFF_CODES)
+BASES = tuple(BASIS_CODES)
 
 
 @dataclass(frozen=True, eq=False)
@@ -142,7 +143,7 @@ class PiNetSpec:
             dict: ``flat`` (every weight, one array of the model's precision), ``table`` (offset,
             rows, columns of each tensor in ``flat``), ``layers`` (kernel tensor, bias tensor,
             activated, width of each layer), ``blocks`` (the positions of each block's layers,
-            columns named by ``md_kernels._B_*``), ``codes`` (activation, cutoff, basis, n_basis,
+            columns named by ``layout.BLOCK_*``), ``codes`` (activation, cutoff, basis, n_basis,
             widest layer + 1), ``scal`` (rc in Å, gamma, output_scale), ``type_of`` (atomic number →
             index, -1 for unknown), ``e_dress`` (eV), ``workspace`` (scratch sizes).
         """
@@ -167,17 +168,17 @@ class PiNetSpec:
         zpair_rows = zatom_cols = 0
         for block in self.blocks:
             row = [0] * 13
-            for first, count, group in ((_B_PP, _B_NPP, block.pp), (_B_PI, _B_NPI, block.pi),
-                                        (_B_II, _B_NII, block.ii), (_B_OUT, _B_NOUT, block.out)):
+            for first, count, group in ((BLOCK_PP, BLOCK_N_PP, block.pp), (BLOCK_PI, BLOCK_N_PI, block.pi),
+                                        (BLOCK_II, BLOCK_N_II, block.ii), (BLOCK_OUT, BLOCK_N_OUT, block.out)):
                 row[first], row[count] = len(layers), len(group)
                 for spec in group:
                     layer(spec)
-            row[_B_UNITS] = layer(block.units)
-            row[_B_RES] = layer(block.residual) if block.residual is not None else -1
-            row[_B_WIN] = block.n_in
-            row[_B_WOUT] = block.n_out
+            row[BLOCK_UNITS] = layer(block.units)
+            row[BLOCK_RESIDUAL] = layer(block.residual) if block.residual is not None else -1
+            row[BLOCK_WIDTH_IN] = block.n_in
+            row[BLOCK_WIDTH_OUT] = block.n_out
             pp_cols = sum(spec.n_out for spec in block.pp)
-            row[_B_ZOUT] = pp_cols
+            row[BLOCK_Z_OUT] = pp_cols
             zatom_cols = max(zatom_cols, pp_cols + sum(spec.n_out for spec in block.out))
             zpair_rows = max(zpair_rows, sum(spec.n_out for spec in block.pi[:-1] + block.ii))
             for spec in block.pi + block.pp + block.ii + block.out:
@@ -186,9 +187,9 @@ class PiNetSpec:
         flat = np.zeros(offset, dtype)
         for start, rows, cols, value in tensors:
             flat[start:start + rows * cols] = value.ravel()
-        act = _ACT_CODES[self.activation]
-        if act == _ACT_CODES["tanh"] and dtype == np.float32:
-            act = _TANH_FAST
+        act = ACT_CODES[self.activation]
+        if act == ACT_CODES["tanh"] and dtype == np.float32:
+            act = TANH_FAST
         type_of = np.full(max(self.atom_types) + 1, -1, np.int64)
         type_of[list(self.atom_types)] = np.arange(len(self.atom_types))
         n_first = max(block.pi[0].n_out for block in self.blocks)
@@ -197,7 +198,7 @@ class PiNetSpec:
             "table": np.array([t[:3] for t in tensors], np.int64),
             "layers": np.array(layers, np.int64),
             "blocks": np.array(blocks, np.int64),
-            "codes": np.array([act, _CUTOFF_CODES[self.cutoff], _BASIS_CODES[self.basis], self.n_basis,
+            "codes": np.array([act, CUTOFF_CODES[self.cutoff], BASIS_CODES[self.basis], self.n_basis,
                                max(widths) + 1], np.int64),
             "scal": np.array([self.rc, self.gamma, self.output_scale], np.float64),
             "type_of": type_of,

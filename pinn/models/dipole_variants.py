@@ -26,46 +26,16 @@ charges (refused).
 import numpy as np
 import tensorflow as tf
 
-from pinn import keys as K
 from pinn.models.base import COMMON_PARAMS
 from pinn.models.dipole import (BOND_PARAMS, CHARGE_PARAMS, UNUSED_Q_MULTIPLIER, DipoleFamilyModel,
                                 _family_params)
-from pinn.networks.layers import Dense, FeedForward, cutoff, radial_basis, scatter_sum
+from pinn.networks.layers import Dense, FeedForward
 from pinn.networks.pinet import PiNet
 from pinn.networks.pinet2 import PiNet2
 from pinn.schema import ParamsError
 
 #: seed of the bond heads' initial weights (the same on every rank)
 BOND_HEAD_SEED = 7
-
-
-def pinet_pass(network, tensors):
-    """PiNet's forward pass, keeping every block's pair interactions.
-
-    The same operations as :meth:`pinn.networks.pinet.PiNet.atomic_outputs` (tested to give its outputs).
-
-    Args:
-        network: a :class:`~pinn.networks.pinet.PiNet`.
-        tensors: batch with ``elems``, ``ind_2`` and ``dist`` (Å).
-
-    Returns:
-        (atomic outputs [n_atoms, out_units], list over blocks of the interactions [n_pairs, ii_nodes[-1]]).
-    """
-    p = network.params
-    idx = network.element_index(tensors[K.ELEMS])
-    prop = tf.one_hot(idx, network.n_types, dtype=tensors[K.DIST].dtype)
-    fc = cutoff(tensors[K.DIST], network.rc, p["cutoff_type"])
-    basis = radial_basis(tensors[K.DIST], fc, p["basis_type"], p["n_basis"], network.rc, p["gamma"], p["center"])
-    ind_2 = tensors[K.IND_2]
-    n_atoms = tf.shape(prop)[0]
-    output, interactions = 0.0, []
-    for block, (out_ff, out_units), residual in zip(network.blocks, network.outputs, network.residual):
-        inter = block.ii(block.pair_interactions(block.pp(prop), ind_2, basis))
-        new_prop = scatter_sum(inter, ind_2[:, 0], n_atoms)
-        output = output + out_units(out_ff(new_prop))
-        prop = (prop if residual is None else residual(prop)) + new_prop
-        interactions.append(inter)
-    return output, interactions
 
 
 class BondHead(tf.Module):
@@ -141,7 +111,7 @@ class DipoleVariantModel(DipoleFamilyModel):
         net = self.network
         out = {}
         if self.BONDS and isinstance(net, PiNet):
-            outputs, interactions = pinet_pass(net, tensors)
+            outputs, interactions = net.call_with_interactions(tensors)
             out["bonds"] = self.bond_head(interactions)
         elif self.ATOMIC_DIPOLES or self.BONDS:
             outputs, extras = net.call_with_extras(tensors)

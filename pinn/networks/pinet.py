@@ -103,10 +103,12 @@ class GCBlock(tf.Module):
             inter = inter + tf.matmul(x, kernel[:, :, b]) * e_b[:, None]
         return inter
 
+    def interactions(self, prop, ind_2, basis):
+        """The block's pair interactions I_ij [n_pairs, ii_nodes[-1]] (PP, PI, II) of atom features ``prop``."""
+        return self.ii(self.pair_interactions(self.pp(prop), ind_2, basis))
+
     def __call__(self, prop, ind_2, basis):
-        prop = self.pp(prop)
-        inter = self.ii(self.pair_interactions(prop, ind_2, basis))
-        return scatter_sum(inter, ind_2[:, 0], tf.shape(prop)[0])
+        return scatter_sum(self.interactions(prop, ind_2, basis), ind_2[:, 0], tf.shape(prop)[0])
 
 
 class PiNet(Network):
@@ -151,17 +153,38 @@ class PiNet(Network):
 
     def atomic_outputs(self, tensors):
         """[n_atoms, out_units] (per structure with ``out_pool``) from ``elems``, ``ind_1``, ``ind_2``, ``dist`` (Å)."""
+        output, _ = self._forward(tensors, keep=False)
+        if self.params["out_pool"]:
+            return POOLS[self.params["out_pool"]](output, tensors[K.IND_1][:, 0], tf.reduce_max(tensors[K.IND_1]) + 1)
+        return output
+
+    def call_with_interactions(self, tensors):
+        """The atomic outputs and every block's pair interactions (what bond-charge models read).
+
+        Args:
+            tensors: dict with ``elems``, ``ind_2`` and ``dist`` (Å).
+
+        Returns:
+            (outputs [n_atoms, out_units], not pooled; list over the blocks of the interactions
+            I_ij [n_pairs, ii_nodes[-1]]).
+        """
+        return self._forward(tensors, keep=True)
+
+    def _forward(self, tensors, keep):
+        """(atomic outputs [n_atoms, out_units], the blocks' interactions when ``keep``, else ``None``)."""
         idx = self.element_index(tensors[K.ELEMS])
         prop = tf.one_hot(idx, self.n_types, dtype=tensors[K.DIST].dtype)
         fc = cutoff(tensors[K.DIST], self.rc, self.params["cutoff_type"])
         basis = radial_basis(tensors[K.DIST], fc, self.params["basis_type"], self.params["n_basis"],
                              self.rc, self.params["gamma"], self.params["center"])
         ind_2 = tensors[K.IND_2]
-        output = 0.0
+        n_atoms = tf.shape(prop)[0]
+        output, kept = 0.0, [] if keep else None
         for block, (out_ff, out_units), residual in zip(self.blocks, self.outputs, self.residual):
-            new_prop = block(prop, ind_2, basis)
+            inter = block.interactions(prop, ind_2, basis)
+            new_prop = scatter_sum(inter, ind_2[:, 0], n_atoms)
             output = output + out_units(out_ff(new_prop))
             prop = (prop if residual is None else residual(prop)) + new_prop
-        if self.params["out_pool"]:
-            return POOLS[self.params["out_pool"]](output, tensors[K.IND_1][:, 0], tf.reduce_max(tensors[K.IND_1]) + 1)
-        return output
+            if keep:
+                kept.append(inter)
+        return output, kept

@@ -169,7 +169,7 @@ class TensorFlowBackend:
 
 
 class NumbaBackend(TensorFlowBackend):
-    """Gradients by the numba engine (:class:`pinn.engines.training.TrainingEngine`); the update of a
+    """Gradients by the numba engine (:class:`pinn.engines.gradients.TrainingEngine`); the update of a
     one-process step on the host (:class:`pinn.engines.host_optimizer.HostOptimizer`).
 
     Args:
@@ -180,7 +180,7 @@ class NumbaBackend(TensorFlowBackend):
     name = "numba"
 
     def __init__(self, model, threads=None):
-        from pinn.engines.training import TrainingEngine
+        from pinn.engines.gradients import TrainingEngine
         super().__init__(jit=False, parts=1)
         self.engine = TrainingEngine(model, threads=threads)
         self.host = None  # the weights, Adam's state and the average of the host step
@@ -191,7 +191,7 @@ class NumbaBackend(TensorFlowBackend):
         return f"the numba engine ({self.engine.threads} thread(s))"
 
     def part_gradients(self, steps):
-        from pinn.engines.training import tensorflow_gradients
+        from pinn.engines.gradients import tensorflow_gradients
         model, terms, engine = steps.model, steps.terms, self.engine
 
         def part_gradients(batch, global_counts):
@@ -272,7 +272,7 @@ class NumbaBackend(TensorFlowBackend):
         return engine(arrays, weights, counts, self.state["dress"])
 
     def _stats(self, out):
-        from pinn.engines.training import step_stats
+        from pinn.engines.gradients import step_stats
         return step_stats(out, self.steps.metric_keys, self.one_hot_rank, self.steps.dtype.as_numpy_dtype)
 
     def _count_step(self):
@@ -282,7 +282,7 @@ class NumbaBackend(TensorFlowBackend):
     def _arrays(self, batch, keep):
         """The NumPy arrays of a batch (tensors), converted once; ``keep``: hold them for the batch's
         step (its loss counts are taken one step before its gradients)."""
-        from pinn.engines.training import BATCH_KEYS
+        from pinn.engines.gradients import BATCH_KEYS
         held = self._converted.pop(id(batch), None)
         if held is None or held[0] is not batch:
             held = (batch, {k: batch[k].numpy() for k in BATCH_KEYS if k in batch})

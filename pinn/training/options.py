@@ -50,7 +50,7 @@ TRAINING_PARAMS = {
                         "0.999): evaluation and inference use the average, training goes on from the raw weights "
                         "(None: off)", check=_fraction),
     "engine": Option(str, "auto", "what computes the training gradients: 'tensorflow' (gradient tapes, XLA with "
-                     "jit), 'numba' (pinn.engines.training: hand-written derivatives in compiled CPU kernels; PiNet with "
+                     "jit), 'numba' (pinn.engines.gradients: hand-written derivatives in compiled CPU kernels; PiNet with "
                      "tanh, energy and force losses) or 'auto' (numba where it applies, no GPU is visible and "
                      "neither jit nor batch_parts asks for the TensorFlow step)",
                      choices=("auto", "tensorflow", "numba")),

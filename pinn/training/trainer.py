@@ -162,7 +162,7 @@ class Trainer(metaclass=_ModelClass):
 
     @property
     def engine(self):
-        """The numba :class:`~pinn.engines.training.TrainingEngine` of the run, or ``None`` (TensorFlow)."""
+        """The numba :class:`~pinn.engines.gradients.TrainingEngine` of the run, or ``None`` (TensorFlow)."""
         return getattr(self.backend, "engine", None)
 
     @property

@@ -32,6 +32,12 @@ import types
 
 import numpy as np
 
+from pinn.engines.numba.layout import (LINEAR, CODE_ACT, CODE_CUTOFF, CODE_BASIS, CODE_N_BASIS, CODE_WIDTH,
+                                       LAYER_KERNEL, LAYER_BIAS, LAYER_ACTIVATED, LAYER_N_OUT, BLOCK_PP,
+                                       BLOCK_N_PP, BLOCK_PI, BLOCK_N_PI, BLOCK_II, BLOCK_N_II, BLOCK_OUT,
+                                       BLOCK_N_OUT, BLOCK_UNITS, BLOCK_RESIDUAL, BLOCK_WIDTH_IN,
+                                       BLOCK_WIDTH_OUT, BLOCK_Z_OUT)
+
 try:
     import numba
     from numba import njit, prange
@@ -43,13 +49,6 @@ except ImportError:  # pragma: no cover - numba is a dependency; the calculator 
 TILE = 256
 #: below this many pairs a call runs on one thread (a parallel region costs more than it saves)
 PARALLEL_MIN_PAIRS = 2048
-
-# activation codes (one activation for the whole network, as PiNet has)
-_ACT_CODES = {"tanh": 0, "ssp": 1, "softplus": 2, "swish": 3, "silu": 3, "relu": 4, "linear": 5}
-_TANH_FAST = 6  # tanh by the rational approximation below (float32 models)
-# cutoff and basis codes
-_CUTOFF_CODES = {"f1": 0, "cosine": 0, "f2": 1, "hip": 2, "polynomial": 3}
-_BASIS_CODES = {"polynomial": 0, "gaussian": 1}
 
 # tanh(x) ~ x P(s) / Q(s), s = x^2 / 81, for |x| <= 9 (tanh rounds to ±1 in float32 beyond):
 # a least-squares rational fit on Chebyshev nodes, coefficients in the scaled variable s so
@@ -347,7 +346,7 @@ def find_pairs(coord, cand_i, cand_j, cand_offset, rc, pair_i, pair_j, diff, dis
 def radial_basis_tile(tile, n_pairs, dist, codes, scal, basis, dbasis):
     """The radial basis e_b(r) and its derivative de_b/dr (1/Å) of one tile's pairs, [n_basis, tile]
     each (zero past ``n_pairs``); ``codes``/``scal`` as in :meth:`pinn.engines.spec.PiNetSpec.arrays`."""
-    cutoff_code, basis_code, n_basis = codes[1], codes[2], codes[3]
+    cutoff_code, basis_code, n_basis = codes[CODE_CUTOFF], codes[CODE_BASIS], codes[CODE_N_BASIS]
     rc, gamma = scal[0], scal[1]
     n_t = basis.shape[1]
     for t in range(n_t):
@@ -374,35 +373,32 @@ def radial_basis_tile(tile, n_pairs, dist, codes, scal, basis, dbasis):
 
 
 # ------------------------------------------------------------------ per-atom layers
-# Weight layout: all tensors in one flat array; ``table[tid] = (offset, rows, cols)``.
-# ``layers[l] = (kernel tid, bias tid, activated 0/1, n_out)``; a layer without a bias has a zero one.
-# ``blocks[d]`` columns, in the order of the _B_* constants below.
-_B_PP, _B_NPP, _B_PI, _B_NPI, _B_II, _B_NII, _B_OUT, _B_NOUT, _B_UNITS, _B_RES, _B_WIN, _B_WOUT, _B_ZOUT = range(13)
+# The arrays and their columns: pinn.engines.numba.layout.
 
 
 @_jit()
 def _atoms_dense(x, flat, table, layer, z, act):
     """One dense layer on all atoms, features by atoms: z = W^T x + b, kept in ``z``
     [n_out, n_atoms]; returns act(z) (a new array)."""
-    w = _tensor(flat, table, layer[0])
+    w = _tensor(flat, table, layer[LAYER_KERNEL])
     n_in, n_out = w.shape
     _tile_matmul(x, w, z, n_in, n_out)
-    bias = table[layer[1], 0]
+    bias = table[layer[LAYER_BIAS], 0]
     for c in range(n_out):
         bc = flat[bias + c]
         for a in range(z.shape[1]):
             z[c, a] += bc
     y = np.empty_like(z)
-    _act_tile(z, y, n_out, act if layer[2] else 5)
+    _act_tile(z, y, n_out, act if layer[LAYER_ACTIVATED] else LINEAR)
     return y
 
 
 @_jit()
 def _atoms_dense_back(gy, flat, table, layer, z, act):
     """The reverse of :func:`_atoms_dense`: dE/dx [n_in, n_atoms] from dE/dy and the kept ``z``."""
-    w = _tensor(flat, table, layer[0])
+    w = _tensor(flat, table, layer[LAYER_KERNEL])
     n_in, n_out = w.shape
-    if layer[2]:
+    if layer[LAYER_ACTIVATED]:
         _dact_tile(z, gy, n_out, act)
     gx = np.empty((n_in, gy.shape[1]), gy.dtype)
     _tile_matmul_t(gy, w, gx, n_in, n_out)
@@ -414,7 +410,7 @@ def _atoms_stack(x, flat, table, layers, start, count, z, col, act):
     """Layers ``start`` .. ``start + count - 1`` on all atoms (:func:`_atoms_dense`), their z kept in
     rows ``col``... of ``z``; returns the last activations."""
     for layer in range(start, start + count):
-        n_out = layers[layer, 3]
+        n_out = layers[layer, LAYER_N_OUT]
         x = _atoms_dense(x, flat, table, layers[layer], z[col:col + n_out], act)
         col += n_out
     return x
@@ -424,9 +420,9 @@ def _atoms_stack(x, flat, table, layers, start, count, z, col, act):
 def _atoms_stack_back(gy, flat, table, layers, start, count, z, col, act):
     """The reverse of :func:`_atoms_stack`: dE/d its input from dE/d its output."""
     for layer in range(start, start + count):
-        col += layers[layer, 3]
+        col += layers[layer, LAYER_N_OUT]
     for layer in range(start + count - 1, start - 1, -1):
-        n_out = layers[layer, 3]
+        n_out = layers[layer, LAYER_N_OUT]
         col -= n_out
         gy = _atoms_dense_back(gy, flat, table, layers[layer], z[col:col + n_out], act)
     return gy
@@ -455,11 +451,11 @@ def _pair_forward(tile, n_pairs, pair_i, pair_j, e, pa, pb, flat, table, layers,
     n_valid = min(n_t, n_pairs - p0)
     n_basis = e.shape[0]
     x, y, u, inter = scratch[0], scratch[1], scratch[2], scratch[3]
-    n_first = layers[blk[_B_PI], 3]
+    n_first = layers[blk[BLOCK_PI], 3]
     keep_y = _keeps_output(act)
     _pair_input(pa, pb, n_first, pair_i, pair_j, p0, n_valid, x)
-    n_pi_layers = blk[_B_NPI]
-    pi_out = layers[blk[_B_PI] + n_pi_layers - 1]
+    n_pi_layers = blk[BLOCK_N_PI]
+    pi_out = layers[blk[BLOCK_PI] + n_pi_layers - 1]
     kernel = _tensor(flat, table, pi_out[0])
     n_pi = kernel.shape[1] // n_basis
     row = 0
@@ -475,11 +471,11 @@ def _pair_forward(tile, n_pairs, pair_i, pair_j, e, pa, pb, flat, table, layers,
         _keep(x, y, z[0:n_first], n_first, keep_y)
         row = n_first
         n_h = n_first
-        for layer in range(blk[_B_PI] + 1, blk[_B_PI] + n_pi_layers - 1):
-            w = _tensor(flat, table, layers[layer, 0])
+        for layer in range(blk[BLOCK_PI] + 1, blk[BLOCK_PI] + n_pi_layers - 1):
+            w = _tensor(flat, table, layers[layer, LAYER_KERNEL])
             n_out = w.shape[1]
             _tile_matmul(y, w, x, n_h, n_out)
-            bias = table[layers[layer, 1], 0]
+            bias = table[layers[layer, LAYER_BIAS], 0]
             for c in range(n_out):
                 bc = flat[bias + c]
                 for t in range(n_t):
@@ -501,8 +497,8 @@ def _pair_forward(tile, n_pairs, pair_i, pair_j, e, pa, pb, flat, table, layers,
     # II net (no bias)
     n_h = n_pi
     src = inter
-    for layer in range(blk[_B_II], blk[_B_II] + blk[_B_NII]):
-        w = _tensor(flat, table, layers[layer, 0])
+    for layer in range(blk[BLOCK_II], blk[BLOCK_II] + blk[BLOCK_N_II]):
+        w = _tensor(flat, table, layers[layer, LAYER_KERNEL])
         n_out = w.shape[1]
         _tile_matmul(src, w, x, n_h, n_out)
         _act_tile(x, y, n_out, act)
@@ -518,7 +514,7 @@ def _tile_layers_back(g, tmp, flat, table, layers, lo, hi, z, row, act):
     """Back through the pair layers ``lo`` .. ``hi - 1``: ``g`` holds dE/d the output of the last
     on entry and dE/d the input of the first on exit; their kept values end at row ``row`` of ``z``."""
     for layer in range(hi - 1, lo - 1, -1):
-        w = _tensor(flat, table, layers[layer, 0])
+        w = _tensor(flat, table, layers[layer, LAYER_KERNEL])
         n_in, n_out = w.shape
         row -= n_out
         _dact_kept(z[row:row + n_out], g, n_out, act)
@@ -539,24 +535,24 @@ def _pair_backward(tile, n_pairs, pair_i, pair_j, e, de_dr, pa, pb, flat, table,
     n_valid = min(n_t, n_pairs - p0)
     n_basis = e.shape[0]
     dy, dx, u, h, de = scratch[0], scratch[1], scratch[2], scratch[3], scratch[4]
-    n_first = layers[blk[_B_PI], 3]
-    n_pi_layers = blk[_B_NPI]
-    pi_out = layers[blk[_B_PI] + n_pi_layers - 1]
+    n_first = layers[blk[BLOCK_PI], 3]
+    n_pi_layers = blk[BLOCK_N_PI]
+    pi_out = layers[blk[BLOCK_PI] + n_pi_layers - 1]
     kernel = _tensor(flat, table, pi_out[0])
     n_pi = kernel.shape[1] // n_basis
     # rows of z: the PI hidden layers, then the II layers
     pi_rows = 0
     if n_pi_layers > 1:
         pi_rows = n_first
-        for layer in range(blk[_B_PI] + 1, blk[_B_PI] + n_pi_layers - 1):
-            pi_rows += layers[layer, 3]
+        for layer in range(blk[BLOCK_PI] + 1, blk[BLOCK_PI] + n_pi_layers - 1):
+            pi_rows += layers[layer, LAYER_N_OUT]
     ii_end = pi_rows
-    for layer in range(blk[_B_II], blk[_B_II] + blk[_B_NII]):
-        ii_end += layers[layer, 3]
-    n_last = layers[blk[_B_II] + blk[_B_NII] - 1, 3]
+    for layer in range(blk[BLOCK_II], blk[BLOCK_II] + blk[BLOCK_N_II]):
+        ii_end += layers[layer, LAYER_N_OUT]
+    n_last = layers[blk[BLOCK_II] + blk[BLOCK_N_II] - 1, 3]
     keep_y = _keeps_output(act)
     _spread_first_atom(gnew, n_last, pair_i, p0, n_valid, dy)
-    _tile_layers_back(dy, dx, flat, table, layers, blk[_B_II], blk[_B_II] + blk[_B_NII], z, ii_end, act)
+    _tile_layers_back(dy, dx, flat, table, layers, blk[BLOCK_II], blk[BLOCK_II] + blk[BLOCK_N_II], z, ii_end, act)
     # dy is now dE/dI [n_pi, tile]
     for b in range(n_basis):
         for t in range(n_t):
@@ -574,7 +570,7 @@ def _pair_backward(tile, n_pairs, pair_i, pair_j, e, de_dr, pa, pb, flat, table,
                     dx[c * n_basis + b, t] = dy[c, t] * e[b, t]
         n_grad = n_first
     else:
-        n_h = layers[blk[_B_PI] + n_pi_layers - 2, 3]
+        n_h = layers[blk[BLOCK_PI] + n_pi_layers - 2, 3]
         h_row = pi_rows - n_h
         if keep_y:
             h = z[h_row:pi_rows]
@@ -585,7 +581,7 @@ def _pair_backward(tile, n_pairs, pair_i, pair_j, e, de_dr, pa, pb, flat, table,
                 dx[k, t] = 0.0
         contraction_adjoint(dy, kernel, flat, table[pi_out[1], 0], h, e, n_h, n_pi, u, dx, de)
         # back through the PI hidden layers to the first layer's pre-activation
-        _tile_layers_back(dx, dy, flat, table, layers, blk[_B_PI] + 1, blk[_B_PI] + n_pi_layers - 1, z, pi_rows,
+        _tile_layers_back(dx, dy, flat, table, layers, blk[BLOCK_PI] + 1, blk[BLOCK_PI] + n_pi_layers - 1, z, pi_rows,
                           act)
         _dact_kept(z[0:n_first], dx, n_first, act)
         n_grad = n_first
@@ -638,7 +634,7 @@ def _evaluate(types, n_pairs, pair_i, pair_j, dist, flat, table, layers, blocks,
     """
     n_atoms = types.shape[0]
     depth = blocks.shape[0]
-    act, n_basis = codes[0], codes[3]
+    act, n_basis = codes[CODE_ACT], codes[CODE_N_BASIS]
     e_scale = scal[2]
     n_t = basis.shape[2]
     n_tiles = (n_pairs + n_t - 1) // n_t
@@ -646,14 +642,14 @@ def _evaluate(types, n_pairs, pair_i, pair_j, dist, flat, table, layers, blocks,
     for tile in prange(n_tiles):
         radial_basis_tile(tile, n_pairs, dist, codes, scal, basis[tile], dbasis[tile])
     # properties, features by atoms: one-hot element types for the first block
-    prop = np.zeros((blocks[0, _B_WIN], n_atoms), zpair.dtype)
+    prop = np.zeros((blocks[0, BLOCK_WIDTH_IN], n_atoms), zpair.dtype)
     for a in range(n_atoms):
         prop[types[a], a] = 1.0
         atomic[a] = 0.0
     for d in range(depth):
         blk = blocks[d]
-        x = _atoms_stack(prop, flat, table, layers, blk[_B_PP], blk[_B_NPP], zatom[d], 0, act)
-        first = layers[blk[_B_PI]]
+        x = _atoms_stack(prop, flat, table, layers, blk[BLOCK_PP], blk[BLOCK_N_PP], zatom[d], 0, act)
+        first = layers[blk[BLOCK_PI]]
         kernel = _tensor(flat, table, first[0])
         n_pp = x.shape[0]
         n_first = kernel.shape[1]
@@ -667,13 +663,13 @@ def _evaluate(types, n_pairs, pair_i, pair_j, dist, flat, table, layers, blocks,
             for a in range(n_atoms):
                 per_atom[c, a] += bc
         _atom_major(per_atom, n_first, pa[d])
-        n_new = blk[_B_WOUT]
+        n_new = blk[BLOCK_WIDTH_OUT]
         for chunk in prange(n_chunks):
             out = buf[chunk, :n_atoms, :n_new]
             for a in range(n_atoms):
                 for c in range(n_new):
                     out[a, c] = 0.0
-            scratch = np.empty((4, codes[4], n_t), zpair.dtype)
+            scratch = np.empty((4, codes[CODE_WIDTH], n_t), zpair.dtype)
             for tile in range(chunk * tiles_per_chunk, min(n_tiles, (chunk + 1) * tiles_per_chunk)):
                 _pair_forward(tile, n_pairs, pair_i, pair_j, basis[tile], pa[d], pb[d], flat, table, layers, blk,
                               act, zpair[d, tile], scratch, out)
@@ -688,16 +684,16 @@ def _evaluate(types, n_pairs, pair_i, pair_j, dist, flat, table, layers, blocks,
                     total += buf[chunk, a, c]
                 new[c, a] = total
         # output net: this block's part of the atomic energies
-        y = _atoms_stack(new, flat, table, layers, blk[_B_OUT], blk[_B_NOUT], zatom[d], blk[_B_ZOUT], act)
-        units = _tensor(flat, table, layers[blk[_B_UNITS], 0])
+        y = _atoms_stack(new, flat, table, layers, blk[BLOCK_OUT], blk[BLOCK_N_OUT], zatom[d], blk[BLOCK_Z_OUT], act)
+        units = _tensor(flat, table, layers[blk[BLOCK_UNITS], 0])
         for k in range(y.shape[0]):
             wk = units[k, 0] * e_scale
             for a in range(n_atoms):
                 atomic[a] += wk * y[k, a]
         # residual update: prop_{d+1} = prop_d R + new (R = identity when the widths agree)
         nxt = np.empty((n_new, n_atoms), zpair.dtype)
-        if blk[_B_RES] >= 0:
-            res = _tensor(flat, table, layers[blk[_B_RES], 0])
+        if blk[BLOCK_RESIDUAL] >= 0:
+            res = _tensor(flat, table, layers[blk[BLOCK_RESIDUAL], 0])
             _tile_matmul(prop, res, nxt, prop.shape[0], n_new)
             for c in range(n_new):
                 for a in range(n_atoms):
@@ -710,32 +706,32 @@ def _evaluate(types, n_pairs, pair_i, pair_j, dist, flat, table, layers, blocks,
     # ---- reverse pass
     for p in range(n_pairs):
         grad_r[p] = 0.0
-    g_next = np.zeros((blocks[depth - 1, _B_WOUT], n_atoms), zpair.dtype)  # dE/d prop_{d+1}
+    g_next = np.zeros((blocks[depth - 1, BLOCK_WIDTH_OUT], n_atoms), zpair.dtype)  # dE/d prop_{d+1}
     for d in range(depth - 1, -1, -1):
         blk = blocks[d]
-        n_new = blk[_B_WOUT]
-        n_prop = blk[_B_WIN]
-        units = _tensor(flat, table, layers[blk[_B_UNITS], 0])
+        n_new = blk[BLOCK_WIDTH_OUT]
+        n_prop = blk[BLOCK_WIDTH_IN]
+        units = _tensor(flat, table, layers[blk[BLOCK_UNITS], 0])
         gy = np.empty((units.shape[0], n_atoms), zpair.dtype)
         for k in range(units.shape[0]):
             wk = units[k, 0] * e_scale
             for a in range(n_atoms):
                 gy[k, a] = wk
-        gy = _atoms_stack_back(gy, flat, table, layers, blk[_B_OUT], blk[_B_NOUT], zatom[d], blk[_B_ZOUT], act)
+        gy = _atoms_stack_back(gy, flat, table, layers, blk[BLOCK_OUT], blk[BLOCK_N_OUT], zatom[d], blk[BLOCK_Z_OUT], act)
         gnew = np.empty((n_atoms, n_new), zpair.dtype)  # atom-major, for the pair tiles
         for a in range(n_atoms):
             for c in range(n_new):
                 gnew[a, c] = gy[c, a] + g_next[c, a]
         # dE/d prop_d through the residual (or the identity)
         g_prop = np.empty((n_prop, n_atoms), zpair.dtype)
-        if blk[_B_RES] >= 0:
-            res = _tensor(flat, table, layers[blk[_B_RES], 0])
+        if blk[BLOCK_RESIDUAL] >= 0:
+            res = _tensor(flat, table, layers[blk[BLOCK_RESIDUAL], 0])
             _tile_matmul_t(g_next, res, g_prop, n_prop, n_new)
         else:
             for k in range(n_prop):
                 for a in range(n_atoms):
                     g_prop[k, a] = g_next[k, a]
-        first = layers[blk[_B_PI]]
+        first = layers[blk[BLOCK_PI]]
         kernel = _tensor(flat, table, first[0])
         n_first = kernel.shape[1]
         for chunk in prange(n_chunks):
@@ -745,7 +741,7 @@ def _evaluate(types, n_pairs, pair_i, pair_j, dist, flat, table, layers, blocks,
                 for c in range(n_first):
                     ga[a, c] = 0.0
                     gb[a, c] = 0.0
-            scratch = np.empty((5, codes[4], n_t), zpair.dtype)
+            scratch = np.empty((5, codes[CODE_WIDTH], n_t), zpair.dtype)
             for tile in range(chunk * tiles_per_chunk, min(n_tiles, (chunk + 1) * tiles_per_chunk)):
                 _pair_backward(tile, n_pairs, pair_i, pair_j, basis[tile], dbasis[tile], pa[d], pb[d], flat,
                                table, layers, blk, act, zpair[d, tile], gnew, scratch, ga, gb, grad_r)
@@ -765,7 +761,7 @@ def _evaluate(types, n_pairs, pair_i, pair_j, dist, flat, table, layers, blocks,
         gpp = np.empty((n_pp, n_atoms), zpair.dtype)
         _tile_matmul_t(g_first[0], kernel[:n_pp], gpp, n_pp, n_first)
         _tile_matmul_t(g_first[1], kernel[n_pp:], gpp, n_pp, n_first, True)
-        gpp = _atoms_stack_back(gpp, flat, table, layers, blk[_B_PP], blk[_B_NPP], zatom[d], 0, act)
+        gpp = _atoms_stack_back(gpp, flat, table, layers, blk[BLOCK_PP], blk[BLOCK_N_PP], zatom[d], 0, act)
         g_next = np.empty((n_prop, n_atoms), zpair.dtype)
         for k in range(n_prop):
             for a in range(n_atoms):

@@ -38,11 +38,13 @@ import math
 
 import numpy as np
 
-from pinn.engines.numba.md_kernels import (_B_II, _B_NII, _B_NOUT, _B_NPI, _B_NPP, _B_OUT, _B_PI, _B_PP, _B_RES,
-                                           _B_UNITS, _B_WIN, _B_WOUT, _TANH_FAST, TILE, _add_by_both_atoms,
-                                           _add_by_first_atom, _atom_major, _jit, _pair_input, _spread_first_atom,
-                                           _tanh32, _tensor, _tile_matmul, _tile_matmul_t, contraction_adjoint,
-                                           radial_basis_tile)
+from pinn.engines.numba.layout import (TANH_FAST, CODE_ACT, CODE_N_BASIS, CODE_WIDTH, LAYER_KERNEL,
+                                       LAYER_BIAS, LAYER_N_OUT, BLOCK_PP, BLOCK_N_PP, BLOCK_PI, BLOCK_N_PI,
+                                       BLOCK_II, BLOCK_N_II, BLOCK_OUT, BLOCK_N_OUT, BLOCK_UNITS,
+                                       BLOCK_RESIDUAL, BLOCK_WIDTH_IN, BLOCK_WIDTH_OUT)
+from pinn.engines.numba.md_kernels import (TILE, _add_by_both_atoms, _add_by_first_atom, _atom_major, _jit,
+                                           _pair_input, _spread_first_atom, _tanh32, _tensor, _tile_matmul,
+                                           _tile_matmul_t, contraction_adjoint, radial_basis_tile)
 
 try:
     import numba
@@ -64,7 +66,7 @@ def _tanh_bias(y, flat, boff, n, code):
     n_t = y.shape[1]
     for c in range(n):
         bc = flat[boff + c]
-        if code == _TANH_FAST:
+        if code == TANH_FAST:
             for t in range(n_t):
                 y[c, t] = _tanh32(y[c, t] + bc)
         else:
@@ -201,11 +203,11 @@ def _stack_forward(Y, D, flat, table, layers, first, count, row, n_h, code, tang
     into ``D`` instead (the values are already there).  Returns (start, width) of the last
     output."""
     for layer in range(first, first + count):
-        w = _tensor(flat, table, layers[layer, 0])
+        w = _tensor(flat, table, layers[layer, LAYER_KERNEL])
         if tangent:
             _layer_tangent(Y, D, row, n_h, row + n_h, w.shape[1], w)
         else:
-            _layer_value(Y, row, n_h, row + n_h, w.shape[1], w, flat, table[layers[layer, 1], 0], code)
+            _layer_value(Y, row, n_h, row + n_h, w.shape[1], w, flat, table[layers[layer, LAYER_BIAS], 0], code)
         row += n_h
         n_h = w.shape[1]
     return row, n_h
@@ -216,7 +218,7 @@ def _stack_adjoint(Y, A, flat, table, layers, first, count, row, tmp):
     """First-order reverse through layers ``first + count − 1`` .. ``first`` (:func:`_layer_adjoint`),
     the last output's rows starting at ``row``; returns where the first layer's input starts."""
     for layer in range(first + count - 1, first - 1, -1):
-        w = _tensor(flat, table, layers[layer, 0])
+        w = _tensor(flat, table, layers[layer, LAYER_KERNEL])
         n_in, n_out = w.shape
         _layer_adjoint(Y, A, row - n_in, n_in, row, n_out, w, tmp)
         row -= n_in
@@ -229,10 +231,10 @@ def _stack_back(Y, D, A, flat, table, layers, first, count, row, gflat, ab, sb, 
     output's rows starting at ``row``, its value's adjoint in ``ab``.  Returns (adjoint of the
     first layer's input, the other scratch array)."""
     for layer in range(first + count - 1, first - 1, -1):
-        w = _tensor(flat, table, layers[layer, 0])
+        w = _tensor(flat, table, layers[layer, LAYER_KERNEL])
         n_in, n_out = w.shape
-        _layer_back(Y, D, A, row - n_in, n_in, row, n_out, w, _tensor(gflat, table, layers[layer, 0]), gflat,
-                    table[layers[layer, 1], 0], ab, sb, a1)
+        _layer_back(Y, D, A, row - n_in, n_in, row, n_out, w, _tensor(gflat, table, layers[layer, LAYER_KERNEL]), gflat,
+                    table[layers[layer, LAYER_BIAS], 0], ab, sb, a1)
         ab, sb = sb, ab
         row -= n_in
     return ab, sb
@@ -265,9 +267,9 @@ def _sum_chunks(buf, k, n, first, count, dest):
 def _next_input(X, Xn, blk, flat, table, layers, new_row):
     """The next block's input (or its tangent) Xn[:w_out] = R^T X[:w_in] + X[new] (R = identity when
     the widths agree)."""
-    w_in, w_out = blk[_B_WIN], blk[_B_WOUT]
-    if blk[_B_RES] >= 0:
-        _tile_matmul(X[0:w_in], _tensor(flat, table, layers[blk[_B_RES], 0]), Xn[0:w_out], w_in, w_out)
+    w_in, w_out = blk[BLOCK_WIDTH_IN], blk[BLOCK_WIDTH_OUT]
+    if blk[BLOCK_RESIDUAL] >= 0:
+        _tile_matmul(X[0:w_in], _tensor(flat, table, layers[blk[BLOCK_RESIDUAL], 0]), Xn[0:w_out], w_in, w_out)
     else:
         for c in range(w_out):
             for a in range(X.shape[1]):
@@ -280,15 +282,15 @@ def _next_input(X, Xn, blk, flat, table, layers, new_row):
 @_jit()
 def _pair_layout(layers, blk, n_basis):
     """A block's pair rows: (start of h, the last PI hidden output, its width, start of I, n_pi, end)."""
-    row, n_h = 0, layers[blk[_B_PI], 3]
-    for layer in range(blk[_B_PI] + 1, blk[_B_PI] + blk[_B_NPI] - 1):
+    row, n_h = 0, layers[blk[BLOCK_PI], 3]
+    for layer in range(blk[BLOCK_PI] + 1, blk[BLOCK_PI] + blk[BLOCK_N_PI] - 1):
         row += n_h
-        n_h = layers[layer, 3]
+        n_h = layers[layer, LAYER_N_OUT]
     i_row = row + n_h
-    n_pi = layers[blk[_B_PI] + blk[_B_NPI] - 1, 3] // n_basis
+    n_pi = layers[blk[BLOCK_PI] + blk[BLOCK_N_PI] - 1, 3] // n_basis
     end = i_row + n_pi
-    for layer in range(blk[_B_II], blk[_B_II] + blk[_B_NII]):
-        end += layers[layer, 3]
+    for layer in range(blk[BLOCK_II], blk[BLOCK_II] + blk[BLOCK_N_II]):
+        end += layers[layer, LAYER_N_OUT]
     return row, n_h, i_row, n_pi, end
 
 
@@ -296,16 +298,16 @@ def _pair_layout(layers, blk, n_basis):
 def _atom_layout(layers, blk):
     """A block's atom rows: (start of Q, the last PP output, its width, start of the new properties,
     start of the last output-net output, its width)."""
-    row, n_h = 0, blk[_B_WIN]
-    for layer in range(blk[_B_PP], blk[_B_PP] + blk[_B_NPP]):
+    row, n_h = 0, blk[BLOCK_WIDTH_IN]
+    for layer in range(blk[BLOCK_PP], blk[BLOCK_PP] + blk[BLOCK_N_PP]):
         row += n_h
-        n_h = layers[layer, 3]
+        n_h = layers[layer, LAYER_N_OUT]
     q_row, n_pp = row, n_h
     new_row = q_row + n_pp
-    row, n_h = new_row, blk[_B_WOUT]
-    for layer in range(blk[_B_OUT], blk[_B_OUT] + blk[_B_NOUT]):
+    row, n_h = new_row, blk[BLOCK_WIDTH_OUT]
+    for layer in range(blk[BLOCK_OUT], blk[BLOCK_OUT] + blk[BLOCK_N_OUT]):
         row += n_h
-        n_h = layers[layer, 3]
+        n_h = layers[layer, LAYER_N_OUT]
     return q_row, n_pp, new_row, row, n_h
 
 
@@ -319,14 +321,14 @@ def _pair_value(tile, n_pairs, pair_i, pair_j, e, pa, pb, flat, table, layers, b
     p0 = tile * n_t
     n_valid = min(n_t, n_pairs - p0)
     n_basis = e.shape[0]
-    n_first = layers[blk[_B_PI], 3]
+    n_first = layers[blk[BLOCK_PI], 3]
     x = Y[0:n_first]
     _pair_input(pa, pb, n_first, pair_i, pair_j, p0, n_valid, x)
-    _tanh_bias(x, flat, table[layers[blk[_B_PI], 1], 0], n_first, code)
-    row, n_h = _stack_forward(Y, Y, flat, table, layers, blk[_B_PI] + 1, blk[_B_NPI] - 2, 0, n_first, code, False)
+    _tanh_bias(x, flat, table[layers[blk[BLOCK_PI], 1], 0], n_first, code)
+    row, n_h = _stack_forward(Y, Y, flat, table, layers, blk[BLOCK_PI] + 1, blk[BLOCK_N_PI] - 2, 0, n_first, code, False)
     # I_c = Σ_b e_b (h K_b + β_b)_c
     h = Y[row:row + n_h]
-    pi_out = layers[blk[_B_PI] + blk[_B_NPI] - 1]
+    pi_out = layers[blk[BLOCK_PI] + blk[BLOCK_N_PI] - 1]
     kernel = _tensor(flat, table, pi_out[0])
     n_pi = kernel.shape[1] // n_basis
     boff = table[pi_out[1], 0]
@@ -341,7 +343,7 @@ def _pair_value(tile, n_pairs, pair_i, pair_j, e, pa, pb, flat, table, layers, b
             bc = flat[boff + c * n_basis + b]
             for t in range(n_t):
                 inter[c, t] += (u[c, t] + bc) * e[b, t]
-    row, n_h = _stack_forward(Y, Y, flat, table, layers, blk[_B_II], blk[_B_NII], i_row, n_pi, code, False)
+    row, n_h = _stack_forward(Y, Y, flat, table, layers, blk[BLOCK_II], blk[BLOCK_N_II], i_row, n_pi, code, False)
     _add_by_first_atom(Y[row:row + n_h], n_h, pair_i, p0, n_valid, out)
 
 
@@ -357,11 +359,11 @@ def _pair_adjoint(tile, n_pairs, pair_i, pair_j, e, de, gnew1, flat, table, laye
     n_first = ga1.shape[1]
     tmp, v, ebar = sc[0], sc[1], sc[2]
     h_row, n_h, i_row, n_pi, end = _pair_layout(layers, blk, n_basis)
-    n_last = layers[blk[_B_II] + blk[_B_NII] - 1, 3]
+    n_last = layers[blk[BLOCK_II] + blk[BLOCK_N_II] - 1, 3]
     _spread_first_atom(gnew1, n_last, pair_i, p0, n_valid, A[end - n_last:end])
-    _stack_adjoint(Y, A, flat, table, layers, blk[_B_II], blk[_B_NII], end - n_last, tmp)
+    _stack_adjoint(Y, A, flat, table, layers, blk[BLOCK_II], blk[BLOCK_N_II], end - n_last, tmp)
     # h̄ = Σ_b e_b K_b Ī;  ∂E/∂e_b = Σ_c Ī_c (h K_b + β_b)_c = Σ_k h_k (K_b Ī)_k + Σ_c Ī_c β_bc
-    pi_out = layers[blk[_B_PI] + blk[_B_NPI] - 1]
+    pi_out = layers[blk[BLOCK_PI] + blk[BLOCK_N_PI] - 1]
     kernel = _tensor(flat, table, pi_out[0])
     boff = table[pi_out[1], 0]
     inter1 = A[i_row:i_row + n_pi]
@@ -379,7 +381,7 @@ def _pair_adjoint(tile, n_pairs, pair_i, pair_j, e, de, gnew1, flat, table, laye
         for b in range(n_basis):
             g += ebar[b, t] * de[b, t]
         grad_r[p0 + t] += g
-    _stack_adjoint(Y, A, flat, table, layers, blk[_B_PI] + 1, blk[_B_NPI] - 2, h_row, tmp)
+    _stack_adjoint(Y, A, flat, table, layers, blk[BLOCK_PI] + 1, blk[BLOCK_N_PI] - 2, h_row, tmp)
     # the first PI layer's pre-activation, per atom
     for c in range(n_first):
         for t in range(n_t):
@@ -396,15 +398,15 @@ def _pair_tangent(tile, n_pairs, pair_i, pair_j, e, ed, pad, pbd, flat, table, l
     p0 = tile * n_t
     n_valid = min(n_t, n_pairs - p0)
     n_basis = e.shape[0]
-    n_first = layers[blk[_B_PI], 3]
+    n_first = layers[blk[BLOCK_PI], 3]
     u, wv = sc[0], sc[1]
     xd = D[0:n_first]
     _pair_input(pad, pbd, n_first, pair_i, pair_j, p0, n_valid, xd)
     _dtanh_scale(Y[0:n_first], xd, n_first)
-    row, n_h = _stack_forward(Y, D, flat, table, layers, blk[_B_PI] + 1, blk[_B_NPI] - 2, 0, n_first, 0, True)
+    row, n_h = _stack_forward(Y, D, flat, table, layers, blk[BLOCK_PI] + 1, blk[BLOCK_N_PI] - 2, 0, n_first, 0, True)
     # İ = Σ_b (ė_b h + e_b ḣ) K_b + ė_b β_b
     h, hd = Y[row:row + n_h], D[row:row + n_h]
-    pi_out = layers[blk[_B_PI] + blk[_B_NPI] - 1]
+    pi_out = layers[blk[BLOCK_PI] + blk[BLOCK_N_PI] - 1]
     kernel = _tensor(flat, table, pi_out[0])
     n_pi = kernel.shape[1] // n_basis
     boff = table[pi_out[1], 0]
@@ -422,7 +424,7 @@ def _pair_tangent(tile, n_pairs, pair_i, pair_j, e, ed, pad, pbd, flat, table, l
             bc = flat[boff + c * n_basis + b]
             for t in range(n_t):
                 interd[c, t] += u[c, t] + ed[b, t] * bc
-    row, n_h = _stack_forward(Y, D, flat, table, layers, blk[_B_II], blk[_B_NII], i_row, n_pi, 0, True)
+    row, n_h = _stack_forward(Y, D, flat, table, layers, blk[BLOCK_II], blk[BLOCK_N_II], i_row, n_pi, 0, True)
     _add_by_first_atom(D[row:row + n_h], n_h, pair_i, p0, n_valid, outd)
 
 
@@ -438,11 +440,11 @@ def _pair_back(tile, n_pairs, pair_i, pair_j, e, ed, gnew, flat, table, layers, 
     n_first = ga.shape[1]
     ab, sb, a1, hb = sc[0], sc[1], sc[2], sc[3]
     h_row, n_h, i_row, n_pi, end = _pair_layout(layers, blk, n_basis)
-    n_last = layers[blk[_B_II] + blk[_B_NII] - 1, 3]
+    n_last = layers[blk[BLOCK_II] + blk[BLOCK_N_II] - 1, 3]
     _spread_first_atom(gnew, n_last, pair_i, p0, n_valid, ab)
-    ab, sb = _stack_back(Y, D, A, flat, table, layers, blk[_B_II], blk[_B_NII], end - n_last, gflat, ab, sb, a1)
+    ab, sb = _stack_back(Y, D, A, flat, table, layers, blk[BLOCK_II], blk[BLOCK_N_II], end - n_last, gflat, ab, sb, a1)
     # ab: Ī.  ū_b = e_b Ī + ė_b Ī₁, ū₁_b = e_b Ī₁ (u_b = h K_b): K̄_b += h ū_bᵀ + ḣ ū₁_bᵀ, h̄ = Σ_b K_b ū_b
-    pi_out = layers[blk[_B_PI] + blk[_B_NPI] - 1]
+    pi_out = layers[blk[BLOCK_PI] + blk[BLOCK_N_PI] - 1]
     kernel = _tensor(flat, table, pi_out[0])
     gkernel = _tensor(gflat, table, pi_out[0])
     boff = table[pi_out[1], 0]
@@ -462,7 +464,7 @@ def _pair_back(tile, n_pairs, pair_i, pair_j, e, ed, gnew, flat, table, layers, 
         _outer_acc(h, sb, gkb, n_h, n_pi)
         _outer_acc(hd, a1, gkb, n_h, n_pi)
         _tile_matmul_t(sb, kernel[:, b::n_basis], hb, n_h, n_pi, b > 0)
-    ab, sb = _stack_back(Y, D, A, flat, table, layers, blk[_B_PI] + 1, blk[_B_NPI] - 2, h_row, gflat, hb, ab, a1)
+    ab, sb = _stack_back(Y, D, A, flat, table, layers, blk[BLOCK_PI] + 1, blk[BLOCK_N_PI] - 2, h_row, gflat, hb, ab, a1)
     # the first PI layer's pre-activation, per atom
     _second_order_adjoint(Y[0:n_first], D[0:n_first], A[0:n_first], ab, a1, n_first)
     _add_by_both_atoms(ab, n_first, pair_i, pair_j, p0, n_valid, ga, gb)
@@ -489,7 +491,7 @@ def _first_layer_per_atom(X, flat, table, layers, blk, tmp, pa, pb):
     PP net's output Q in ``X`` [rows, columns], into ``pa``/``pb`` [count, n_first], atom-major
     (``tmp``: scratch [>= n_first, columns])."""
     q_row, n_pp, _, _, _ = _atom_layout(layers, blk)
-    kernel = _tensor(flat, table, layers[blk[_B_PI], 0])
+    kernel = _tensor(flat, table, layers[blk[BLOCK_PI], 0])
     n_first = kernel.shape[1]
     _tile_matmul(X[q_row:q_row + n_pp], kernel[:n_pp], tmp, n_pp, n_first)
     _atom_major(tmp, n_first, pa)
@@ -502,14 +504,14 @@ def _value_head(Y, types, first, count, first_block, flat, table, layers, blk, c
     """Pass 1, one chunk of atoms before a block's pairs: the PP net forward on the block input
     (``first_block``: set to the one-hot element types first), and the first PI layer's per-atom
     terms Qᵀ Ka, Qᵀ Kb (no bias) into the chunk's rows of ``pa``/``pb`` [count, n_first]."""
-    w_in = blk[_B_WIN]
+    w_in = blk[BLOCK_WIDTH_IN]
     if first_block:
         for c in range(w_in):
             for j in range(Y.shape[1]):
                 Y[c, j] = 0.0
         for j in range(count):
             Y[types[first + j], j] = 1.0
-    _stack_forward(Y, Y, flat, table, layers, blk[_B_PP], blk[_B_NPP], 0, w_in, code, False)
+    _stack_forward(Y, Y, flat, table, layers, blk[BLOCK_PP], blk[BLOCK_N_PP], 0, w_in, code, False)
     _first_layer_per_atom(Y, flat, table, layers, blk, tmp, pa, pb)
 
 
@@ -518,11 +520,11 @@ def _value_tail(Y, Yn, has_next, buf, first, count, flat, table, layers, blk, co
     """Pass 1, one chunk of atoms after a block's pairs: the new properties (the threads' sums), the
     output net, the atomic energies added to ``atomic`` [n_atoms], and (``has_next``) the next
     block's input ``Yn``."""
-    w_out = blk[_B_WOUT]
+    w_out = blk[BLOCK_WIDTH_OUT]
     _, _, new_row, out_row, n_last = _atom_layout(layers, blk)
     _sum_chunks(buf, 0, w_out, first, count, Y[new_row:new_row + w_out])
-    _stack_forward(Y, Y, flat, table, layers, blk[_B_OUT], blk[_B_NOUT], new_row, w_out, code, False)
-    units = _tensor(flat, table, layers[blk[_B_UNITS], 0])
+    _stack_forward(Y, Y, flat, table, layers, blk[BLOCK_OUT], blk[BLOCK_N_OUT], new_row, w_out, code, False)
+    units = _tensor(flat, table, layers[blk[BLOCK_UNITS], 0])
     for k in range(n_last):
         uk = units[k, 0] * e_scale
         for j in range(count):
@@ -536,14 +538,14 @@ def _adjoint_head(Y, A, An, has_next, first, count, flat, table, layers, blk, e_
     """Pass 1 backward, one chunk of atoms before a block's pairs: ∂E/∂(output net values) and
     ∂E/∂new (with the next block's input's adjoint ``An``, ``has_next``), the latter written
     atom-major to the chunk's rows of ``g_atoms`` [count, width]."""
-    w_out = blk[_B_WOUT]
+    w_out = blk[BLOCK_WIDTH_OUT]
     _, _, new_row, out_row, n_last = _atom_layout(layers, blk)
-    units = _tensor(flat, table, layers[blk[_B_UNITS], 0])
+    units = _tensor(flat, table, layers[blk[BLOCK_UNITS], 0])
     for k in range(n_last):
         uk = units[k, 0] * e_scale
         for j in range(A.shape[1]):
             A[out_row + k, j] = uk
-    _stack_adjoint(Y, A, flat, table, layers, blk[_B_OUT], blk[_B_NOUT], out_row, tmp)
+    _stack_adjoint(Y, A, flat, table, layers, blk[BLOCK_OUT], blk[BLOCK_N_OUT], out_row, tmp)
     if has_next:  # new also feeds the next block's input
         for c in range(w_out):
             for j in range(A.shape[1]):
@@ -556,19 +558,19 @@ def _adjoint_tail(Y, A, An, has_next, buf, first, count, pa1, pb1, flat, table, 
     """Pass 1 backward, one chunk of atoms after a block's pairs: ∂E/∂pa, ∂E/∂pb (the threads'
     sums, into ``pa1``/``pb1`` [n_first, columns]), back through the PP net to the block input,
     with the residual path's share (``has_next``: ``An``, the next input's adjoint)."""
-    w_in, w_out = blk[_B_WIN], blk[_B_WOUT]
+    w_in, w_out = blk[BLOCK_WIDTH_IN], blk[BLOCK_WIDTH_OUT]
     q_row, n_pp, _, _, _ = _atom_layout(layers, blk)
-    kernel = _tensor(flat, table, layers[blk[_B_PI], 0])
+    kernel = _tensor(flat, table, layers[blk[BLOCK_PI], 0])
     n_first = kernel.shape[1]
     _sum_chunks(buf, 0, n_first, first, count, pa1)
     _sum_chunks(buf, 1, n_first, first, count, pb1)
     # Q̄ = Ka Ā + Kb B̄
     _tile_matmul_t(pa1, kernel[:n_pp], A[q_row:q_row + n_pp], n_pp, n_first)
     _tile_matmul_t(pb1, kernel[n_pp:], A[q_row:q_row + n_pp], n_pp, n_first, True)
-    _stack_adjoint(Y, A, flat, table, layers, blk[_B_PP], blk[_B_NPP], q_row, tmp)
+    _stack_adjoint(Y, A, flat, table, layers, blk[BLOCK_PP], blk[BLOCK_N_PP], q_row, tmp)
     if has_next:  # the residual path: P̄ += R (next input's adjoint)
-        if blk[_B_RES] >= 0:
-            _tile_matmul_t(An[0:w_out], _tensor(flat, table, layers[blk[_B_RES], 0]), A[0:w_in], w_in, w_out, True)
+        if blk[BLOCK_RESIDUAL] >= 0:
+            _tile_matmul_t(An[0:w_out], _tensor(flat, table, layers[blk[BLOCK_RESIDUAL], 0]), A[0:w_in], w_in, w_out, True)
         else:
             for c in range(w_in):
                 for j in range(A.shape[1]):
@@ -596,7 +598,7 @@ def _energies_forces(types, n_pairs, pair_i, pair_j, dist, flat, table, layers, 
     """
     n_atoms = types.shape[0]
     depth = blocks.shape[0]
-    code, width = codes[0], codes[4]
+    code, width = codes[CODE_ACT], codes[CODE_WIDTH]
     e_scale = scal[2]
     n_t = basis.shape[2]
     n_tiles = (n_pairs + n_t - 1) // n_t
@@ -613,7 +615,7 @@ def _energies_forces(types, n_pairs, pair_i, pair_j, dist, flat, table, layers, 
     # ---- forward: per chunk of atoms, the previous block's tail and this block's head in one region
     for d in range(depth):
         blk = blocks[d]
-        w_out = blk[_B_WOUT]
+        w_out = blk[BLOCK_WIDTH_OUT]
         for chunk in prange(n_chunks):
             first, count = _chunk_atoms(chunk, n_chunks, n_atoms)
             if d > 0:
@@ -651,8 +653,8 @@ def _energies_forces(types, n_pairs, pair_i, pair_j, dist, flat, table, layers, 
             else:
                 _adjoint_head(aty[chunk, d], ata[chunk, d], ata[chunk, d], False, first, count, flat, table, layers,
                               blk, e_scale, scratch[chunk, 0], rows)
-        gnew1 = g_atoms[:, :blk[_B_WOUT]]
-        n_first = layers[blk[_B_PI], 3]
+        gnew1 = g_atoms[:, :blk[BLOCK_WIDTH_OUT]]
+        n_first = layers[blk[BLOCK_PI], 3]
         for chunk in prange(n_chunks):
             ga1, gb1 = buf[chunk, 0, :, :n_first], buf[chunk, 1, :, :n_first]
             for a in range(n_atoms):
@@ -675,12 +677,12 @@ def _tangent_head(Y, D, first_block, flat, table, layers, blk, t_atoms, pad, pbd
     """Pass 2, one chunk of atoms before a block's pairs: the PP net's tangents (``first_block``:
     the input's set to zero first) and the first PI layer's per-atom tangents into the chunk's
     rows of ``pad``/``pbd`` [count, n_first]."""
-    w_in = blk[_B_WIN]
+    w_in = blk[BLOCK_WIDTH_IN]
     if first_block:
         for c in range(w_in):
             for j in range(D.shape[1]):
                 D[c, j] = 0.0
-    _stack_forward(Y, D, flat, table, layers, blk[_B_PP], blk[_B_NPP], 0, w_in, 0, True)
+    _stack_forward(Y, D, flat, table, layers, blk[BLOCK_PP], blk[BLOCK_N_PP], 0, w_in, 0, True)
     _first_layer_per_atom(D, flat, table, layers, blk, t_atoms, pad, pbd)
 
 
@@ -688,10 +690,10 @@ def _tangent_head(Y, D, first_block, flat, table, layers, blk, t_atoms, pad, pbd
 def _tangent_tail(Y, D, Dn, has_next, buf, first, count, flat, table, layers, blk):
     """Pass 2, one chunk of atoms after a block's pairs: the new properties' tangents (the threads'
     sums), the output net's, and (``has_next``) the next block input's, ``Dn``."""
-    w_out = blk[_B_WOUT]
+    w_out = blk[BLOCK_WIDTH_OUT]
     _, _, new_row, _, _ = _atom_layout(layers, blk)
     _sum_chunks(buf, 0, w_out, first, count, D[new_row:new_row + w_out])
-    _stack_forward(Y, D, flat, table, layers, blk[_B_OUT], blk[_B_NOUT], new_row, w_out, 0, True)
+    _stack_forward(Y, D, flat, table, layers, blk[BLOCK_OUT], blk[BLOCK_N_OUT], new_row, w_out, 0, True)
     if has_next:
         _next_input(D, Dn, blk, flat, table, layers, new_row)
 
@@ -706,11 +708,11 @@ def _back_head(Y, D, A, An, has_next, c_atom, first, count, flat, table, layers,
     path's share of the block input's adjoint.  The output net's and the residual map's weight
     gradients are added to ``g`` (the thread's, ``flat``'s layout).  ``ab``, ``sb``, ``a1``:
     scratch; ``gp`` is not written."""
-    w_in, w_out = blk[_B_WIN], blk[_B_WOUT]
+    w_in, w_out = blk[BLOCK_WIDTH_IN], blk[BLOCK_WIDTH_OUT]
     _, _, new_row, out_row, n_last = _atom_layout(layers, blk)
     # the linear unit: E_atom = e_scale Σ_k u_k y_k; Φ = Σ c_a E_atom + Σ Ė_atom
-    units = _tensor(flat, table, layers[blk[_B_UNITS], 0])
-    gunits = _tensor(g, table, layers[blk[_B_UNITS], 0])
+    units = _tensor(flat, table, layers[blk[BLOCK_UNITS], 0])
+    gunits = _tensor(g, table, layers[blk[BLOCK_UNITS], 0])
     zero = np.zeros(1, g.dtype)[0]
     for k in range(n_last):
         uk = units[k, 0] * e_scale
@@ -721,12 +723,12 @@ def _back_head(Y, D, A, An, has_next, c_atom, first, count, flat, table, layers,
         for j in range(count, ab.shape[1]):
             ab[k, j] = 0.0
         gunits[k, 0] += s * e_scale
-    ab, sb = _stack_back(Y, D, A, flat, table, layers, blk[_B_OUT], blk[_B_NOUT], out_row, g, ab, sb, a1)
+    ab, sb = _stack_back(Y, D, A, flat, table, layers, blk[BLOCK_OUT], blk[BLOCK_N_OUT], out_row, g, ab, sb, a1)
     # the residual: the next input P R + new (adjoints gp, and An first order)
     if has_next:
-        if blk[_B_RES] >= 0:
-            res = _tensor(flat, table, layers[blk[_B_RES], 0])
-            gres = _tensor(g, table, layers[blk[_B_RES], 0])
+        if blk[BLOCK_RESIDUAL] >= 0:
+            res = _tensor(flat, table, layers[blk[BLOCK_RESIDUAL], 0])
+            gres = _tensor(g, table, layers[blk[BLOCK_RESIDUAL], 0])
             _outer_acc(Y[0:w_in], gp, gres, w_in, w_out)
             _outer_acc(D[0:w_in], An[0:w_out], gres, w_in, w_out)
             _tile_matmul_t(gp, res, pres, w_in, w_out)
@@ -752,20 +754,20 @@ def _back_tail(Y, D, A, pa1, pb1, buf, first, count, flat, table, layers, blk, a
     and the PP net's (added to ``g``), and back through the PP net.  Returns (the adjoint of the
     block input's value, with the residual's ``pres`` added; a free scratch array), each one of
     ``gp``/``sb``."""
-    w_in = blk[_B_WIN]
+    w_in = blk[BLOCK_WIDTH_IN]
     q_row, n_pp, _, _, _ = _atom_layout(layers, blk)
-    kernel = _tensor(flat, table, layers[blk[_B_PI], 0])
+    kernel = _tensor(flat, table, layers[blk[BLOCK_PI], 0])
     n_first = kernel.shape[1]
     _sum_chunks(buf, 0, n_first, first, count, ab)
     _sum_chunks(buf, 1, n_first, first, count, sb)
     # the first PI layer per atom: pa = Ka^T Q, pb = Kb^T Q (its bias in the pair tiles' ā)
-    gkernel = _tensor(g, table, layers[blk[_B_PI], 0])
+    gkernel = _tensor(g, table, layers[blk[BLOCK_PI], 0])
     q, qd = Y[q_row:q_row + n_pp], D[q_row:q_row + n_pp]
     _outer_acc(q, ab, gkernel[:n_pp], n_pp, n_first)
     _outer_acc(qd, pa1, gkernel[:n_pp], n_pp, n_first)
     _outer_acc(q, sb, gkernel[n_pp:], n_pp, n_first)
     _outer_acc(qd, pb1, gkernel[n_pp:], n_pp, n_first)
-    boff = table[layers[blk[_B_PI], 1], 0]
+    boff = table[layers[blk[BLOCK_PI], 1], 0]
     zero = np.zeros(1, g.dtype)[0]
     for c in range(n_first):
         s = zero
@@ -775,7 +777,7 @@ def _back_tail(Y, D, A, pa1, pb1, buf, first, count, flat, table, layers, blk, a
     _tile_matmul_t(ab, kernel[:n_pp], gp, n_pp, n_first)
     _tile_matmul_t(sb, kernel[n_pp:], gp, n_pp, n_first, True)
     # back through the PP net (gp holds Q̄): the block input's adjoint, plus the residual path's
-    p_bar, other = _stack_back(Y, D, A, flat, table, layers, blk[_B_PP], blk[_B_NPP], q_row, g, gp, sb, a1)
+    p_bar, other = _stack_back(Y, D, A, flat, table, layers, blk[BLOCK_PP], blk[BLOCK_N_PP], q_row, g, gp, sb, a1)
     for c in range(w_in):
         for j in range(p_bar.shape[1]):
             p_bar[c, j] += pres[c, j]
@@ -799,7 +801,7 @@ def _weight_gradients(types, n_pairs, pair_i, pair_j, rdot, flat, table, layers,
     """
     n_atoms = types.shape[0]
     depth = blocks.shape[0]
-    n_basis, width = codes[3], codes[4]
+    n_basis, width = codes[CODE_N_BASIS], codes[CODE_WIDTH]
     e_scale = scal[2]
     n_t = basis.shape[2]
     n_tiles = (n_pairs + n_t - 1) // n_t
@@ -821,7 +823,7 @@ def _weight_gradients(types, n_pairs, pair_i, pair_j, rdot, flat, table, layers,
     # ---- pass 2: tangents (the previous block's tail and this block's head in one region)
     for d in range(depth):
         blk = blocks[d]
-        w_out = blk[_B_WOUT]
+        w_out = blk[BLOCK_WIDTH_OUT]
         for chunk in prange(n_chunks):
             first, count = _chunk_atoms(chunk, n_chunks, n_atoms)
             if d > 0:
@@ -862,8 +864,8 @@ def _weight_gradients(types, n_pairs, pair_i, pair_j, rdot, flat, table, layers,
             else:
                 _back_head(aty[chunk, d], atd[chunk, d], ata[chunk, d], ata[chunk, d], False, c_atom, first, count,
                            flat, table, layers, blk, e_scale, s[2], s[0], s[1], s[3], s[4], gchunk[chunk], rows)
-        gnew = g_atoms[:, :blk[_B_WOUT]]
-        n_first = layers[blk[_B_PI], 3]
+        gnew = g_atoms[:, :blk[BLOCK_WIDTH_OUT]]
+        n_first = layers[blk[BLOCK_PI], 3]
         for chunk in prange(n_chunks):
             ga, gb = buf[chunk, 0, :, :n_first], buf[chunk, 1, :, :n_first]
             for a in range(n_atoms):

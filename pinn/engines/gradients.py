@@ -10,8 +10,10 @@ import numpy as np
 
 from pinn import keys as K
 from pinn.engines.lowering import capability
-from pinn.engines.numba.md_kernels import (_B_II, _B_NII, _B_NOUT, _B_NPI, _B_NPP, _B_OUT, _B_PI, _B_PP, _B_WIN,
-                                           _B_WOUT, _forces_virial, find_pairs, numba)
+from pinn.engines.numba.layout import (CODE_N_BASIS, CODE_WIDTH, BLOCK_PP, BLOCK_N_PP, BLOCK_PI, BLOCK_N_PI,
+                                       BLOCK_II, BLOCK_N_II, BLOCK_OUT, BLOCK_N_OUT, BLOCK_WIDTH_IN,
+                                       BLOCK_WIDTH_OUT)
+from pinn.engines.numba.md_kernels import _forces_virial, find_pairs, numba
 from pinn.engines.numba.train_kernels import (_distance_tangents, _energies_forces, _image_offsets,
                                               _weight_gradients, balanced_tiles, pair_slots)
 
@@ -72,13 +74,13 @@ class TrainingEngine:
         self.rc = float(arrays["scal"][0])
         self.table, self.layers, self.blocks = a["table"], a["layers"], a["blocks"]
         self.codes, self.scal, self.type_of = a["codes"], a["scal"], a["type_of"]
-        width = int(self.codes[4])
-        self.atom_rows = max(b[_B_WIN] + sum(self.layers[b[_B_PP]:b[_B_PP] + b[_B_NPP], 3]) + b[_B_WOUT]
-                             + sum(self.layers[b[_B_OUT]:b[_B_OUT] + b[_B_NOUT], 3]) for b in self.blocks)
-        self.pair_rows = max(sum(self.layers[b[_B_PI]:b[_B_PI] + b[_B_NPI] - 1, 3])
-                             + self.layers[b[_B_PI] + b[_B_NPI] - 1, 3] // int(self.codes[3])
-                             + sum(self.layers[b[_B_II]:b[_B_II] + b[_B_NII], 3]) for b in self.blocks)
-        self.n_first = max(int(self.layers[b[_B_PI], 3]) for b in self.blocks)
+        width = int(self.codes[CODE_WIDTH])
+        self.atom_rows = max(b[BLOCK_WIDTH_IN] + sum(self.layers[b[BLOCK_PP]:b[BLOCK_PP] + b[BLOCK_N_PP], 3]) + b[BLOCK_WIDTH_OUT]
+                             + sum(self.layers[b[BLOCK_OUT]:b[BLOCK_OUT] + b[BLOCK_N_OUT], 3]) for b in self.blocks)
+        self.pair_rows = max(sum(self.layers[b[BLOCK_PI]:b[BLOCK_PI] + b[BLOCK_N_PI] - 1, 3])
+                             + self.layers[b[BLOCK_PI] + b[BLOCK_N_PI] - 1, 3] // int(self.codes[CODE_N_BASIS])
+                             + sum(self.layers[b[BLOCK_II]:b[BLOCK_II] + b[BLOCK_N_II], 3]) for b in self.blocks)
+        self.n_first = max(int(self.layers[b[BLOCK_PI], 3]) for b in self.blocks)
         self.width = max(width, self.atom_rows)
         self._shape = None
 
@@ -130,7 +132,7 @@ class TrainingEngine:
             self.dist_dt, self.grad_r = np.ones(n_cand, dt), np.zeros(n_cand, dt)
             # the tile arrays as flat buffers, viewed per call with that call's tiling (_tiles)
             slots = pair_slots(n_cand, self.threads)
-            self._basis_buf, self._dbasis_buf = (np.zeros(int(self.codes[3]) * slots, dt) for _ in range(2))
+            self._basis_buf, self._dbasis_buf = (np.zeros(int(self.codes[CODE_N_BASIS]) * slots, dt) for _ in range(2))
             self._pair_bufs = [np.zeros(depth * self.pair_rows * slots, dt) for _ in range(3)]
             self._shape = (n_atoms, n_cand)
 
@@ -138,7 +140,7 @@ class TrainingEngine:
         """Views of the tile arrays for ``n_pairs`` pairs in :func:`balanced_tiles`:
         basis, dbasis [n_tiles, n_basis, tile] and keep, tang, adj [depth, n_tiles, rows, tile]."""
         tile, n_tiles = balanced_tiles(n_pairs, self.threads)
-        n_basis, depth = int(self.codes[3]), len(self.blocks)
+        n_basis, depth = int(self.codes[CODE_N_BASIS]), len(self.blocks)
         basis, dbasis = (b[:n_tiles * n_basis * tile].reshape(n_tiles, n_basis, tile)
                          for b in (self._basis_buf, self._dbasis_buf))
         keep, tang, adj = (b[:depth * n_tiles * self.pair_rows * tile].reshape(depth, n_tiles, self.pair_rows, tile)
