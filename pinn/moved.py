@@ -33,11 +33,14 @@ MOVED = {
     "pinn.runconfig": "pinn.cli.runconfig",
     # pinn 0.19: the numba training engine's module named for what it computes
     "pinn.engines.training": "pinn.engines.gradients",
+    # pinn 0.19: params, their schema and upstream's sections in one package
+    "pinn.schema": "pinn.params.schema",
+    "pinn.upstream_params": "pinn.params.upstream",
 }
 
 
 #: the version that moved a module, where it is not 0.10
-MOVED_IN = {"pinn.engines.training": "0.19"}
+MOVED_IN = {"pinn.engines.training": "0.19", "pinn.schema": "0.19", "pinn.upstream_params": "0.19"}
 
 
 class _MovedFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):

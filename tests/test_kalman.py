@@ -15,7 +15,7 @@ from launching import ENV, horovod_has
 from pinn.files import checkpoint_dir
 from pinn.models import potential_model
 from pinn.params import read_params, resolve, write_params
-from pinn.schema import ParamsError
+from pinn.params.schema import ParamsError
 from pinn.training.inference import load_for_inference
 from pinn.training.kalman import KalmanFilter
 from pinn.training.options import TRAINING_PARAMS

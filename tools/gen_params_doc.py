@@ -16,7 +16,7 @@ from pinn.models.registry import MODELS  # noqa: E402
 from pinn.networks import NETWORKS  # noqa: E402
 from pinn.parallel.worlds import PARAMS as PARALLEL_PARAMS  # noqa: E402
 from pinn.params import TOP_LEVEL, model_schema  # noqa: E402
-from pinn.schema import describe  # noqa: E402
+from pinn.params.schema import describe  # noqa: E402
 from pinn.cli.runconfig import DATA_PARAMS, TRAIN_PARAMS  # noqa: E402
 
 OUT = os.path.join(ROOT, "docs", "params.md")

@@ -23,7 +23,7 @@ import os
 import yaml
 
 from pinn.params import TOP_LEVEL
-from pinn.schema import Option, ParamsError, did_you_mean, non_negative, positive, validate_section
+from pinn.params.schema import Option, ParamsError, did_you_mean, non_negative, positive, validate_section
 
 DATA_PARAMS = {
     "train": Option((str, list, None), None, "training data: a file ASE reads, a TFRecord cache (.tfr) written by "

@@ -37,7 +37,7 @@ import shutil
 import tempfile
 
 from pinn.cli.arguments import non_negative_int, positive_int
-from pinn.schema import ParamsError
+from pinn.params.schema import ParamsError
 
 log = logging.getLogger("pinn")
 

@@ -16,7 +16,7 @@ import copy
 import tensorflow as tf
 
 from pinn.models.loss_weights import check_weight_schedule, piecewise_linear
-from pinn.schema import Option, ParamsError
+from pinn.params.schema import Option, ParamsError
 
 #: loss options shared by all models (``model.params``)
 LOSS_PARAMS = {

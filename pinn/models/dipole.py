@@ -39,7 +39,7 @@ from pinn.models.base import COMMON_PARAMS, Model, abs_sq_count, cast_floats, ch
 from pinn.models.loss_weights import atom_weights, structure_weights
 from pinn.io.batch import pair_geometry, with_cell_and_pbc
 from pinn.networks.layers import scatter_sum
-from pinn.schema import Option, ParamsError, non_negative, positive
+from pinn.params.schema import Option, ParamsError, non_negative, positive
 
 #: data key of the per-structure weights of ``use_d_weight``
 D_WEIGHT = "d_weight"

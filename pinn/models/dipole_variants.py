@@ -32,7 +32,7 @@ from pinn.models.dipole import (BOND_PARAMS, CHARGE_PARAMS, UNUSED_Q_MULTIPLIER,
 from pinn.networks.layers import Dense, FeedForward
 from pinn.networks.pinet import PiNet
 from pinn.networks.pinet2 import PiNet2
-from pinn.schema import ParamsError
+from pinn.params.schema import ParamsError
 
 #: seed of the bond heads' initial weights (the same on every rank)
 BOND_HEAD_SEED = 7

@@ -41,7 +41,7 @@ from pinn.models.base import COMMON_PARAMS, Model, abs_sq_count, cast_floats, ch
 from pinn.models.response_kernels import (coulomb_kernel, dense_indices, dense_positions, diagonal, pair_matrix,
                                           response_from_softness)
 from pinn.models.loss_weights import structure_weights
-from pinn.schema import Option, ParamsError, non_negative, positive
+from pinn.params.schema import Option, ParamsError, non_negative, positive
 
 #: the data key of the polarizability tensor [3, 3] (upstream's name; QM7b's, bohr³)
 PTENSOR = "ptensor"

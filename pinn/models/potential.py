@@ -25,7 +25,7 @@ from pinn.io.batch import add_neighbors, pair_geometry, with_cell_and_pbc  # pai
 from pinn.models.base import COMMON_PARAMS, Model, abs_sq_count, cast_floats, check_atomic_outputs
 from pinn.models.loss_weights import atom_weights, structure_weights
 from pinn.networks.layers import atomic_number, scatter_sum
-from pinn.schema import Option, non_negative, positive
+from pinn.params.schema import Option, non_negative, positive
 
 def _false_or_positive(value):
     if value is True:

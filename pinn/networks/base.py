@@ -23,7 +23,7 @@ import tensorflow as tf
 
 from pinn import keys as K
 from pinn.io.batch import batch_pairs, pair_geometry, with_cell_and_pbc
-from pinn.schema import validate_section
+from pinn.params.schema import validate_section
 
 
 class Network(tf.Module):
@@ -39,12 +39,12 @@ class Network(tf.Module):
             where they differ from pinn's).
 
     Raises:
-        pinn.schema.ParamsError: an unknown or ill-typed argument, named.
+        pinn.params.schema.ParamsError: an unknown or ill-typed argument, named.
         TypeError: more positional arguments than upstream's constructor takes, or an argument
             given twice.
     """
 
-    #: the network's options (:class:`pinn.schema.Option` by key)
+    #: the network's options (:class:`pinn.params.schema.Option` by key)
     PARAMS = {}
     #: upstream's constructor arguments, in its order (for positional use)
     UPSTREAM_ARGS = ()

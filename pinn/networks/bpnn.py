@@ -26,7 +26,7 @@ from pinn import keys as K
 from pinn.networks.base import Network
 from pinn.networks.layers import (ACTIVATIONS, CUTOFFS, POOLS, Dense, ElementIndex, FeedForward, atomic_number,
                                   cutoff)
-from pinn.schema import Option, ParamsError, positive, positive_int_list
+from pinn.params.schema import Option, ParamsError, positive, positive_int_list
 
 
 def _check_sf_spec(spec):

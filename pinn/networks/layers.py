@@ -7,7 +7,7 @@ same weights on every process and every TensorFlow version.
 import numpy as np
 import tensorflow as tf
 
-from pinn.schema import ParamsError
+from pinn.params.schema import ParamsError
 
 ACTIVATIONS = {
     "tanh": tf.tanh,

@@ -20,7 +20,7 @@ from pinn import keys as K
 from pinn.networks.base import Network
 from pinn.networks.layers import (ACTIVATIONS, CUTOFFS, POOLS, Dense, ElementIndex, FeedForward, atom_type_list,
                                   check_centers, cutoff, radial_basis, scatter_sum)
-from pinn.schema import Option, positive, positive_int_list
+from pinn.params.schema import Option, positive, positive_int_list
 
 def _numbers(value):
     if not value or not all(isinstance(c, (int, float)) and not isinstance(c, bool) for c in value):

@@ -71,7 +71,7 @@ from pinn.networks.layers import (POOLS, Dense, ElementIndex, FeedForward, PairI
                                   cutoff,
                                   radial_basis, scatter_sum)
 from pinn.networks.pinet import PARAMS as PINET_PARAMS
-from pinn.schema import Option, ParamsError
+from pinn.params.schema import Option, ParamsError
 
 #: keys of ``out_extra`` and the smallest rank that has them
 EXTRA_RANKS = {"p1": 1, "p3": 3, "p5": 5, "i1": 1, "i3": 3, "i5": 5, "dotted_p3": 3, "dotted_p5": 5}

@@ -31,7 +31,7 @@ from pinn.parallel.horovod_host import HorovodHost
 from pinn.parallel.process import (HostWorld, broadcast_through_host, exit_after_uncaught_exceptions,
                                    make_ase_io_per_rank, pin_devices)
 from pinn.parallel.ranks import launcher_size
-from pinn.schema import Option, non_negative, positive
+from pinn.params.schema import Option, non_negative, positive
 
 log = logging.getLogger("pinn")
 
@@ -284,7 +284,7 @@ def init(params=None):
         return SerialWorld()
     if _WORLD is not None:
         return _WORLD
-    from pinn.schema import validate_section
+    from pinn.params.schema import validate_section
     options = validate_section((params or {}).get("parallel_params"), PARAMS, "parallel_params")
     hvd = None
     if options["backend"] != "mpi":

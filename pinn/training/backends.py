@@ -15,7 +15,7 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from pinn.schema import ParamsError
+from pinn.params.schema import ParamsError
 from pinn.training.options import KALMAN_NAMES
 
 log = logging.getLogger("pinn")

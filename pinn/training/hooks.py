@@ -11,7 +11,7 @@ from typing import NamedTuple
 import numpy as np
 
 from pinn import keys as K
-from pinn.schema import ParamsError
+from pinn.params.schema import ParamsError
 from pinn.training.checkpoints import stop_when_disk_full
 from pinn.training.guards import DivergenceGuard, LossJumpGuard, TrainingDiverged
 from pinn.training.metrics import predictions_path, write_eval_predictions

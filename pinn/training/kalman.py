@@ -52,7 +52,7 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from pinn.schema import ParamsError
+from pinn.params.schema import ParamsError
 from pinn.training.exchange import WeightsDiffer, local_counts, take
 from pinn.training.options import KALMAN_NAMES
 

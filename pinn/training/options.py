@@ -5,7 +5,7 @@ progress.  :func:`pinn.params.model_schema` joins them with the model's options,
 are resolved (:func:`pinn.params.resolve`)."""
 import re
 
-from pinn.schema import Option, ParamsError, non_negative, positive
+from pinn.params.schema import Option, ParamsError, non_negative, positive
 
 #: shapes of the learning rate over the steps (:class:`pinn.training.schedule.LearningRate`)
 LR_SCHEDULES = ("exponential", "step", "cosine", "constant")

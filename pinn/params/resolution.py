@@ -5,7 +5,7 @@ file), fills in defaults and returns the resolved dict; an unknown or ill-typed
 key raises :class:`ParamsError` naming the key path (``model.params.use_force``)
 and what is allowed.  Older flat params (``'network': 'pinet'``,
 ``'network_params'``, ``'model_params'``) are normalised first, and upstream PiNN 2.x's
-``optimizer`` section is turned into ``model.params`` keys (:mod:`pinn.upstream_params`).
+``optimizer`` section is turned into ``model.params`` keys (:mod:`pinn.params.upstream`).
 """
 import logging
 import os
@@ -13,8 +13,8 @@ import os
 import yaml
 
 from pinn.files.durable import replacing
-from pinn.schema import REQUIRED, Option, ParamsError, describe, did_you_mean, validate_section
-from pinn.upstream_params import convert_optimizer
+from pinn.params.schema import REQUIRED, Option, ParamsError, describe, did_you_mean, validate_section
+from pinn.params.upstream import convert_optimizer
 
 log = logging.getLogger("pinn")
 

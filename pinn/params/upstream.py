@@ -32,7 +32,7 @@ betas, an unknown key of any optimizer) is refused with the key named, never dro
 """
 import logging
 
-from pinn.schema import ParamsError
+from pinn.params.schema import ParamsError
 
 log = logging.getLogger("pinn")
 
