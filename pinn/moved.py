@@ -36,11 +36,19 @@ MOVED = {
     # pinn 0.19: params, their schema and upstream's sections in one package
     "pinn.schema": "pinn.params.schema",
     "pinn.upstream_params": "pinn.params.upstream",
+    # pinn 0.19: readers named for the files they read, apart from the loaders' (upstream's) names
+    "pinn.io.readers.qm9": "pinn.io.readers.qm9_xyz",
+    "pinn.io.readers.runner": "pinn.io.readers.runner_data",
+    "pinn.io.readers.deepmd": "pinn.io.readers.deepmd_system",
+    "pinn.io.readers.cp2k": "pinn.io.readers.cp2k_files",
+    "pinn.io.readers.qm7b": "pinn.io.readers.qm7b_xyz",
 }
 
 
 #: the version that moved a module, where it is not 0.10
-MOVED_IN = {"pinn.engines.training": "0.19", "pinn.schema": "0.19", "pinn.upstream_params": "0.19"}
+MOVED_IN = {name: "0.19" for name in ("pinn.engines.training", "pinn.schema", "pinn.upstream_params",
+                                      "pinn.io.readers.qm9", "pinn.io.readers.runner", "pinn.io.readers.deepmd",
+                                      "pinn.io.readers.cp2k", "pinn.io.readers.qm7b")}
 
 
 class _MovedFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):

@@ -9,10 +9,15 @@ from physics import (alloy_cell, check_forces_against_finite_differences, check_
                      energy, ethanol, evaluate, make_model)
 
 RC = 4.0
+TYPES = [1, 6, 8, 29, 79]
+#: every network, small: the physics below holds for each (name: network name, a variant after "-")
 NETWORKS = {
-    "PiNet": {"atom_types": [1, 6, 8, 29, 79], "rc": RC, "depth": 3, "basis_type": "gaussian", "n_basis": 5},
-    "PiNet-poly": {"atom_types": [1, 6, 8, 29, 79], "rc": RC, "depth": 2, "cutoff_type": "polynomial"},
-    "BPNN": {"atom_types": [1, 6, 8, 29, 79], "rc": RC, "nn_spec": [12, 12]},
+    "PiNet": {"atom_types": TYPES, "rc": RC, "depth": 3, "basis_type": "gaussian", "n_basis": 5},
+    "PiNet-poly": {"atom_types": TYPES, "rc": RC, "depth": 2, "cutoff_type": "polynomial"},
+    "BPNN": {"atom_types": TYPES, "rc": RC, "nn_spec": [12, 12]},
+    **{f"PiNet2-r{rank}": {"atom_types": TYPES, "rc": RC, "depth": 2, "rank": rank, "pp_nodes": [8],
+                           "pi_nodes": [8], "ii_nodes": [8], "out_nodes": [8]} for rank in (1, 3, 5)},
+    "LJ": {"atom_types": TYPES, "rc": RC, "epsilon": 0.01, "sigma": 2.5},
 }
 
 
@@ -65,6 +70,8 @@ def test_invariances(name, system, rng):
 
 
 def test_smooth_at_cutoff(name):
+    if name == "LJ":
+        pytest.skip("LJ is shifted to zero energy at rc, its force is not (ASE's LennardJones(smooth=False))")
     model = model_for(name)
     far = energy(model, Atoms("CO", positions=[(0, 0, 0), (0, 0, 10.0)]), RC)
     for delta in (1e-2, 1e-3):
@@ -134,17 +141,14 @@ def test_scatter_sum_gradients_match_tensorflow(rng):
         np.testing.assert_allclose(ours, theirs, rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.parametrize("name", ["PiNet", "PiNet-poly", "LJ"])
+@pytest.mark.parametrize("name", ["PiNet", "PiNet-poly", "PiNet2-r3", "LJ"])
 def test_padding_contributes_exactly_zero(rng, name):
     """A batch padded to bucket sizes (pinn.io.padding, for XLA) gives the same energies, forces and
     stresses for its real structures as the unpadded batch."""
     import tensorflow as tf
     from pinn.io.batch import batch_from_atoms
     from pinn.io.padding import bucket_size, pad_batch, unpad
-    if name == "LJ":
-        model = make_model("LJ", {"atom_types": [1, 6, 8, 29, 79], "rc": RC, "epsilon": 0.01, "sigma": 2.5})
-    else:
-        model = model_for(name)
+    model = model_for(name)
     batch = batch_from_atoms([alloy_cell(rng), ethanol(rng)], RC, "float64")
     padded, sizes = pad_batch(batch, RC, element=29)
     assert len(padded["elems"]) == bucket_size(len(batch["elems"]) + 1)

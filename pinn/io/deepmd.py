@@ -6,7 +6,7 @@ import numpy as np
 
 from pinn import keys as K
 from pinn.io.base import DataError, Frame, ItemReader, chosen_split, split_items
-from pinn.io.readers.deepmd import DeepmdSystem
+from pinn.io.readers.deepmd_system import DeepmdSystem
 
 
 def load_deepmd(systems, type_map=None, pbc=True, shuffle=True, seed=0, splits=None, *, split=False):
@@ -34,7 +34,7 @@ def load_deepmd(systems, type_map=None, pbc=True, shuffle=True, seed=0, splits=N
 
     Raises:
         DataError: no systems found, systems that differ in labels or periodicity, and
-            everything :class:`pinn.io.readers.deepmd.DeepmdSystem` refuses (naming the file).
+            everything :class:`pinn.io.readers.deepmd_system.DeepmdSystem` refuses (naming the file).
     """
     split = chosen_split(split, splits, "load_deepmd")
     loaded = [DeepmdSystem(path, type_map=type_map, pbc=pbc) for path in _system_dirs(systems)]

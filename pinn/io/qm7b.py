@@ -3,7 +3,7 @@ import os
 
 from pinn import keys as K
 from pinn.io.base import DataError, Frame, list_loader
-from pinn.io.readers.qm7b import read_qm7b
+from pinn.io.readers.qm7b_xyz import read_qm7b
 
 #: the key of the polarizability tensor (upstream PiNN's name)
 PTENSOR = "ptensor"
@@ -14,7 +14,7 @@ def load_qm7b(filename, split=False, shuffle=True, seed=0, splits=None, *, key="
 
     Args:
         filename: an xyz file with the tensor on each frame's comment line (see
-            :mod:`pinn.io.readers.qm7b`), or a list of them.
+            :mod:`pinn.io.readers.qm7b_xyz`), or a list of them.
         split, shuffle, seed, splits: as for :func:`pinn.io.load_ase` (molecules are the items).
         key: the comment-line entry with the tensor (``'b3lyp_pol'``, upstream PiNN's choice).
 

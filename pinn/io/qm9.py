@@ -4,7 +4,7 @@ import os
 
 from pinn import keys as K
 from pinn.io.base import DataError, Frame, list_loader
-from pinn.io.readers.qm9 import PROPERTIES, read_qm9
+from pinn.io.readers.qm9_xyz import PROPERTIES, read_qm9
 
 #: the per-atom quantity a ``label_map`` may name besides the molecular properties
 MULLIKEN = "mulliken"

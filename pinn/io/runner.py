@@ -5,7 +5,7 @@ import numpy as np
 
 from pinn import keys as K
 from pinn.io.base import DataError, Frame, ItemReader, chosen_split, split_items
-from pinn.io.readers.runner import UNITS, read_runner_frame, scan_runner
+from pinn.io.readers.runner_data import UNITS, read_runner_frame, scan_runner
 
 #: upstream PiNN's weights, given with ``weights=True``: key → (shape, dtype)
 WEIGHTS = {"e_weight": ((), "float"), "f_weights": ((None, 3), "float")}
