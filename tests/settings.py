@@ -1,4 +1,5 @@
-"""Training settings shared by the tests of training mechanics.
+"""Training settings and small-params factories shared by the tests (``small_net``, ``training_params``,
+``model_of``: one way to make a small network, a training run's params and a model).
 
 The mechanics tests (resume, rollback, accumulation, parallel equality…) were written for a
 plain schedule, so they pin it: the package defaults (cosine with a warmup and a weight
@@ -15,3 +16,25 @@ PLAIN_SCHEDULE = {"lr_schedule": "exponential", "lr_warmup_steps": 0, "ema_decay
 
 #: the plain schedule, and TensorFlow's step without XLA
 MECHANICS = {**PLAIN_SCHEDULE, "jit": False}
+
+
+def small_net(atom_types, rc=4.5, depth=2, width=8, **changes):
+    """A small PiNet (or PiNet2) network section: ``depth`` blocks, one layer of ``width`` nodes per net."""
+    return {"atom_types": list(atom_types), "rc": rc, "depth": depth, "pp_nodes": [width], "pi_nodes": [width],
+            "ii_nodes": [width], "out_nodes": [width], **changes}
+
+
+def training_params(model_dir, net, defaults, network="PiNet", model="potential_model", **changes):
+    """Params of a test's training run: ``defaults`` (the test file's), then :data:`MECHANICS`, then ``changes``."""
+    return {"model_dir": str(model_dir), "network": {"name": network, "params": net},
+            "model": {"name": model, "params": {**defaults, **MECHANICS, **changes}}}
+
+
+def model_of(model, net, network="PiNet", precision="float64", seed=0, **options):
+    """The model ``model`` on the network ``net`` (resolved params, one process), with ``options`` as its
+    ``model.params``."""
+    from pinn.models.registry import build_model
+    from pinn.params import resolve
+    return build_model(resolve({"model_dir": "unused", "precision": precision, "seed": seed,
+                                "network": {"name": network, "params": net},
+                                "model": {"name": model, "params": options}}))

@@ -9,20 +9,16 @@ from pinn.demo import make_dipole_dataset, qeq_charges, water_dipole_frames
 from pinn.io import load_ase, sparse_batch
 from pinn.io.batch import batch_from_atoms
 from pinn.models import dipole_model
-from pinn.models.dipole import DipoleModel
-from pinn.networks import get_network
-from pinn.params import ParamsError, resolve
+from pinn.params import ParamsError
+
+from settings import model_of, small_net
 
 RC = 4.0
-NET = {"atom_types": [1, 8], "rc": RC, "depth": 2, "pp_nodes": [8], "pi_nodes": [8], "ii_nodes": [8],
-       "out_nodes": [8]}
+NET = small_net([1, 8], rc=RC)
 
 
 def _model(neutral=True, network="PiNet", net=NET):
-    params = resolve({"model_dir": "unused", "precision": "float64", "seed": 3,
-                      "network": {"name": network, "params": net},
-                      "model": {"name": "dipole_model", "params": {"charge_neutrality": neutral}}})
-    return DipoleModel(get_network(params), params["model"]["params"], net["atom_types"], tf.float64)
+    return model_of("dipole_model", net, network, seed=3, charge_neutrality=neutral)
 
 
 def _predict(model, atoms):

@@ -19,6 +19,8 @@ from pinn.models.response_kernels import coulomb_kernel, dense_indices
 from pinn.models.registry import MODELS
 from pinn.networks import get_network
 from pinn.params import ParamsError, resolve
+
+from settings import model_of
 from upstream_inputs import UPSTREAM_POL_YML
 
 RC = 3.5
@@ -29,9 +31,7 @@ ROTATION = Rotation.from_euler("zyx", [0.4, -0.9, 1.7]).as_matrix()
 
 
 def _model(name, **options):
-    params = resolve({"model_dir": "unused", "precision": "float64", "seed": 2,
-                      "network": {"name": "PiNet2", "params": NET}, "model": {"name": name, "params": options}})
-    return MODELS[name](get_network(params), params["model"]["params"], NET["atom_types"], tf.float64)
+    return model_of(name, NET, "PiNet2", seed=2, **options)
 
 
 def _molecules():

@@ -11,18 +11,16 @@ from ase import Atoms
 
 from pinn import keys as K
 from pinn.io.batch import batch_from_atoms
-from pinn.models.potential import PotentialModel
-from pinn.networks import get_network
 from pinn.params import ParamsError, read_params, resolve
+
+from settings import model_of
 
 NET = {"atom_types": [1, 8], "rc": 3.0, "depth": 1, "pp_nodes": [4], "pi_nodes": [4], "ii_nodes": [4],
        "out_nodes": [4], "n_basis": 4}
 
 
 def _model(**options):
-    params = resolve({"model_dir": "unused", "precision": "float64", "network": {"name": "PiNet", "params": NET},
-                      "model": {"name": "potential_model", "params": options}})
-    return PotentialModel(get_network(params), params["model"]["params"], NET["atom_types"], tf.float64)
+    return model_of("potential_model", NET, **options)
 
 
 def _batch(seed=0):

@@ -9,20 +9,15 @@ from ase.build import molecule
 from pinn.io import load_ase, sparse_batch
 from pinn.models import potential_model
 
-from settings import MECHANICS
+from settings import small_net, training_params
 
-SMALL_PINET = {"atom_types": [29, 79], "rc": 4.5, "depth": 2, "pp_nodes": [8], "pi_nodes": [8],
-               "ii_nodes": [8], "out_nodes": [8]}
+SMALL_PINET = small_net([29, 79])
+DEFAULTS = {"use_force": True, "fit_e_dress": True, "learning_rate": 3e-3, "f_loss_multiplier": 10.0,
+            "log_every_n_steps": 50, "save_checkpoint_steps": 100}
 
 
 def _params(model_dir, **model_params):
-    mp = {"use_force": True, "fit_e_dress": True, "learning_rate": 3e-3, "f_loss_multiplier": 10.0,
-          "log_every_n_steps": 50,
-          "save_checkpoint_steps": 100}
-    mp.update(MECHANICS)
-    mp.update(model_params)
-    return {"model_dir": str(model_dir), "network": {"name": "PiNet", "params": SMALL_PINET},
-            "model": {"name": "potential_model", "params": mp}}
+    return training_params(model_dir, SMALL_PINET, DEFAULTS, **model_params)
 
 
 def _inputs(path, batch=8):

@@ -15,19 +15,15 @@ from pinn.training.progress import ProgressBar
 from pinn.models.loss_weights import piecewise_linear
 from pinn.training.schedule import LearningRate
 
-from settings import MECHANICS
+from settings import small_net, training_params
 
-NET = {"atom_types": [29, 79], "rc": 4.5, "depth": 2, "pp_nodes": [8], "pi_nodes": [8], "ii_nodes": [8],
-       "out_nodes": [8]}
+NET = small_net([29, 79])
+DEFAULTS = {"use_force": True, "fit_e_dress": True, "learning_rate": 3e-3, "f_loss_multiplier": 10.0,
+            "log_every_n_steps": 5, "save_checkpoint_steps": 10, "progress_bar": "off"}
 
 
 def _params(model_dir, **model_params):
-    mp = {"use_force": True, "fit_e_dress": True, "learning_rate": 3e-3, "f_loss_multiplier": 10.0,
-          "log_every_n_steps": 5, "save_checkpoint_steps": 10, "progress_bar": "off"}
-    mp.update(MECHANICS)
-    mp.update(model_params)
-    return {"model_dir": str(model_dir), "network": {"name": "PiNet", "params": NET},
-            "model": {"name": "potential_model", "params": mp}}
+    return training_params(model_dir, NET, DEFAULTS, **model_params)
 
 
 def _inputs(path, n=40):

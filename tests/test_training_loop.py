@@ -15,20 +15,16 @@ from pinn.models import potential_model
 from pinn.training.schedule import LearningRate
 from pinn.training.trainer import TrainingDiverged
 
-from settings import MECHANICS
+from settings import small_net, training_params
 
 RC = 4.5
-NET = {"atom_types": [29, 79], "rc": RC, "depth": 2, "pp_nodes": [8], "pi_nodes": [8], "ii_nodes": [8],
-       "out_nodes": [8]}
+NET = small_net([29, 79], rc=RC)
+DEFAULTS = {"use_force": True, "use_stress": True, "learning_rate": 3e-3, "f_loss_multiplier": 10.0,
+            "log_every_n_steps": 5, "save_checkpoint_steps": 5}
 
 
 def _params(model_dir, **model_params):
-    mp = {"use_force": True, "use_stress": True, "learning_rate": 3e-3, "f_loss_multiplier": 10.0,
-          "log_every_n_steps": 5, "save_checkpoint_steps": 5}
-    mp.update(MECHANICS)
-    mp.update(model_params)
-    return {"model_dir": str(model_dir), "network": {"name": "PiNet", "params": NET},
-            "model": {"name": "potential_model", "params": mp}}
+    return training_params(model_dir, NET, DEFAULTS, **model_params)
 
 
 def _batch(frames, nan=False):
