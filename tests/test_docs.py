@@ -71,7 +71,7 @@ API_OBJECTS = {
     "calculator": [("pinn.calculator.get_calc", "pinn/calculator.py", "get_calc"),
                    ("pinn.calculator.PiNNCalc", "pinn/calculator.py", "PiNNCalc"),
                    ("pinn.engines.md.FastPiNet", "pinn/engines/md.py", "FastPiNet")],
-    "params": [("pinn.params.resolve", "pinn/params/resolution.py", "resolve")],
+    "params": [("pinn.params.resolution.resolve", "pinn/params/resolution.py", "resolve")],
     "metrics": [("pinn.training.metrics.read_metrics", "pinn/training/metrics.py", "read_metrics")],
     "demo": [("pinn.demo.make_alloy_dataset", "pinn/demo.py", "make_alloy_dataset")],
     "units": [("pinn.units.HARTREE", None, None)],

@@ -11,10 +11,15 @@ network or a reader imports nothing else.
 """
 from pinn.lazy import lazy_exports
 
-_RESOLUTION = ("ResolvedParams", "legacy", "model_schema", "read_params", "resolve", "read_params_file",
-               "resolve_network", "network_params", "write_params", "TOP_LEVEL", "PARAMS_FORMAT")
-_EXPORTS = {**{name: "pinn.params.resolution" for name in _RESOLUTION},
-            **{name: "pinn.params.schema" for name in ("ParamsError", "Option", "describe")}}
+_EXPORTS = {
+    "ResolvedParams": "pinn.params.resolution", "legacy": "pinn.params.resolution",
+    "model_schema": "pinn.params.resolution", "read_params": "pinn.params.resolution",
+    "resolve": "pinn.params.resolution", "read_params_file": "pinn.params.resolution",
+    "resolve_network": "pinn.params.resolution", "network_params": "pinn.params.resolution",
+    "write_params": "pinn.params.resolution", "TOP_LEVEL": "pinn.params.resolution",
+    "PARAMS_FORMAT": "pinn.params.resolution",
+    "ParamsError": "pinn.params.schema", "Option": "pinn.params.schema", "describe": "pinn.params.schema",
+}
 
 __all__ = sorted(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
