@@ -28,20 +28,19 @@ What a crash can do, and what is done about it:
 files are written (before the state file names them), and after the state file names them
 (before older checkpoints are deleted), so that a test can kill a run there.
 """
-import contextlib
 import json
 import logging
 import os
 import shutil
 import time
 
-import numpy as np
 import tensorflow as tf
 
 from pinn.files import checkpoint_dir as ckdir
-from pinn.files.durable import (existing_dir, format_bytes, free_bytes, fsync_dir, fsync_file, is_no_space,
-                                recover_dir, replace_dir, write_atomic)
+from pinn.files.durable import existing_dir, fsync_dir, fsync_file, recover_dir, replace_dir, write_atomic
 from pinn.params import ParamsError, read_params, write_params
+from pinn.training.checkpoint_files import (SAVE_FAILED_EXIT_CODE, CheckpointDamaged, CheckpointWriteFailed,  # noqa: F401
+                                            NoIntactCheckpoint, first_line, stop_when_disk_full, verify_files)
 
 log = logging.getLogger("pinn")
 
@@ -49,94 +48,10 @@ log = logging.getLogger("pinn")
 BEST_DIR = "best"
 #: the file naming the best checkpoint's step, metric and value, in :data:`BEST_DIR`
 BEST_JSON = "best.json"
-#: exit status of a run that could not write a file of its model directory (EX_IOERR of sysexits.h)
-SAVE_FAILED_EXIT_CODE = 74
-#: checkpoint entries that may hold ±inf (the best validation value before the first validation)
-MAY_BE_INFINITE = ("best_metric/",)
 #: the parts holding an optimizer's state (Adam's, the Kalman filter's): a checkpoint holding one of them may
 #: be restored by a run with the other, whose state then starts afresh (model.params.optimizer changed)
 OPTIMIZER_PARTS = ("optimizer", "kalman")
 _SLOW_SAVE = "PINN_TEST_SLOW_SAVE"
-
-
-class CheckpointDamaged(Exception):
-    """A checkpoint that cannot be used; the message says why."""
-
-
-class NoIntactCheckpoint(SystemExit):
-    """No checkpoint of those asked for is intact.  A :class:`SystemExit` with a one-line message
-    (exit status 1), so a script or the ``pinn`` command ends without a traceback."""
-
-
-class CheckpointWriteFailed(SystemExit):
-    """A file of the model directory could not be written (a full disk); exit status
-    :data:`SAVE_FAILED_EXIT_CODE`, after the one-line reason is logged (:attr:`message`)."""
-
-    def __init__(self, message):
-        super().__init__(SAVE_FAILED_EXIT_CODE)
-        self.message = message
-
-    def __str__(self):
-        return self.message
-
-
-def verify_files(path, names=None):
-    """Read checkpoint ``path``: index, data (checksummed), finite floating-point values.
-
-    Args:
-        path: the checkpoint's path (without ``.index``).
-        names: read only the variables of these objects (e.g. ``{'model', 'step'}`` for inference:
-            an EKF's P, n × n for n weights, is then not read); ``None``: all of them.
-
-    Raises:
-        CheckpointDamaged: naming what is wrong.
-    """
-    if not os.path.exists(path + ".index"):
-        raise CheckpointDamaged("its index file is missing")
-    try:
-        reader = tf.train.load_checkpoint(path)
-        dtypes = reader.get_variable_to_dtype_map()
-        for key in sorted(dtypes):
-            if names is not None and key.split("/", 1)[0] not in names:
-                continue
-            value = reader.get_tensor(key)
-            if dtypes[key].is_floating:
-                value = np.asarray(value)
-                bad = np.isnan(value) if key.startswith(MAY_BE_INFINITE) else ~np.isfinite(value)
-                if bad.any():
-                    raise CheckpointDamaged(f"{key.split('/.ATTRIBUTES')[0]} holds non-finite values")
-    except CheckpointDamaged:
-        raise
-    except Exception as err:  # noqa: BLE001 - TensorFlow raises many kinds for a damaged bundle
-        raise CheckpointDamaged(_first_line(err)) from None
-
-
-def _first_line(err):
-    text = str(err).strip().splitlines()
-    return f"{type(err).__name__}: {text[0] if text else ''}".rstrip(": ")
-
-
-@contextlib.contextmanager
-def stop_when_disk_full(path, needed=None, kept=None):
-    """Turn a full disk while writing ``path`` into :class:`CheckpointWriteFailed` (logged as one line).
-
-    Args:
-        path: the file or checkpoint being written (named in the message).
-        needed: about how many bytes it needs (``None``: not said).
-        kept: the checkpoint that stays the latest (named in the message), or ``None``.
-    """
-    try:
-        yield
-    except (OSError, tf.errors.OpError) as err:
-        if not is_no_space(err):
-            raise
-        free = free_bytes(os.path.dirname(os.path.abspath(path)))
-        need = f"; it needs about {format_bytes(needed)}" if needed else ""
-        after = f"; {kept} is intact and a relaunch resumes from it" if kept else ""
-        message = (f"cannot write {path}: no space left on device ({format_bytes(free)} free{need}){after}; "
-                   f"free some space and launch the same command again")
-        log.error(message)
-        raise CheckpointWriteFailed(message) from None
 
 
 class CheckpointStore:
@@ -270,7 +185,7 @@ class CheckpointStore:
             status.assert_existing_objects_matched()
             status.expect_partial()
         except (AssertionError, ValueError, tf.errors.OpError) as err:
-            raise CheckpointDamaged(_first_line(err)) from None
+            raise CheckpointDamaged(first_line(err)) from None
 
     @staticmethod
     def holds(path, name):
@@ -290,7 +205,7 @@ class CheckpointStore:
                 return json.load(f).get("metric")
         except (OSError, ValueError, AttributeError) as err:
             log.warning("%s is damaged (%s); it is written again with the next best checkpoint", path,
-                        _first_line(err))
+                        first_line(err))
             return None
 
     def restore_parts(self, **parts):

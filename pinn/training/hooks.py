@@ -12,7 +12,7 @@ import numpy as np
 
 from pinn import keys as K
 from pinn.params.schema import ParamsError
-from pinn.training.checkpoints import stop_when_disk_full
+from pinn.training.checkpoint_files import stop_when_disk_full
 from pinn.training.guards import DivergenceGuard, LossJumpGuard, TrainingDiverged
 from pinn.training.metrics import predictions_path, write_eval_predictions
 from pinn.training.progress import Meter, scaling_line

@@ -15,8 +15,12 @@ class StepFunctions:
 
     Args:
         spec: the element spec of the training input (a sparse batch, or a tuple of parts).
-        trainer: the :class:`~pinn.training.trainer.Trainer`: its model, optimizer, weight
-            average, world, backend, learning rate and step variables are used.
+        state: the run's :class:`~pinn.training.state.TrainingState` (model, optimizer, weight
+            average, step and learning-rate factor).
+        learning_rate: the run's :class:`~pinn.training.schedule.LearningRate`.
+        world: the run's world.
+        backend: the gradient backend (:mod:`pinn.training.backends`).
+        max_grad_norm: clip the gradients to this global norm (``None``: no clipping).
 
     Attributes:
         world, backend, model, optimizer, ema, step, lr_factor, learning_rate: the run's, as the
@@ -28,14 +32,14 @@ class StepFunctions:
         whole_step: ``batch -> (applied, stats)`` for one process and one batch per step.
     """
 
-    def __init__(self, spec, trainer):
-        model, world, backend = trainer.model, trainer.world, trainer.backend
+    def __init__(self, spec, state, learning_rate, world, backend, max_grad_norm):
+        model = state.model
         self.world, self.backend = world, backend
-        self.model, self.optimizer, self.ema = model, trainer.optimizer, trainer.ema
-        self.learning_rate, self.lr_factor, self.step = trainer.learning_rate, trainer.lr_factor, trainer.step
+        self.model, self.optimizer, self.ema = model, state.optimizer, state.ema
+        self.learning_rate, self.lr_factor, self.step = learning_rate, state.lr_factor, state.step
         self.schedule_position = self.learning_rate.single_rank_steps
-        self.max_grad_norm = trainer.mp["max_grad_norm"]
-        self.dtype = trainer.dtype
+        self.max_grad_norm = max_grad_norm
+        self.dtype = model.dtype
         split = isinstance(spec, tuple)
         self.part_spec = part_spec = spec[0] if split else spec
         missing = model.missing_labels(part_spec)

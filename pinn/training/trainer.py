@@ -281,7 +281,8 @@ class Trainer(metaclass=_ModelClass):
         skip = start * k if mp["data_resume"] == "skip" else 0
         dataset = self._input(input_fn, skip=skip, pad=self.backend.jit, parts=self.backend.parts)
         if self.step_functions is None or self._steps_spec != dataset.element_spec:
-            self.step_functions = StepFunctions(dataset.element_spec, self)
+            self.step_functions = StepFunctions(dataset.element_spec, self.state, self.learning_rate, self.world,
+                                                self.backend, mp["max_grad_norm"])
             self._steps_spec = dataset.element_spec
         if self.is_chief and not self.store.latest:
             self.save()  # something to roll back to
