@@ -3,6 +3,7 @@ and its schedule, weight average, engine, checkpoints, validation and early stop
 progress.  :func:`pinn.params.model_schema` joins them with the model's options, and
 :func:`check` refuses what contradicts itself across keys and sections, once, when the params
 are resolved (:func:`pinn.params.resolve`)."""
+import logging
 import re
 
 from pinn.params.schema import Option, ParamsError, non_negative, positive
@@ -196,7 +197,6 @@ def _check_engine(mp):
 def notes(params):
     """What resolved ``params`` set that has no effect, or less than it may seem: ``[(logging level,
     message)]``, logged by rank 0 when a Trainer is built (the params stay valid)."""
-    import logging
     mp, out = params["model"]["params"], []
     if mp["lr_schedule"] not in ("exponential", "step"):
         unused = [key for key in ("decay_step", "decay_rate") if mp[key] != TRAINING_PARAMS[key].default]
