@@ -2,8 +2,11 @@
 
 A backend answers three things for :class:`pinn.training.steps.StepFunctions`: how the
 input is shaped (padded to buckets for XLA, split into parts), the gradients of one part
-of a batch, and the whole step of one process (one call per step).  The numba backend
-also owns the host copy of the weights, Adam's state and the average
+of a batch (:meth:`~TensorFlowBackend.part_gradients`, given the step's
+:class:`~pinn.training.steps.StepLoss`), and whether the step runs on host arrays
+(:meth:`~TensorFlowBackend.host_steps`, given the loss and the
+:class:`~pinn.training.steps.StepUpdate`).  The numba backend's :class:`HostSteps` own the
+host copy of the weights, Adam's state and the average
 (:class:`pinn.engines.host_optimizer.HostOptimizer`): :meth:`NumbaBackend.store` gives
 TensorFlow's variables the current values before anything reads them, and
 :meth:`NumbaBackend.reload` makes the next step read the variables again after something
@@ -103,63 +106,36 @@ class TensorFlowBackend:
         """The backend, for the log line at the start of training."""
         return "TensorFlow" + (" (XLA)" if self.jit else "")
 
-    def part_gradients(self, steps):
-        """A function ``(batch, global_counts) -> (gradients, stats)`` for one sparse batch; ``steps``
-        is the :class:`~pinn.training.steps.StepFunctions` that asks (model, terms, dtype, ...)."""
-        model, variables, terms, dtype = steps.model, steps.variables, steps.terms, steps.dtype
+    def part_gradients(self, loss):
+        """A function ``(batch, global_counts) -> (gradients, stats)`` for one sparse batch.
+
+        Args:
+            loss: the step's :class:`~pinn.training.steps.StepLoss`.
+        """
         from pinn.models.loss_weights import structure_weights
+        model, variables, terms, dtype = loss.model, loss.variables, loss.terms, loss.dtype
 
         def part_gradients(batch, global_counts):
-            weights = model.loss_weights(steps.schedule_position(steps.step))
+            weights = loss.weights_at(loss.step)
             with tf.GradientTape() as tape:
-                pred = model.predict(batch, **steps.outputs)
+                pred = model.predict(batch, **loss.outputs)
                 sums = model.loss_sums(batch, pred)
-                loss = tf.add_n([tf.cast(weights[t], dtype)
-                                 * tf.math.divide_no_nan(sums[t], tf.cast(global_counts[i], dtype))
-                                 for i, t in enumerate(terms)])
+                total = tf.add_n([tf.cast(weights[t], dtype)
+                                  * tf.math.divide_no_nan(sums[t], tf.cast(global_counts[i], dtype))
+                                  for i, t in enumerate(terms)])
             grads = [tf.convert_to_tensor(g) if g is not None else tf.zeros_like(v)
-                     for g, v in zip(tape.gradient(loss, variables), variables)]
-            finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in grads] + [tf.math.is_finite(loss)])
+                     for g, v in zip(tape.gradient(total, variables), variables)]
+            finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in grads] + [tf.math.is_finite(total)])
             errors = model.error_sums(batch, pred)
-            return grads, tf.concat([[loss, tf.reduce_sum(structure_weights(batch, dtype))]]
-                                    + [tf.stack(errors[k]) for k in steps.metric_keys]
-                                    + [steps.one_hot_rank * tf.cast(tf.logical_not(finite), dtype)], axis=0)
+            return grads, tf.concat([[total, tf.reduce_sum(structure_weights(batch, dtype))]]
+                                    + [tf.stack(errors[k]) for k in loss.metric_keys]
+                                    + [loss.one_hot_rank * tf.cast(tf.logical_not(finite), dtype)], axis=0)
         return part_gradients
 
-    def whole_step(self, steps, graph_step):
-        """The step of one process and one batch: here the graph step ``graph_step`` itself."""
-        return graph_step
-
-    # one exchange per step (pinn.training.exchange)
-    def local_counts(self, steps, batch, keep=False):
-        """This rank's loss counts of one batch, per term of ``steps`` (float64 array); ``keep``: the batch's
-        gradients follow through :meth:`local_flat` (a backend may keep what it made of the batch)."""
-        return np.asarray(steps.local_counts(batch), np.float64)
-
-    def local_flat(self, steps, batches, global_counts):
-        """This rank's gradient summed over ``batches`` as one flat float64 vector (the order of the
-        trainable variables) and its stats, with the loss normalised by ``global_counts``."""
-        counts = tf.constant(global_counts, tf.float64)
-        total = stats = None
-        for batch in batches:
-            grads, part = steps.local_gradients(batch, counts)
-            flat = np.concatenate([np.asarray(g, np.float64).ravel() for g in grads])
-            total = flat if total is None else total + flat
-            stats = part.numpy() if stats is None else stats + part.numpy()
-        return total, stats
-
-    def apply_flat(self, steps, flat, finite):
-        """The update with the summed gradient ``flat`` (when ``finite``); the step counted."""
-        grads, start = [], 0
-        for v in steps.variables:
-            size = v.shape.num_elements()
-            grads.append(tf.constant(flat[start:start + size].reshape(v.shape), v.dtype))
-            start += size
-        return bool(steps.apply_reduced(grads, tf.constant(bool(finite))))
-
-    def flat_weights(self, steps):
-        """The current weights as one float64 vector."""
-        return np.concatenate([np.asarray(v.numpy(), np.float64).ravel() for v in steps.variables])
+    def host_steps(self, loss, update):
+        """The steps on host arrays for this loss and update, or ``None``: here the traced steps of
+        :class:`~pinn.training.steps.StepFunctions` do everything."""
+        return None
 
     def store(self):
         """Give TensorFlow's variables the current state (here they always hold it)."""
@@ -170,7 +146,7 @@ class TensorFlowBackend:
 
 class NumbaBackend(TensorFlowBackend):
     """Gradients by the numba engine (:class:`pinn.engines.gradients.TrainingEngine`); the update of a
-    one-process step on the host (:class:`pinn.engines.host_optimizer.HostOptimizer`).
+    one-process step on the host (:class:`HostSteps`).
 
     Args:
         model: a PiNet potential model (see :func:`pinn.engines.lowering.capability`).
@@ -183,55 +159,65 @@ class NumbaBackend(TensorFlowBackend):
         from pinn.engines.gradients import TrainingEngine
         super().__init__(jit=False, parts=1)
         self.engine = TrainingEngine(model, threads=threads)
-        self.host = None  # the weights, Adam's state and the average of the host step
-        self.synced = False  # the engine holds the variables' current values
-        self._converted = {}  # id(batch) -> (batch, its NumPy arrays): batches counted before their step
+        self.current = None  # the HostSteps of the latest StepFunctions
 
     def describe(self):
         return f"the numba engine ({self.engine.threads} thread(s))"
 
-    def part_gradients(self, steps):
+    def part_gradients(self, loss):
         from pinn.engines.gradients import tensorflow_gradients
-        model, terms, engine = steps.model, steps.terms, self.engine
+        engine, terms = self.engine, loss.terms
 
         def part_gradients(batch, global_counts):
-            weights = model.loss_weights(steps.schedule_position(steps.step))
-            return tensorflow_gradients(engine, batch, steps.variables, terms,
+            weights = loss.weights_at(loss.step)
+            return tensorflow_gradients(engine, batch, loss.variables, terms,
                                         tf.stack([tf.cast(weights[t], tf.float64) for t in terms]),
-                                        global_counts, steps.metric_keys, steps.one_hot_rank, steps.dtype)
+                                        global_counts, loss.metric_keys, loss.one_hot_rank, loss.dtype)
         return part_gradients
 
-    def whole_step(self, steps, graph_step):
-        """The step of one process and one batch: the engine's gradients from the NumPy batch, then the
-        update (clipping, Adam, the average) on the host's flat vectors, which TensorFlow's variables
-        get when something reads them (:meth:`store`)."""
-        self._prepare(steps)
+    def host_steps(self, loss, update):
+        """The engine's steps on host arrays (:class:`HostSteps`) for this loss and update."""
+        self.current = HostSteps(self.engine, loss, update)
+        return self.current
 
-        def step(batch):
-            self._sync()
-            rate = self._rate()
-            out = self._call(batch, None)
-            try:
-                if out["finite"]:
-                    self.host.apply(self.engine.flat_gradient(), rate)
-                    self.engine.set_flat_weights(self.host.weights)
-            finally:  # an interrupt (Ctrl-C) in the update still counts the step with it, as the checkpoint will
-                self._count_step()
-            return out["finite"], self._stats(out)
-        return step
+    def store(self):
+        """Give TensorFlow's variables the weights, Adam's state and the average that the host step
+        keeps (before anything reads them)."""
+        if self.current is not None:
+            self.current.store()
 
-    def _prepare(self, steps):
-        """The host optimizer and the per-run state of the steps of ``steps`` (a StepFunctions)."""
+    def reload(self, diverged=False):
+        """Read the variables again at the next step; ``diverged``: the host's values are dropped (a
+        rollback)."""
+        if self.current is not None:
+            self.current.reload(diverged)
+
+
+class HostSteps:
+    """The steps of the numba engine on host arrays: the engine's gradients from the NumPy batch, then
+    the update (clipping, Adam, the average) on the host's flat vectors
+    (:class:`pinn.engines.host_optimizer.HostOptimizer`), which TensorFlow's variables get when
+    something reads them (:meth:`store`).
+
+    Args:
+        engine: the :class:`pinn.engines.gradients.TrainingEngine`.
+        loss: the step's :class:`~pinn.training.steps.StepLoss`.
+        update: the step's :class:`~pinn.training.steps.StepUpdate`.
+    """
+
+    #: learning rates are computed per block of steps: one TensorFlow call, not one per step
+    RATE_BLOCK = 256
+
+    def __init__(self, engine, loss, update):
         from pinn.engines.host_optimizer import HostOptimizer
-        model = steps.model
-        self.steps = steps
-        self._converted = {}  # batches counted by an earlier train() call that ended before their step
-        self.host = HostOptimizer(steps.variables, steps.optimizer, steps.ema, steps.max_grad_norm)
-        self.one_hot_rank = steps.one_hot_rank.numpy()
-        self.fixed_weights = None if model.params["loss_weight_schedule"] else \
-            {t: float(w) for t, w in model.loss_weights(0.0).items()}
+        self.engine, self.loss = engine, loss
+        self._converted = {}  # id(batch) -> (batch, its NumPy arrays): batches counted before their step
+        self.host = HostOptimizer(loss.variables, update.optimizer, update.ema, update.max_grad_norm)
+        self.one_hot_rank = loss.one_hot_rank.numpy()
+        self.fixed_weights = None if loss.model.params["loss_weight_schedule"] else \
+            {t: float(w) for t, w in loss.model.loss_weights(0.0).items()}
         block = self.RATE_BLOCK
-        learning_rate, lr_factor = steps.learning_rate, steps.lr_factor
+        learning_rate, lr_factor = update.learning_rate, update.lr_factor
 
         @tf.function(input_signature=[tf.TensorSpec([], tf.int64)], autograph=False)
         def rates_from(start):
@@ -241,17 +227,27 @@ class NumbaBackend(TensorFlowBackend):
         self.rates_from = rates_from
         self.state = {}  # the step count, e_dress and the learning rates of the current block, read on a sync
         self.one = tf.constant(1, tf.int64)  # the step counter's increment: no read back, no conversion per step
-        self.synced = False
+        self.synced = False  # the engine holds the variables' current values
 
-    #: learning rates are computed per block of steps: one TensorFlow call, not one per step
-    RATE_BLOCK = 256
+    def whole_step(self, batch):
+        """The step of one process and one batch: ``(applied, stats)``."""
+        self._sync()
+        rate = self._rate()
+        out = self._call(batch, None)
+        try:
+            if out["finite"]:
+                self.host.apply(self.engine.flat_gradient(), rate)
+                self.engine.set_flat_weights(self.host.weights)
+        finally:  # an interrupt (Ctrl-C) in the update still counts the step with it, as the checkpoint will
+            self._count_step()
+        return out["finite"], self._stats(out)
 
     def _sync(self):
         """Read the variables when they changed outside the engine's steps (start, rollback, a TF step)."""
         if not self.synced:
             self.host.load()
             self.engine.set_flat_weights(self.host.weights)
-            self.state.update(step=int(self.steps.step), dress=self.steps.model.e_dress.numpy(), rates=None)
+            self.state.update(step=int(self.loss.step), dress=self.loss.model.e_dress.numpy(), rates=None)
             self.synced = True
 
     def _rate(self):
@@ -264,19 +260,18 @@ class NumbaBackend(TensorFlowBackend):
     def _call(self, batch, counts):
         """The engine on one batch (tensors) at the current step; ``counts``: the loss counts per term
         (``None``: this batch's own)."""
-        steps, engine = self.steps, self.engine
+        loss, engine = self.loss, self.engine
         arrays = self._arrays(batch, keep=False)
-        weights = self.fixed_weights or {t: float(w) for t, w in steps.model.loss_weights(
-            steps.learning_rate.single_rank_steps(self.state["step"])).items()}
-        counts = engine.loss_counts(arrays, steps.terms) if counts is None else counts
+        weights = self.fixed_weights or {t: float(w) for t, w in loss.weights_at(self.state["step"]).items()}
+        counts = engine.loss_counts(arrays, loss.terms) if counts is None else counts
         return engine(arrays, weights, counts, self.state["dress"])
 
     def _stats(self, out):
         from pinn.engines.gradients import step_stats
-        return step_stats(out, self.steps.metric_keys, self.one_hot_rank, self.steps.dtype.as_numpy_dtype)
+        return step_stats(out, self.loss.metric_keys, self.one_hot_rank, self.loss.dtype.as_numpy_dtype)
 
     def _count_step(self):
-        self.steps.step.assign_add(self.one, read_value=False)
+        self.loss.step.assign_add(self.one, read_value=False)
         self.state["step"] += 1
 
     def _arrays(self, batch, keep):
@@ -291,19 +286,19 @@ class NumbaBackend(TensorFlowBackend):
         return held[1]
 
     # one exchange per step (pinn.training.exchange): the host update on every rank
-    def local_counts(self, steps, batch, keep=False):
-        """This rank's loss counts of one batch, per term of ``steps`` (float64 array), from its NumPy
-        arrays (a traced TensorFlow function cost 0.3-0.7 ms per call in matching its arguments);
-        ``keep``: hold the arrays for the batch's :meth:`local_flat`."""
-        counts = self.engine.loss_counts(self._arrays(batch, keep=keep), steps.terms)
-        return np.array([counts[t] for t in steps.terms], np.float64)
+    def count(self, batch, keep=False):
+        """This rank's loss counts of one batch, per term (float64 array), from its NumPy arrays (a
+        traced TensorFlow function cost 0.3-0.7 ms per call in matching its arguments); ``keep``: hold
+        the arrays for the batch's :meth:`flat_gradient`."""
+        counts = self.engine.loss_counts(self._arrays(batch, keep=keep), self.loss.terms)
+        return np.array([counts[t] for t in self.loss.terms], np.float64)
 
-    def local_flat(self, steps, batches, global_counts):
+    def flat_gradient(self, batches, global_counts):
         """This rank's gradient summed over ``batches`` (one flat float64 vector, the order of the
         trainable variables) and its stats, with the loss normalised by ``global_counts`` (all
         ranks', per loss term)."""
         self._sync()
-        counts = dict(zip(steps.terms, (float(c) for c in global_counts)))
+        counts = dict(zip(self.loss.terms, (float(c) for c in global_counts)))
         total = stats = None
         for batch in batches:
             out = self._call(batch, counts)
@@ -312,7 +307,7 @@ class NumbaBackend(TensorFlowBackend):
             stats = self._stats(out) if stats is None else stats + self._stats(out)
         return total, stats
 
-    def apply_flat(self, steps, flat, finite):
+    def apply_flat(self, flat, finite):
         """The update with the summed gradient ``flat`` (when ``finite``) on the host; the step counted."""
         rate = self._rate()
         try:
@@ -323,22 +318,20 @@ class NumbaBackend(TensorFlowBackend):
             self._count_step()
         return finite
 
-    def flat_weights(self, steps):
+    def flat_weights(self):
         """The current weights as one float64 vector (the host's copy)."""
         self._sync()
         return np.asarray(self.host.weights, np.float64)
 
     def store(self):
         """Give TensorFlow's variables the weights, Adam's state and the average that the host step
-        keeps (before anything reads them); the learning rates are read again after (a validation may
-        lower them)."""
-        if self.host is not None and self.host.ahead:
+        keeps (the learning rates are read again after: a validation may lower them)."""
+        if self.host.ahead:
             self.host.store()
             self.synced = False
 
     def reload(self, diverged=False):
-        """Read the variables again at the next step; ``diverged``: the host's values are dropped (a
-        rollback)."""
-        if diverged and self.host is not None:
+        """Read the variables again at the next step; ``diverged``: the host's values are dropped."""
+        if diverged:
             self.host.ahead = False
         self.synced = False

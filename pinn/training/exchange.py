@@ -36,14 +36,6 @@ def take(iterator, k):
     return batches
 
 
-def local_counts(backend, steps, batches, keep=False):
-    """This rank's loss counts of ``batches`` summed, per term of ``steps`` (a StepFunctions), float64,
-    as ``backend`` counts them; ``keep``: their gradients follow through ``backend.local_flat``."""
-    if not batches:
-        return np.zeros(len(steps.terms))
-    return sum(backend.local_counts(steps, b, keep) for b in batches)
-
-
 class WeightsDiffer(SystemExit):
     """The ranks' weights differ (they must stay bitwise equal): every rank ends with this one-line
     message and exit status 1 (a :class:`SystemExit`: the ranks leave as after a stop signal)."""
@@ -53,14 +45,14 @@ class FusedExchange:
     """One allreduce per step for a parallel run.
 
     Args:
-        steps: the run's :class:`~pinn.training.steps.StepFunctions` (with its world and backend).
+        steps: the run's :class:`~pinn.training.steps.StepFunctions` (with its world).
         k: batches per step (``accumulate_batches``).
         check_every: compare the ranks' weight checksums every this many steps.
     """
 
     def __init__(self, steps, k, check_every):
         self.k, self.check_every = k, max(1, int(check_every))
-        self.steps, self.world, self.backend = steps, steps.world, steps.backend
+        self.steps, self.world = steps, steps.world
         steps, size = self.steps, self.world.size
         self.n_grad = sum(v.shape.num_elements() for v in steps.variables)
         self.n_stats, self.n_terms = steps.n_stats, len(steps.terms)
@@ -82,7 +74,7 @@ class FusedExchange:
         """
         self.batches = take(iterator, self.k)
         flags = [float(len(self.batches) < self.k), float(signals.received is not None)]
-        counts = local_counts(self.backend, self.steps, self.batches, keep=True)
+        counts = self.steps.count(self.batches, keep=True)
         agreed = self.world.allreduce_sum_numpy(np.concatenate([counts, flags]))
         self.counts = agreed[:self.n_terms]
         return bool(agreed[-2] > 0), bool(agreed[-1] > 0)
@@ -106,18 +98,17 @@ class FusedExchange:
         """
         t0 = time.perf_counter()
         batches, size = self.batches, self.world.size
-        grad, stats = self.backend.local_flat(self.steps, batches, self.counts)
+        grad, stats = self.steps.flat_gradient(batches, self.counts)
         following = take(iterator, self.k)
         buffer = np.zeros(self.length)
         buffer[:self.at_stats] = grad
         buffer[self.at_stats:self.at_counts] = stats
-        buffer[self.at_counts:self.at_flags] = local_counts(self.backend, self.steps, following, keep=True)
+        buffer[self.at_counts:self.at_flags] = self.steps.count(following, keep=True)
         buffer[self.at_flags] = float(len(following) < self.k)
         buffer[self.at_flags + 1] = float(signals.received is not None)
         checked = (step + 1) % self.check_every == 0
         if checked:
-            buffer[self.at_sums + self.world.rank] = float(np.dot(self.backend.flat_weights(self.steps),
-                                                                  self.coefficients))
+            buffer[self.at_sums + self.world.rank] = float(np.dot(self.steps.flat_weights(), self.coefficients))
         t1 = time.perf_counter()
         summed = self.world.allreduce_sum_numpy(buffer)
         t2 = time.perf_counter()
@@ -128,7 +119,7 @@ class FusedExchange:
                                     f"{', '.join(f'{c:.17g}' for c in sums)}); they must stay bitwise equal")
         grad, stats = summed[:self.at_stats], summed[self.at_stats:self.at_counts]
         finite = bool(np.isfinite(grad).all() and np.isfinite(stats[:2]).all() and stats[-size:].sum() == 0)
-        applied = self.backend.apply_flat(self.steps, grad, finite)
+        applied = self.steps.apply_flat(grad, finite)
         t3 = time.perf_counter()
         self.batches, self.counts = following, summed[self.at_counts:self.at_flags]
         phases = np.array([t1 - t0, t2 - t1, t3 - t2])

@@ -53,7 +53,7 @@ import numpy as np
 import tensorflow as tf
 
 from pinn.params.schema import ParamsError
-from pinn.training.exchange import WeightsDiffer, local_counts, take
+from pinn.training.exchange import WeightsDiffer, take
 from pinn.training.options import KALMAN_NAMES
 
 log = logging.getLogger("pinn")
@@ -191,7 +191,7 @@ class KalmanSteps:
     :attr:`batches` is ``None``).
 
     Args:
-        steps: the run's :class:`~pinn.training.steps.StepFunctions` (world, backend, weight average,
+        steps: the run's :class:`~pinn.training.steps.StepFunctions` (world, loss, weight average,
             step and learning rate).
         kalman: the :class:`KalmanFilter`.
         k: batches per step (``accumulate_batches``).
@@ -201,7 +201,7 @@ class KalmanSteps:
 
     def __init__(self, steps, kalman, k, check_every, separate_errors=False):
         self.k, self.check_every = k, max(1, int(check_every))
-        self.steps, self.world, self.backend = steps, steps.world, steps.backend
+        self.steps, self.world = steps, steps.world
         self.filter = kalman
         terms = list(steps.terms)
         # which terms each update fits: all at once, or one at a time (1 for the term's errors, 0 for the others)
@@ -226,7 +226,7 @@ class KalmanSteps:
         t0 = time.perf_counter()
         self.batches = take(iterator, self.k)
         flags = [float(len(self.batches) < self.k), float(signals.received is not None)]
-        counts = local_counts(self.backend, self.steps, self.batches)
+        counts = self.steps.count(self.batches)
         agreed = self.world.allreduce_sum_numpy(np.concatenate([counts, flags]))
         self.counts = agreed[:len(self.steps.terms)]
         self._taken = time.perf_counter() - t0
@@ -285,8 +285,8 @@ class KalmanSteps:
                 changed = True
             phases[2] += time.perf_counter() - t2
         t3 = time.perf_counter()
-        if changed and steps.ema is not None:
-            steps.ema.update(steps.variables)
+        if changed and steps.update.ema is not None:
+            steps.update.ema.update(steps.variables)
         steps.step.assign_add(1)
         phases[2] += time.perf_counter() - t3
         return batches, applied, stats, phases, False, False
@@ -336,11 +336,12 @@ def _local_function(steps, kind):
     ``global_counts``, structures, error sums, this rank's non-finite flag).
     """
     from pinn.models.loss_weights import structure_weights
-    model, variables, dtype = steps.model, steps.variables, steps.dtype
-    terms, outputs = steps.terms, steps.outputs
+    spec, loss_of_step = steps.part_spec, steps.loss
+    model, variables, dtype = loss_of_step.model, loss_of_step.variables, loss_of_step.dtype
+    terms, outputs = loss_of_step.terms, loss_of_step.outputs
 
     def local(batch, global_counts, group):
-        weights = model.loss_weights(steps.schedule_position(steps.step))
+        weights = loss_of_step.weights_at(loss_of_step.step)
         with tf.GradientTape(persistent=kind == "gekf") as tape:
             pred = model.predict(batch, **outputs)
             residuals = model.residuals(batch, pred)
@@ -371,9 +372,9 @@ def _local_function(steps, kind):
         finite = tf.logical_and(tf.reduce_all(tf.math.is_finite(payload)), tf.math.is_finite(loss))
         errors = model.error_sums(batch, pred)
         stats = tf.concat([[loss, tf.reduce_sum(structure_weights(batch, dtype))]]
-                          + [tf.stack(errors[k]) for k in steps.metric_keys]
-                          + [steps.one_hot_rank * tf.cast(tf.logical_not(finite), dtype)], axis=0)
+                          + [tf.stack(errors[k]) for k in loss_of_step.metric_keys]
+                          + [loss_of_step.one_hot_rank * tf.cast(tf.logical_not(finite), dtype)], axis=0)
         return payload, stats
 
-    return tf.function(local, input_signature=[steps.part_spec, tf.TensorSpec([len(terms)], tf.float64),
+    return tf.function(local, input_signature=[spec, tf.TensorSpec([len(terms)], tf.float64),
                                                tf.TensorSpec([len(terms)], tf.float64)], autograph=False)

@@ -1,13 +1,68 @@
 """The traced pieces of a training step, for batches of one element spec.
 
 One step (see :mod:`pinn.training.trainer`): the loss counts of the batches summed over
-ranks (:attr:`StepFunctions.local_counts`, then an allreduce), the gradients of
+ranks (:meth:`StepFunctions.count`, then an allreduce), the gradients of
 Σ_term w_t · penalty sum / global count per batch (:attr:`~StepFunctions.local_gradients`,
 from the backend), then the sum over ranks and the update, skipped on every rank when
 anything is non-finite (:attr:`~StepFunctions.reduce_and_apply`).  One process with one
 batch per step runs :attr:`~StepFunctions.whole_step` instead: the same in one call.
+
+A gradient backend (:mod:`pinn.training.backends`) is given what it needs and no more: the
+loss of a step (:class:`StepLoss`) and the update (:class:`StepUpdate`).
 """
+import dataclasses
+from typing import Any, Callable
+
+import numpy as np
 import tensorflow as tf
+
+
+@dataclasses.dataclass(frozen=True)
+class StepLoss:
+    """The loss of a training step, as a gradient backend computes it.
+
+    Attributes:
+        model: the model (``predict``, ``loss_sums``, ``error_sums``, ``loss_weights``).
+        variables: its trainable variables, in the order of a flat gradient.
+        terms: the loss terms, in the order of the loss counts.
+        outputs: the keyword arguments of ``model.predict`` in training.
+        metric_keys: the errors summed into the step's statistics.
+        one_hot_rank: this rank's slot among the non-finite flags (length: the ranks).
+        dtype: the model's float dtype.
+        step: the global step (int64 variable).
+        position: global step -> position in the loss-weight schedule (one rank's steps).
+    """
+    model: Any
+    variables: list
+    terms: list
+    outputs: dict
+    metric_keys: list
+    one_hot_rank: tf.Tensor
+    dtype: tf.DType
+    step: tf.Variable
+    position: Callable
+
+    def weights_at(self, step):
+        """The loss weights per term at global step ``step`` (tensor or int)."""
+        return self.model.loss_weights(self.position(step))
+
+
+@dataclasses.dataclass(frozen=True)
+class StepUpdate:
+    """The update of a training step.
+
+    Attributes:
+        optimizer: the run's Adam.
+        ema: the weight average, or ``None``.
+        max_grad_norm: clip the gradients to this global norm (``None``: no clipping).
+        learning_rate: the schedule (global step -> float32 rate).
+        lr_factor: the factor on it (float32 variable; a validation may lower it).
+    """
+    optimizer: Any
+    ema: Any
+    max_grad_norm: Any
+    learning_rate: Callable
+    lr_factor: tf.Variable
 
 
 class StepFunctions:
@@ -23,22 +78,20 @@ class StepFunctions:
         max_grad_norm: clip the gradients to this global norm (``None``: no clipping).
 
     Attributes:
-        world, backend, model, optimizer, ema, step, lr_factor, learning_rate: the run's, as the
-            Trainer holds them (:meth:`current_learning_rate`).
-        local_counts: ``batch -> [terms]`` loss counts of this rank's batch.
+        world, model, step, learning_rate, lr_factor, loss (:class:`StepLoss`), update (:class:`StepUpdate`): the run's.
+        terms, variables, metric_keys: the loss's.
+        local_counts: ``batch -> [terms]`` loss counts of this rank's batch (traced).
         local_gradients: ``(batch, global_counts) -> (gradients, stats)``.
         reduce_and_apply: ``(gradients, stats) -> (applied, stats)``, summed over ranks.
         apply_reduced: ``(gradients, finite) -> applied``: the update with gradients summed already.
         whole_step: ``batch -> (applied, stats)`` for one process and one batch per step.
+        host: the backend's steps on host arrays (:meth:`count`, :meth:`flat_gradient`, ...), or ``None``.
     """
 
     def __init__(self, spec, state, learning_rate, world, backend, max_grad_norm):
         model = state.model
-        self.world, self.backend = world, backend
-        self.model, self.optimizer, self.ema = model, state.optimizer, state.ema
-        self.learning_rate, self.lr_factor, self.step = learning_rate, state.lr_factor, state.step
-        self.schedule_position = self.learning_rate.single_rank_steps
-        self.max_grad_norm = max_grad_norm
+        self.world, self.model, self.step = world, model, state.step
+        self.learning_rate, self.lr_factor = learning_rate, state.lr_factor
         self.dtype = model.dtype
         split = isinstance(spec, tuple)
         self.part_spec = part_spec = spec[0] if split else spec
@@ -46,12 +99,25 @@ class StepFunctions:
         if missing:
             raise ValueError(f"the model trains on {missing} but the training data have no "
                              f"{[model.LABELS[t] for t in missing]} (see model.params)")
-        self.variables = variables = model.trainable_variables
-        self.terms = model.loss_term_names()
-        self.outputs = model.train_outputs()
-        self.metric_keys = model.metric_keys(part_spec, self.outputs)
-        self.one_hot_rank = tf.one_hot(world.rank, world.size, dtype=self.dtype)
+        outputs = model.train_outputs()
+        self.loss = loss = StepLoss(model, model.trainable_variables, model.loss_term_names(), outputs,
+                                    model.metric_keys(part_spec, outputs),
+                                    tf.one_hot(world.rank, world.size, dtype=self.dtype), self.dtype,
+                                    state.step, learning_rate.single_rank_steps)
+        self.update = update = StepUpdate(state.optimizer, state.ema, max_grad_norm, learning_rate, state.lr_factor)
+        self.terms, self.variables, self.metric_keys = loss.terms, loss.variables, loss.metric_keys
         self.n_ranks = world.size
+        self.n_stats = n_stats = 2 + 3 * len(self.metric_keys) + world.size
+        self._trace(spec, split, backend)
+        self.host = backend.host_steps(loss, update)
+        self.whole_step = self.host.whole_step if self.host is not None else self.graph_step
+        #: the traced errors-and-Jacobian function of the Kalman filters, made by them on first use
+        #: (:class:`pinn.training.kalman.KalmanSteps`)
+        self.kalman_local = None
+
+    def _trace(self, spec, split, backend):
+        """The traced functions of the step (see the class's attributes)."""
+        loss, update, world, variables = self.loss, self.update, self.world, self.loss.variables
 
         def counts_of(batch):
             if split:
@@ -59,10 +125,10 @@ class StepFunctions:
             return counts_of_part(batch)
 
         def counts_of_part(batch):
-            counts = model.loss_counts(batch)
-            return tf.stack([counts[t] for t in self.terms])
+            counts = loss.model.loss_counts(batch)
+            return tf.stack([counts[t] for t in loss.terms])
 
-        part_gradients = backend.part_gradients(self)
+        part_gradients = backend.part_gradients(loss)
         if split:  # one compiled function per part, the parts' calls concurrent in an uncompiled step
             compiled_part = tf.function(part_gradients, jit_compile=backend.jit, autograph=False)
 
@@ -76,13 +142,13 @@ class StepFunctions:
         @tf.function(jit_compile=True, autograph=False)  # clipping, Adam and the average fused: ~10 % of a small step
         def apply(grads):
             clipped = grads
-            if self.max_grad_norm:
-                clipped, _ = tf.clip_by_global_norm(grads, self.max_grad_norm)
+            if update.max_grad_norm:
+                clipped, _ = tf.clip_by_global_norm(grads, update.max_grad_norm)
             # the optimizer keeps the rate as a variable: the schedule reaches the update through this assignment
-            self.optimizer.learning_rate.assign(self.learning_rate(self.step) * self.lr_factor)
-            self.optimizer.apply_gradients(zip(clipped, variables))
-            if self.ema is not None:
-                self.ema.update(variables)
+            update.optimizer.learning_rate.assign(update.learning_rate(loss.step) * update.lr_factor)
+            update.optimizer.apply_gradients(zip(clipped, variables))
+            if update.ema is not None:
+                update.ema.update(variables)
             return tf.constant(True)
 
         def apply_if_finite(grads, stats):
@@ -90,18 +156,17 @@ class StepFunctions:
                                     tf.reduce_all(tf.math.is_finite(stats[:2])))
             finite = tf.logical_and(finite, tf.reduce_sum(stats[-world.size:]) == 0)
             applied = tf.cond(finite, lambda: apply(grads), lambda: tf.constant(False))
-            self.step.assign_add(1)
+            loss.step.assign_add(1)
             return applied, stats
 
         self.local_counts = tf.function(counts_of, input_signature=[spec], autograph=False)
         # XLA (jit): compiled once per bucket of padded batch sizes; the tf.function is traced once
         self.local_gradients = tf.function(
-            gradients_of, input_signature=[spec, tf.TensorSpec([len(self.terms)], tf.float64)],
+            gradients_of, input_signature=[spec, tf.TensorSpec([len(loss.terms)], tf.float64)],
             jit_compile=backend.jit and not split, autograph=False)
         grad_specs = [tf.TensorSpec(v.shape, v.dtype) for v in variables]
-        n_stats = 2 + 3 * len(self.metric_keys) + world.size
 
-        @tf.function(input_signature=[grad_specs, tf.TensorSpec([n_stats], self.dtype)], autograph=False)
+        @tf.function(input_signature=[grad_specs, tf.TensorSpec([self.n_stats], self.dtype)], autograph=False)
         def reduce_and_apply(grads, stats):
             grads = world.allreduce_sum(grads, compress=True)
             stats = world.allreduce_sum([stats])[0]
@@ -118,16 +183,62 @@ class StepFunctions:
             """The update with gradients already summed over ranks, when ``finite``; the step counted
             (:mod:`pinn.training.exchange`)."""
             applied = tf.cond(finite, lambda: apply(grads), lambda: tf.constant(False))
-            self.step.assign_add(1)
+            loss.step.assign_add(1)
             return applied
 
-        self.reduce_and_apply = reduce_and_apply
-        self.apply_reduced = apply_reduced
-        self.n_stats = n_stats
-        #: the traced errors-and-Jacobian function of the Kalman filters, made by them on first use
-        #: (:class:`pinn.training.kalman.KalmanSteps`)
-        self.kalman_local = None
-        self.whole_step = backend.whole_step(self, graph_step)
+        self.reduce_and_apply, self.apply_reduced, self.graph_step = reduce_and_apply, apply_reduced, graph_step
+
+    # the steps on host arrays of a parallel run's exchange (pinn.training.exchange) and the Kalman filters
+    def count(self, batches, keep=False):
+        """This rank's loss counts of ``batches`` summed, per term (float64 array; zeros for none);
+        ``keep``: their gradients follow through :meth:`flat_gradient` (the backend may keep what it made
+        of them)."""
+        if not batches:
+            return np.zeros(len(self.terms))
+        if self.host is not None:
+            return sum(self.host.count(b, keep) for b in batches)
+        return sum(np.asarray(self.local_counts(b), np.float64) for b in batches)
+
+    def flat_gradient(self, batches, global_counts):
+        """This rank's gradient summed over ``batches`` as one flat float64 vector (the order of the
+        trainable variables) and its stats, with the loss normalised by ``global_counts`` (all ranks'
+        loss counts, per term)."""
+        if self.host is not None:
+            return self.host.flat_gradient(batches, global_counts)
+        counts = tf.constant(global_counts, tf.float64)
+        total = stats = None
+        for batch in batches:
+            grads, part = self.local_gradients(batch, counts)
+            flat = np.concatenate([np.asarray(g, np.float64).ravel() for g in grads])
+            total = flat if total is None else total + flat
+            stats = part.numpy() if stats is None else stats + part.numpy()
+        return total, stats
+
+    def apply_flat(self, flat, finite):
+        """The update with the summed gradient ``flat`` (when ``finite``); the step counted.
+
+        Returns:
+            whether the update was applied.
+        """
+        if self.host is not None:
+            return self.host.apply_flat(flat, finite)
+        grads, start = [], 0
+        for v in self.variables:
+            size = v.shape.num_elements()
+            grads.append(tf.constant(flat[start:start + size].reshape(v.shape), v.dtype))
+            start += size
+        return bool(self.apply_reduced(grads, tf.constant(bool(finite))))
+
+    def store(self):
+        """Give TensorFlow's variables the weights the host steps keep, before a traced step reads them."""
+        if self.host is not None:
+            self.host.store()
+
+    def flat_weights(self):
+        """The current weights as one float64 vector."""
+        if self.host is not None:
+            return self.host.flat_weights()
+        return np.concatenate([np.asarray(v.numpy(), np.float64).ravel() for v in self.variables])
 
     def current_learning_rate(self):
         """The learning rate of the next update (float32 tensor)."""

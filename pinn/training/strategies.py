@@ -19,7 +19,7 @@ from typing import NamedTuple, Optional
 import numpy as np
 import tensorflow as tf
 
-from pinn.training.exchange import FusedExchange, fused, local_counts, take
+from pinn.training.exchange import FusedExchange, fused, take
 from pinn.training.kalman import KalmanSteps
 
 
@@ -80,8 +80,8 @@ class SplitSteps:
     def _split(self, batches, signals):
         steps, world = self.steps, self.steps.world
         t1 = time.perf_counter()
-        steps.backend.store()
-        counts = local_counts(steps.backend, steps, batches)
+        steps.store()
+        counts = steps.count(batches)
         flags = [float(len(batches) < self.k), float(signals.received is not None)]
         agreed = world.allreduce_sum_numpy(np.concatenate([counts, flags]))
         t2 = time.perf_counter()
