@@ -66,6 +66,7 @@ API_OBJECTS = {
     "parallel": [("pinn.parallel.worlds.init", "pinn/parallel/worlds.py", "init")],
     "networks": [("pinn.networks.pinet.PiNet", "pinn/networks/pinet.py", "PiNet"),
                  ("pinn.networks.pinet2.PiNet2", "pinn/networks/pinet2.py", "PiNet2"),
+                 ("pinn.networks.equivariant.PIXLayer", "pinn/networks/equivariant.py", "PIXLayer"),
                  ("pinn.networks.bpnn.BPNN", "pinn/networks/bpnn.py", "BPNN"),
                  ("pinn.networks.lj.LJ", "pinn/networks/lj.py", "LJ")],
     "calculator": [("pinn.calculator.get_calc", "pinn/calculator.py", "get_calc"),

@@ -28,7 +28,7 @@ from pinn.lazy import lazy_exports
 _EXPORTS = {
     "DataError": "pinn.io.errors",
     "Frame": "pinn.io.base", "check_structure": "pinn.io.base", "list_loader": "pinn.io.base",
-    "split_items": "pinn.io.base",
+    "split_items": "pinn.io.splits",
     "atoms_to_structure": "pinn.io.ase_data", "load_ase": "pinn.io.ase_data",
     "load_numpy": "pinn.io.numpy_data",
     "load_mimic": "pinn.io.mimic",

@@ -20,7 +20,8 @@ import numpy as np
 
 from pinn import keys as K
 from pinn.units import HARTREE
-from pinn.io.base import DataError, Frame, ItemReader, chosen_split, split_items
+from pinn.io.base import DataError, Frame, ItemReader
+from pinn.io.splits import chosen_split, split_items
 from pinn.io.readers.text import atomic_number
 
 

@@ -5,7 +5,8 @@ import numpy as np
 
 from pinn import keys as K
 from pinn.io import ase_files
-from pinn.io.base import DataError, Frame, check_structure, chosen_split, list_loader
+from pinn.io.base import DataError, Frame, check_structure, list_loader
+from pinn.io.splits import chosen_split
 
 
 def atoms_to_structure(atoms, source="Atoms"):

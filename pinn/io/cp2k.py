@@ -5,7 +5,8 @@ import os
 import numpy as np
 
 from pinn import keys as K
-from pinn.io.base import DataError, Frame, ItemReader, chosen_split, split_items
+from pinn.io.base import DataError, Frame, ItemReader
+from pinn.io.splits import chosen_split, split_items
 from pinn.io.readers.cp2k_files import (read_cell_file, read_cp2k_forces, read_cp2k_stress, read_xyz_frame, scan_cp2k_output,
                                   scan_xyz)
 

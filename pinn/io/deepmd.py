@@ -5,7 +5,8 @@ import os
 import numpy as np
 
 from pinn import keys as K
-from pinn.io.base import DataError, Frame, ItemReader, chosen_split, split_items
+from pinn.io.base import DataError, Frame, ItemReader
+from pinn.io.splits import chosen_split, split_items
 from pinn.io.readers.deepmd_system import DeepmdSystem
 
 

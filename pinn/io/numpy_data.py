@@ -4,7 +4,8 @@ import logging
 import numpy as np
 
 from pinn import keys as K
-from pinn.io.base import DataError, Frame, ItemReader, chosen_split, split_items
+from pinn.io.base import DataError, Frame, ItemReader
+from pinn.io.splits import chosen_split, split_items
 
 log = logging.getLogger("pinn")
 

@@ -4,7 +4,8 @@ import os
 import numpy as np
 
 from pinn import keys as K
-from pinn.io.base import DataError, Frame, ItemReader, chosen_split, split_items
+from pinn.io.base import DataError, Frame, ItemReader
+from pinn.io.splits import chosen_split, split_items
 from pinn.io.readers.runner_data import UNITS, read_runner_frame, scan_runner
 
 #: upstream PiNN's weights, given with ``weights=True``: key → (shape, dtype)

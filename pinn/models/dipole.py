@@ -39,7 +39,8 @@ from pinn.models.base import COMMON_PARAMS, Model, abs_sq_count, cast_floats, ch
 from pinn.models.loss_weights import atom_weights, structure_weights
 from pinn.io.batch import pair_geometry, with_cell_and_pbc
 from pinn.networks.layers import scatter_sum
-from pinn.params.schema import Option, ParamsError, non_negative, positive
+from pinn.models.dipole_params import AC_PARAMS, CHARGE_PARAMS, family_params
+from pinn.params.schema import ParamsError
 
 #: data key of the per-structure weights of ``use_d_weight``
 D_WEIGHT = "d_weight"
@@ -47,71 +48,6 @@ D_WEIGHT = "d_weight"
 OXIDATION = "oxidation"
 #: added to |D|² before the square root of the magnitude loss (e·Å)²: a finite gradient at D = 0
 MAGNITUDE_EPS = 1e-12
-
-
-def _false_or_positive(value):
-    if value is True:
-        return "false or a positive number"
-    return None if value is False or value > 0 else "false or a positive number"
-
-
-def _no_per_atom_log(value):
-    return ("pinn's evaluation has no per-atom dipole metric: use use_d_per_atom for a per-atom loss, or "
-            "leave log_d_per_atom false") if value else None
-
-
-def _family_params(vector_dipole):
-    """Upstream PiNN 2.x's options of every dipole model (``vector_dipole``'s default differs by model)."""
-    return {
-        "vector_dipole": Option(bool, vector_dipole, "loss on the three dipole components (true) or on the "
-                                "dipole's magnitude (false; the prediction is the vector either way)"),
-        "d_scale": Option(float, 1.0, "dipole unit during training (upstream's): the network's dipole contributions "
-                          "are in data units × d_scale, and the loss is on errors × d_scale", check=positive),
-        "d_unit": Option(float, 1.0, "the data's dipole unit in e·Å; the calculator multiplies dipoles and "
-                         "charges by it", check=positive),
-        "max_dipole": Option((bool, float), False, "false, or a number: dipole values (components, or magnitudes "
-                             "without vector_dipole) whose label × d_scale exceeds it in size are left out of the loss",
-                             check=_false_or_positive),
-        "use_d_per_atom": Option(bool, False, "dipole errors divided by the structure's number of atoms in the loss"),
-        "log_d_per_atom": Option(bool, False, "upstream's per-atom dipole metric: not in pinn (must stay false)",
-                                 check=_no_per_atom_log),
-        "use_d_weight": Option(bool, False, "multiply each structure's dipole penalty by the data's d_weight"),
-        "d_loss_multiplier": Option(float, 1.0, "weight of the dipole loss", check=non_negative),
-        "use_l2": Option(bool, False, "add L2 regularisation: l2_loss_multiplier × Σ w²/2 over the network's (and "
-                         "bond head's) weight matrices (no biases, no output units)"),
-        "l2_loss_multiplier": Option(float, 1.0, "weight of the L2 regularisation (use_l2)", check=non_negative),
-    }
-
-
-#: options of the models with atomic charges (AC)
-CHARGE_PARAMS = {
-    "charge_neutrality": Option(bool, True, "shift the charges so that each neutral unit sums to zero"),
-    "neutral_unit": Option(str, "system", "what is neutral: 'system' (each structure) or 'water_molecule' (every "
-                           "three consecutive atoms of a structure)", choices=("system", "water_molecule")),
-}
-
-#: pinn's own options of the AC models: a charge loss and a scale of the network's outputs
-AC_PARAMS = {
-    "use_dipole": Option(bool, True, "train on the dipole moment (d_data)"),
-    "use_charge": Option(bool, False, "train on the atomic charges (q_data, e)"),
-    "q_loss_multiplier": Option(float, 1.0, "weight of the charge loss (use_charge)", check=non_negative),
-    "q_scale": Option(float, 1.0, "network outputs are multiplied by this before the division by d_scale",
-                      check=positive),
-}
-
-#: options of the models with bond charges (BC)
-BOND_PARAMS = {
-    "regularization": Option(bool, True, "add the mean square bond charge (in training units) to the loss "
-                             "(upstream's BC(R) regularisation)"),
-    "bc_loss_multiplier": Option(float, 1.0, "weight of the bond-charge regularisation (upstream: 1)",
-                                 check=non_negative),
-}
-
-#: upstream's option of its models without a charge loss, where it has no effect
-UNUSED_Q_MULTIPLIER = {
-    "q_loss_multiplier": Option(float, 1.0, "accepted as upstream's models without a charge loss accept it; "
-                                "has no effect", check=non_negative),
-}
 
 
 def neutral_groups(struct, n_struct, unit):
@@ -416,7 +352,7 @@ class DipoleModel(DipoleFamilyModel):
 
     NAME = "dipole_model"
     CHARGES = True
-    PARAMS = {**AC_PARAMS, **CHARGE_PARAMS, **_family_params(vector_dipole=True), **COMMON_PARAMS}
+    PARAMS = {**AC_PARAMS, **CHARGE_PARAMS, **family_params(vector_dipole=True), **COMMON_PARAMS}
 
     def __init__(self, network, params, atom_types, dtype=tf.float32, name="dipole"):
         if not (params["use_dipole"] or params["use_charge"]):
@@ -432,4 +368,4 @@ class ACDipoleModel(DipoleModel):
     """
 
     NAME = "AC_dipole_model"
-    PARAMS = {**AC_PARAMS, **CHARGE_PARAMS, **_family_params(vector_dipole=False), **COMMON_PARAMS}
+    PARAMS = {**AC_PARAMS, **CHARGE_PARAMS, **family_params(vector_dipole=False), **COMMON_PARAMS}

@@ -27,8 +27,8 @@ import numpy as np
 import tensorflow as tf
 
 from pinn.models.base import COMMON_PARAMS
-from pinn.models.dipole import (BOND_PARAMS, CHARGE_PARAMS, UNUSED_Q_MULTIPLIER, DipoleFamilyModel,
-                                _family_params)
+from pinn.models.dipole import DipoleFamilyModel
+from pinn.models.dipole_params import BOND_PARAMS, CHARGE_PARAMS, UNUSED_Q_MULTIPLIER, family_params
 from pinn.networks.layers import Dense, FeedForward
 from pinn.networks.pinet import PiNet
 from pinn.networks.pinet2 import PiNet2
@@ -136,7 +136,7 @@ class BCRDipoleModel(DipoleVariantModel):
 
     NAME = "BC_R_dipole_model"
     BONDS = True
-    PARAMS = {**BOND_PARAMS, **_family_params(vector_dipole=False), **UNUSED_Q_MULTIPLIER, **COMMON_PARAMS}
+    PARAMS = {**BOND_PARAMS, **family_params(vector_dipole=False), **UNUSED_Q_MULTIPLIER, **COMMON_PARAMS}
 
 
 class ACBCRDipoleModel(DipoleVariantModel):
@@ -144,7 +144,7 @@ class ACBCRDipoleModel(DipoleVariantModel):
 
     NAME = "AC_BC_R_dipole_model"
     CHARGES = BONDS = True
-    PARAMS = {**CHARGE_PARAMS, **BOND_PARAMS, **_family_params(vector_dipole=False), **UNUSED_Q_MULTIPLIER,
+    PARAMS = {**CHARGE_PARAMS, **BOND_PARAMS, **family_params(vector_dipole=False), **UNUSED_Q_MULTIPLIER,
               **COMMON_PARAMS}
 
 
@@ -153,7 +153,7 @@ class ADDipoleModel(DipoleVariantModel):
 
     NAME = "AD_dipole_model"
     ATOMIC_DIPOLES = True
-    PARAMS = {**_family_params(vector_dipole=False), **UNUSED_Q_MULTIPLIER, **COMMON_PARAMS}
+    PARAMS = {**family_params(vector_dipole=False), **UNUSED_Q_MULTIPLIER, **COMMON_PARAMS}
 
 
 class ADOSDipoleModel(DipoleVariantModel):
@@ -161,7 +161,7 @@ class ADOSDipoleModel(DipoleVariantModel):
 
     NAME = "AD_OS_dipole_model"
     ATOMIC_DIPOLES = OXIDATION = True
-    PARAMS = {**_family_params(vector_dipole=True), **UNUSED_Q_MULTIPLIER, **COMMON_PARAMS}
+    PARAMS = {**family_params(vector_dipole=True), **UNUSED_Q_MULTIPLIER, **COMMON_PARAMS}
 
 
 class ACADDipoleModel(DipoleVariantModel):
@@ -169,7 +169,7 @@ class ACADDipoleModel(DipoleVariantModel):
 
     NAME = "AC_AD_dipole_model"
     CHARGES = ATOMIC_DIPOLES = True
-    PARAMS = {**CHARGE_PARAMS, **_family_params(vector_dipole=False), **UNUSED_Q_MULTIPLIER, **COMMON_PARAMS}
+    PARAMS = {**CHARGE_PARAMS, **family_params(vector_dipole=False), **UNUSED_Q_MULTIPLIER, **COMMON_PARAMS}
 
 
 class ADBCRDipoleModel(DipoleVariantModel):
@@ -177,7 +177,7 @@ class ADBCRDipoleModel(DipoleVariantModel):
 
     NAME = "AD_BC_R_dipole_model"
     ATOMIC_DIPOLES = BONDS = True
-    PARAMS = {**BOND_PARAMS, **_family_params(vector_dipole=False), **UNUSED_Q_MULTIPLIER, **COMMON_PARAMS}
+    PARAMS = {**BOND_PARAMS, **family_params(vector_dipole=False), **UNUSED_Q_MULTIPLIER, **COMMON_PARAMS}
 
 
 #: upstream's dipole models of this module by name

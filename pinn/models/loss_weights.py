@@ -1,5 +1,6 @@
 """Weights in the loss: which structures and atoms count (padding does not), and loss-term
-weights that follow a schedule over the steps (``model.params.loss_weight_schedule``)."""
+weights that follow a schedule over the steps (``model.params.loss_weight_schedule``), and a
+random choice of force components (``no_force_comp``)."""
 import tensorflow as tf
 
 from pinn import keys as K
@@ -50,3 +51,18 @@ def check_weight_schedule(value):
         if any(p[1] < 0 for p in points):
             return f"{term}: weights must not be negative"
     return None
+
+
+def drawn(tensors, candidates, k):
+    """[len(candidates)] 0/1: ``k`` of the non-zero ``candidates`` drawn at random (all when fewer).
+
+    The draw is seeded by the batch's content (its number of atoms and the bits of its summed
+    coordinates), so the counts and the sums of one batch draw the same components and another
+    batch draws others."""
+    coord = tf.cast(tensors[K.COORD], tf.float32)
+    seed = tf.stack([tf.shape(coord)[0], tf.bitcast(tf.reduce_sum(coord * 1.618034), tf.int32)])
+    score = tf.random.stateless_uniform(tf.shape(candidates), seed, dtype=tf.float32)
+    score = tf.where(candidates > 0, score, -tf.ones_like(score))
+    ranked = tf.sort(tf.concat([score, [-2.0]], 0), direction="DESCENDING")  # -2: below every candidate
+    threshold = tf.gather(ranked, tf.minimum(k, tf.size(score)) - 1) if k > 0 else tf.constant(2.0)
+    return tf.cast(tf.logical_and(score >= threshold, candidates > 0), candidates.dtype)

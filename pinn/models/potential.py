@@ -22,61 +22,45 @@ import tensorflow as tf
 
 from pinn import keys as K
 from pinn.io.batch import add_neighbors, pair_geometry, with_cell_and_pbc  # pair_geometry: also its old home
-from pinn.models.base import COMMON_PARAMS, Model, abs_sq_count, cast_floats, check_atomic_outputs
-from pinn.models.loss_weights import atom_weights, structure_weights
+from pinn.models.base import Model, abs_sq_count, cast_floats, check_atomic_outputs
+from pinn.models.energy_offsets import fit_offsets
+from pinn.models.loss_weights import atom_weights, drawn, structure_weights
+from pinn.models.potential_params import ALIASES, PARAMS
 from pinn.networks.layers import atomic_number, scatter_sum
-from pinn.params.schema import Option, non_negative, positive
-
-def _false_or_positive(value):
-    if value is True:
-        return "false or a positive number"
-    return None if value is False or value > 0 else "false or a positive number"
-
-
-PARAMS = {
-    "use_force": Option(bool, False, "train on forces as well as energies"),
-    "use_stress": Option(bool, False, "train on stress (periodic structures only)"),
-    "use_e_per_atom": Option(bool, False, "energy loss on energy per atom instead of total energy"),
-    "log_e_per_atom": Option(bool, False, "evaluation also gives the energy error per atom, E_PER_ATOM_MAE and "
-                             "E_PER_ATOM_RMSE in eV/atom (always with use_e_per_atom; upstream PiNN's key)"),
-    "e_loss_multiplier": Option(float, 1.0, "weight of the energy loss", check=non_negative),
-    "f_loss_multiplier": Option(float, 10.0, "weight of the force loss (per force component, against the energy "
-                                "loss per structure)", check=non_negative),
-    "s_loss_multiplier": Option(float, 1.0, "weight of the stress loss", check=non_negative),
-    "e_scale": Option(float, 1.0, "energy unit during training (upstream PiNN's): labels are multiplied by it "
-                      "for the loss and the energy is Σ net / e_scale + dress (eV)", check=positive),
-    "use_e_per_sqrt": Option(bool, False, "with use_e_per_atom: the energy error per atom × √(atoms) in the loss"),
-    "max_energy": Option((bool, float), False, "false, or a number: structures whose |energy − dress| × e_scale "
-                         "exceeds it are left out of the energy loss", check=_false_or_positive),
-    "use_e_weight": Option(bool, False, "multiply each structure's energy penalty by the data's e_weight"),
-    "max_force_comp": Option((bool, float), False, "false, or a number: force components whose |F| × e_scale "
-                             "exceeds it are left out of the force loss", check=_false_or_positive),
-    "no_force_comp": Option((bool, int), False, "false, or a number: at most this many force components of each "
-                            "batch (chosen at random, anew for every batch) enter the force loss; in a parallel "
-                            "run, of each rank's batch", check=_false_or_positive),
-    "use_f_weight": Option(bool, False, "multiply each atom's force penalty by the data's f_weight"),
-    "use_l2": Option(bool, False, "add L2 regularisation: l2_loss_multiplier × Σ w²/2 over the network's "
-                     "weight matrices (no biases, no output layer)"),
-    "l2_loss_multiplier": Option(float, 1.0, "weight of the L2 regularisation (use_l2)", check=non_negative),
-    "separate_errors": Option(bool, False, "with the EKF optimizer: one Kalman update per loss term in turn "
-                              "(energies, then forces, then stress) instead of one joint update"),
-    "e_unit": Option(float, 1.0, "the data's energy unit in eV; the calculator multiplies predictions by it",
-                     check=positive),
-    "e_dress": Option(dict, {}, "per-element energy offsets {atomic number: eV} added to the network energy"),
-    "fit_e_dress": Option(bool, False, "before training, fit e_dress by least squares to the training energies "
-                          "minus the initial network energies"),
-    "fit_e_dress_batches": Option(int, 100, "number of training batches (per rank) used to fit e_dress",
-                                  check=positive),
-    **COMMON_PARAMS,
-}
-
-#: upstream PiNN's other names of potential-model keys (PiNN 1.x / 2.x code) → the documented one
-ALIASES = {"max_force": "max_force_comp", "use_f_weights": "use_f_weight"}
-
 
 def atoms_per_structure(tensors, n_struct, dtype):
     """[n_struct] number of atoms of each structure of a batch (as ``dtype``)."""
     return tf.math.unsorted_segment_sum(tf.ones_like(tensors[K.ELEMS], dtype), tensors[K.IND_1][:, 0], n_struct)
+
+
+def forces_and_stress(tensors, diff, g, n_struct, forces=True, stress=True):
+    """Forces and stress from the energy's gradient with respect to the pair vectors (see the module).
+
+    Args:
+        tensors: the batch (``coord``, ``ind_1``, ``ind_2``, ``cell``, optionally ``pbc``).
+        diff: [n_pairs, 3] pair vectors r_j + S·cell − r_i (Å).
+        g: [n_pairs, 3] ∂E/∂diff (eV/Å).
+        n_struct: number of structures.
+        forces, stress: which to compute.
+
+    Returns:
+        dict with ``forces`` [n_atoms, 3] (eV/Å) and ``stress`` [n_struct, 3, 3] (eV/Å³, zero for
+        open structures), those asked for.
+    """
+    out = {}
+    ind_2 = tensors[K.IND_2]
+    if forces:
+        n_atoms = tf.shape(tensors[K.COORD])[0]
+        out["forces"] = scatter_sum(g, ind_2[:, 0], n_atoms) - scatter_sum(g, ind_2[:, 1], n_atoms)
+    if stress:
+        struct_of_pair = tf.gather(tensors[K.IND_1][:, 0], ind_2[:, 0])
+        virial = tf.math.unsorted_segment_sum(diff[:, :, None] * g[:, None, :], struct_of_pair, n_struct)
+        cell = tensors[K.CELL]  # |a · (b × c)|: the determinant, in ops XLA compiles
+        volume = tf.abs(tf.reduce_sum(cell[:, 0] * tf.linalg.cross(cell[:, 1], cell[:, 2]), axis=1))
+        periodic = tf.reduce_any(tensors[K.PBC], axis=1) if K.PBC in tensors else volume > 0
+        safe_volume = tf.where(periodic, volume, tf.ones_like(volume))
+        out["stress"] = tf.where(periodic[:, None, None], virial / safe_volume[:, None, None], tf.zeros_like(virial))
+    return out
 
 
 class PotentialModel(Model):
@@ -149,20 +133,7 @@ class PotentialModel(Model):
         if not (forces or stress):
             return out
         g = tape.gradient(energy, geo[K.DIFF], unconnected_gradients=tf.UnconnectedGradients.ZERO)
-        ind_2 = tensors[K.IND_2]
-        if forces:
-            n_atoms = tf.shape(tensors[K.COORD])[0]
-            out["forces"] = scatter_sum(g, ind_2[:, 0], n_atoms) - scatter_sum(g, ind_2[:, 1], n_atoms)
-        if stress:
-            struct_of_pair = tf.gather(tensors[K.IND_1][:, 0], ind_2[:, 0])
-            virial = tf.math.unsorted_segment_sum(geo[K.DIFF][:, :, None] * g[:, None, :],
-                                                  struct_of_pair, n_struct)
-            cell = tensors[K.CELL]  # |a · (b × c)|: the determinant, in ops XLA compiles
-            volume = tf.abs(tf.reduce_sum(cell[:, 0] * tf.linalg.cross(cell[:, 1], cell[:, 2]), axis=1))
-            periodic = tf.reduce_any(tensors[K.PBC], axis=1) if K.PBC in tensors else volume > 0
-            safe_volume = tf.where(periodic, volume, tf.ones_like(volume))
-            out["stress"] = tf.where(periodic[:, None, None], virial / safe_volume[:, None, None],
-                                     tf.zeros_like(virial))
+        out.update(forces_and_stress(tensors, geo[K.DIFF], g, n_struct, forces, stress))
         return out
 
     def enabled_terms(self):
@@ -235,7 +206,7 @@ class PotentialModel(Model):
                     > p["max_force_comp"]
                 atom_w = tf.where(big, tf.zeros_like(atom_w), atom_w)
             if p["no_force_comp"] is not False:
-                atom_w = atom_w * _drawn(tensors, atom_w, int(p["no_force_comp"]))
+                atom_w = atom_w * drawn(tensors, atom_w, int(p["no_force_comp"]))
             masks["forces"] = atom_w
         if p["use_stress"]:
             masks["stress"] = tf.repeat(self._stress_weights(tensors, dtype), 9)
@@ -378,57 +349,19 @@ class PotentialModel(Model):
         return True
 
     def fit_dress(self, batches, reduce=None):
-        """Least-squares per-element offsets from ``batches`` (numpy dicts with ``elems``, ``ind_1``, ``e_data``;
-        the trainer passes the energies minus the untrained network's prediction).
-
-        Solves min ||C x − E|| with C the element counts per structure, so the
-        network learns only what the offsets cannot explain, through the
-        normal equations CᵀC x = CᵀE: their sums over ranks (``reduce``) give
-        every rank the fit to all ranks' structures.  Elements that always
-        appear in fixed proportions get the minimum-norm split (pseudo-inverse).
-        Structures whose energy is not finite are left out (with a warning).
+        """Per-element offsets fitted by least squares to the energies of ``batches`` (NumPy dicts with
+        ``elems``, ``ind_1``, ``e_data``; :func:`pinn.models.energy_offsets.fit_offsets`), stored in
+        ``e_dress``.
 
         Args:
-            batches: list of NumPy batch dicts.
+            batches: list of NumPy batch dicts (the trainer passes the energies minus the untrained
+                network's prediction).
             reduce: function summing a float64 array over ranks (``None``: one process).
 
         Returns:
-            dict atomic number → offset (eV); also stored in ``e_dress``.
+            dict atomic number → offset (eV).
         """
-        table = np.full(max(self.atom_types) + 1, -1)
-        table[self.atom_types] = np.arange(len(self.atom_types))
-        n_types = len(self.atom_types)
-        normal = np.zeros((n_types, n_types + 2))  # [CᵀC | CᵀE | structures without a finite energy]
-        for b in batches:
-            idx = table[b[K.ELEMS]]
-            struct = b[K.IND_1][:, 0]
-            counts = np.zeros((len(b[K.E_DATA]), n_types))
-            np.add.at(counts, (struct, idx), 1.0)
-            energies = np.asarray(b[K.E_DATA], np.float64)
-            finite = np.isfinite(energies)  # a NaN label would make every offset NaN
-            normal[:, :-1] += counts[finite].T @ np.column_stack([counts[finite], energies[finite]])
-            normal[0, -1] += np.sum(~finite)
-        if reduce is not None:
-            normal = reduce(normal)
-        if normal[0, -1]:
-            logging.getLogger("pinn").warning("fit of e_dress: %d structure(s) without a finite energy left out",
-                                              int(normal[0, -1]))
-        solution = np.linalg.pinv(normal[:, :n_types], rcond=1e-12, hermitian=True) @ normal[:, n_types]
+        solution = fit_offsets(batches, self.atom_types, reduce)
         self.e_dress.assign(solution)
         self.dress_fitted.assign(True)
         return {z: float(x) for z, x in zip(self.atom_types, solution)}
-
-
-def _drawn(tensors, candidates, k):
-    """[len(candidates)] 0/1: ``k`` of the non-zero ``candidates`` drawn at random (all when fewer).
-
-    The draw is seeded by the batch's content (its number of atoms and the bits of its summed
-    coordinates), so the counts and the sums of one batch draw the same components and another
-    batch draws others."""
-    coord = tf.cast(tensors[K.COORD], tf.float32)
-    seed = tf.stack([tf.shape(coord)[0], tf.bitcast(tf.reduce_sum(coord * 1.618034), tf.int32)])
-    score = tf.random.stateless_uniform(tf.shape(candidates), seed, dtype=tf.float32)
-    score = tf.where(candidates > 0, score, -tf.ones_like(score))
-    ranked = tf.sort(tf.concat([score, [-2.0]], 0), direction="DESCENDING")  # -2: below every candidate
-    threshold = tf.gather(ranked, tf.minimum(k, tf.size(score)) - 1) if k > 0 else tf.constant(2.0)
-    return tf.cast(tf.logical_and(score >= threshold, candidates > 0), candidates.dtype)

@@ -61,6 +61,13 @@ def non_negative(value):
     return None if value >= 0 else "must not be negative"
 
 
+def false_or_positive(value):
+    """An option that is off (``false``) or a positive number."""
+    if value is True:
+        return "false or a positive number"
+    return None if value is False or value > 0 else "false or a positive number"
+
+
 def positive_int_list(value):
     if not value or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value):
         return "must be a non-empty list of positive integers"
