@@ -23,7 +23,7 @@ def alloy_frames(n_frames=400, seed=0, size=2, frames_per_trajectory=20, stride=
     from ase.calculators.emt import EMT
     from ase.calculators.singlepoint import SinglePointCalculator
     from ase.md.langevin import Langevin
-    from pinn.velocities import thermalize
+    from pinn.engines.velocities import thermalize
 
     rng = np.random.RandomState(seed)
     frames = []
@@ -91,7 +91,7 @@ def make_mimic_demo(directory, n_runs=8, n_frames=40, seed=0, stride=10):
     from ase.build import bulk
     from ase.calculators.lj import LennardJones
     from ase.md.langevin import Langevin
-    from pinn.velocities import thermalize
+    from pinn.engines.velocities import thermalize
 
     from pinn import units
     from pinn.io.readers.energies import write_energies

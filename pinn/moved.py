@@ -1,4 +1,4 @@
-"""Modules that moved in pinn 0.10, importable under their old names (with a DeprecationWarning).
+"""Modules that moved (in pinn 0.10 and since), importable under their old names (with a DeprecationWarning).
 
 0.10 grouped the package into stage folders (``docs/architecture.md``).  A script that
 imports ``pinn.trainer`` or ``pinn.io.trr`` gets the module at its new place; the warning
@@ -42,6 +42,10 @@ MOVED = {
     "pinn.io.readers.deepmd": "pinn.io.readers.deepmd_system",
     "pinn.io.readers.cp2k": "pinn.io.readers.cp2k_files",
     "pinn.io.readers.qm7b": "pinn.io.readers.qm7b_xyz",
+    # pinn 0.20: at most eight modules directly in pinn/ (process settings together; MD set-up with the engines)
+    "pinn.logs": "pinn.runtime.logs",
+    "pinn.lazy": "pinn.runtime.lazy",
+    "pinn.velocities": "pinn.engines.velocities",
 }
 
 
@@ -49,6 +53,7 @@ MOVED = {
 MOVED_IN = {name: "0.19" for name in ("pinn.engines.training", "pinn.schema", "pinn.upstream_params",
                                       "pinn.io.readers.qm9", "pinn.io.readers.runner", "pinn.io.readers.deepmd",
                                       "pinn.io.readers.cp2k", "pinn.io.readers.qm7b")}
+MOVED_IN.update({name: "0.20" for name in ("pinn.logs", "pinn.lazy", "pinn.velocities")})
 
 
 class _MovedFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):

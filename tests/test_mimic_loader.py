@@ -294,7 +294,7 @@ def test_distribute_data_on_real_horovod_ranks(tmp_path):
     script.write_text(
         "import json, sys\n"
         "import horovod.tensorflow as hvd\n"
-        "from pinn.logs import setup_logging\n"
+        "from pinn.runtime.logs import setup_logging\n"
         "from pinn.io import distribute_data\n"
         "setup_logging()\n"
         f"trr, = distribute_data({trrs!r})\n"  # before the world starts: the launcher's rank

@@ -214,7 +214,7 @@ def test_the_watchdog_ends_a_stalled_process():
     import subprocess
     import sys
     code = ("import time\n"
-            "from pinn.logs import setup_logging\n"
+            "from pinn.runtime.logs import setup_logging\n"
             "from pinn.training.guards import Watchdog\n"
             "setup_logging()\n"
             "with Watchdog(1.0, lambda: 'the last checkpoint is X') as dog:\n"

@@ -237,7 +237,7 @@ def _parse_upstream_outputs(text):
 
 def _convert(args):
     from pinn.io import load_ase, load_mimic, write_tfrecord
-    from pinn.logs import setup_logging
+    from pinn.runtime.logs import setup_logging
     setup_logging()
     split = _parse_split(args.split) if args.split else False
     named = _parse_upstream_outputs(args.output)  # upstream PiNN's -o 'train:8,eval:2'

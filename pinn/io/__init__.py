@@ -23,7 +23,7 @@ DeePMD-kit, CP2K, QM7b) work on
 their own with NumPy and do not import TensorFlow; the names above are imported on
 first use, so ``import pinn.io.readers.trr`` stays light.
 """
-from pinn.lazy import lazy_exports
+from pinn.runtime.lazy import lazy_exports
 
 _EXPORTS = {
     "DataError": "pinn.io.errors",

@@ -11,11 +11,11 @@ trained model for evaluation, prediction and MD without building a Trainer.
 The params are resolved once, here (:func:`pinn.params.resolve`, cross-field checks
 included), and the world of the run is made once (:func:`pinn.parallel.init`, or the
 ``world`` given); the Trainer takes both as they are.  Importing this package imports
-neither TensorFlow nor the Trainer (:mod:`pinn.lazy`).
+neither TensorFlow nor the Trainer (:mod:`pinn.runtime.lazy`).
 """
 import os
 
-from pinn.lazy import lazy_exports
+from pinn.runtime.lazy import lazy_exports
 
 _EXPORTS = {"PotentialModel": "pinn.models.potential", "DipoleModel": "pinn.models.dipole",
             "MODELS": "pinn.models.registry", "build_model": "pinn.models.registry",

@@ -37,11 +37,12 @@ import tensorflow as tf
 from pinn import keys as K
 from pinn import units
 from pinn.io.batch import pair_geometry, with_cell_and_pbc
-from pinn.models.base import COMMON_PARAMS, Model, abs_sq_count, cast_floats, check_atomic_outputs
+from pinn.models.base import Model, abs_sq_count, cast_floats, check_atomic_outputs
 from pinn.models.response_kernels import (coulomb_kernel, dense_indices, dense_positions, diagonal, pair_matrix,
                                           response_from_softness)
 from pinn.models.loss_weights import structure_weights
-from pinn.params.schema import Option, ParamsError, non_negative, positive
+from pinn.models.polarizability_params import ETAINV_PARAMS, PARAMS
+from pinn.params.schema import ParamsError
 
 #: the data key of the polarizability tensor [3, 3] (upstream's name; QM7b's, bohr³)
 PTENSOR = "ptensor"
@@ -51,38 +52,6 @@ EGAP = "egap"
 ANG2BOHR = 1.0 / units.BOHR
 #: upstream's Gaussian widths σ (Å) of its make_sigma, by atomic number
 UPSTREAM_SIGMA = {1: 0.312, 6: 0.730, 7: 0.709, 8: 0.661, 16: 1.048, 17: 1.016}
-
-
-def _zero_or_one(value):
-    return None if value in (0, 1, False, True) else "0 or 1 (upstream's flags)"
-
-
-def _sigma_table(value):
-    for z, s in value.items():
-        if not (isinstance(s, (int, float)) and not isinstance(s, bool) and s > 0):
-            return f"{z}: a width must be a positive number of Å"
-    return None
-
-
-PARAMS = {
-    "p_scale": Option(float, 1.0, "polarizability unit during training (upstream's key): the loss is on errors × "
-                      "p_scale", check=positive),
-    "p_unit": Option(float, 1.0, "the data's polarizability unit in bohr³ (upstream's key): predictions are "
-                     "α in bohr³ / p_unit", check=positive),
-    "p_loss_multiplier": Option(float, 1.0, "weight of the polarizability (or egap) loss", check=non_negative),
-    "train_egap": Option((int, bool), 0, "1: train on the data's egap instead of α (EEM and EtaInv models)",
-                         check=_zero_or_one),
-    "eval_egap": Option((int, bool), 0, "1: also evaluate the egap error (EEM and EtaInv models)",
-                        check=_zero_or_one),
-    "ewald_rc": Option((float, None), None, "Ewald sum: real-space cutoff, Å (with ewald_kmax and ewald_eta)",
-                       check=positive),
-    "ewald_kmax": Option((int, None), None, "Ewald sum: largest reciprocal index in each direction",
-                         check=positive),
-    "ewald_eta": Option((float, None), None, "Ewald sum: width of the auxiliary Gaussians, Å", check=positive),
-    "sigma": Option(dict, {}, "Gaussian widths σ (Å) of the charges, {atomic number: σ}, for elements beyond "
-                    "upstream's defaults (H, C, N, O, S, Cl) or in place of them", check=_sigma_table),
-    **COMMON_PARAMS,
-}
 
 
 class PolarizabilityModel(Model):
@@ -339,7 +308,7 @@ class EtaInvModel(PolarizabilityModel):
     NAME = "pol_etainv_model"
     NETWORK_EXTRAS = {"i1": 1, "i3": 1}
     HAS_EGAP = True
-    PARAMS = {**PARAMS, "epsilon": Option(float, 0.01, "ε of η⁻¹ = MᵀM + ε 1 (upstream's key)", check=positive)}
+    PARAMS = ETAINV_PARAMS
 
     def response(self, tensors, indices, atomic, pairs):
         atom_index, pair_index, n_struct, n_max = indices

@@ -1,7 +1,7 @@
 """Parallel training with Horovod (:mod:`pinn.parallel.worlds`, the only module that imports it) or MPI
 alone (:mod:`pinn.parallel.mpi_world`), and the rank of this process without either
 (:mod:`pinn.parallel.ranks`)."""
-from pinn.lazy import lazy_exports
+from pinn.runtime.lazy import lazy_exports
 
 _EXPORTS = {
     "launcher_rank": "pinn.parallel.ranks", "launcher_size": "pinn.parallel.ranks", "lr_scale": "pinn.parallel.ranks",

@@ -25,7 +25,7 @@ import sys
 
 import numpy as np
 
-from pinn.logs import setup_logging
+from pinn.runtime.logs import setup_logging
 from pinn.parallel import mpi_host, tcp_host
 from pinn.parallel.horovod_host import HorovodHost
 from pinn.parallel.process import (HostWorld, broadcast_through_host, exit_after_uncaught_exceptions,

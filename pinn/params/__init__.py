@@ -6,10 +6,10 @@
   checks) and the ``params.yml`` of a model directory;
 - :mod:`pinn.params.upstream`: upstream PiNN 2.x's ``optimizer`` section and network defaults.
 
-The names below import on first use (:mod:`pinn.lazy`), so ``import pinn.params.schema`` from a
+The names below import on first use (:mod:`pinn.runtime.lazy`), so ``import pinn.params.schema`` from a
 network or a reader imports nothing else.
 """
-from pinn.lazy import lazy_exports
+from pinn.runtime.lazy import lazy_exports
 
 _EXPORTS = {
     "ResolvedParams": "pinn.params.resolution", "legacy": "pinn.params.resolution",

@@ -41,7 +41,7 @@ import os
 
 import tensorflow as tf
 
-from pinn.logs import setup_logging
+from pinn.runtime.logs import setup_logging
 from pinn.networks import get_network
 from pinn.parallel.worlds import SerialWorld
 from pinn.params import ResolvedParams, read_params
