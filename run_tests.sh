@@ -2,7 +2,8 @@
 # Run the whole test suite (sets up the environment first, once).
 # Two pytest-xdist workers, a test file each at a time (the launch tests first, tests/conftest.py);
 # extra arguments go to pytest, e.g.  ./run_tests.sh -k physics   or   ./run_tests.sh -n 0  (one process)
-# or   ./run_tests.sh tests/test_physics.py tests/test_cli.py   (those files instead of all of tests/)
+# or   ./run_tests.sh tests/networks tests/application/test_cli.py   (those folders and files instead of all
+# of tests/)
 set -euo pipefail
 cd "$(dirname "$0")"
 . tools/env.sh

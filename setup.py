@@ -43,7 +43,7 @@ setup(
         "test": ["pytest>=7", "pytest-timeout", "pytest-xdist>=3",
                  "MDAnalysis==2.11.0",
                  "MDAnalysisTests==2.11.0", "mimicpy==0.2.1", "pandas<3", "h5py>=3",
-                 # the documentation site, built in strict mode by tests/test_docs.py
+                 # the documentation site, built in strict mode by tests/project/test_docs.py
                  "mkdocs>=1.6,<2", "mkdocs-material>=9,<10", "mkdocstrings[python]>=0.24"],
     },
     entry_points={"console_scripts": ["pinn=pinn.cli:main"]},

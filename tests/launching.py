@@ -40,13 +40,13 @@ def without_modules(tmp_path, *modules):
 
 def checksum(coords):
     """Σ_k (k + 1) · Σ coord_k over frames k (positions as float32, summed in float64): which frames, in which
-    order (tests/parallel_train.py records it for what each rank read)."""
+    order (tests/parallel/parallel_train.py records it for what each rank read)."""
     import numpy as np
     return float(sum((k + 1) * np.asarray(c, np.float32).astype(np.float64).sum() for k, c in enumerate(coords)))
 
 
 def expected_reads(data_dir):
-    """What each rank of a 2-rank tests/parallel_train.py run must have read from ``data_dir``, found here in
+    """What each rank of a 2-rank tests/parallel/parallel_train.py run must have read from ``data_dir``, found here in
     one process: its share of the training files (distribute_data's assignment), and for the share and for
     each of its files the frame count, the atoms per frame and :func:`checksum` of the positions.
 

@@ -16,7 +16,7 @@ page's ``125 000``) must
    :data:`UNIT_CHANGES`.
 
 So a figure on a page cannot drift from its raw line unnoticed, and a tag cannot name a file that
-does not hold the figure.  ``tests/test_figures.py`` runs the check on every page.
+does not hold the figure.  ``tests/project/test_figures.py`` runs the check on every page.
 
 Usage:  python tools/check_figures.py      (prints each problem; exit status 1 if there is any)
 """

@@ -15,7 +15,7 @@ must read its own share of the files (:func:`pinn.io.distribute_data`).  So:
   world calls it when it starts (:func:`pinn.parallel.worlds.init`), so the ``ase.io.read`` of a user's
   input script after ``params['parallel'] = True`` reads that rank's file too.
 
-``tests/test_ase_files.py`` fails when code in ``pinn/``, ``inputs/``, ``benchmarks/`` or ``tools/``
+``tests/io/test_ase_files.py`` fails when code in ``pinn/``, ``inputs/``, ``benchmarks/`` or ``tools/``
 calls ASE's I/O other than through this module.
 """
 import contextlib

@@ -13,7 +13,7 @@ and the checkpoint layout is Keras's too (``_iterations``, ``_learning_rate`` an
 ``_variables`` = [iterations, m₀, v₀, m₁, v₁, …]), so a checkpoint of either restores into the
 other: model directories trained with TensorFlow 2.15's Keras resume on TensorFlow 2.2x, where
 Keras 3 has another optimizer and layout.  Tested against Keras' Adam where it is installed
-(tests/test_adam.py).
+(tests/training/test_adam.py).
 """
 import tensorflow as tf
 

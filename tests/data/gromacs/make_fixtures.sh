@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates the GROMACS-written .trr fixtures in this directory with real GROMACS
 # (Debian: apt-get install gromacs, which ships gmx and gmx_d).  The tests compare
-# pinn.io.readers.trr against MDAnalysis on these files, and test_trr.py also runs this
+# pinn.io.readers.trr against MDAnalysis on these files, and tests/io/test_mimic_readers.py runs this
 # script in a temporary directory when gmx is installed, so fresh files are checked too.
 #
 #   usage: make_fixtures.sh [OUTDIR]      (default: this directory)

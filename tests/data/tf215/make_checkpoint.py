@@ -1,7 +1,7 @@
 """Writes the model directory ``model/`` beside this file: a small PiNet potential trained 3 steps on
 EMT Cu/Au cells by pinn 0.15 (its optimizer then: ``tf.keras.optimizers.Adam`` of TensorFlow 2.15.1,
 Keras 2.15), and ``expected.npz``: the values of its variables after training (model, Adam's state,
-weight average), read from the trainer, for tests/test_adam.py.
+weight average), read from the trainer, for tests/training/test_adam.py.
 
 Run with pinn 0.15.0 on TensorFlow 2.15.1 (the commit that added this file):
     python tests/data/tf215/make_checkpoint.py

@@ -8,7 +8,7 @@ the user's shell nor leaves ``set -e`` / ``pipefail`` changed.
 import os
 import subprocess
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/<stage>/ -> the repository
 
 
 def _bash(script, tmp_path, **env):

@@ -13,7 +13,7 @@ import sys
 import pytest
 from launching import ENV
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/<stage>/ -> the repository
 #: the folders of code that must read and write through pinn.io.ase_files (tests/ check ASE's own behaviour)
 CHECKED = ("pinn", "inputs", "benchmarks", "tools", "scripts")
 ALLOWED = os.path.join("pinn", "io", "ase_files.py")

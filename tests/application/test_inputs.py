@@ -9,7 +9,7 @@ import sys
 from chatter import tensorflow_chatter, user_env
 from launching import without_modules
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/<stage>/ -> the repository
 
 
 def _run(args, cwd, input_script=True):

@@ -7,8 +7,8 @@ and :func:`train_input` give the same run in the test's process (the uninterrupt
 import os
 import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
+TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, TESTS)  # the shared helpers of tests/ (settings.py), also when run as a script
 
 from settings import MECHANICS  # noqa: E402
 

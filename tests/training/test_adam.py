@@ -13,8 +13,7 @@ import tensorflow as tf
 
 from pinn.training.adam import Adam
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-TF215 = os.path.join(HERE, "data", "tf215")
+TF215 = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "tf215")  # tests/data/tf215
 
 
 def _keras_2():

@@ -84,7 +84,7 @@ def test_params_doc_is_up_to_date():
     import os
     import subprocess
     import sys
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     out = subprocess.run([sys.executable, os.path.join(root, "tools", "gen_params_doc.py"), "--check"],
                          env=dict(os.environ, PYTHONPATH=root))
     assert out.returncode == 0, "docs/params.md is stale: run python tools/gen_params_doc.py"

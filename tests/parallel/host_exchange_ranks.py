@@ -1,4 +1,4 @@
-"""Run by tests/test_host_exchange.py under ``mpirun -np 3``: MpiHost's collectives on real MPI ranks.
+"""Run by tests/parallel/test_host_exchange.py under ``mpirun -np 3``: MpiHost's collectives on real MPI ranks.
 
 Each rank checks the results itself and prints ``rank R: ok`` (or raises).  MPI is initialised by
 mpi4py here (with MPI_THREAD_MULTIPLE, as Horovod does in a training job).

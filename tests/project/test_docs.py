@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # tests/<stage>/ -> the repository
 DOCS = ROOT / "docs"
 CONFIG = ROOT / "mkdocs.yml"
 

@@ -1,7 +1,7 @@
 """Parallel training on real ranks, compared with one process: Horovod's (horovodrun --gloo and mpirun)
 and MPI's without Horovod (mpirun, ``parallel_params.backend: mpi``).
 
-The training script is tests/parallel_train.py, run unchanged with 1 process
+The training script is tests/parallel/parallel_train.py, run unchanged with 1 process
 and with 2.  Neither Horovod nor MPI is mocked.
 """
 import importlib.util

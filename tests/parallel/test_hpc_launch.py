@@ -18,10 +18,10 @@ import sys
 import pytest
 from launching import ENV, assert_each_rank_read_its_own_files, horovod_has, wait_for
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/<stage>/ -> the repository
 INPUT = os.path.join(ROOT, "inputs", "train_mimic_parallel.py")
 #: test_parallel.py's training script: its ranks read ASE files on disk
-PARALLEL_TRAIN = os.path.join(ROOT, "tests", "parallel_train.py")
+PARALLEL_TRAIN = os.path.join(ROOT, "tests", "parallel", "parallel_train.py")
 pytestmark = pytest.mark.hpc
 
 

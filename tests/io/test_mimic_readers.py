@@ -16,7 +16,7 @@ from pinn.io.readers.mpt import read_mpt, write_mpt
 from pinn.io.readers.ndx import read_ndx
 from pinn.io.readers.trr import TRRFile, write_trr
 
-DATA = os.path.join(os.path.dirname(__file__), "data")
+DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data")  # tests/data
 GMX = os.path.join(DATA, "gromacs")
 MIMIC = os.path.join(DATA, "mimic")
 GMX_FIXTURES = ["water_single_xvf.trr", "water_double_mixed.trr", "water_single_mixed.trr"]

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/<stage>/ -> the repository
 PACKAGE = os.path.join(ROOT, "pinn")
 DOC = os.path.join(ROOT, "docs", "architecture.md")
 

@@ -1,5 +1,5 @@
 """The numba engine's host-side update (pinn.engines.host_optimizer) against TensorFlow's: pinn's Adam
-(Keras 2.15's arithmetic: tests/test_adam.py), tf.clip_by_global_norm and pinn.training.ema.WeightAverage,
+(Keras 2.15's arithmetic: tests/training/test_adam.py), tf.clip_by_global_norm and pinn.training.ema.WeightAverage,
 step by step."""
 import numpy as np
 import pytest

@@ -94,6 +94,7 @@ import tensorflow as tf  # noqa: E402
 from ase.build import bulk  # noqa: E402
 from ase.calculators.emt import EMT  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/: launching.py
 from launching import checksum  # noqa: E402
 from pinn import keys as K  # noqa: E402
 from pinn.io import ase_files, distribute_data, load_ase, load_qm7b  # noqa: E402

@@ -395,7 +395,7 @@ def _refusal(text, folder, monkeypatch, capsys):
 
 
 def test_md17_pinet2_yml_resolves_with_pinet2(tmp_path):
-    """PiNet2 is in pinn now (issue 31): the file resolves as written; tests/test_pinet2.py trains it through
+    """PiNet2 is in pinn now (issue 31): the file resolves as written; tests/networks/test_pinet2.py trains it through
     `pinn train`."""
     params = yaml.safe_load(MD17_PINET2_YML)
     resolved = resolve(dict(params, model_dir=str(tmp_path / "m")))

@@ -14,7 +14,7 @@ from pinn.io import DataError, distribute_data, load_mimic, sparse_batch
 from pinn.io.distribute import balance
 from pinn.parallel.worlds import SerialWorld
 
-DATA = os.path.join(os.path.dirname(__file__), "data")
+DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data")  # tests/data
 MIMIC = os.path.join(DATA, "mimic")
 GMX = os.path.join(DATA, "gromacs")
 ACETONE_MPT = os.path.join(MIMIC, "acetone_water.mpt")
