@@ -1,12 +1,14 @@
 """ASE molecular-dynamics time per step with the pinn calculator.
 
 Usage:  python benchmarks/bench_md.py [ethanol cu108 cu256 cu864 cu10976] [--engine numba|tensorflow]
-                                      [--model DIR]
+                                      [--model DIR] [--members N]
 
 VelocityVerlet, 0.5 fs, 200 steps, median ms/step after 5 warm-up steps; Cu from
 the perfect lattice at 800 K, ethanol from its equilibrium geometry at 500 K.
 Uses the models that bench_train.py left in bench-data (Cu 256/864 use the cu108 model).
-Each system runs in its own process, so that its peak RSS is its own.
+Each system runs in its own process, so that its peak RSS is its own.  ``--members N`` runs
+a committee of N (``pinn.get_calc([DIR] * N)``: N copies of the model, which cost what N
+different members cost) and reports its ms/step beside the plain calculator's (``members`` 0).
 """
 import argparse
 import os
@@ -40,14 +42,17 @@ def main():
                     help="the calculator's engine (auto: numba for PiNet)")
     ap.add_argument("--model", default=None, help="model directory for every system (default: the one "
                     "bench_train.py left in bench-data for the system)")
+    ap.add_argument("--members", type=int, default=0, help="a committee of this many copies of the model "
+                    "(0: the plain calculator of one model)")
     args = ap.parse_args()
     unknown = [name for name in args.systems if name not in SYSTEMS]
     if unknown:
         ap.error(f"unknown systems {unknown}; choose from {list(SYSTEMS)}")
     if len(args.systems) > 1:  # one process per system: peak RSS of that system alone
         for name in args.systems:
-            subprocess.run([sys.executable, __file__, name, "--steps", str(args.steps), "--engine", args.engine]
-                           + (["--model", args.model] if args.model else []), check=True)
+            subprocess.run([sys.executable, __file__, name, "--steps", str(args.steps), "--engine", args.engine,
+                            "--members", str(args.members)] + (["--model", args.model] if args.model else []),
+                           check=True)
         return
     import pinn
     for name in args.systems:
@@ -56,7 +61,8 @@ def main():
         if not os.path.exists(model_dir):
             raise SystemExit(f"{model_dir} missing: run benchmarks/bench_train.py {model_name} first")
         atoms = build()
-        atoms.calc = calc = pinn.get_calc(model_dir, engine=args.engine)
+        atoms.calc = calc = pinn.get_calc([model_dir] * args.members if args.members else model_dir,
+                                          engine=args.engine)
         thermalize(atoms, temperature, rng=np.random.RandomState(0))
         md = VelocityVerlet(atoms, 0.5 * units.fs)
         md.run(5)
@@ -67,12 +73,13 @@ def main():
             times.append(time.perf_counter() - t0)
         emit(benchmark="md", system=name, atoms=len(atoms), engine=calc.engine,
              ms_per_step=round(1000 * float(np.median(times)), 3), peak_rss_mb=round(peak_rss_mb()),
-             neighbor_builds=calc.neighbors.builds, threads=_threads(calc), model=model_dir)
+             neighbor_builds=calc.neighbors.builds, threads=_threads(calc), model=model_dir, members=args.members)
 
 
 def _threads(calc):
     if calc.engine == "numba":
-        return calc._engine.fast.threads
+        fast = calc._fast.members[0] if hasattr(calc, "_fast") else calc._engine.fast  # a committee's, or the model's
+        return fast.threads
     import tensorflow as tf
     return tf.config.threading.get_intra_op_parallelism_threads() or os.cpu_count()
 

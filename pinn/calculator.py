@@ -35,6 +35,7 @@ import numpy as np
 from ase.calculators.calculator import Calculator, PropertyNotImplementedError, all_changes
 from ase.stress import full_3x3_to_voigt_6_stress
 
+from pinn.committee import CommitteeCalc, changed_since, is_committee_directory, member_directories
 from pinn.io.neighbors import VerletNeighbors
 
 log = logging.getLogger(__name__)
@@ -92,7 +93,7 @@ class PiNNCalc(Calculator):
         """
         if self.atoms is None:
             return list(all_changes)
-        return _changed(self.atoms, atoms, [name for name in all_changes if name not in self.ignored_changes])
+        return changed_since(self.atoms, atoms, [name for name in all_changes if name not in self.ignored_changes])
 
     def calculate(self, atoms=None, properties=("energy",), system_changes=all_changes):
         missing = [p for p in properties if p not in self.implemented_properties]
@@ -259,26 +260,14 @@ def _choose_engine(model, engine):
     return "tensorflow"
 
 
-def _changed(old, new, properties):
-    """Names among ``properties`` (ASE's ``all_changes``) whose values differ between ``old`` and ``new``."""
-    changed = []
-    for name in properties:
-        if name in ("cell", "pbc"):
-            same = np.array_equal(getattr(old, name), getattr(new, name))
-        else:
-            a, b = old.arrays.get(name), new.arrays.get(name)
-            same = (a is None and b is None) or (a is not None and b is not None and np.array_equal(a, b))
-        if not same:
-            changed.append(name)
-    return changed
-
-
 def get_calc(model, checkpoint=None, jit=None, skin=0.5, engine="auto", *, checkpoint_path=None, to_eV=1.0,
              properties=None, atoms=None, label=None, directory="."):
     """ASE calculator for a model directory or a model object.
 
     Args:
-        model: a model directory (holding ``params.yml`` and a checkpoint), a params dict
+        model: a model directory (holding ``params.yml`` and a checkpoint); a list of model directories
+            or a directory holding ``member-0/``, ``member-1/``, … (a committee: :mod:`pinn.committee`,
+            a :class:`pinn.committee.CommitteeCalc`); a params dict
             naming one in ``model_dir`` (upstream PiNN's ``get_calc(params)``; its network
             must be the directory's; a ``model_dir`` without a checkpoint gives the params'
             model with its initial weights, as upstream), or the object returned by
@@ -309,7 +298,7 @@ def get_calc(model, checkpoint=None, jit=None, skin=0.5, engine="auto", *, check
     the next time.
 
     Returns:
-        :class:`PiNNCalc`.
+        :class:`PiNNCalc` (:class:`pinn.committee.CommitteeCalc` for a committee).
 
     Raises:
         ValueError: a bad engine, ``properties`` or ``to_eV``; ``checkpoint`` with a model object;
@@ -327,6 +316,15 @@ def get_calc(model, checkpoint=None, jit=None, skin=0.5, engine="auto", *, check
     is_directory = isinstance(model, (str, bytes)) or hasattr(model, "__fspath__")
     if engine not in ENGINES:
         raise ValueError(f"get_calc: engine must be one of {ENGINES}, got {engine!r}")
+    if isinstance(model, (list, tuple)) or (is_directory and is_committee_directory(model)):
+        if to_eV != 1.0 or properties is not None:
+            raise ValueError("get_calc: a committee takes neither to_eV nor properties (each member's own units "
+                             "apply; it gives energy, forces, stress and the deviations)")
+        dirs = member_directories(model)
+        members = [get_calc(d, checkpoint=checkpoint, jit=jit, skin=skin, engine=engine) for d in dirs]
+        calc = CommitteeCalc(members, dirs, skin=skin, atoms=atoms, label=label, directory=directory)
+        log.info("committee of %d members (%s engine): %s", calc.size, calc.engine, ", ".join(dirs))
+        return calc
     if not is_directory:
         if checkpoint is not None:
             raise ValueError("get_calc: checkpoint= selects a checkpoint of a model directory; a model object is "

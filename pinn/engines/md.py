@@ -122,20 +122,55 @@ class FastPiNet:
             ``stress`` [3, 3] (eV/Å³, virial / volume, ASE's sign), all float64 NumPy.
         """
         coord = np.ascontiguousarray(coord, dtype=np.float64)
-        n_atoms = len(coord)
-        numbers = np.asarray(numbers)
-        types = self._type_of[np.clip(numbers, 0, len(self._type_of) - 1)]
-        if n_atoms and (types.min() < 0 or numbers.max() >= len(self._type_of)):
-            known = np.flatnonzero(self._type_of >= 0).tolist()
-            unknown = sorted(set(numbers.tolist()) - set(known))
-            raise ValueError(f"FastPiNet: elements {unknown} are not in the model's atom_types {known}")
-        self._workspace(n_atoms, len(cand_i))
+        types = self.types_of(numbers)
+        self._workspace(len(coord), len(cand_i))
         n_pairs = find_pairs(coord, cand_i, cand_j, cand_offset, self.rc, self._pair_i, self._pair_j,
                              self._diff, self._dist)
         self.last_pairs = n_pairs  # the pairs within the cutoff, first in _pair_i, _pair_j, _diff, _dist
+        return self._on_pairs(types, n_pairs, self._pair_i, self._pair_j, self._diff, self._dist, cell, pbc)
+
+    def pairs(self):
+        """The pairs within the cutoff of the last call: ``(pair_i, pair_j, diff, dist)`` (int32, int32,
+        [n, 3] Å, [n] Å), views of this engine's arrays that the next call overwrites."""
+        n = self.last_pairs
+        return self._pair_i[:n], self._pair_j[:n], self._diff[:n], self._dist[:n]
+
+    def on_pairs(self, numbers, pair_i, pair_j, diff, dist, cell=None, pbc=None):
+        """Energy, forces and stress of one structure from its pairs within the cutoff (e.g. another
+        engine's :meth:`pairs` of the same structure, for a committee: one neighbor search for all).
+
+        Args:
+            numbers: [n_atoms] atomic numbers.
+            pair_i, pair_j: [n_pairs] int32 atoms of each pair (every pair within ``rc``, both ways).
+            diff: [n_pairs, 3] r_j + offset − r_i (Å); dist: [n_pairs] its length (Å), < ``rc``.
+            cell, pbc: as for :meth:`__call__`.
+
+        Returns:
+            as :meth:`__call__`.
+        """
+        types = self.types_of(numbers)
+        n_pairs = len(pair_i)
+        self._workspace(len(types), n_pairs)
+        return self._on_pairs(types, n_pairs, pair_i, pair_j, diff, dist, cell, pbc)
+
+    def types_of(self, numbers):
+        """The model's type index of each atomic number (int array).
+
+        Raises:
+            ValueError: an element the model does not know."""
+        numbers = np.asarray(numbers)
+        types = self._type_of[np.clip(numbers, 0, len(self._type_of) - 1)]
+        if len(numbers) and (types.min() < 0 or numbers.max() >= len(self._type_of)):
+            known = np.flatnonzero(self._type_of >= 0).tolist()
+            unknown = sorted(set(numbers.tolist()) - set(known))
+            raise ValueError(f"FastPiNet: elements {unknown} are not in the model's atom_types {known}")
+        return types
+
+    def _on_pairs(self, types, n_pairs, pair_i, pair_j, diff, dist_f64, cell, pbc):
+        n_atoms = len(types)
         dist = self._dist_dt
-        dist[:n_pairs] = self._dist[:n_pairs]
-        args = (types, n_pairs, self._pair_i, self._pair_j, dist, self._flat, self._table, self._layers,
+        dist[:n_pairs] = dist_f64[:n_pairs]
+        args = (types, n_pairs, pair_i, pair_j, dist, self._flat, self._table, self._layers,
                 self._blocks, self._codes_array, self._scal)
         work = (self._basis, self._dbasis, self._zpair, self._zatom, self._pa, self._pb, self._buf,
                 self._grad_r, self._atomic)
@@ -150,7 +185,7 @@ class FastPiNet:
             _evaluate_serial(*args, 1, *work)
         forces = np.zeros((n_atoms, 3))
         virial = np.zeros((3, 3))
-        _forces_virial(n_pairs, self._pair_i, self._pair_j, self._diff, self._dist, self._grad_r, forces, virial)
+        _forces_virial(n_pairs, pair_i, pair_j, diff, dist_f64, self._grad_r, forces, virial)
         energy = float(np.sum(self._atomic[:n_atoms], dtype=np.float64)) + float(np.sum(self._e_dress[types]))
         out = {"energy": energy, "forces": forces, "virial": virial}
         if pbc is not None and np.any(pbc):

@@ -1,0 +1,219 @@
+"""Committees of potentials: the mean prediction, how much the members disagree, and the ASE calculator.
+
+A committee is a few potentials trained on the same data from different seeds.  Where they
+agree the data covered the configuration; where they disagree, it did not, and a label there
+is worth its cost.  ``pinn.get_calc([dir_a, dir_b, ...])`` (or a directory holding
+``member-0/``, ``member-1/``, …) gives the members' mean energy, forces and stress, and in
+``calc.results``:
+
+- ``energy_deviation``: the standard deviation of the members' energies (eV);
+- ``forces_deviation`` [n_atoms]: per atom ε_i = √(⟨|f_i − ⟨f_i⟩|²⟩) over the members (eV/Å),
+  DeePMD-kit's model deviation of the forces; ``max_forces_deviation``: its maximum over the
+  atoms (DeePMD-kit's ``max_devi_f``), the usual criterion for picking frames to label;
+- ``member_energies`` [M], ``member_forces`` [M, n_atoms, 3] and, for a periodic cell,
+  ``member_stresses`` [M, 6] (Voigt, eV/Å³): what each member predicted.
+
+Standard deviations are over the members with 1/M (NumPy's default, DeePMD-kit's).
+:func:`deviations` computes the figures of DeePMD-kit's ``model_devi.out`` (``pinn devi``): the
+virial's (per atom) and the energy's per atom besides the forces'.
+
+What the deviation is not: an error bar.  Members trained on the same data share its gaps in
+part, so a small deviation does not prove a small error; it ranks configurations by how far
+they lie from the data (docs/committee.md shows how well, on held-back frames).
+"""
+import glob
+import logging
+import os
+
+import numpy as np
+from ase.calculators.calculator import Calculator, PropertyNotImplementedError, all_changes
+from ase.stress import full_3x3_to_voigt_6_stress
+
+log = logging.getLogger(__name__)
+
+#: a committee directory holds its members as ``member-0``, ``member-1``, …
+MEMBER_PREFIX = "member-"
+
+
+def member_directories(spec):
+    """The model directories of a committee.
+
+    Args:
+        spec: a list (or tuple) of model directories, or one directory holding ``member-K/``
+            model directories.
+
+    Returns:
+        list of str: the members' directories (``member-K`` sorted by K).
+
+    Raises:
+        TypeError: a list whose elements are not paths (naming the first that is not).
+        ValueError: an empty list, a directory without members, or a member that is no model
+            directory (no ``params.yml``).
+    """
+    if isinstance(spec, (list, tuple)):
+        if not spec:
+            raise ValueError("get_calc: an empty list; a committee is a list of model directories")
+        for k, item in enumerate(spec):
+            if not isinstance(item, (str, bytes)) and not hasattr(item, "__fspath__"):
+                raise TypeError(f"get_calc: a list is a committee of model directories; element {k} is a "
+                                f"{type(item).__name__}, not a path")
+        dirs = [os.fsdecode(os.fspath(item)) for item in spec]
+    else:
+        root = os.fsdecode(os.fspath(spec))
+        found = glob.glob(os.path.join(root, MEMBER_PREFIX + "*"))
+        dirs = sorted((d for d in found if os.path.basename(d)[len(MEMBER_PREFIX):].isdigit()),
+                      key=lambda d: int(os.path.basename(d)[len(MEMBER_PREFIX):]))
+        if not dirs:
+            raise ValueError(f"get_calc: {root} holds neither params.yml nor {MEMBER_PREFIX}K/ model directories")
+    for d in dirs:
+        if not os.path.isfile(os.path.join(d, "params.yml")):
+            raise ValueError(f"get_calc: committee member {d} is not a model directory (no params.yml)")
+    return dirs
+
+
+def is_committee_directory(path):
+    """Whether ``path`` is a directory of members (``member-K/``) rather than one model directory."""
+    path = os.fsdecode(os.fspath(path))
+    return (os.path.isdir(path) and not os.path.isfile(os.path.join(path, "params.yml"))
+            and bool(glob.glob(os.path.join(path, MEMBER_PREFIX + "[0-9]*", "params.yml"))))
+
+
+def deviations(energies, forces, n_atoms=None, virials=None):
+    """How much a committee's members disagree on one structure (DeePMD-kit's model deviation).
+
+    Args:
+        energies: [M] the members' energies (eV).
+        forces: [M, n_atoms, 3] their forces (eV/Å).
+        n_atoms: atoms of the structure (default: from ``forces``).
+        virials: [M, 3, 3] their virials (eV; −stress × volume), or ``None``.
+
+    Returns:
+        dict: ``energy_deviation`` (std of E, eV), ``energy_deviation_per_atom`` (std of E / n_atoms,
+        eV, DeePMD-kit's ``devi_e``), ``forces_deviation`` [n_atoms] (eV/Å), ``max_forces_deviation``,
+        ``min_forces_deviation``, ``avg_forces_deviation`` (its maximum, minimum and mean over atoms),
+        and with ``virials`` ``max_virial_deviation``, ``min_virial_deviation``,
+        ``avg_virial_deviation`` (eV per atom: the maximum and minimum over the nine components of
+        the std of virial / n_atoms, and their root sum of squares / 3, as DeePMD-kit's
+        ``max_devi_v``, ``min_devi_v``, ``avg_devi_v``).
+    """
+    energies = np.asarray(energies, np.float64)
+    forces = np.asarray(forces, np.float64)
+    n_atoms = forces.shape[1] if n_atoms is None else int(n_atoms)
+    spread = forces - forces.mean(axis=0)
+    per_atom = np.sqrt(np.mean(np.sum(spread * spread, axis=-1), axis=0)) if forces.shape[1] else np.zeros(0)
+    out = {"energy_deviation": float(np.std(energies)),
+           "energy_deviation_per_atom": float(np.std(energies / max(n_atoms, 1))),
+           "forces_deviation": per_atom,
+           "max_forces_deviation": float(per_atom.max()) if per_atom.size else 0.0,
+           "min_forces_deviation": float(per_atom.min()) if per_atom.size else 0.0,
+           "avg_forces_deviation": float(per_atom.mean()) if per_atom.size else 0.0}
+    if virials is not None:
+        std = np.std(np.asarray(virials, np.float64).reshape(len(energies), 9) / max(n_atoms, 1), axis=0)
+        out.update(max_virial_deviation=float(std.max()), min_virial_deviation=float(std.min()),
+                   avg_virial_deviation=float(np.linalg.norm(std) / 3))
+    return out
+
+
+class CommitteeCalc(Calculator):
+    """ASE calculator of a committee of potentials: the members' mean, and their deviation in ``results``.
+
+    Made by :func:`pinn.get_calc` from a list of model directories or a directory of members.  On the Numba engine the members share one neighbor search
+    (:class:`pinn.engines.committee.FastCommittee`); otherwise each member runs its own engine on a
+    shared Verlet list.
+
+    Args:
+        members: one :class:`pinn.calculator.PiNNCalc` per member (potential models of the same
+            cutoff and elements).
+        names: the members' names (their directories), for errors and logs.
+        skin: Verlet skin of the shared neighbor list, Å.
+        atoms, label, directory: as for any ASE calculator.
+
+    Raises:
+        ValueError: a member that is not a potential, or members whose cutoff or elements differ.
+    """
+
+    implemented_properties = ["energy", "free_energy", "forces", "stress", "energy_deviation", "forces_deviation",
+                              "max_forces_deviation", "member_energies", "member_forces", "member_stresses"]
+
+    def __init__(self, members, names, skin=0.5, atoms=None, label=None, directory="."):
+        from pinn.engines.committee import FastCommittee, check_same_kind
+        from pinn.io.neighbors import VerletNeighbors
+        super().__init__(atoms=atoms, label=label, directory=directory)
+        self.members, self.names = list(members), list(names)
+        not_potential = [n for n, m in zip(self.names, self.members) if not m.is_potential]
+        if not_potential:
+            raise ValueError(f"get_calc: a committee is of potential models; {not_potential[0]} is a dipole model")
+        check_same_kind([(n, m.rc, m.atom_types) for n, m in zip(self.names, self.members)])
+        self.rc, self.atom_types = self.members[0].rc, self.members[0].atom_types
+        self.e_units = np.array([m.e_unit for m in self.members])
+        self.engine = "numba" if all(m.engine == "numba" for m in self.members) else "mixed" \
+            if any(m.engine == "numba" for m in self.members) else "tensorflow"
+        self._fast = FastCommittee([m._engine.fast for m in self.members], self.names) \
+            if self.engine == "numba" else None
+        self.neighbors = VerletNeighbors(self.rc, skin)
+
+    @property
+    def size(self):
+        """The number of members."""
+        return len(self.members)
+
+    def check_state(self, atoms, tol=1e-15):
+        """Changes since the last calculation, by exact comparison (as :class:`pinn.calculator.PiNNCalc`)."""
+        if self.atoms is None:
+            return list(all_changes)
+        return changed_since(self.atoms, atoms, [name for name in all_changes if name not in self.ignored_changes])
+
+    def _predict(self, atoms):
+        """Every member's energy [M], forces [M, n, 3] and, periodic, stress [M, 3, 3], in eV, Å."""
+        if self._fast is not None:
+            for m in self.members:
+                m._engine._sync_weights()
+            first, second, offsets = self.neighbors.candidates(atoms.positions, atoms.cell[:], atoms.pbc)
+            out = self._fast(atoms.numbers, atoms.positions, first, second, offsets, atoms.cell[:], atoms.pbc)
+        else:
+            preds = [m._engine(atoms, self.neighbors) for m in self.members]
+            out = {"energy": np.array([float(p["energy"][0]) for p in preds]),
+                   "forces": np.stack([np.asarray(p["forces"], np.float64) for p in preds])}
+            if atoms.pbc.any():
+                out["stress"] = np.stack([np.asarray(p["stress"][0], np.float64) for p in preds])
+        scale = self.e_units
+        result = {"energy": out["energy"] * scale, "forces": out["forces"] * scale[:, None, None]}
+        if atoms.pbc.any() and "stress" in out:
+            result["stress"] = out["stress"] * scale[:, None, None]
+        return result
+
+    def calculate(self, atoms=None, properties=("energy",), system_changes=all_changes):
+        super().calculate(atoms, properties, system_changes)
+        atoms = self.atoms
+        if "stress" in properties and not atoms.pbc.any():
+            raise PropertyNotImplementedError("stress needs a periodic cell")
+        unknown = set(atoms.numbers.tolist()) - set(self.atom_types)
+        if unknown:
+            from ase.data import chemical_symbols
+            raise ValueError(f"atoms contain elements {sorted(chemical_symbols[z] for z in unknown)} "
+                             f"that the committee does not know (atom_types {sorted(self.atom_types)})")
+        pred = self._predict(atoms)
+        energy = float(np.mean(pred["energy"]))
+        self.results.update(energy=energy, free_energy=energy, forces=pred["forces"].mean(axis=0),
+                            member_energies=pred["energy"], member_forces=pred["forces"])
+        devi = deviations(pred["energy"], pred["forces"])
+        self.results.update({k: devi[k] for k in ("energy_deviation", "forces_deviation", "max_forces_deviation")})
+        if "stress" in pred:
+            self.results["stress"] = full_3x3_to_voigt_6_stress(pred["stress"].mean(axis=0))
+            self.results["member_stresses"] = np.stack([full_3x3_to_voigt_6_stress(s) for s in pred["stress"]])
+
+
+def changed_since(old, new, properties):
+    """Names among ``properties`` (ASE's ``all_changes``) whose values differ at all between the atoms
+    ``old`` and ``new`` (exact comparison: ASE's own, with tolerances, costs about as much as a small
+    molecule's forces)."""
+    changed = []
+    for name in properties:
+        if name in ("cell", "pbc"):
+            same = np.array_equal(getattr(old, name), getattr(new, name))
+        else:
+            a, b = old.arrays.get(name), new.arrays.get(name)
+            same = (a is None and b is None) or (a is not None and b is not None and np.array_equal(a, b))
+        if not same:
+            changed.append(name)
+    return changed
