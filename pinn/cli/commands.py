@@ -146,6 +146,8 @@ def _train_arguments(parser):
     parser.add_argument("-d", "--model-dir", help="override model_dir of the file")
     parser.add_argument("--max-steps", type=positive_int, help="override train.max_steps of a run file (the "
                         "same as --train-steps)")
+    parser.add_argument("--init-model", metavar="DIR", help="warm start: begin from this model directory's weights "
+                        "(model.params.init_model)")
     add_options(parser)
 
 
@@ -195,7 +197,7 @@ def _train(args):
         raise ValueError(f"{given[0]}: for a params file without a data section (upstream PiNN's form); {path} "
                          "has a data section, which says the data, and its model.params the run's settings")
     from pinn.cli.runconfig import run_training
-    model, metrics = run_training(path, model_dir=args.model_dir, max_steps=args.max_steps)
+    model, metrics = run_training(path, model_dir=args.model_dir, max_steps=args.max_steps, init_model=args.init_model)
     if metrics is not None and model.is_chief:
         print(_metrics_table(metrics))
     return 0

@@ -246,13 +246,14 @@ def input_fns(data, train_section, world, rc, atom_types=None):
     return train_fn, eval_fn
 
 
-def run_training(path, model_dir=None, max_steps=None):
+def run_training(path, model_dir=None, max_steps=None, init_model=None):
     """Train the model a run file describes (see the module docstring).
 
     Args:
         path: YAML run file.
         model_dir: overrides ``model_dir`` of the file.
         max_steps: overrides ``train.max_steps`` of the file.
+        init_model: overrides ``model.params.init_model`` (a warm start: :mod:`pinn.training.warm_start`).
 
     Returns:
         (model, metrics): the trained :class:`pinn.training.trainer.Trainer` and the
@@ -264,6 +265,9 @@ def run_training(path, model_dir=None, max_steps=None):
         params["model_dir"] = model_dir
     if max_steps is not None:
         train_section = {**train_section, "max_steps": max_steps}
+    if init_model is not None:
+        model_section = params.setdefault("model", {})
+        model_section["params"] = {**(model_section.get("params") or {}), "init_model": init_model}
     if "model_dir" not in params:
         raise ParamsError(f"{path}: params.model_dir: required key is missing (or give --model-dir)")
     model = get_model(params)  # starts Horovod first when parallel

@@ -139,6 +139,9 @@ def run(path, args):
     params = apply_run_config(read_params_file(path), args)
     if args.model_dir is not None:
         params["model_dir"] = args.model_dir
+    if getattr(args, "init_model", None) is not None:
+        model_section = params.setdefault("model", {})
+        model_section["params"] = {**(model_section.get("params") or {}), "init_model": args.init_model}
     params.setdefault("model_dir", "model")  # upstream's default when neither the file nor -d names one
     params = resolve(params)  # a bad or not-yet-supported params file is refused before any data are read
     max_steps = args.max_steps if args.max_steps is not None else opts["train_steps"]

@@ -96,6 +96,11 @@ TRAINING_PARAMS = {
     "loss_jump_window": Option(int, 50, "steps whose median loss loss_jump_factor watches", check=positive),
     "save_checkpoint_steps": Option(int, 1000, "write a checkpoint every that many steps", check=positive),
     "keep_checkpoint_max": Option(int, 5, "number of checkpoints kept", check=positive),
+    "init_model": Option((str, None), None, "warm start: a fresh run (no checkpoint of its own yet) begins from this "
+                         "model directory's weights, weight average and e_dress, with a fresh optimizer and schedule "
+                         "(pinn train --init-model); its model and network must be this run's (a resumed run goes on "
+                         "from its own checkpoint)"),
+    "init_checkpoint": Option(str, "last", "which checkpoint of init_model: 'last', 'best' or a checkpoint path"),
     "eval_every_n_steps": Option((int, None), None, "evaluate the eval_fn input every that many steps (None: at "
                                  "every checkpoint)", check=positive),
     "early_stopping_metric": Option(str, "loss", "validation figure that picks the best checkpoint and drives early "

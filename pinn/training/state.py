@@ -16,6 +16,7 @@ from pinn.training.checkpoints import CheckpointStore, NoIntactCheckpoint
 from pinn.training.early_stopping import EarlyStopping
 from pinn.training.ema import WeightAverage
 from pinn.training.kalman import KalmanFilter
+from pinn.training.warm_start import warm_start
 
 log = logging.getLogger("pinn")
 
@@ -65,13 +66,20 @@ class TrainingState:
         return {"kalman": self.kalman} if self.kalman is not None else {"optimizer": self.optimizer}
 
     def restore_on_chief(self, which, params):
-        """Check the stored params and restore checkpoint ``which`` on rank 0, then broadcast; a failure
-        on rank 0 raises on every rank (no hang).  Returns the checkpoint's path, or ``None``."""
+        """Check the stored params and restore checkpoint ``which`` on rank 0 (or, for a fresh run with
+        ``init_model``, that directory's weights: :mod:`pinn.training.warm_start`), then broadcast; a
+        failure on rank 0 raises on every rank (no hang).  Returns the run's own checkpoint's path, or
+        ``None``."""
         error, path = None, None
         if self.world.is_chief:
             try:
                 self.store.check_and_write_params(params)
                 path = self.store.restore(which)
+                if path is None and self.mp["init_model"]:
+                    warm_start(self.mp["init_model"], self.mp["init_checkpoint"], params, self.model, self.ema)
+                elif path and self.mp["init_model"]:
+                    log.info("model.params.init_model %s not used: the run goes on from its own checkpoint",
+                             self.mp["init_model"])
                 if path:
                     log.info("restored %s (step %d)", path, int(self.step))
                     self._optimizer_state_missing(path)

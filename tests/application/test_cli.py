@@ -50,6 +50,23 @@ def test_train_from_a_run_file(workdir, capsys):
     assert evals[-1]["D_RMSE"] < evals[0]["D_RMSE"]
 
 
+def test_train_with_a_warm_start(workdir, tmp_path, capsys):
+    """`pinn train run.yml --init-model DIR` begins from DIR's weights; a mismatched network: one line, exit 1."""
+    warm = tmp_path / "warm"
+    assert main(["train", str(workdir / "run.yml"), "-d", str(warm), "--init-model", str(workdir / "model"),
+                 "--max-steps", "1"]) == 0
+    assert (warm / "ckpt-1.index").exists()
+    assert "warm start from " + str(workdir / "model" / "ckpt-50") in (warm / "train.log").read_text()
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "water.xyz").symlink_to(workdir / "water.xyz")
+    capsys.readouterr()
+    assert main(["train", _run_file(other, network={"name": "PiNet", "params": {**NET, "depth": 3}}),
+                 "--init-model", str(workdir / "model"), "--max-steps", "1"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "its network differs from this run's: depth 2 there, 3 here" in err[-1]
+
+
 def test_train_bad_run_files(tmp_path, capsys):
     (tmp_path / "water.xyz").write_text("")
     cases = [
