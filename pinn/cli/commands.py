@@ -14,6 +14,7 @@ import json
 import os
 import sys
 
+from pinn.cli import devi
 from pinn.cli.arguments import positive_int
 
 EXIT_ERROR = 1
@@ -110,6 +111,7 @@ def _parser():
                       "--tag; default: all)")
     logs.add_argument("-f", "--fmt", help="printf format of the figures, e.g. '%%14.6e' (upstream PiNN's --fmt; "
                       "default: 4 significant digits)")
+    devi.add_parser(commands, common)
     commands.add_parser("version", parents=[common], help="the installed pinn version (as upstream PiNN's `pinn version`)")
     return parser
 
@@ -391,7 +393,7 @@ def _version(args):
 
 
 COMMANDS = {"train": _train, "convert": _convert, "eval": _evaluate, "report": _report, "log": _log,
-            "version": _version}
+            "devi": devi.run, "version": _version}
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -359,3 +359,38 @@ class _FrameReader:
             raise DataError(f"{run.ftrajectory}, step {step} vs {run.trr}, frame {i}: positions differ by up to "
                             f"{worst:.3g} Å (GROMACS atom {atom + 1}) after removing the overall shift; the "
                             "atom mapping (cpmd_input / cpmd_order) or the step pairing (nfi_offset) is wrong")
+
+
+def mimic_trajectory(mpt, trr, select=None, allow_truncated=False):
+    """The frames of a MiMiC run's GROMACS trr as ASE ``Atoms`` (no labels): what a model sees of them.
+
+    Args:
+        mpt: the run's MiMiCPy topology (elements of the atoms).
+        trr: its GROMACS trajectory.
+        select: the atoms to keep, as :func:`load_mimic`'s ``select`` (e.g. the QM region a model was
+            trained on): ``None`` (all), 0-based GROMACS indices, ``(ndx_file, group)`` or
+            ``{'resname': ...}``.
+        allow_truncated: pass over an incomplete last frame instead of failing.
+
+    Yields:
+        ``(step, time, atoms)``: the trr's step and time (ps), and the selected atoms with positions
+        and cell in Å (periodic where the frame has a box).
+
+    Raises:
+        DataError: naming the file and frame (a frame without positions, atom counts that differ).
+    """
+    from ase import Atoms
+    topology = read_mpt(mpt)
+    atoms_index = _selection(select, topology)
+    numbers = topology.atomic_numbers[atoms_index]
+    with TRRFile(trr, allow_truncated=allow_truncated) as frames:
+        for i in range(len(frames)):
+            frame = frames.read_frame(i, blocks=("box", "x"))
+            if frame["natoms"] != topology.natoms:
+                raise DataError(f"{trr}, frame {i}: {frame['natoms']} atoms, but {mpt} has {topology.natoms}")
+            if frame["x"] is None:
+                raise DataError(f"{trr}, frame {i} (step {frame['step']}): no positions")
+            cell = (frame["box"] if frame["box"] is not None else np.zeros((3, 3))).astype(np.float64) * units.NM
+            positions = frame["x"][atoms_index].astype(np.float64) * units.NM
+            yield frame["step"], frame["time"], Atoms(numbers=numbers, positions=positions, cell=cell,
+                                                      pbc=bool(np.any(cell)))

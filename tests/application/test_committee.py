@@ -3,6 +3,8 @@
 The members are small PiNets trained a few steps from different seeds on the alloy data, so they
 differ; each member's own calculator is the reference for the committee's numbers.
 """
+import os
+
 import numpy as np
 import pytest
 from ase.io import read
@@ -137,3 +139,91 @@ def test_what_is_not_a_committee_is_refused_by_name(committee_dir, alloy_xyz, tm
     other_rc = _train(tmp_path / "rc4", alloy_xyz, seed=0, steps=1, rc=4.0)
     with pytest.raises(ValueError, match=r"share the cutoff .*rc4 has rc 4 Å, .*member-0 4.5 Å"):
         get_calc([member, other_rc])
+
+
+def _devi_rows(path):
+    lines = open(path).read().splitlines()
+    assert lines[0].split() == ["#", "step", "max_devi_v", "min_devi_v", "avg_devi_v", "max_devi_f", "min_devi_f",
+                                "avg_devi_f", "devi_e"]
+    return np.array([[float(v) for v in line.split()] for line in lines[1:]])
+
+
+def test_pinn_devi_writes_deepmds_model_devi_and_the_selected_frames(committee_dir, alloy_xyz, tmp_path):
+    from ase.io import write
+    from ase.stress import voigt_6_to_full_3x3_stress
+    from pinn.cli.commands import main
+    frames = read(alloy_xyz, index="0:5")
+    traj = tmp_path / "traj.xyz"
+    write(traj, frames)
+    out, selected = tmp_path / "model_devi.out", tmp_path / "picked.xyz"
+    assert main(["devi", str(committee_dir), str(traj), "-o", str(out), "--select", "0:", "--max", "2",
+                 "--selected", str(selected)]) == 0
+    rows = _devi_rows(out)
+    assert rows[:, 0].tolist() == [0, 1, 2, 3, 4]
+    calc = get_calc(str(committee_dir))
+    for row, atoms in zip(rows, frames):
+        atoms.calc = calc
+        atoms.get_forces()
+        res = calc.results
+        virials = np.stack([-voigt_6_to_full_3x3_stress(s) * atoms.get_volume() for s in res["member_stresses"]])
+        devi = deviations(res["member_energies"], res["member_forces"], len(atoms), virials)
+        expected = [devi[k] for k in ("max_virial_deviation", "min_virial_deviation", "avg_virial_deviation",
+                                      "max_forces_deviation", "min_forces_deviation", "avg_forces_deviation",
+                                      "energy_deviation_per_atom")]
+        np.testing.assert_allclose(row[1:], expected, rtol=1e-5, atol=1e-12)  # the file's 7 significant digits
+    picked = read(selected, index=":")
+    assert [a.info["step"] for a in picked] == [0, 4]  # 5 candidates, 2 kept: spread evenly
+    assert picked[1].info["max_devi_f"] == pytest.approx(rows[4, 4], rel=1e-5)
+    # a window no frame falls in writes no frames; a single model is no committee
+    assert main(["devi", str(committee_dir), str(traj), "-o", str(out), "--select", "100:200",
+                 "--selected", str(tmp_path / "none.xyz")]) == 0
+    assert not (tmp_path / "none.xyz").exists()
+    assert main(["devi", str(committee_dir / "member-0"), str(traj), "-o", str(out)]) == 1
+
+
+@pytest.fixture(scope="module")
+def water_members(tmp_path_factory):
+    """Two tiny H/O potentials (EMT water, 2 steps each from seeds 0 and 1)."""
+    from ase.build import molecule
+    from ase.calculators.emt import EMT
+    from ase.io import write
+    root = tmp_path_factory.mktemp("water")
+    rng = np.random.RandomState(0)
+    frames = []
+    for _ in range(8):
+        atoms = molecule("H2O")
+        atoms.positions += rng.normal(scale=0.05, size=atoms.positions.shape)
+        atoms.calc = EMT()
+        atoms.get_forces()
+        frames.append(atoms)
+    write(root / "water.xyz", frames)
+    from pinn.io import load_ase, sparse_batch
+    from pinn.models import potential_model
+    for k in range(2):
+        params = training_params(root / f"member-{k}", small_net([1, 8], rc=3.0), {"use_force": True},
+                                 log_every_n_steps=1000)
+        params["seed"] = k
+        potential_model(params).train(lambda: load_ase(str(root / "water.xyz")).repeat().apply(sparse_batch(4)), 2)
+    return root
+
+
+def test_pinn_devi_reads_a_mimic_trr_with_its_mpt(water_members, tmp_path):
+    """The water molecules (resname SOL) of a GROMACS trr of NaCl in water, elements from its .mpt."""
+    from pinn.cli.commands import main
+    from pinn.io.mimic import mimic_trajectory
+    data = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "gromacs")
+    trr, mpt = os.path.join(data, "water_single_xvf.trr"), os.path.join(data, "water.mpt")
+    out = tmp_path / "devi.out"
+    assert main(["devi", str(water_members), trr, "--mpt", mpt, "--atoms", "resname:SOL", "-o", str(out),
+                 "--select", "0:", "--max", "1", "--selected", str(tmp_path / "sel.xyz")]) == 0
+    rows = _devi_rows(out)
+    frames = list(mimic_trajectory(mpt, trr, select={"resname": "SOL"}))
+    assert rows[:, 0].tolist() == [step for step, _, _ in frames]
+    assert set(frames[0][2].numbers.tolist()) == {1, 8}
+    calc = get_calc(str(water_members))
+    atoms = frames[-1][2]
+    atoms.calc = calc
+    assert rows[-1, 4] == pytest.approx(calc.get_property("max_forces_deviation", atoms), rel=1e-5)
+    steps = (tmp_path / "sel.steps").read_text().splitlines()
+    assert steps[0].startswith("#") and len(steps) == 2 and int(steps[1].split()[0]) == frames[0][0]
+    assert main(["devi", str(water_members), trr, "-o", str(out)]) == 1  # a trr without --mpt: one line
