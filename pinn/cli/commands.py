@@ -1,4 +1,4 @@
-"""The ``pinn`` command: train, convert, eval, report, log, version.
+"""The ``pinn`` command: train, convert, eval, report, log, devi, version.
 
 Each command is a thin layer over the library (:mod:`pinn.cli.runconfig`,
 :mod:`pinn.io`, :mod:`pinn.training.trainer`, :mod:`pinn.cli.report`, :mod:`pinn.training.metrics`).
@@ -15,6 +15,7 @@ import os
 import sys
 
 from pinn.cli import devi
+from pinn.cli.train_command import metrics_table, train, train_arguments, train_options
 from pinn.cli.arguments import positive_int
 
 EXIT_ERROR = 1
@@ -49,15 +50,15 @@ def _parser():
     common.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help=VERBOSE_HELP)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    train = commands.add_parser("train", parents=[common], help="train from a YAML run file or an input script",
+    train_parser = commands.add_parser("train", parents=[common], help="train from a YAML run file or an input script",
                                 description="Train a model.  A .yml/.yaml file holds the params of an input "
                                 "script plus `data` and `train` sections (see docs/cli.md), or only the params "
                                 "(upstream PiNN's params.yml), trained on the data of -t and -e; a .py file is "
                                 "run as an input script, with the remaining arguments as its sys.argv.  In a "
                                 "parallel run, launch `pinn train` itself with srun, mpirun or horovodrun.")
-    train.add_argument("config", help="run file or params file (.yml, .yaml) or input script (.py)")
-    _train_arguments(train)
-    train.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments of an input script")
+    train_parser.add_argument("config", help="run file or params file (.yml, .yaml) or input script (.py)")
+    train_arguments(train_parser)
+    train_parser.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments of an input script")
 
     convert = commands.add_parser("convert", parents=[common], help="write data to TFRecord caches",
                                   description="Read structures (any ASE-readable file, a format of -f, or MiMiC "
@@ -128,7 +129,7 @@ def main(argv=None):
     from pinn.runtime import quiet_tensorflow
     try:
         if args.command == "train":
-            _train_options(args)
+            train_options(args)
         quiet_tensorflow(verbose=args.verbose)  # before any command imports TensorFlow
         return COMMANDS[args.command](args)
     except (ParamsError, DataError, ValueError, FileNotFoundError) as err:
@@ -140,69 +141,6 @@ def main(argv=None):
             raise
         print(f"pinn {args.command}: error: {err.code}", file=sys.stderr)
         return EXIT_ERROR
-
-
-def _train_arguments(parser):
-    """The options of ``pinn train`` for a YAML file: pinn's and upstream PiNN's."""
-    from pinn.cli.upstream_train import add_options
-    parser.add_argument("-d", "--model-dir", help="override model_dir of the file")
-    parser.add_argument("--max-steps", type=positive_int, help="override train.max_steps of a run file (the "
-                        "same as --train-steps)")
-    parser.add_argument("--init-model", metavar="DIR", help="warm start: begin from this model directory's weights "
-                        "(model.params.init_model)")
-    add_options(parser)
-
-
-def _train_options(args):
-    """Options given after a YAML file (``pinn train run.yml --max-steps 10``); an input script's are its own."""
-    if args.config.endswith(".py") or not args.script_args:
-        return
-    late = argparse.ArgumentParser(prog="pinn train", add_help=False)
-    _train_arguments(late)
-    late.add_argument("-v", "--verbose", action="store_true")
-    late.set_defaults(**{k: v for k, v in vars(args).items() if k not in ("config", "script_args", "command")})
-    parsed, unknown = late.parse_known_args(args.script_args)
-    if unknown:
-        raise ValueError(f"unexpected arguments {unknown} (only input scripts take arguments)")
-    for key, value in vars(parsed).items():
-        setattr(args, key, value)
-    args.script_args = []
-
-
-def _train(args):
-    path = args.config
-    if path.endswith(".py"):
-        if not os.path.exists(path):
-            raise FileNotFoundError(f"{path}: no such input script")
-        import runpy
-        sys.argv = [path] + [a for a in args.script_args if a != "--"]
-        runpy.run_path(path, run_name="__main__")
-        return 0
-    if not path.endswith((".yml", ".yaml")):
-        raise ValueError(f"{path}: expected a run file or params file (.yml, .yaml) or an input script (.py)")
-    from pinn.cli import upstream_train
-    from pinn.params import read_params_file
-    if args.max_steps is not None and args.train_steps is not None and args.max_steps != args.train_steps:
-        raise ValueError("--max-steps and --train-steps are the same option: give one")
-    args.max_steps = args.max_steps if args.max_steps is not None else args.train_steps
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"{path}: no such file")
-    if "data" not in read_params_file(path):  # upstream PiNN's params.yml: the data come from -t and -e
-        model, metrics = upstream_train.run(path, args)
-        if model.is_chief:
-            print(_metrics_table(metrics))
-        return 0
-    given = upstream_train.given_data_options(args) + [
-        "--" + k.replace("_", "-") for k in ("log_every", "ckpt_every", "max_ckpts", "early_stop")
-        if getattr(args, k) is not None]
-    if given:
-        raise ValueError(f"{given[0]}: for a params file without a data section (upstream PiNN's form); {path} "
-                         "has a data section, which says the data, and its model.params the run's settings")
-    from pinn.cli.runconfig import run_training
-    model, metrics = run_training(path, model_dir=args.model_dir, max_steps=args.max_steps, init_model=args.init_model)
-    if metrics is not None and model.is_chief:
-        print(_metrics_table(metrics))
-    return 0
 
 
 def _ratio_pairs(text, separator, error):
@@ -308,24 +246,13 @@ def _evaluate(args):
         averaged = " (averaged weights)" if model.averaged else ""
         print(f"model {args.model_dir}: checkpoint {os.path.basename(model.checkpoint)}, step {metrics['global_step']}"
               f"{averaged}\ndata: {', '.join(args.data)}\n")
-        print(_metrics_table(metrics))
+        print(metrics_table(metrics))
     return 0
 
 
-def _metrics_table(metrics):
-    """A text table of MAE and RMSE per quantity, with units."""
-    from pinn.training.metrics import NAMES, UNITS
-    rows = [("quantity", "MAE", "RMSE", "unit")]
-    for key in UNITS:
-        if f"{key}_MAE" in metrics:
-            rows.append((NAMES[key], f"{metrics[f'{key}_MAE']:.6g}", f"{metrics[f'{key}_RMSE']:.6g}", UNITS[key]))
-    rows.append(("loss", f"{metrics['loss']:.6g}", "", ""))
-    widths = [max(len(r[i]) for r in rows) for i in range(4)]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
-
-
 def _report(args):
-    from pinn.cli.report import models_table, write_report
+    from pinn.cli.models_table import models_table
+    from pinn.cli.report import write_report
     if not os.path.isdir(args.model_dir):
         raise FileNotFoundError(f"{args.model_dir}: no such directory")
     if args.keyword is not None or not os.path.exists(os.path.join(args.model_dir, "params.yml")):
@@ -392,7 +319,7 @@ def _version(args):
     return 0
 
 
-COMMANDS = {"train": _train, "convert": _convert, "eval": _evaluate, "report": _report, "log": _log,
+COMMANDS = {"train": train, "convert": _convert, "eval": _evaluate, "report": _report, "log": _log,
             "devi": devi.run, "version": _version}
 
 if __name__ == "__main__":

@@ -68,8 +68,8 @@ def _frames(args, trajectory):
         return
     if args.mpt or args.atoms:
         raise ValueError("--mpt and --atoms are for a .trr trajectory")
-    from ase.io import iread
-    for index, atoms in enumerate(iread(trajectory, index=":")):
+    from pinn.io.ase_files import iread
+    for index, atoms in enumerate(iread(trajectory)):
         yield index, None, atoms
 
 
@@ -139,7 +139,7 @@ def _write_table(path, rows):
 
 
 def _write_selected(args, chosen, from_trr):
-    from ase.io import write
+    from pinn.io.ase_files import write
     candidates = len(chosen)
     if args.max is not None and candidates > args.max:
         keep = np.unique(np.linspace(0, candidates - 1, args.max).round().astype(int))

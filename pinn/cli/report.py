@@ -306,44 +306,6 @@ def parity_note(model_dir, predictions, parity_path):
     return f"parity plot: predictions of the evaluation{step}"
 
 
-def models_table(root, keyword=None):
-    """A text table of the model directories under ``root`` (those with a ``params.yml``; ``root`` too):
-    path, last step and the latest evaluation's RMSE of each quantity.
-
-    Args:
-        root: a folder.
-        keyword: only the directories whose path (relative to ``root``) contains it.
-
-    Raises:
-        ValueError: no model directory matches.
-    """
-    from pinn.training.metrics import UNITS, read_metrics
-    found = []
-    for folder, subfolders, files in os.walk(root):
-        subfolders.sort()
-        if "params.yml" in files:
-            name = os.path.relpath(folder, root)
-            if keyword is None or keyword in name:
-                found.append((name, folder))
-    if not found:
-        where = f" whose path contains {keyword!r}" if keyword is not None else ""
-        raise ValueError(f"{root}: no model directory (with a params.yml){where}")
-    rows, quantities = [], []
-    for name, folder in found:
-        records = read_metrics(folder) if os.path.exists(os.path.join(folder, "metrics.jsonl")) else []
-        evals = [r for r in records if r.get("kind") == "eval"]
-        last = evals[-1] if evals else {}
-        step = max((r.get("step", 0) for r in records), default=None)
-        quantities += [q for q in UNITS if f"{q}_RMSE" in last and q not in quantities]
-        rows.append((name, step, last))
-    header = ["model", "step", *[f"{q}_RMSE ({UNITS[q]})" for q in quantities]]
-    table = [header] + [[name, "" if step is None else str(step),
-                         *[f"{last[f'{q}_RMSE']:.4g}" if f"{q}_RMSE" in last else "" for q in quantities]]
-                        for name, step, last in rows]
-    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in table)
-
-
 def write_report(model_dir, out_dir=None):
     """Write the learning curves, parity plot and summary of a training run.
 

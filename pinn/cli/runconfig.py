@@ -223,11 +223,12 @@ def datasets(data, world, atom_types=None):
     return train, evaluation
 
 
-def input_fns(data, train_section, world, rc, atom_types=None):
+def input_fns(data, train_section, world, rc, atom_types=None, member=0):
     """(train_fn, eval_fn or ``None``): input functions of sparse batches for :meth:`Trainer.train`.
 
     The training structures get their neighbor lists (cutoff ``rc``, Å) before the cache, so
-    each list is computed once, not at every epoch.
+    each list is computed once, not at every epoch.  ``member``: a committee member's number; the
+    members share the split and shuffle the training data each in their own order.
     """
     from pinn.io import add_neighbors, sparse_batch
     train, evaluation = datasets(data, world, atom_types)
@@ -239,14 +240,18 @@ def input_fns(data, train_section, world, rc, atom_types=None):
         if not by_epochs:
             dataset = dataset.repeat()
         if buffer:
-            dataset = dataset.shuffle(buffer, seed=seed + world.rank)
+            dataset = dataset.shuffle(buffer, seed=seed + world.rank + MEMBER_SEED_STRIDE * member)
         return dataset.apply(sparse_batch(size))
 
     eval_fn = (lambda: evaluation.apply(sparse_batch(size))) if evaluation is not None else None
     return train_fn, eval_fn
 
 
-def run_training(path, model_dir=None, max_steps=None, init_model=None):
+#: the shuffle seeds of committee members lie this far apart (beyond any rank's offset)
+MEMBER_SEED_STRIDE = 100003
+
+
+def run_training(path, model_dir=None, max_steps=None, init_model=None, member=None):
     """Train the model a run file describes (see the module docstring).
 
     Args:
@@ -254,6 +259,9 @@ def run_training(path, model_dir=None, max_steps=None, init_model=None):
         model_dir: overrides ``model_dir`` of the file.
         max_steps: overrides ``train.max_steps`` of the file.
         init_model: overrides ``model.params.init_model`` (a warm start: :mod:`pinn.training.warm_start`).
+        member: train committee member K (``pinn train --committee``): into ``MODEL_DIR/member-K`` with
+            ``seed + K`` (initial weights) and its own data order (the same split); with ``init_model`` a
+            directory of members, from its ``member-K``.
 
     Returns:
         (model, metrics): the trained :class:`pinn.training.trainer.Trainer` and the
@@ -265,13 +273,20 @@ def run_training(path, model_dir=None, max_steps=None, init_model=None):
         params["model_dir"] = model_dir
     if max_steps is not None:
         train_section = {**train_section, "max_steps": max_steps}
+    if "model_dir" not in params:
+        raise ParamsError(f"{path}: params.model_dir: required key is missing (or give --model-dir)")
+    if member is not None:
+        from pinn.committee import MEMBER_PREFIX, is_committee_directory
+        params["model_dir"] = os.path.join(params["model_dir"], f"{MEMBER_PREFIX}{member}")
+        params["seed"] = int(params.get("seed", 0)) + member
+        if init_model is not None and is_committee_directory(init_model):
+            init_model = os.path.join(init_model, f"{MEMBER_PREFIX}{member}")
     if init_model is not None:
         model_section = params.setdefault("model", {})
         model_section["params"] = {**(model_section.get("params") or {}), "init_model": init_model}
-    if "model_dir" not in params:
-        raise ParamsError(f"{path}: params.model_dir: required key is missing (or give --model-dir)")
     model = get_model(params)  # starts Horovod first when parallel
-    train_fn, eval_fn = input_fns(data, train_section, model.world, model.rc, model.network.atom_types)
+    train_fn, eval_fn = input_fns(data, train_section, model.world, model.rc, model.network.atom_types,
+                                  member=member or 0)
     model.train(train_fn, max_steps=train_section["max_steps"], max_epochs=train_section["max_epochs"],
                 eval_fn=eval_fn)
     if eval_fn is None:

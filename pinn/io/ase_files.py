@@ -9,8 +9,8 @@ ranks MPI carries (MPI alone, or Horovod's MPI controller with the MPI host exch
 must read its own share of the files (:func:`pinn.io.distribute_data`).  So:
 
 - the functions here run ASE with a world of this process alone (:func:`per_process`), whatever
-  state ASE's world is in: ``read``, ``write`` and ``connect`` are ASE's own with
-  ``parallel=False`` (``serial=True`` for a database) inside it;
+  state ASE's world is in: ``read``, ``iread``, ``write`` and ``connect`` are ASE's own with
+  ``parallel=False`` (``serial=True`` for a database) inside it (``iread``: each frame);
 - :func:`make_ase_world_per_process` makes that ASE's world for the rest of the process; a parallel
   world calls it when it starts (:func:`pinn.parallel.worlds.init`), so the ``ase.io.read`` of a user's
   input script after ``params['parallel'] = True`` reads that rank's file too.
@@ -66,6 +66,21 @@ def read(path, index=None, format=None, **kwargs):
     import ase.io
     with per_process():
         return ase.io.read(path, index=index, format=format, parallel=False, **kwargs)
+
+
+def iread(path, index=":", format=None, **kwargs):
+    """``ase.io.iread`` of this process's file: its frames one at a time (a long trajectory is never
+    whole in memory), each read with ASE's world this process alone."""
+    import ase.io
+    with per_process():
+        frames = ase.io.iread(path, index=index, format=format, parallel=False, **kwargs)
+    while True:
+        with per_process():
+            try:
+                atoms = next(frames)
+            except StopIteration:
+                return
+        yield atoms
 
 
 def write(path, images, format=None, **kwargs):

@@ -67,6 +67,28 @@ def test_train_with_a_warm_start(workdir, tmp_path, capsys):
     assert "its network differs from this run's: depth 2 there, 3 here" in err[-1]
 
 
+def test_train_a_committee_and_report_it(workdir, tmp_path, capsys):
+    """`pinn train run.yml --committee 2`: member-0 and member-1, seeds 0 and 1, the same split; `--member K`
+    alone; `pinn report DIR`: the members and their mean ± spread."""
+    import pinn.params
+    root = tmp_path / "committee"
+    assert main(["train", str(workdir / "run.yml"), "-d", str(root), "--committee", "2", "--max-steps", "2"]) == 0
+    params = [pinn.params.read_params(str(root / f"member-{k}")) for k in range(2)]
+    assert [p["seed"] for p in params] == [0, 1]
+    assert (root / "member-0" / "ckpt-2.index").exists() and (root / "member-1" / "ckpt-2.index").exists()
+    assert main(["train", str(workdir / "run.yml"), "-d", str(root), "--committee", "3", "--member", "2",
+                 "--max-steps", "1"]) == 0
+    assert (root / "member-2" / "ckpt-1.index").exists()
+    capsys.readouterr()
+    assert main(["report", str(root)]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert [row.split()[0] for row in table[1:]] == ["member-0", "member-1", "member-2", "member-*"]
+    assert "(3)" in table[-1] and "±" in table[-1]
+    assert main(["train", str(workdir / "run.yml"), "-d", str(root), "--committee", "2", "--member", "2"]) == 1
+    assert "--member 2: a committee of 2 has members 0 to 1" in capsys.readouterr().err
+    assert main(["train", str(workdir / "run.yml"), "--member", "1"]) == 1
+
+
 def test_train_bad_run_files(tmp_path, capsys):
     (tmp_path / "water.xyz").write_text("")
     cases = [

@@ -268,3 +268,39 @@ def test_restart_chain_resubmits_after_the_walltime_signal(slurm, mimic_data, tm
     (second_log,) = logs.values()
     assert "restart chain, job 2" in second_log and "restored" in second_log
     assert "(step 200, 2 rank(s))" in second_log
+
+
+def test_sbatch_trains_a_committee_as_a_job_array(slurm, mimic_data, tmp_path):
+    """scripts/slurm_train_committee.sh as a job array of 2: member-0 and member-1 of a run file at the same
+    time, each `pinn train --committee 2 --member K`; the committee then drives the ASE calculator."""
+    import glob
+
+    import yaml
+    import pinn
+    from pinn.committee import CommitteeCalc
+    runs = sorted(glob.glob(os.path.join(mimic_data, "run*.trr")))
+    config = {"model_dir": str(tmp_path / "committee"), "seed": 3,
+              "network": {"name": "PiNet", "params": {"atom_types": [18], "rc": 4.0, "depth": 2, "pp_nodes": [8],
+                                                      "pi_nodes": [8], "ii_nodes": [8], "out_nodes": [8]}},
+              "model": {"params": {"use_force": True, "log_every_n_steps": 1000, "progress_bar": "off"}},
+              "data": {"mimic": {"mpt": os.path.join(mimic_data, "argon.mpt"), "trr": runs,
+                                 "energies": [r[:-4] + ".ENERGIES" for r in runs]},
+                       "split": {"train": 8, "eval": 2}, "batch_size": 8},
+              "train": {"max_steps": 3}}
+    run_file = tmp_path / "run.yml"
+    run_file.write_text(yaml.safe_dump(config))
+    out = tmp_path / "committee-%A_%a.out"
+    run, job = _sbatch(slurm, "scripts/slurm_train_committee.sh", str(run_file),
+                       sbatch_args=["--array=0-1", "--ntasks=1", "--ntasks-per-node=1", f"--output={out}"], wait=True)
+    logs = [(tmp_path / f"committee-{job}_{k}.out").read_text() if job else "" for k in range(2)]
+    assert run.returncode == 0, run.stdout + run.stderr + "".join(log[-3000:] for log in logs)
+    for k, log in enumerate(logs):
+        assert f"committee member {k} of 2" in log and "pinn: training finished" in log, log[-3000:]
+        assert (tmp_path / "committee" / f"member-{k}" / "ckpt-3.index").exists()
+    seeds = [pinn.params.read_params(str(tmp_path / "committee" / f"member-{k}"))["seed"] for k in range(2)]
+    assert seeds == [3, 4]
+    import ase.io
+    atoms = ase.io.read(os.path.join(mimic_data, "argon.xyz"))
+    atoms.calc = calc = pinn.get_calc(str(tmp_path / "committee"))
+    assert isinstance(calc, CommitteeCalc) and calc.size == 2
+    assert atoms.get_forces().shape == (len(atoms), 3) and calc.results["max_forces_deviation"] > 0
