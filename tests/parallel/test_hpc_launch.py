@@ -283,7 +283,7 @@ def test_sbatch_trains_a_committee_as_a_job_array(slurm, mimic_data, tmp_path):
               "network": {"name": "PiNet", "params": {"atom_types": [18], "rc": 4.0, "depth": 2, "pp_nodes": [8],
                                                       "pi_nodes": [8], "ii_nodes": [8], "out_nodes": [8]}},
               "model": {"params": {"use_force": True, "log_every_n_steps": 1000, "progress_bar": "off"}},
-              "data": {"mimic": {"mpt": os.path.join(mimic_data, "argon.mpt"), "trr": runs,
+              "data": {"mimic": {"mpt": [os.path.join(mimic_data, "argon.mpt")] * len(runs), "trr": runs,
                                  "energies": [r[:-4] + ".ENERGIES" for r in runs]},
                        "split": {"train": 8, "eval": 2}, "batch_size": 8},
               "train": {"max_steps": 3}}
@@ -297,7 +297,8 @@ def test_sbatch_trains_a_committee_as_a_job_array(slurm, mimic_data, tmp_path):
     for k, log in enumerate(logs):
         assert f"committee member {k} of 2" in log and "pinn: training finished" in log, log[-3000:]
         assert (tmp_path / "committee" / f"member-{k}" / "ckpt-3.index").exists()
-    seeds = [pinn.params.read_params(str(tmp_path / "committee" / f"member-{k}"))["seed"] for k in range(2)]
+    from pinn.params import read_params
+    seeds = [read_params(str(tmp_path / "committee" / f"member-{k}"))["seed"] for k in range(2)]
     assert seeds == [3, 4]
     import ase.io
     atoms = ase.io.read(os.path.join(mimic_data, "argon.xyz"))
