@@ -77,6 +77,7 @@ def warm_start(source, checkpoint, params, model, average):
     if average is not None and held:
         for mine, stored_mean in zip(average.shadow, theirs.shadow):
             mine.assign(stored_mean)
+        average.updates.assign(theirs.updates)  # the average goes on, its warm-up (decay_after) past as there
         note = "and its weight average"
     elif average is not None:
         average.reset(model.trainable_variables)

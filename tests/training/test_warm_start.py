@@ -39,6 +39,7 @@ def test_a_fresh_run_starts_from_the_weights_average_and_e_dress(source, tmp_pat
         np.testing.assert_array_equal(mine, theirs)  # weights, e_dress, dress_fitted
     for mine, theirs in zip(_values(model.state.ema.shadow), _values(trained.state.ema.shadow)):
         np.testing.assert_array_equal(mine, theirs)
+    assert int(model.state.ema.updates) == int(trained.state.ema.updates) > 0
     assert int(model.step) == 0 and model.restored is None
     assert int(model.state.optimizer.iterations) == 0, "the optimizer starts afresh"
     assert bool(model.model.dress_fitted), "e_dress is not fitted again"
