@@ -8,7 +8,10 @@ the perfect lattice at 800 K, ethanol from its equilibrium geometry at 500 K.
 Uses the models that bench_train.py left in bench-data (Cu 256/864 use the cu108 model).
 Each system runs in its own process, so that its peak RSS is its own.  ``--members N`` runs
 a committee of N (``pinn.get_calc([DIR] * N)``: N copies of the model, which cost what N
-different members cost) and reports its ms/step beside the plain calculator's (``members`` 0).
+different members cost) and reports its ms/step beside the plain calculator's (``members`` 0);
+with ``--drive first --deviation-every K`` the first member drives the MD and an observer asks
+for the deviation every K steps (the other members run then only).  Each line has the median
+and the mean over the steps (the mean counts the steps that evaluate the whole committee).
 """
 import argparse
 import os
@@ -44,14 +47,21 @@ def main():
                     "bench_train.py left in bench-data for the system)")
     ap.add_argument("--members", type=int, default=0, help="a committee of this many copies of the model "
                     "(0: the plain calculator of one model)")
+    ap.add_argument("--drive", default="mean", choices=["mean", "first"], help="a committee's drive "
+                    "(get_calc(drive=...))")
+    ap.add_argument("--deviation-every", type=int, default=0, help="ask for the committee's max force "
+                    "deviation every this many steps (0: never; with --drive mean it comes with every step)")
     args = ap.parse_args()
+    if (args.drive != "mean" or args.deviation_every) and not args.members:
+        ap.error("--drive and --deviation-every are for a committee (--members N)")
     unknown = [name for name in args.systems if name not in SYSTEMS]
     if unknown:
         ap.error(f"unknown systems {unknown}; choose from {list(SYSTEMS)}")
     if len(args.systems) > 1:  # one process per system: peak RSS of that system alone
         for name in args.systems:
             subprocess.run([sys.executable, __file__, name, "--steps", str(args.steps), "--engine", args.engine,
-                            "--members", str(args.members)] + (["--model", args.model] if args.model else []),
+                            "--members", str(args.members), "--drive", args.drive,
+                            "--deviation-every", str(args.deviation_every)] + (["--model", args.model] if args.model else []),
                            check=True)
         return
     import pinn
@@ -61,10 +71,13 @@ def main():
         if not os.path.exists(model_dir):
             raise SystemExit(f"{model_dir} missing: run benchmarks/bench_train.py {model_name} first")
         atoms = build()
+        committee = dict(drive=args.drive) if args.members else {}
         atoms.calc = calc = pinn.get_calc([model_dir] * args.members if args.members else model_dir,
-                                          engine=args.engine)
+                                          engine=args.engine, **committee)
         thermalize(atoms, temperature, rng=np.random.RandomState(0))
         md = VelocityVerlet(atoms, 0.5 * units.fs)
+        if args.deviation_every:
+            md.attach(lambda: calc.get_property("max_forces_deviation", atoms), interval=args.deviation_every)
         md.run(5)
         times = []
         for _ in range(args.steps):
@@ -72,8 +85,11 @@ def main():
             md.run(1)
             times.append(time.perf_counter() - t0)
         emit(benchmark="md", system=name, atoms=len(atoms), engine=calc.engine,
-             ms_per_step=round(1000 * float(np.median(times)), 3), peak_rss_mb=round(peak_rss_mb()),
-             neighbor_builds=calc.neighbors.builds, threads=_threads(calc), model=model_dir, members=args.members)
+             ms_per_step=round(1000 * float(np.median(times)), 3),
+             mean_ms_per_step=round(1000 * float(np.mean(times)), 3), peak_rss_mb=round(peak_rss_mb()),
+             neighbor_builds=calc.neighbors.builds, threads=_threads(calc), model=model_dir, members=args.members,
+             **(dict(drive=args.drive, deviation_every=args.deviation_every,
+                     committee_evaluations=calc.committee_evaluations) if args.members else {}))
 
 
 def _threads(calc):

@@ -30,6 +30,7 @@ rebuilt only when an atom has moved more than skin/2, filtered to the cutoff at 
 step, so the pairs are exactly those within the cutoff.
 """
 import logging
+import os
 
 import numpy as np
 from ase.calculators.calculator import Calculator, PropertyNotImplementedError, all_changes
@@ -261,7 +262,7 @@ def _choose_engine(model, engine):
 
 
 def get_calc(model, checkpoint=None, jit=None, skin=0.5, engine="auto", *, checkpoint_path=None, to_eV=1.0,
-             properties=None, atoms=None, label=None, directory="."):
+             properties=None, drive=None, atoms=None, label=None, directory="."):
     """ASE calculator for a model directory or a model object.
 
     Args:
@@ -288,6 +289,9 @@ def get_calc(model, checkpoint=None, jit=None, skin=0.5, engine="auto", *, check
             declare ``e_unit``).
         properties: the properties the calculator gives (upstream PiNN's ``properties``; a
             subset of energy, forces, stress, or of dipole, charges); default all.
+        drive: for a committee, ``'mean'`` (default: energy, forces and stress are the members'
+            mean) or ``'first'`` (the first member's; the others run only when a deviation is
+            asked for); see :class:`pinn.committee.CommitteeCalc`.  Refused for one model.
         atoms, label, directory: as for any ASE calculator.
 
     Any other keyword is refused (a TypeError), not stored and ignored.
@@ -322,9 +326,13 @@ def get_calc(model, checkpoint=None, jit=None, skin=0.5, engine="auto", *, check
                              "apply; it gives energy, forces, stress and the deviations)")
         dirs = member_directories(model)
         members = [get_calc(d, checkpoint=checkpoint, jit=jit, skin=skin, engine=engine) for d in dirs]
-        calc = CommitteeCalc(members, dirs, skin=skin, atoms=atoms, label=label, directory=directory)
+        calc = CommitteeCalc(members, dirs, skin=skin, drive=drive or "mean", atoms=atoms, label=label,
+                             directory=directory)
         log.info("committee of %d members (%s engine): %s", calc.size, calc.engine, ", ".join(dirs))
         return calc
+    if drive is not None:
+        one = os.fspath(model) if is_directory else f"a {type(model).__name__}"
+        raise ValueError(f"get_calc: drive={drive!r} chooses what drives a committee; {one!r} is one model")
     if not is_directory:
         if checkpoint is not None:
             raise ValueError("get_calc: checkpoint= selects a checkpoint of a model directory; a model object is "

@@ -33,6 +33,12 @@ log = logging.getLogger(__name__)
 
 #: a committee directory holds its members as ``member-0``, ``member-1``, …
 MEMBER_PREFIX = "member-"
+#: what drives MD: the members' mean (every member at every step) or the first member (the others
+#: only when a deviation is asked for: DeePMD-kit's LAMMPS practice with ``out_freq``)
+DRIVES = ("mean", "first")
+#: the results that need every member
+COMMITTEE_PROPERTIES = frozenset({"energy_deviation", "forces_deviation", "max_forces_deviation",
+                                  "member_energies", "member_forces", "member_stresses"})
 
 
 def member_directories(spec):
@@ -126,19 +132,33 @@ class CommitteeCalc(Calculator):
             cutoff and elements).
         names: the members' names (their directories), for errors and logs.
         skin: Verlet skin of the shared neighbor list, Å.
+        drive: what energy, forces and stress are: ``'mean'``, the members' mean, every member
+            evaluated on every structure; or ``'first'``, the first member's, the others evaluated
+            only when a deviation or a member's prediction is asked for
+            (``calc.get_property('max_forces_deviation', atoms)``), so that MD that looks at the
+            deviation every N steps costs one member per step plus the committee every N
+            (DeePMD-kit's ``pair_style deepmd`` with several models and ``out_freq``).
         atoms, label, directory: as for any ASE calculator.
 
+    Attributes:
+        calculations: the structures calculated; committee_evaluations: of them, those on which
+            every member was evaluated.
+
     Raises:
-        ValueError: a member that is not a potential, or members whose cutoff or elements differ.
+        ValueError: a bad ``drive``, a member that is not a potential, or members whose cutoff or
+            elements differ.
     """
 
     implemented_properties = ["energy", "free_energy", "forces", "stress", "energy_deviation", "forces_deviation",
                               "max_forces_deviation", "member_energies", "member_forces", "member_stresses"]
 
-    def __init__(self, members, names, skin=0.5, atoms=None, label=None, directory="."):
+    def __init__(self, members, names, skin=0.5, drive="mean", atoms=None, label=None, directory="."):
         from pinn.engines.committee import FastCommittee, check_same_kind
         from pinn.io.neighbors import VerletNeighbors
         super().__init__(atoms=atoms, label=label, directory=directory)
+        if drive not in DRIVES:
+            raise ValueError(f"get_calc: drive must be one of {DRIVES}, got {drive!r}")
+        self.drive = drive
         self.members, self.names = list(members), list(names)
         not_potential = [n for n, m in zip(self.names, self.members) if not m.is_potential]
         if not_potential:
@@ -151,6 +171,9 @@ class CommitteeCalc(Calculator):
         self._fast = FastCommittee([m._engine.fast for m in self.members], self.names) \
             if self.engine == "numba" else None
         self.neighbors = VerletNeighbors(self.rc, skin)
+        self.calculations = 0  # structures calculated
+        self.committee_evaluations = 0  # of them, those on which every member was evaluated
+        self._first = None  # drive='first': member 0's prediction for the current structure
 
     @property
     def size(self):
@@ -163,20 +186,22 @@ class CommitteeCalc(Calculator):
             return list(all_changes)
         return changed_since(self.atoms, atoms, [name for name in all_changes if name not in self.ignored_changes])
 
-    def _predict(self, atoms):
-        """Every member's energy [M], forces [M, n, 3] and, periodic, stress [M, 3, 3], in eV, Å."""
+    def _predict(self, atoms, members):
+        """The energy [K], forces [K, n, 3] and, periodic, stress [K, 3, 3] (eV, Å) of the K members
+        whose indices are ``members``."""
         if self._fast is not None:
-            for m in self.members:
-                m._engine._sync_weights()
+            for k in members:
+                self.members[k]._engine._sync_weights()
             first, second, offsets = self.neighbors.candidates(atoms.positions, atoms.cell[:], atoms.pbc)
-            out = self._fast(atoms.numbers, atoms.positions, first, second, offsets, atoms.cell[:], atoms.pbc)
+            out = self._fast(atoms.numbers, atoms.positions, first, second, offsets, atoms.cell[:], atoms.pbc,
+                             members=members)
         else:
-            preds = [m._engine(atoms, self.neighbors) for m in self.members]
+            preds = [self.members[k]._engine(atoms, self.neighbors) for k in members]
             out = {"energy": np.array([float(p["energy"][0]) for p in preds]),
                    "forces": np.stack([np.asarray(p["forces"], np.float64) for p in preds])}
             if atoms.pbc.any():
                 out["stress"] = np.stack([np.asarray(p["stress"][0], np.float64) for p in preds])
-        scale = self.e_units
+        scale = self.e_units[list(members)]
         result = {"energy": out["energy"] * scale, "forces": out["forces"] * scale[:, None, None]}
         if atoms.pbc.any() and "stress" in out:
             result["stress"] = out["stress"] * scale[:, None, None]
@@ -192,20 +217,43 @@ class CommitteeCalc(Calculator):
             from ase.data import chemical_symbols
             raise ValueError(f"atoms contain elements {sorted(chemical_symbols[z] for z in unknown)} "
                              f"that the committee does not know (atom_types {sorted(self.atom_types)})")
-        pred = self._predict(atoms)
+        if system_changes:
+            self.calculations += 1
+            self._first = None
+        if self.drive == "mean":
+            self._set_committee(self._predict(atoms, range(self.size)), mean=True)
+            return
+        if self._first is None:
+            self._first = self._predict(atoms, [0])
+            self._set_prediction({key: value[0] for key, value in self._first.items()})
+        if COMMITTEE_PROPERTIES.intersection(properties) and "max_forces_deviation" not in self.results:
+            rest = self._predict(atoms, range(1, self.size))
+            self._set_committee({key: np.concatenate([self._first[key], rest[key]]) for key in rest}, mean=False)
+
+    def _set_prediction(self, pred):
+        """Energy, forces and, periodic, stress in ``results`` (Voigt stress)."""
+        self.results.update(energy=float(pred["energy"]), free_energy=float(pred["energy"]), forces=pred["forces"])
+        if "stress" in pred:
+            self.results["stress"] = full_3x3_to_voigt_6_stress(pred["stress"])
+
+    def _set_committee(self, pred, mean):
+        """The deviations and every member's prediction in ``results`` (and, ``mean``, the members' mean
+        as energy, forces and stress), from all members' ``pred``."""
+        self.committee_evaluations += 1
         energies, forces = pred["energy"], pred["forces"]
         m = len(energies)
         energy = float(energies.sum() / m)
         mean_forces = forces.sum(axis=0) / m
         spread = forces - mean_forces  # the deviations' definitions (see deviations()) in the fewest NumPy calls: MD
         per_atom = np.sqrt((spread * spread).sum(axis=(0, 2)) / m)
-        self.results.update(energy=energy, free_energy=energy, forces=mean_forces, member_energies=energies,
-                            member_forces=forces, forces_deviation=per_atom,
+        self.results.update(member_energies=energies, member_forces=forces, forces_deviation=per_atom,
                             max_forces_deviation=float(per_atom.max()) if per_atom.size else 0.0,
                             energy_deviation=float(np.sqrt(((energies - energy) ** 2).sum() / m)))
         if "stress" in pred:
-            self.results["stress"] = full_3x3_to_voigt_6_stress(pred["stress"].mean(axis=0))
             self.results["member_stresses"] = np.stack([full_3x3_to_voigt_6_stress(s) for s in pred["stress"]])
+        if mean:
+            self._set_prediction({"energy": energy, "forces": mean_forces,
+                                  **({"stress": pred["stress"].mean(axis=0)} if "stress" in pred else {})})
 
 
 def changed_since(old, new, properties):

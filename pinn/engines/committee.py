@@ -27,25 +27,45 @@ class FastCommittee:
         check_same_kind([(name, m.rc, m.atom_types) for name, m in zip(names, self.members)])
         self.rc = self.members[0].rc
         self.atom_types = self.members[0].atom_types
+        self._pairs_key = None  # (member 0's call count, numbers, positions, cell) of its pairs
 
-    def __call__(self, numbers, coord, cand_i, cand_j, cand_offset, cell=None, pbc=None):
+    def __call__(self, numbers, coord, cand_i, cand_j, cand_offset, cell=None, pbc=None, members=None):
         """Every member's predictions for one structure (see :meth:`pinn.engines.md.FastPiNet.__call__`
         for the arguments).
 
+        Args:
+            members: the indices of the members to evaluate, in order (default: all).  Without member
+                0, the pairs of member 0's last call are reused when that call was this committee's,
+                for the same numbers, positions and cell (else member 0 finds them again, its
+                prediction left out).
+
         Returns:
             dict with ``energy`` [M] (eV), ``forces`` [M, n_atoms, 3] (eV/Å), ``virial`` [M, 3, 3] (eV)
-            and, for a periodic cell, ``stress`` [M, 3, 3] (eV/Å³), float64.
+            and, for a periodic cell, ``stress`` [M, 3, 3] (eV/Å³), float64, for the M members asked for.
         """
+        members = range(len(self.members)) if members is None else list(members)
         first = self.members[0]
-        outs = [first(numbers, coord, cand_i, cand_j, cand_offset, cell, pbc)]
+        outs = []
+        if 0 in members or not self._pairs_current(numbers, coord, cell):
+            out0 = first(numbers, coord, cand_i, cand_j, cand_offset, cell, pbc)
+            self._pairs_key = (first.calls, np.array(numbers), np.array(coord, np.float64),
+                               None if cell is None else np.array(cell, np.float64))
         pairs = first.pairs()
-        outs += [member.on_pairs(numbers, *pairs, cell, pbc) for member in self.members[1:]]
+        for k in members:
+            outs.append(out0 if k == 0 else self.members[k].on_pairs(numbers, *pairs, cell, pbc))
         result = {"energy": np.array([o["energy"] for o in outs]),
                   "forces": np.stack([o["forces"] for o in outs]),
                   "virial": np.stack([o["virial"] for o in outs])}
         if "stress" in outs[0]:
             result["stress"] = np.stack([o["stress"] for o in outs])
         return result
+
+    def _pairs_current(self, numbers, coord, cell):
+        """Whether member 0's pairs are of this structure, from this committee's last call."""
+        key = self._pairs_key
+        return (key is not None and key[0] == self.members[0].calls and np.array_equal(key[1], numbers)
+                and np.array_equal(key[2], coord)
+                and (key[3] is None if cell is None else key[3] is not None and np.array_equal(key[3], cell)))
 
 
 def check_same_kind(members):

@@ -47,6 +47,7 @@ class FastPiNet:
         if not 1 <= self.threads <= numba.config.NUMBA_NUM_THREADS:
             raise ValueError(f"threads must be in 1..{numba.config.NUMBA_NUM_THREADS} (NUMBA_NUM_THREADS), "
                              f"got {threads}")
+        self.calls = 0  # calls of __call__ (each finds the pairs anew)
         self._set_arrays(arrays)
 
     # -- weights
@@ -127,6 +128,7 @@ class FastPiNet:
         n_pairs = find_pairs(coord, cand_i, cand_j, cand_offset, self.rc, self._pair_i, self._pair_j,
                              self._diff, self._dist)
         self.last_pairs = n_pairs  # the pairs within the cutoff, first in _pair_i, _pair_j, _diff, _dist
+        self.calls += 1  # which call found them (a committee checks that they are still its own)
         return self._on_pairs(types, n_pairs, self._pair_i, self._pair_j, self._diff, self._dist, cell, pbc)
 
     def pairs(self):

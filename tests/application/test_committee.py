@@ -93,6 +93,45 @@ def test_mean_and_deviation_are_the_members(committee_dir, frame, engine):
     assert expected["max_forces_deviation"] > 1e-3, "the members should differ (different seeds)"
 
 
+@pytest.mark.parametrize("engine", ["numba", "tensorflow"])
+def test_the_first_member_drives_and_the_others_run_when_asked(committee_dir, frame, engine):
+    """drive='first': energy, forces and stress are member 0's; the committee runs only for a deviation."""
+    mean = get_calc(str(committee_dir), engine=engine)
+    mean.get_forces(frame)
+    calc = get_calc(str(committee_dir), engine=engine, drive="first")
+    first = get_calc(str(committee_dir / "member-0"), engine=engine)
+    atoms = frame.copy()
+    atoms.calc = calc
+    for step in range(3):
+        atoms.positions[0, 0] += 0.01 * step
+        np.testing.assert_allclose(atoms.get_forces(), first.get_forces(atoms), atol=1e-9)
+        np.testing.assert_allclose(atoms.get_stress(), first.get_stress(atoms), atol=1e-10)
+        assert atoms.get_potential_energy() == pytest.approx(first.get_potential_energy(atoms), abs=1e-9)
+        assert "max_forces_deviation" not in calc.results
+    assert (calc.calculations, calc.committee_evaluations) == (3, 0)
+    atoms.positions[0, 0] -= 0.03  # back to the frame: the deviation of the mean-driven committee
+    atoms.get_forces()
+    assert calc.get_property("max_forces_deviation", atoms) == pytest.approx(mean.results["max_forces_deviation"])
+    np.testing.assert_allclose(calc.results["member_forces"], mean.results["member_forces"], atol=1e-9)
+    np.testing.assert_allclose(calc.results["member_stresses"], mean.results["member_stresses"], atol=1e-10)
+    np.testing.assert_allclose(atoms.get_forces(), mean.results["member_forces"][0], atol=1e-9)
+    assert (calc.calculations, calc.committee_evaluations) == (4, 1)
+    calc.get_property("forces_deviation", atoms)  # already there: no second evaluation
+    assert calc.committee_evaluations == 1
+    if engine == "numba":  # member 0's pairs found by another caller are not reused for this structure
+        moved = frame.copy()
+        moved.positions[1, 1] += 0.05
+        calc.members[0]._engine.fast(moved.numbers, moved.positions, *calc.neighbors.candidates(
+            moved.positions, moved.cell[:], moved.pbc), moved.cell[:], moved.pbc)
+        calc.results.pop("max_forces_deviation")
+        assert calc.get_property("max_forces_deviation", atoms) == pytest.approx(
+            mean.results["max_forces_deviation"])
+    with pytest.raises(ValueError, match="drive must be one of"):
+        get_calc(str(committee_dir), drive="last")
+    with pytest.raises(ValueError, match="chooses what drives a committee; .*member-0' is one model"):
+        get_calc(str(committee_dir / "member-0"), drive="first")
+
+
 def test_a_directory_of_members_is_a_committee(committee_dir, frame):
     calc = get_calc(str(committee_dir))
     assert isinstance(calc, CommitteeCalc) and calc.size == 3
