@@ -47,9 +47,11 @@ class HostOptimizer:
         optimizer: the run's :class:`pinn.training.adam.Adam`, built for ``variables``.
         average: the run's :class:`pinn.training.ema.WeightAverage`, or None.
         max_grad_norm: global-norm clipping of the gradient (None or 0: none).
+        frozen: per variable, whether it is frozen (``model.params.freeze``): its weights and Adam's
+            moments stay as they are and its gradient counts in no clipping (default: none).
     """
 
-    def __init__(self, variables, optimizer, average=None, max_grad_norm=None):
+    def __init__(self, variables, optimizer, average=None, max_grad_norm=None, frozen=()):
         self.variables = list(variables)
         self.optimizer = optimizer
         self.average = average
@@ -64,6 +66,9 @@ class HostOptimizer:
         self.average_updates = 0
         self.last_lr = None
         self.ahead = False  # the vectors are newer than the variables
+        starts = np.cumsum([0] + self.sizes)
+        self.frozen = np.concatenate([np.arange(starts[i], starts[i + 1]) for i, f in enumerate(frozen) if f] +
+                                     [np.zeros(0, np.int64)])  # flat indices of the frozen weights
 
     def _gather(self, tensors):
         return np.concatenate([np.asarray(t.numpy(), self.dtype).ravel() for t in tensors])
@@ -105,6 +110,12 @@ class HostOptimizer:
         ``lr`` (a float32 value, as the optimizer keeps it)."""
         dt = self.dtype.type
         grad = np.asarray(grad, self.dtype)
+        frozen = self.frozen
+        if frozen.size:
+            grad = grad.copy()
+            grad[frozen] = 0  # out of the clipping norm; Adam's update of them is undone below
+            averaged = self.averaged[frozen] if self.average is not None else None
+            kept = (self.weights[frozen], self.m[frozen], self.v[frozen], averaged)
         self.ahead = True  # first: an interrupt during the update still has it written by store()
         one = dt(1.0)
         scale = one
@@ -125,4 +136,8 @@ class HostOptimizer:
             decay = dt(self.average.decay_after(float(self.average_updates)))
         _update(self.weights, grad, self.m, self.v, self.averaged, dt(scale), dt(alpha), dt(1.0 - opt.beta_1),
                 dt(1.0 - opt.beta_2), dt(opt.epsilon), decay)
+        if frozen.size:
+            self.weights[frozen], self.m[frozen], self.v[frozen] = kept[:3]
+            if decay >= 0:  # the average of a frozen weight follows it, as TensorFlow's step averages it
+                self.averaged[frozen] = decay * kept[3] + (dt(1.0) - decay) * kept[0]
         self.last_lr = float(rate)

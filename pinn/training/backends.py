@@ -212,7 +212,7 @@ class HostSteps:
         from pinn.engines.host_optimizer import HostOptimizer
         self.engine, self.loss = engine, loss
         self._converted = {}  # id(batch) -> (batch, its NumPy arrays): batches counted before their step
-        self.host = HostOptimizer(loss.variables, update.optimizer, update.ema, update.max_grad_norm)
+        self.host = HostOptimizer(loss.variables, update.optimizer, update.ema, update.max_grad_norm, update.frozen)
         self.one_hot_rank = loss.one_hot_rank.numpy()
         self.fixed_weights = None if loss.model.params["loss_weight_schedule"] else \
             {t: float(w) for t, w in loss.model.loss_weights(0.0).items()}

@@ -54,6 +54,7 @@ import tensorflow as tf
 
 from pinn.params.schema import ParamsError
 from pinn.training.exchange import WeightsDiffer, take
+from pinn.training.freeze import flat_keep
 from pinn.training.options import KALMAN_NAMES
 
 log = logging.getLogger("pinn")
@@ -80,7 +81,7 @@ class KalmanFilter(tf.Module):
         ParamsError: P would take more than ``ekf_max_memory_gb`` (naming n and the bytes).
     """
 
-    def __init__(self, variables, mp, name="kalman"):
+    def __init__(self, variables, mp, name="kalman", frozen=()):
         super().__init__(name=name)
         self.kind = mp["optimizer"]
         n = weight_count(variables)
@@ -98,6 +99,8 @@ class KalmanFilter(tf.Module):
         self.solve_dtype = tf.as_dtype(mp["ekf_solve_dtype"])
         self.max_norm = mp["max_grad_norm"]
         self.P = tf.Variable(tf.eye(n, dtype=tf.float64) * self.epsilon, trainable=False, name="P")
+        # frozen weights (model.params.freeze): their Jacobian columns and their steps are zero
+        self.keep = tf.constant(flat_keep(variables, frozen), tf.float64) if any(frozen) else None
         # the weights, kept out of tf.Module's tracking (the model's checkpoint holds them)
         object.__setattr__(self, "_weights", list(variables))
         f64 = tf.float64
@@ -146,6 +149,8 @@ class KalmanFilter(tf.Module):
     # the traced updates (float64)
     def _ekf(self, e, H, rate, noise):
         P = self.P
+        if self.keep is not None:
+            H = H * self.keep[None, :]
         PHt = tf.matmul(P, H, transpose_b=True)  # n × m
         m = tf.shape(H)[0]
         A = tf.eye(m, dtype=tf.float64) / rate + tf.matmul(H, PHt)  # I/λ + H P Hᵀ
@@ -158,6 +163,8 @@ class KalmanFilter(tf.Module):
 
     def _gekf(self, g1, g2, rate, noise):
         P = self.P
+        if self.keep is not None:
+            g1, g2 = g1 * self.keep, g2 * self.keep
         Pg1, Pg2 = tf.linalg.matvec(P, g1), tf.linalg.matvec(P, g2)
         g1Pg1, g1Pg2 = tf.reduce_sum(g1 * Pg1), tf.reduce_sum(g1 * Pg2)
         dt = self.solve_dtype
@@ -169,6 +176,8 @@ class KalmanFilter(tf.Module):
 
     def _apply(self, step, decrease, noise):
         """w ← w − step (clipped to ``max_grad_norm``), P ← sym(P − decrease() + noise·I); returns True."""
+        if self.keep is not None:
+            step = step * self.keep  # exact, whatever P couples (a resumed run that freezes anew)
         if self.max_norm:
             step = tf.clip_by_norm(step, self.max_norm)
         start = 0

@@ -101,6 +101,11 @@ TRAINING_PARAMS = {
                          "(pinn train --init-model); its model and network must be this run's (a resumed run goes on "
                          "from its own checkpoint)"),
     "init_checkpoint": Option(str, "last", "which checkpoint of init_model: 'last', 'best' or a checkpoint path"),
+    "freeze": Option(list, [], "parts of the network that training leaves as they are: shell-style patterns over "
+                     "its module names, e.g. ['gc_*'] (PiNet's interaction blocks) to fine-tune the output nets "
+                     "after a warm start (pinn.training.freeze)",
+                     check=lambda v: None if all(isinstance(p, str) and p for p in v) else "must be a list of "
+                     "non-empty strings"),
     "eval_every_n_steps": Option((int, None), None, "evaluate the eval_fn input every that many steps (None: at "
                                  "every checkpoint)", check=positive),
     "early_stopping_metric": Option(str, "loss", "validation figure that picks the best checkpoint and drives early "

@@ -14,6 +14,7 @@ import tensorflow as tf
 from pinn.training.adam import Adam
 from pinn.training.checkpoints import CheckpointStore, NoIntactCheckpoint
 from pinn.training.early_stopping import EarlyStopping
+from pinn.training.freeze import describe as describe_frozen, frozen_flags
 from pinn.training.ema import WeightAverage
 from pinn.training.kalman import KalmanFilter
 from pinn.training.warm_start import warm_start
@@ -49,11 +50,14 @@ class TrainingState:
         self.early_stopping = EarlyStopping(mp["early_stopping_metric"], mp["early_stopping_patience"],
                                             mp["early_stopping_min_delta"])
         self.kalman = None
+        self.frozen = frozen_flags(model, mp["freeze"]) if mp["freeze"] else ()
+        if self.frozen:
+            log.info(describe_frozen(model, self.frozen))
         if mp["optimizer"] == "adam":
             self.optimizer = Adam(model.trainable_variables, learning_rate=float(learning_rate(self.step,
                                                                                                self.lr_factor)))
         else:
-            self.optimizer = self.kalman = KalmanFilter(model.trainable_variables, mp)
+            self.optimizer = self.kalman = KalmanFilter(model.trainable_variables, mp, frozen=self.frozen)
         self.ema = WeightAverage(model.trainable_variables, mp["ema_decay"]) if mp["ema_decay"] else None
         parts = dict(model=model, step=self.step, lr_factor=self.lr_factor, best_metric=self.early_stopping.best,
                      evals_since_best=self.early_stopping.since_best, **self.optimizer_part())
@@ -76,7 +80,8 @@ class TrainingState:
                 self.store.check_and_write_params(params)
                 path = self.store.restore(which)
                 if path is None and self.mp["init_model"]:
-                    warm_start(self.mp["init_model"], self.mp["init_checkpoint"], params, self.model, self.ema)
+                    warm_start(self.mp["init_model"], self.mp["init_checkpoint"], params, self.model, self.ema,
+                               self.frozen)
                 elif path and self.mp["init_model"]:
                     log.info("model.params.init_model %s not used: the run goes on from its own checkpoint",
                              self.mp["init_model"])

@@ -57,12 +57,15 @@ class StepUpdate:
         max_grad_norm: clip the gradients to this global norm (``None``: no clipping).
         learning_rate: the schedule (global step -> float32 rate).
         lr_factor: the factor on it (float32 variable; a validation may lower it).
+        frozen: per trainable variable, whether ``model.params.freeze`` keeps it as it is
+            (:mod:`pinn.training.freeze`).
     """
     optimizer: Any
     ema: Any
     max_grad_norm: Any
     learning_rate: Callable
     lr_factor: tf.Variable
+    frozen: tuple = ()
 
 
 class StepFunctions:
@@ -104,7 +107,8 @@ class StepFunctions:
                                     model.metric_keys(part_spec, outputs),
                                     tf.one_hot(world.rank, world.size, dtype=self.dtype), self.dtype,
                                     state.step, learning_rate.single_rank_steps)
-        self.update = update = StepUpdate(state.optimizer, state.ema, max_grad_norm, learning_rate, state.lr_factor)
+        self.update = update = StepUpdate(state.optimizer, state.ema, max_grad_norm, learning_rate, state.lr_factor,
+                                          state.frozen)
         self.terms, self.variables, self.metric_keys = loss.terms, loss.variables, loss.metric_keys
         self.n_ranks = world.size
         self.n_stats = n_stats = 2 + 3 * len(self.metric_keys) + world.size
@@ -141,12 +145,14 @@ class StepFunctions:
 
         @tf.function(jit_compile=True, autograph=False)  # clipping, Adam and the average fused: ~10 % of a small step
         def apply(grads):
-            clipped = grads
+            trained = [(g, v) for g, v, frozen in zip(grads, variables, update.frozen or [False] * len(grads))
+                       if not frozen]  # frozen variables (model.params.freeze) are left as they are
+            clipped = [g for g, _ in trained]
             if update.max_grad_norm:
-                clipped, _ = tf.clip_by_global_norm(grads, update.max_grad_norm)
+                clipped, _ = tf.clip_by_global_norm(clipped, update.max_grad_norm)
             # the optimizer keeps the rate as a variable: the schedule reaches the update through this assignment
             update.optimizer.learning_rate.assign(update.learning_rate(loss.step) * update.lr_factor)
-            update.optimizer.apply_gradients(zip(clipped, variables))
+            update.optimizer.apply_gradients(zip(clipped, [v for _, v in trained]))
             if update.ema is not None:
                 update.ema.update(variables)
             return tf.constant(True)

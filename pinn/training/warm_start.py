@@ -10,7 +10,9 @@ from where the last generation ended, instead of from random weights.
 
 Weight averages: where both runs keep one (``ema_decay``), the average goes on from ``DIR``'s;
 where only this run keeps one, it starts at the restored weights; where only ``DIR`` kept one, the
-run starts from that average (the weights ``DIR`` predicts with).
+run starts from that average (the weights ``DIR`` predicts with).  Variables this run freezes
+(``model.params.freeze``, :mod:`pinn.training.freeze`) take ``DIR``'s averaged values where it kept
+an average, so that they stay what ``DIR`` predicted with.
 """
 import logging
 
@@ -40,7 +42,7 @@ def network_differences(theirs, ours):
     return differences
 
 
-def warm_start(source, checkpoint, params, model, average):
+def warm_start(source, checkpoint, params, model, average, frozen=()):
     """Restore ``source``'s model variables (and weight average) into this run's ``model`` (and ``average``).
 
     Args:
@@ -49,6 +51,9 @@ def warm_start(source, checkpoint, params, model, average):
         params: this run's resolved params.
         model: this run's model (its variables are overwritten).
         average: this run's :class:`~pinn.training.ema.WeightAverage`, or ``None``.
+        frozen: per trainable variable, whether this run freezes it (:mod:`pinn.training.freeze`):
+            where ``source`` kept an average, a frozen variable takes its averaged value (what
+            ``source`` predicted with) as its weight, and keeps it.
 
     Returns:
         the path of the checkpoint the weights came from.
@@ -78,6 +83,9 @@ def warm_start(source, checkpoint, params, model, average):
         for mine, stored_mean in zip(average.shadow, theirs.shadow):
             mine.assign(stored_mean)
         average.updates.assign(theirs.updates)  # the average goes on, its warm-up (decay_after) past as there
+        for variable, stored_mean, is_frozen in zip(model.trainable_variables, theirs.shadow, frozen):
+            if is_frozen:
+                variable.assign(stored_mean)
         note = "and its weight average"
     elif average is not None:
         average.reset(model.trainable_variables)

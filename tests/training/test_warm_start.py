@@ -10,7 +10,7 @@ from pinn.models import potential_model
 
 from settings import small_net, training_params
 
-NET = small_net([29, 79])
+NET = small_net([29, 79], pi_nodes=[8, 8])  # two PI layers: the numba training engine can run it
 DEFAULTS = {"use_force": True, "fit_e_dress": True, "learning_rate": 3e-3, "log_every_n_steps": 1000,
             "progress_bar": "off"}
 
@@ -87,3 +87,55 @@ def test_a_source_without_a_checkpoint_is_refused(source, tmp_path):
     potential_model(training_params(empty, NET, DEFAULTS))  # params.yml, no checkpoint
     with pytest.raises(ValueError, match="holds no checkpoint"):
         potential_model(training_params(tmp_path / "new", NET, DEFAULTS, init_model=str(empty)))
+
+
+@pytest.mark.parametrize("optimizer, engine", [("adam", "tensorflow"), ("adam", "numba"), ("ekf", "tensorflow")])
+def test_frozen_blocks_stay_as_the_source_predicted_and_the_rest_trains(source, alloy_xyz, tmp_path, optimizer,
+                                                                       engine):
+    """freeze ['gc_*']: the interaction blocks keep the source's averaged weights exactly; the output nets train."""
+    from pinn.training.freeze import variable_paths
+    trained, source_dir = source
+    extra = {"ekf_max_memory_gb": 1.0} if optimizer == "ekf" else {}
+    params = training_params(tmp_path / "new", NET, DEFAULTS, ema_decay=0.5, init_model=source_dir,
+                             freeze=["gc_*"], optimizer=optimizer, engine=engine, max_grad_norm=0.01, **extra)
+    model = potential_model(params)
+    paths = variable_paths(model.model)
+    frozen = [p.startswith("gc_") for p in paths]
+    assert any(frozen) and not all(frozen) and "gc_0/pp/dense_0/kernel" in paths
+    start = _values(model.model.trainable_variables)
+    for value, mean, is_frozen in zip(start, _values(trained.state.ema.shadow), frozen):
+        if is_frozen:  # the source's averaged weights, not its raw ones
+            np.testing.assert_array_equal(value, mean)
+    model.train(_train_input(alloy_xyz), 3)
+    assert int(model.step) == 3
+    after = _values(model.model.trainable_variables)
+    averaged = _values(model.state.ema.shadow)
+    for path, before, now, mean, is_frozen in zip(paths, start, after, averaged, frozen):
+        if is_frozen:
+            np.testing.assert_array_equal(now, before, err_msg=path)
+            np.testing.assert_allclose(mean, before, rtol=1e-6, atol=1e-7, err_msg=path)
+    assert any(not np.array_equal(b, a) for b, a, f in zip(start, after, frozen) if not f), "nothing trained"
+
+
+def test_a_freeze_pattern_that_matches_nothing_is_refused_naming_the_parts(tmp_path):
+    from pinn.params import ParamsError
+    with pytest.raises(ParamsError, match=r"freeze: 'interaction\*' matches none .* parts are gc_0, gc_1, "):
+        potential_model(training_params(tmp_path / "m", NET, DEFAULTS, freeze=["interaction*"]))
+    with pytest.raises(ParamsError, match="freezes every variable"):
+        potential_model(training_params(tmp_path / "n", NET, DEFAULTS, freeze=["*"]))
+
+
+@pytest.mark.parametrize("engine", ["tensorflow", "numba"])
+def test_a_resumed_run_that_freezes_anew_leaves_the_blocks_despite_adams_momentum(alloy_xyz, tmp_path, engine):
+    from pinn.training.freeze import variable_paths
+    params = training_params(tmp_path / "run", NET, DEFAULTS, engine=engine)
+    potential_model(params).train(_train_input(alloy_xyz), 2)  # Adam's moments of every weight nonzero
+    params["model"]["params"]["freeze"] = ["gc_1"]
+    model = potential_model(params)
+    assert model.restored
+    frozen = [p.startswith("gc_1/") for p in variable_paths(model.model)]
+    start = _values(model.model.trainable_variables)
+    model.train(_train_input(alloy_xyz), 4)  # to step 4
+    assert int(model.step) == 4
+    for before, now, is_frozen in zip(start, _values(model.model.trainable_variables), frozen):
+        assert np.array_equal(before, now) == is_frozen
