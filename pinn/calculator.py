@@ -37,6 +37,7 @@ from ase.calculators.calculator import Calculator, PropertyNotImplementedError, 
 from ase.stress import full_3x3_to_voigt_6_stress
 
 from pinn.committee import CommitteeCalc, changed_since, is_committee_directory, member_directories
+from pinn.files.model_file import is_model_file
 from pinn.io.neighbors import VerletNeighbors
 
 log = logging.getLogger(__name__)
@@ -266,7 +267,8 @@ def get_calc(model, checkpoint=None, jit=None, skin=0.5, engine="auto", *, check
     """ASE calculator for a model directory or a model object.
 
     Args:
-        model: a model directory (holding ``params.yml`` and a checkpoint); a list of model directories
+        model: a model directory (holding ``params.yml`` and a checkpoint); a model file of
+            ``pinn export`` (:mod:`pinn.files.model_file`; a committee's too); a list of model directories
             or a directory holding ``member-0/``, ``member-1/``, … (a committee: :mod:`pinn.committee`,
             a :class:`pinn.committee.CommitteeCalc`); a params dict
             naming one in ``model_dir`` (upstream PiNN's ``get_calc(params)``; its network
@@ -315,11 +317,14 @@ def get_calc(model, checkpoint=None, jit=None, skin=0.5, engine="auto", *, check
                              "(checkpoint_path= is upstream PiNN's name); pass one of them")
         checkpoint = checkpoint_path
     if isinstance(model, dict) and "network" in model:
-        model = _model_of_params(model, checkpoint)
+        from pinn.training.inference import model_of_params
+        model = model_of_params(model, checkpoint)
     options = dict(to_eV=to_eV, properties=properties, atoms=atoms, label=label, directory=directory)
     is_directory = isinstance(model, (str, bytes)) or hasattr(model, "__fspath__")
     if engine not in ENGINES:
         raise ValueError(f"get_calc: engine must be one of {ENGINES}, got {engine!r}")
+    if is_directory and is_model_file(model):
+        return _calc_of_model_file(model, checkpoint, jit, skin, engine, drive, options)
     if isinstance(model, (list, tuple)) or (is_directory and is_committee_directory(model)):
         if to_eV != 1.0 or properties is not None:
             raise ValueError("get_calc: a committee takes neither to_eV nor properties (each member's own units "
@@ -352,33 +357,41 @@ def get_calc(model, checkpoint=None, jit=None, skin=0.5, engine="auto", *, check
     return calc
 
 
-def _model_of_params(params, checkpoint=None):
-    """What upstream PiNN's ``get_calc(params)`` computes with: the model directory of the params, checked
-    against them; or, where that directory holds no checkpoint (and no ``checkpoint`` is asked for), the
-    model of the params with its initial weights, as upstream's estimator predicts without a checkpoint
-    (an LJ network has no weights; a warning names the directory when the network has some).
+def _calc_of_model_file(path, checkpoint, jit, skin, engine, drive, options):
+    """The calculator of a model file (:mod:`pinn.files.model_file`): a member on the Numba engine from its
+    engine arrays without TensorFlow where it can, else rebuilt with TensorFlow; a committee of its members."""
+    from pinn.engines import lowering
+    from pinn.files.model_file import read_model_file
+    if checkpoint is not None:
+        raise ValueError(f"get_calc: {os.fspath(path)} is a model file, which holds one checkpoint's weights; "
+                         "checkpoint= is for a model directory")
+    model_file = read_model_file(path)
 
-    Raises:
-        ParamsError: the params are not valid; ValueError: their network or precision differs from the
-            directory's ``params.yml`` (the weights there are of another network).
-    """
-    from pinn.files import checkpoint_dir
-    from pinn.params import read_params, resolve
-    given = resolve(params)
-    if checkpoint is None and checkpoint_dir.latest(given["model_dir"]) is None:
-        from pinn.models.registry import build_model
-        from pinn.training.inference import InferenceHandle
-        fresh = InferenceHandle(build_model(given), given)
-        if fresh.model.network.trainable_variables:
-            log.warning("get_calc: %s holds no checkpoint; the calculator uses the network's initial weights",
-                        given["model_dir"])
-        return fresh
-    stored = read_params(given["model_dir"])
-    for key in ("network", "precision"):
-        if given[key] != stored[key]:
-            raise ValueError(f"get_calc: the params' {key} differs from {given['model_dir']}/params.yml "
-                             f"({given[key]!r} against {stored[key]!r}); the checkpoint holds the weights of the latter")
-    return given["model_dir"]
+    def member(k, **extra):
+        weights = model_file.engine_weights(k)
+        if weights is not None and engine != "tensorflow" and lowering.available():
+            return PiNNCalc(weights, skin=skin, engine=engine, **extra)
+        from pinn.training.inference import handle_of_values  # TensorFlow
+        info = model_file.members[k]
+        handle = handle_of_values(info["params"], model_file.variables(k), f"{os.fspath(path)} ({info['name']})",
+                                  info["step"], info["averaged"])
+        return PiNNCalc(handle, jit=jit, skin=skin, engine=engine, **extra)
+
+    names = [f"{os.fspath(path)} ({m['name']})" for m in model_file.members]
+    if not model_file.is_committee:
+        if drive is not None:
+            raise ValueError(f"get_calc: drive={drive!r} chooses what drives a committee; {os.fspath(path)} holds "
+                             "one model")
+        calc = member(0, **options)
+    else:
+        if options["to_eV"] != 1.0 or options["properties"] is not None:
+            raise ValueError("get_calc: a committee takes neither to_eV nor properties (each member's own units "
+                             "apply; it gives energy, forces, stress and the deviations)")
+        calc = CommitteeCalc([member(k) for k in range(len(names))], names, skin=skin, drive=drive or "mean",
+                             atoms=options["atoms"], label=options["label"], directory=options["directory"])
+    log.info("%s: %s written by pinn %s (%s engine)", os.fspath(path), model_file.header["kind"],
+             model_file.header["pinn_version"], calc.engine)
+    return calc
 
 
 #: upstream PiNN's name of the calculator class

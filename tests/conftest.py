@@ -37,6 +37,16 @@ def trained_alloy_model(alloy_xyz, tmp_path_factory):
     return str(model_dir)
 
 
+@pytest.fixture(scope="session")
+def committee_dir(alloy_xyz, tmp_path_factory):
+    """A directory of three committee members (member-0 … member-2), seeds 0, 1, 2."""
+    from settings import train_alloy_member
+    root = tmp_path_factory.mktemp("committee")
+    for k in range(3):
+        train_alloy_member(root / f"member-{k}", alloy_xyz, seed=k)
+    return root
+
+
 #: the test files that launch many processes, run first: with pytest-xdist (run_tests.sh runs two
 #: workers, a file each at a time) the short files then fill the other worker around them
 LONG_FILES = ("test_parallel.py", "test_hpc_launch.py")

@@ -38,3 +38,17 @@ def model_of(model, net, network="PiNet", precision="float64", seed=0, **options
     return build_model(resolve({"model_dir": "unused", "precision": precision, "seed": seed,
                                 "network": {"name": network, "params": net},
                                 "model": {"name": model, "params": options}}))
+
+
+def train_alloy_member(model_dir, alloy_xyz, seed, steps=6, **net_changes):
+    """A small float64 PiNet (rc 4.5 Å) trained ``steps`` steps on the alloy data from ``seed``: a
+    committee member (members of different seeds differ).  Returns the model directory (str)."""
+    from pinn.io import load_ase, sparse_batch
+    from pinn.models import potential_model
+    params = training_params(model_dir, small_net([29, 79], **{"rc": 4.5, **net_changes}),
+                             {"use_force": True, "learning_rate": 1e-2, "fit_e_dress": True},
+                             log_every_n_steps=1000)
+    params.update(seed=seed, precision="float64")
+    potential_model(params).train(lambda: load_ase(alloy_xyz).repeat().shuffle(50, seed=seed).apply(sparse_batch(8)),
+                                  steps)
+    return str(model_dir)

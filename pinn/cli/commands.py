@@ -1,4 +1,4 @@
-"""The ``pinn`` command: train, convert, eval, report, log, devi, version.
+"""The ``pinn`` command: train, convert, eval, report, log, devi, export, version.
 
 Each command is a thin layer over the library (:mod:`pinn.cli.runconfig`,
 :mod:`pinn.io`, :mod:`pinn.training.trainer`, :mod:`pinn.cli.report`, :mod:`pinn.training.metrics`).
@@ -14,7 +14,7 @@ import json
 import os
 import sys
 
-from pinn.cli import devi
+from pinn.cli import devi, export
 from pinn.cli.train_command import metrics_table, train, train_arguments, train_options
 from pinn.cli.arguments import positive_int
 
@@ -113,6 +113,7 @@ def _parser():
     logs.add_argument("-f", "--fmt", help="printf format of the figures, e.g. '%%14.6e' (upstream PiNN's --fmt; "
                       "default: 4 significant digits)")
     devi.add_parser(commands, common)
+    export.add_parser(commands, common)
     commands.add_parser("version", parents=[common], help="the installed pinn version (as upstream PiNN's `pinn version`)")
     return parser
 
@@ -320,7 +321,7 @@ def _version(args):
 
 
 COMMANDS = {"train": train, "convert": _convert, "eval": _evaluate, "report": _report, "log": _log,
-            "devi": devi.run, "version": _version}
+            "devi": devi.run, "export": export.run, "version": _version}
 
 if __name__ == "__main__":
     sys.exit(main())

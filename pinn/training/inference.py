@@ -16,11 +16,12 @@ import contextlib
 import logging
 import os
 
+import numpy as np
 import tensorflow as tf
 
 from pinn.models.registry import build_model
 from pinn.parallel.worlds import SerialWorld
-from pinn.params import read_params
+from pinn.params import read_params, resolve
 from pinn.training.checkpoints import CheckpointStore
 from pinn.training.ema import WeightAverage
 from pinn.training.evaluation import Evaluator
@@ -138,3 +139,75 @@ def load_for_inference(model_dir, checkpoint=None):
         log.info("%s holds no weight average (trained without ema_decay): its raw weights are used", path)
     log.info("loaded %s (step %d) for inference", path, int(step))
     return InferenceHandle(model, params, path, int(step), averaged=averaged)
+
+
+def variable_values(model):
+    """The values of every variable of ``model`` by its path in the model (e.g.
+    ``network/blocks/0/pp/layers/0/kernel``, ``e_dress``): what a model file keeps
+    (:mod:`pinn.files.model_file`)."""
+    return {"/".join(str(p) for p in path): np.asarray(variable.numpy())
+            for path, variable in model._flatten(predicate=_is_variable, with_path=True)}
+
+
+def handle_of_values(params, values, source, step=0, averaged=False):
+    """A model rebuilt from its params, holding the given variable values (a model file's member).
+
+    Args:
+        params: the model's params (``model_dir`` may be absent; nothing is read or written there).
+        values: :func:`variable_values` of a model of these params.
+        source: what the values came from, for messages (the checkpoint attribute of the handle).
+        step, averaged: the training step of the values and whether they are a weight average.
+
+    Returns:
+        an :class:`InferenceHandle`.
+
+    Raises:
+        ValueError: the values are not those of this pinn's model of these params (naming the first
+            variable missing or extra, or of another shape).
+    """
+    params = resolve({**params, "model_dir": params.get("model_dir") or "unused"})
+    model = build_model(params)
+    found = {"/".join(str(p) for p in path): v for path, v in model._flatten(predicate=_is_variable, with_path=True)}
+    if set(found) != set(values):
+        differ = sorted(set(found) ^ set(values))[0]
+        raise ValueError(f"{source}: its variables are not those of this pinn's {params['network']['name']} "
+                         f"{params['model']['name']} (e.g. {differ}); export the model again with this pinn")
+    for key, variable in found.items():
+        if tuple(variable.shape) != values[key].shape:
+            raise ValueError(f"{source}: {key} has shape {values[key].shape} there, {tuple(variable.shape)} in "
+                             f"the model")
+        variable.assign(values[key])
+    return InferenceHandle(model, params, source, int(step), averaged=averaged)
+
+
+def _is_variable(value):
+    return isinstance(value, tf.Variable)
+
+
+def model_of_params(params, checkpoint=None):
+    """What upstream PiNN's ``get_calc(params)`` computes with: the model directory of the params, checked
+    against them; or, where that directory holds no checkpoint (and no ``checkpoint`` is asked for), the
+    model of the params with its initial weights, as upstream's estimator predicts without a checkpoint
+    (an LJ network has no weights; a warning names the directory when the network has some).
+
+    Returns:
+        the model directory (str), or an :class:`InferenceHandle` of the initial weights.
+
+    Raises:
+        ParamsError: the params are not valid; ValueError: their network or precision differs from the
+            directory's ``params.yml`` (the weights there are of another network).
+    """
+    from pinn.files import checkpoint_dir
+    given = resolve(params)
+    if checkpoint is None and checkpoint_dir.latest(given["model_dir"]) is None:
+        fresh = InferenceHandle(build_model(given), given)
+        if fresh.model.network.trainable_variables:
+            log.warning("get_calc: %s holds no checkpoint; the calculator uses the network's initial weights",
+                        given["model_dir"])
+        return fresh
+    stored = read_params(given["model_dir"])
+    for key in ("network", "precision"):
+        if given[key] != stored[key]:
+            raise ValueError(f"get_calc: the params' {key} differs from {given['model_dir']}/params.yml "
+                             f"({given[key]!r} against {stored[key]!r}); the checkpoint holds the weights of the latter")
+    return given["model_dir"]

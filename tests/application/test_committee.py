@@ -12,30 +12,7 @@ from ase.io import read
 from pinn import get_calc
 from pinn.committee import CommitteeCalc, deviations
 
-from settings import small_net, training_params
-
-RC = 4.5
-
-
-def _train(model_dir, alloy_xyz, seed, steps=6, **net_changes):
-    from pinn.io import load_ase, sparse_batch
-    from pinn.models import potential_model
-    params = training_params(model_dir, small_net([29, 79], **{"rc": RC, **net_changes}),
-                             {"use_force": True, "learning_rate": 1e-2, "fit_e_dress": True},
-                             log_every_n_steps=1000)
-    params.update(seed=seed, precision="float64")
-    potential_model(params).train(lambda: load_ase(alloy_xyz).repeat().shuffle(50, seed=seed).apply(sparse_batch(8)),
-                                  steps)
-    return str(model_dir)
-
-
-@pytest.fixture(scope="module")
-def committee_dir(alloy_xyz, tmp_path_factory):
-    """A directory of three members (member-0 … member-2), seeds 0, 1, 2."""
-    root = tmp_path_factory.mktemp("committee")
-    for k in range(3):
-        _train(root / f"member-{k}", alloy_xyz, seed=k)
-    return root
+from settings import small_net, train_alloy_member as _train, training_params
 
 
 @pytest.fixture(scope="module")
