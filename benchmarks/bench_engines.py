@@ -37,7 +37,8 @@ SYSTEMS = ("ethanol", "cu108", "acetone-water")
 STEP_FS = 0.5
 #: i-PI's polling interval of its socket (s): its default, 1e-4, is most of a small system's step
 IPI_LATENCY = float(os.environ.get("PINN_BENCH_IPI_LATENCY", "1e-4"))
-MIMIC_TFEP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data", "mimic-tfep")
+MIMIC_TFEP = os.environ.get("PINN_MIMIC_TFEP", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                                             "shared", "data", "mimic-tfep"))
 
 
 def _structure(name):
