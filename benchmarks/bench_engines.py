@@ -6,8 +6,9 @@ For each system, one model file (``pinn export`` of the model bench_train.py lef
 ethanol's for ethanol and for acetone in water, H C O; Cu 108's for Cu), and NVE with a 0.5 fs step
 (velocity Verlet in each engine; i-PI: one bead, ``nve``).  Every line has the median ms per step
 over the steps after 10 warm-up ones and, for reference, ``pinn_ms``: the pinn calculator's own time
-per force call on the same system (the Numba engine and the ASE calculator around it, measured with
-the atoms moved between calls), so ``overhead`` = ms/step / pinn_ms − 1 is what the engine adds.
+per force call in ASE's MD of the same system (the Numba engine, the Verlet list's updates and the
+calculator around them; line ``pinn-calculator``), so ``overhead`` = ms/step / pinn_ms − 1 is what the
+engine adds.
 
 - ``ase``: ``ase.md.verlet.VelocityVerlet`` with the calculator;
 - ``lammps``: ``fix nve`` + :func:`pinn.md.lammps.attach` (``run`` of all steps, timed per step by
@@ -76,28 +77,22 @@ def _thermal(atoms, temperature=300):
     thermalize(atoms, temperature, rng=np.random.RandomState(0))
 
 
-def pinn_ms(atoms, model, calls=200):
-    """The calculator's own ms per force call, the atoms moved slightly between calls."""
-    import pinn
-    atoms = atoms.copy()
-    atoms.calc = pinn.get_calc(model)
-    rng = np.random.RandomState(1)
-    times = []
-    for k in range(calls + 10):
-        atoms.positions += rng.normal(scale=1e-3, size=atoms.positions.shape)
-        t0 = time.perf_counter()
-        atoms.get_forces()
-        if k >= 10:
-            times.append(time.perf_counter() - t0)
-    return 1000 * float(np.median(times))
-
-
 def run_ase(atoms, model, steps):
+    """ASE's velocity Verlet: ``(ms per step, ms per force call of the calculator in it)``; the second is
+    the reference of every engine (the Numba engine, the neighbor list's updates and the calculator
+    on the same kind of trajectory)."""
     import pinn
     from ase import units
     from ase.md.verlet import VelocityVerlet
     atoms = atoms.copy()
-    atoms.calc = pinn.get_calc(model)
+    calc = atoms.calc = pinn.get_calc(model)
+    calls, calculate = [], calc.calculate
+
+    def timed_calculate(*args, **kwargs):
+        t0 = time.perf_counter()
+        calculate(*args, **kwargs)
+        calls.append(time.perf_counter() - t0)
+    calc.calculate = timed_calculate
     _thermal(atoms)
     md = VelocityVerlet(atoms, STEP_FS * units.fs)
     times = []
@@ -106,7 +101,7 @@ def run_ase(atoms, model, steps):
         md.run(1)
         if k >= 10:
             times.append(time.perf_counter() - t0)
-    return 1000 * float(np.median(times))
+    return 1000 * float(np.median(times)), 1000 * float(np.median(calls[10:]))
 
 
 def run_lammps(atoms, model, steps):
@@ -203,7 +198,7 @@ def _ipi_program():
 def run_ipi_alone(atoms, steps):
     """i-PI's own time per step: its dummy forcefield (zero forces) in its own process, no socket; the
     difference of two runs' wall times, so that start-up does not count."""
-    walls, extra = [], max(3000, 10 * steps)  # enough steps that start-up's spread (~0.1 s) stays small
+    walls, extra = [], 20000  # enough steps that start-up's spread (~0.1 s) stays small
     for n in (100, 100 + extra):
         work = tempfile.mkdtemp(prefix="bench-ipi-")
         _ipi_input(work, atoms, n, '<ffdirect name="pinn"><pes>dummy</pes></ffdirect>')
@@ -254,9 +249,9 @@ def main():
         model = os.path.join(tmp, f"{model_name}.pinn")
         if not os.path.exists(model):
             export_model(os.path.join(DATA, f"{model_name}-model"), model)
-        reference = pinn_ms(atoms, model)
+        ase_ms, reference = run_ase(atoms, model, args.steps)
         emit(benchmark="engines", system=name, atoms=len(atoms), engine="pinn-calculator", ms_per_step=round(reference, 3))
-        runners = {"ase": run_ase, "lammps": run_lammps, "openmm": run_openmm, "ipi": run_ipi}
+        runners = {"ase": lambda *a: ase_ms, "lammps": run_lammps, "openmm": run_openmm, "ipi": run_ipi}
         for engine in args.engines.split(","):
             ms = runners[engine](atoms, model, args.steps)
             emit(benchmark="engines", system=name, atoms=len(atoms), engine=engine, ms_per_step=round(ms, 3),
