@@ -38,8 +38,8 @@ SYSTEMS = ("ethanol", "cu108", "acetone-water")
 STEP_FS = 0.5
 #: i-PI's polling interval of its socket (s): its default, 1e-4, is most of a small system's step
 IPI_LATENCY = float(os.environ.get("PINN_BENCH_IPI_LATENCY", "1e-4"))
-MIMIC_TFEP = os.environ.get("PINN_MIMIC_TFEP", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
-                                                             "shared", "data", "mimic-tfep"))
+#: the acetone-in-water system (GROMACS topology and gzipped coordinates, tests/data/mimic)
+ACETONE_WATER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "data", "mimic")
 
 
 def _structure(name):
@@ -63,9 +63,16 @@ _ACETONE = {}
 
 def _acetone_water():
     if not _ACETONE:
+        import gzip
         from openmm import app, unit
-        gro = app.GromacsGroFile(os.path.join(MIMIC_TFEP, "equilibrated.gro"))
-        top = app.GromacsTopFile(os.path.join(MIMIC_TFEP, "acetone.top"),
+        work = tempfile.mkdtemp(prefix="bench-acetone-")
+        for name in ("acetone.top", "acetone.itp"):
+            shutil.copy(os.path.join(ACETONE_WATER, name), work)
+        with gzip.open(os.path.join(ACETONE_WATER, "equilibrated.gro.gz")) as packed, \
+                open(os.path.join(work, "equilibrated.gro"), "wb") as out:
+            out.write(packed.read())
+        gro = app.GromacsGroFile(os.path.join(work, "equilibrated.gro"))
+        top = app.GromacsTopFile(os.path.join(work, "acetone.top"),
                                  periodicBoxVectors=gro.getPeriodicBoxVectors(), includeDir="/usr/share/gromacs/top")
         mm = top.createSystem(nonbondedMethod=app.PME, nonbondedCutoff=1.0 * unit.nanometer)
         _ACETONE.update(gro=gro, top=top, mm=mm)
@@ -95,13 +102,18 @@ def run_ase(atoms, model, steps):
     calc.calculate = timed_calculate
     _thermal(atoms)
     md = VelocityVerlet(atoms, STEP_FS * units.fs)
+    return _median_ms(lambda: md.run(1), steps), 1000 * float(np.median(calls[10:]))
+
+
+def _median_ms(step, steps, warm_up=10):
+    """Median ms of ``step()`` over ``steps`` calls after ``warm_up`` ones."""
     times = []
-    for k in range(steps + 10):
+    for k in range(steps + warm_up):
         t0 = time.perf_counter()
-        md.run(1)
-        if k >= 10:
+        step()
+        if k >= warm_up:
             times.append(time.perf_counter() - t0)
-    return 1000 * float(np.median(times)), 1000 * float(np.median(calls[10:]))
+    return 1000 * float(np.median(times))
 
 
 def run_lammps(atoms, model, steps):
@@ -160,13 +172,7 @@ def _time_openmm(system, positions_nm, steps):
     context = openmm.Context(system, integrator, openmm.Platform.getPlatformByName("CPU"))
     context.setPositions(positions_nm * unit.nanometer if not hasattr(positions_nm, "unit") else positions_nm)
     context.setVelocitiesToTemperature(300, 1)
-    times = []
-    for k in range(steps + 10):
-        t0 = time.perf_counter()
-        integrator.step(1)
-        if k >= 10:
-            times.append(time.perf_counter() - t0)
-    return 1000 * float(np.median(times))
+    return _median_ms(lambda: integrator.step(1), steps)
 
 
 def _ipi_input(work, atoms, steps, forcefield):

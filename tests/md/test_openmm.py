@@ -1,7 +1,9 @@
 """OpenMM: a pinn force (openmm.PythonForce) and an ML/MM system from a GROMACS topology (acetone in
-water, ../shared/data/mimic-tfep): the ML region's energy and forces are the ASE calculator's, its MM
+water, tests/data/mimic: the MiMiC acetone tutorial's system): the ML region's energy and forces are the ASE calculator's, its MM
 terms are gone, ML-MM terms stay, and NVE with a small step conserves the total energy."""
+import gzip
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -12,20 +14,22 @@ openmm = pytest.importorskip("openmm", reason="OpenMM is not installed (pip inst
                              "OpenMM tests are skipped")
 from openmm import app, unit  # noqa: E402
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-SYSTEM = os.path.join(HERE, "..", "..", "..", "shared", "data", "mimic-tfep")
+SYSTEM = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "mimic")
 GROMACS_TOP = "/usr/share/gromacs/top"
 EV = 96.48533212331002  # kJ/mol
 
 
 @pytest.fixture(scope="module")
-def acetone_in_water():
+def acetone_in_water(tmp_path_factory):
     if not os.path.isdir(os.path.join(GROMACS_TOP, "amber03.ff")):
         pytest.skip(f"GROMACS's amber03.ff is not in {GROMACS_TOP} (apt-get install gromacs)")
-    if not os.path.isfile(os.path.join(SYSTEM, "acetone.top")):
-        pytest.skip(f"the acetone-in-water system is not in {SYSTEM}")
-    gro = app.GromacsGroFile(os.path.join(SYSTEM, "equilibrated.gro"))
-    top = app.GromacsTopFile(os.path.join(SYSTEM, "acetone.top"), periodicBoxVectors=gro.getPeriodicBoxVectors(),
+    here = tmp_path_factory.mktemp("acetone")
+    for name in ("acetone.top", "acetone.itp"):
+        shutil.copy(os.path.join(SYSTEM, name), here / name)
+    with gzip.open(os.path.join(SYSTEM, "equilibrated.gro.gz")) as packed:
+        (here / "equilibrated.gro").write_bytes(packed.read())
+    gro = app.GromacsGroFile(str(here / "equilibrated.gro"))
+    top = app.GromacsTopFile(str(here / "acetone.top"), periodicBoxVectors=gro.getPeriodicBoxVectors(),
                              includeDir=GROMACS_TOP)
     mm = top.createSystem(nonbondedMethod=app.PME, nonbondedCutoff=1.0 * unit.nanometer)
     ml = [a.index for a in top.topology.atoms() if a.residue.name == "ACT"]
