@@ -92,3 +92,23 @@ def test_wrong_units_types_and_callback_errors_are_named(committee_dir, lammps_c
     with pytest.raises(ValueError, match="LAMMPS atom type 2 has no element"):
         pinn_fix.run(1)
     lmp.close()
+
+
+def test_a_committee_drives_lammps_with_its_mean(committee_dir, lammps_class):
+    from ase import Atoms
+    from pinn.md.lammps import attach
+    lmp = lammps_class(cmdargs=["-log", "none", "-screen", "none", "-nocite"])
+    lmp.commands_string("units metal\natom_modify map array\nlattice fcc 3.61\nregion box block 0 2 0 2 0 2\n"
+                        "create_box 2 box\ncreate_atoms 1 box\nmass * 100.0\nset type 1 type/fraction 2 0.3 5\n"
+                        "fix nve all nve")
+    pinn_fix = attach(lmp, str(committee_dir), elements=["Cu", "Au"])
+    pinn_fix.run(0)
+    lo, hi = lmp.extract_box()[:2]
+    types = np.array(lmp.numpy.extract_atom("type")[:lmp.get_natoms()])
+    atoms = Atoms(numbers=np.where(types[np.argsort(lmp.numpy.extract_atom("id")[:lmp.get_natoms()])] == 1, 29, 79),
+                  positions=_by_tag(lmp, "x"), cell=np.diag(np.subtract(hi, lo)), pbc=True)
+    committee = get_calc(str(committee_dir))
+    assert lmp.get_thermo("pe") == pytest.approx(committee.get_potential_energy(atoms), abs=1e-9)
+    np.testing.assert_allclose(_by_tag(lmp, "f"), committee.get_forces(atoms), atol=1e-9)
+    assert committee.results["max_forces_deviation"] > 0
+    lmp.close()
