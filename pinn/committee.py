@@ -227,8 +227,10 @@ class CommitteeCalc(Calculator):
             self._first = self._predict(atoms, [0])
             self._set_prediction({key: value[0] for key, value in self._first.items()})
         if COMMITTEE_PROPERTIES.intersection(properties) and "max_forces_deviation" not in self.results:
-            rest = self._predict(atoms, range(1, self.size))
-            self._set_committee({key: np.concatenate([self._first[key], rest[key]]) for key in rest}, mean=False)
+            rest = self._predict(atoms, range(1, self.size)) if self.size > 1 else None
+            everyone = self._first if rest is None else \
+                {key: np.concatenate([self._first[key], rest[key]]) for key in rest}
+            self._set_committee(everyone, mean=False)
 
     def _set_prediction(self, pred):
         """Energy, forces and, periodic, stress in ``results`` (Voigt stress)."""

@@ -103,6 +103,8 @@ def test_the_first_member_drives_and_the_others_run_when_asked(committee_dir, fr
         calc.results.pop("max_forces_deviation")
         assert calc.get_property("max_forces_deviation", atoms) == pytest.approx(
             mean.results["max_forces_deviation"])
+    alone = get_calc([str(committee_dir / "member-0")], engine=engine, drive="first")  # a committee of one
+    assert alone.get_property("max_forces_deviation", frame) == 0.0
     with pytest.raises(ValueError, match="drive must be one of"):
         get_calc(str(committee_dir), drive="last")
     with pytest.raises(ValueError, match="chooses what drives a committee; .*member-0' is one model"):
