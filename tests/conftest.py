@@ -51,25 +51,15 @@ def committee_dir(alloy_xyz, tmp_path_factory):
 def ethanol_model(tmp_path_factory):
     """A small PiNet (H, C, O; float64) trained 2 steps on 16 rattled ethanol molecules labelled by
     ASE's EMT: a molecule's model for the MD engines' tests (its numbers, not its physics, matter)."""
-    from ase.build import molecule
-    from ase.calculators.emt import EMT
     from pinn.io import load_ase, sparse_batch
-    from pinn.io.ase_files import write
     from pinn.models import potential_model
-    from settings import small_net, training_params
+    from settings import small_net, training_params, write_emt_molecules
     root = tmp_path_factory.mktemp("ethanol")
-    frames = []
-    for seed in range(16):
-        atoms = molecule("CH3CH2OH")
-        atoms.rattle(0.05, seed=seed)
-        atoms.calc = EMT()
-        atoms.get_forces()
-        frames.append(atoms)
-    write(str(root / "ethanol.xyz"), frames)
+    data = write_emt_molecules(root / "ethanol.xyz", "CH3CH2OH", 16)
     params = training_params(root / "model", small_net([1, 6, 8], pi_nodes=[8, 8]),
                              {"use_force": True, "fit_e_dress": True}, log_every_n_steps=1000)
     params.update(precision="float64")
-    potential_model(params).train(lambda: load_ase(str(root / "ethanol.xyz")).repeat().apply(sparse_batch(4)), 2)
+    potential_model(params).train(lambda: load_ase(data).repeat().apply(sparse_batch(4)), 2)
     return str(root / "model")
 
 

@@ -52,3 +52,21 @@ def train_alloy_member(model_dir, alloy_xyz, seed, steps=6, **net_changes):
     potential_model(params).train(lambda: load_ase(alloy_xyz).repeat().shuffle(50, seed=seed).apply(sparse_batch(8)),
                                   steps)
     return str(model_dir)
+
+
+def write_emt_molecules(path, formula, n_frames, scale=0.05):
+    """``n_frames`` copies of ASE's molecule ``formula``, rattled (σ ``scale`` Å, seeds 0, 1, …) and
+    labelled by ASE's EMT (H, C, N, O among its elements), written to ``path``: data for tiny
+    molecular models whose numbers, not physics, a test needs.  Returns ``path`` (str)."""
+    from ase.build import molecule
+    from ase.calculators.emt import EMT
+    from pinn.io.ase_files import write
+    frames = []
+    for seed in range(n_frames):
+        atoms = molecule(formula)
+        atoms.rattle(scale, seed=seed)
+        atoms.calc = EMT()
+        atoms.get_forces()
+        frames.append(atoms)
+    write(str(path), frames)
+    return str(path)

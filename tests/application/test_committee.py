@@ -202,26 +202,16 @@ def test_pinn_devi_writes_deepmds_model_devi_and_the_selected_frames(committee_d
 @pytest.fixture(scope="module")
 def water_members(tmp_path_factory):
     """Two tiny H/O potentials (EMT water, 2 steps each from seeds 0 and 1)."""
-    from ase.build import molecule
-    from ase.calculators.emt import EMT
-    from ase.io import write
-    root = tmp_path_factory.mktemp("water")
-    rng = np.random.RandomState(0)
-    frames = []
-    for _ in range(8):
-        atoms = molecule("H2O")
-        atoms.positions += rng.normal(scale=0.05, size=atoms.positions.shape)
-        atoms.calc = EMT()
-        atoms.get_forces()
-        frames.append(atoms)
-    write(root / "water.xyz", frames)
     from pinn.io import load_ase, sparse_batch
     from pinn.models import potential_model
+    from settings import write_emt_molecules
+    root = tmp_path_factory.mktemp("water")
+    data = write_emt_molecules(root / "water.xyz", "H2O", 8)
     for k in range(2):
         params = training_params(root / f"member-{k}", small_net([1, 8], rc=3.0), {"use_force": True},
                                  log_every_n_steps=1000)
         params["seed"] = k
-        potential_model(params).train(lambda: load_ase(str(root / "water.xyz")).repeat().apply(sparse_batch(4)), 2)
+        potential_model(params).train(lambda: load_ase(data).repeat().apply(sparse_batch(4)), 2)
     return root
 
 
