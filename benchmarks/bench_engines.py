@@ -17,7 +17,9 @@ engine adds.
   CPU platform), timed per ``step(1)``;
 - ``ipi``: i-PI's server (a subprocess) and ASE's socket client (what :func:`pinn.md.ipi.serve_ipi`
   runs) in this process, timed between force requests; ``ipi-alone``: i-PI's own time per step,
-  with its dummy forcefield in process (two runs' difference, start-up left out);
+  with its dummy forcefield in process (two runs' difference, start-up left out); ``ipi-direct``:
+  pinn inside i-PI's process (``<ffdirect>``, :mod:`pinn.md.ipi_driver`; i-PI in a subprocess), the
+  median interval between i-PI's calls of pinn's driver;
 - acetone in water (1528 atoms, amber03 + SPC/E, PME 1 nm): ``openmm-mm`` the MM system alone,
   ``openmm-mlmm`` the ML/MM system (acetone's 10 atoms ML, :func:`pinn.md.openmm.create_mixed_system`),
   and ``ase``/``openmm`` the whole system as ML.
@@ -216,6 +218,36 @@ def run_ipi_alone(atoms, steps):
     return 1000 * (walls[1] - walls[0]) / extra
 
 
+#: i-PI in a process of its own, its forcefield's calls timed: the median interval between them
+_IPI_TIMED = r"""
+import json, time
+import numpy as np
+from ipi.engine.simulation import Simulation
+from ipi.pes.dummy import Dummy_driver
+stamps, call = [], Dummy_driver.__call__
+def timed(self, cell, pos):
+    stamps.append(time.perf_counter())
+    return call(self, cell, pos)
+Dummy_driver.__call__ = timed
+Simulation.load_from_xml(open("input.xml"), request_banner=False, custom_verbosity="quiet").run()
+print(json.dumps(1000 * float(np.median(np.diff(stamps[10:])))))
+"""
+
+
+def run_ipi_direct(atoms, model, steps):
+    """i-PI with pinn in its own process (``<ffdirect>`` of :func:`pinn.md.ipi.ffdirect_element`):
+    the median interval between its calls of pinn's driver, i.e. a whole step."""
+    from pinn.md.ipi import ffdirect_element
+    work = tempfile.mkdtemp(prefix="bench-ipi-")
+    _ipi_input(work, atoms, steps + 10, ffdirect_element(model, os.path.join(work, "init.xyz"),
+                                                        pbc=bool(atoms.pbc.all())))
+    done = subprocess.run([sys.executable, "-c", _IPI_TIMED], cwd=work, capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"i-PI with pinn in process failed: {done.stderr[-2000:]}")
+    shutil.rmtree(work, ignore_errors=True)
+    return float(done.stdout.strip().splitlines()[-1])
+
+
 def run_ipi(atoms, model, steps):
     from ase.calculators.socketio import SocketClient
     import pinn
@@ -246,7 +278,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("systems", nargs="*", default=list(SYSTEMS))
     ap.add_argument("--steps", type=int, default=200)
-    ap.add_argument("--engines", default="ase,lammps,openmm,ipi")
+    ap.add_argument("--engines", default="ase,lammps,openmm,ipi,ipi-direct")
     args = ap.parse_args()
     from pinn.cli.export import export_model
     tmp = tempfile.mkdtemp(prefix="bench-engines-")
@@ -257,7 +289,8 @@ def main():
             export_model(os.path.join(DATA, f"{model_name}-model"), model)
         ase_ms, reference = run_ase(atoms, model, args.steps)
         emit(benchmark="engines", system=name, atoms=len(atoms), engine="pinn-calculator", ms_per_step=round(reference, 3))
-        runners = {"ase": lambda *a: ase_ms, "lammps": run_lammps, "openmm": run_openmm, "ipi": run_ipi}
+        runners = {"ase": lambda *a: ase_ms, "lammps": run_lammps, "openmm": run_openmm, "ipi": run_ipi,
+                   "ipi-direct": run_ipi_direct}
         for engine in args.engines.split(","):
             ms = runners[engine](atoms, model, args.steps)
             emit(benchmark="engines", system=name, atoms=len(atoms), engine=engine, ms_per_step=round(ms, 3),

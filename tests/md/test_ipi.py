@@ -1,5 +1,7 @@
-"""i-PI: pinn ipi serves a potential (a model file) to the real i-PI server from PyPI; a path-integral
-run of ethanol with 4 beads, whose potential energies are the calculator's on the beads' positions."""
+"""i-PI: the real i-PI server from PyPI with a pinn potential (a model file), both ways: pinn ipi serving
+i-PI's socket (a path-integral run of ethanol with 4 beads, whose potential energies are the
+calculator's on the beads' positions), and pinn inside i-PI's process (``<ffdirect>``: periodic Cu,
+potential and virial the calculator's); how the structure file says what is periodic."""
 import os
 import shutil
 import subprocess
@@ -11,7 +13,8 @@ import pytest
 
 from pinn import get_calc
 from pinn.cli.commands import main
-from pinn.io.ase_files import iread
+from pinn.io.ase_files import iread, write
+from pinn.md.ipi import ipi_atoms
 
 IPI = shutil.which("i-pi") or os.path.join(os.path.dirname(sys.executable), "i-pi")
 if not os.path.exists(IPI):
@@ -45,10 +48,16 @@ INPUT = """<simulation verbosity="low" safe_stride="1000">
 """
 
 
-def _write_init(path):
+def _ethanol():
     from ase.build import molecule
     atoms = molecule("CH3CH2OH")
     atoms.center(vacuum=6.0)
+    return atoms
+
+
+def _write_init(path, atoms=None):
+    """``atoms`` (default: ethanol in a box) in i-PI's xyz format, its cell in the comment line."""
+    atoms = _ethanol() if atoms is None else atoms
     a, b, c = atoms.cell.lengths()
     lines = [str(len(atoms)), f"# CELL(abcABC): {a:.6f} {b:.6f} {c:.6f} 90.0 90.0 90.0 cell{{angstrom}} "
              "positions{angstrom}"]
@@ -86,3 +95,80 @@ def test_a_path_integral_run_of_ethanol_through_i_pi(ethanol_model, tmp_path):
             assert not np.allclose(frames[0].positions, frames[1].positions), "the beads should differ"
         mean = np.mean([calc.get_potential_energy(frame) for frame in frames])
         assert potential == pytest.approx(mean, abs=2e-5)  # i-PI prints 9 significant digits
+
+
+DIRECT_INPUT = """<simulation verbosity="low" safe_stride="1000">
+  <output prefix="sim">
+    <properties stride="1" filename="out">[ step, potential{{electronvolt}}, virial_md{{ev/ang3}} ]</properties>
+    <trajectory filename="pos" stride="1" format="ase"> positions </trajectory>
+  </output>
+  <total_steps>{steps}</total_steps>
+  <prng><seed>32345</seed></prng>
+  {ffdirect}
+  <system>
+    <initialize nbeads="1">
+      <file mode="xyz" units="angstrom">init.xyz</file>
+      <velocities mode="thermal" units="kelvin">600</velocities>
+    </initialize>
+    <forces><force forcefield="copper"/></forces>
+    <motion mode="dynamics"><dynamics mode="nve"><timestep units="femtosecond">2.0</timestep></dynamics></motion>
+  </system>
+</simulation>
+"""
+
+
+def test_pinn_inside_i_pis_process_on_periodic_copper(committee_dir, tmp_path, capsys):
+    """``pinn ipi --ffdirect`` prints the element; i-PI loads pinn's driver and runs NVE of Cu 108 (its
+    xyz file: periodic); potential and virial (−stress, i-PI's xx yy zz xy xz yz) are the periodic
+    calculator's on each step's positions and cell."""
+    from ase.build import bulk
+    model_file = str(tmp_path / "copper.pinn")
+    assert main(["export", str(committee_dir / "member-0"), "-o", model_file]) == 0
+    atoms = bulk("Cu", "fcc", a=3.61, cubic=True) * (3, 3, 3)
+    _write_init(tmp_path / "init.xyz", atoms)
+    capsys.readouterr()
+    assert main(["ipi", model_file, "--structure", str(tmp_path / "init.xyz"), "--ffdirect", "copper"]) == 0
+    ffdirect = capsys.readouterr().out
+    assert "<pes>custom</pes>" in ffdirect and "pbc" not in ffdirect, ffdirect
+    (tmp_path / "input.xml").write_text(DIRECT_INPUT.format(steps=STEPS, ffdirect=ffdirect))
+    done = subprocess.run([IPI, "input.xml"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    rows = np.loadtxt(tmp_path / "sim.out", ndmin=2)
+    frames = list(iread(str(tmp_path / "sim.pos_0.extxyz")))
+    assert rows[:, 0].tolist() == list(range(STEPS + 1)) and len(frames) == STEPS + 1
+    assert not np.allclose(frames[0].positions, frames[-1].positions), "the atoms should move"
+    from ipi.utils.units import unit_to_internal, unit_to_user
+    # the trajectory is in ASE's Å; pinn's driver converts with i-PI's Å (the init file's), 1.4e-8 apart
+    to_angstrom = unit_to_user("length", "angstrom", unit_to_internal("length", "ase", 1.0))
+    calc = get_calc(model_file)
+    for row, frame in zip(rows, frames):
+        frame.set_cell(frame.cell * to_angstrom, scale_atoms=True)
+        assert frame.pbc.all() and np.allclose(frame.cell, atoms.cell, atol=1e-8)
+        frame.calc = calc
+        assert row[1] == pytest.approx(frame.get_potential_energy(), abs=2e-5)
+        xx, yy, zz, yz, xz, xy = -frame.get_stress()
+        assert np.allclose(row[2:], [xx, yy, zz, xy, xz, yz], rtol=1e-5, atol=1e-8), (row[2:], -frame.get_stress())
+
+
+def test_the_structure_file_says_what_is_periodic(tmp_path, caplog):
+    """i-PI sends a cell but not whether it is periodic: an extxyz says (its pbc), i-PI's own xyz format
+    (whose cell line ASE does not read) means periodic, ``pbc`` overrides, and a half-periodic
+    structure is refused."""
+    from ase.build import bulk
+    copper = bulk("Cu", "fcc", a=3.61, cubic=True)
+    molecule = _ethanol()
+    molecule.pbc = False
+    write(str(tmp_path / "molecule.extxyz"), molecule, format="extxyz")
+    write(str(tmp_path / "copper.extxyz"), copper, format="extxyz")
+    _write_init(tmp_path / "ipi.xyz", copper)
+    with caplog.at_level("INFO", logger="pinn"):
+        assert not ipi_atoms(str(tmp_path / "molecule.extxyz")).pbc.any()
+        assert ipi_atoms(str(tmp_path / "copper.extxyz")).pbc.all()
+        assert ipi_atoms(str(tmp_path / "ipi.xyz")).pbc.all()
+        assert not ipi_atoms(str(tmp_path / "ipi.xyz"), pbc=False).pbc.any()
+    assert "periodic in i-PI's cell" in caplog.text and "not periodic" in caplog.text
+    slab = copper.copy()
+    slab.pbc = [True, True, False]
+    with pytest.raises(ValueError, match="periodic in some directions only"):
+        ipi_atoms(slab)
+    assert ipi_atoms(slab, pbc=True).pbc.all()
