@@ -18,13 +18,16 @@ engine adds.
 - ``ipi``: i-PI's server (a subprocess) and ASE's socket client (what :func:`pinn.md.ipi.serve_ipi`
   runs) in this process, timed between force requests; ``ipi-alone``: i-PI's own time per step,
   with its dummy forcefield in process (two runs' difference, start-up left out); ``ipi-direct``:
-  pinn inside i-PI's process (``<ffdirect>``, :mod:`pinn.md.ipi_driver`; i-PI in a subprocess), the
-  median interval between i-PI's calls of pinn's driver;
+  pinn inside i-PI's process (``<ffdirect>``, :mod:`pinn.md.ipi_driver`; i-PI in a subprocess,
+  ``<simulation threading="false">``: one system needs no thread pool), the
+  median interval between i-PI's calls of pinn's driver; ``ipi-direct-driver``: the median time
+  inside the driver (pinn's calculator and the unit conversions) of the same run;
 - acetone in water (1528 atoms, amber03 + SPC/E, PME 1 nm): ``openmm-mm`` the MM system alone,
   ``openmm-mlmm`` the ML/MM system (acetone's 10 atoms ML, :func:`pinn.md.openmm.create_mixed_system`),
   and ``ase``/``openmm`` the whole system as ML.
 """
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -177,15 +180,16 @@ def _time_openmm(system, positions_nm, steps):
     return _median_ms(lambda: integrator.step(1), steps)
 
 
-def _ipi_input(work, atoms, steps, forcefield):
-    """Write i-PI's init.xyz and input.xml (NVE, one bead) with the given forcefield element."""
+def _ipi_input(work, atoms, steps, forcefield, threading=True):
+    """Write i-PI's init.xyz and input.xml (NVE, one bead) with the given forcefield element;
+    ``threading=False``: i-PI's steps in its main thread, not its thread pool (one system needs none)."""
     a, b, c = atoms.cell.lengths() if atoms.pbc.all() else (30.0, 30.0, 30.0)
     lines = [str(len(atoms)), f"# CELL(abcABC): {a} {b} {c} 90.0 90.0 90.0 cell{{angstrom}} positions{{angstrom}}"]
     lines += [f"{s} {x:.10f} {y:.10f} {z:.10f}" for s, (x, y, z) in zip(atoms.get_chemical_symbols(), atoms.positions)]
     with open(os.path.join(work, "init.xyz"), "w") as f:
         f.write("\n".join(lines) + "\n")
     with open(os.path.join(work, "input.xml"), "w") as f:
-        f.write(f"""<simulation verbosity="quiet" safe_stride="100000">
+        f.write(f"""<simulation verbosity="quiet" safe_stride="100000" threading="{str(threading).lower()}">
   <output prefix="sim"><properties stride="100000" filename="out">[ step ]</properties></output>
   <total_steps>{steps}</total_steps>
   {forcefield}
@@ -224,28 +228,36 @@ import json, time
 import numpy as np
 from ipi.engine.simulation import Simulation
 from ipi.pes.dummy import Dummy_driver
-stamps, call = [], Dummy_driver.__call__
+stamps, inside, call = [], [], Dummy_driver.__call__
 def timed(self, cell, pos):
     stamps.append(time.perf_counter())
-    return call(self, cell, pos)
+    done = call(self, cell, pos)
+    inside.append(time.perf_counter() - stamps[-1])
+    return done
 Dummy_driver.__call__ = timed
 Simulation.load_from_xml(open("input.xml"), request_banner=False, custom_verbosity="quiet").run()
-print(json.dumps(1000 * float(np.median(np.diff(stamps[10:])))))
+print(json.dumps([1000 * float(np.median(np.diff(stamps[10:]))), 1000 * float(np.median(inside[10:]))]))
 """
+
+
+IPI_DIRECT_INSIDE_MS = {}
 
 
 def run_ipi_direct(atoms, model, steps):
     """i-PI with pinn in its own process (``<ffdirect>`` of :func:`pinn.md.ipi.ffdirect_element`):
-    the median interval between its calls of pinn's driver, i.e. a whole step."""
+    the median interval between its calls of pinn's driver, i.e. a whole step.  Sets
+    ``IPI_DIRECT_INSIDE_MS``: the median time inside the driver (pinn's part of the step)."""
     from pinn.md.ipi import ffdirect_element
     work = tempfile.mkdtemp(prefix="bench-ipi-")
     _ipi_input(work, atoms, steps + 10, ffdirect_element(model, os.path.join(work, "init.xyz"),
-                                                        pbc=bool(atoms.pbc.all())))
+                                                        pbc=bool(atoms.pbc.all())), threading=False)
     done = subprocess.run([sys.executable, "-c", _IPI_TIMED], cwd=work, capture_output=True, text=True)
     if done.returncode:
         raise RuntimeError(f"i-PI with pinn in process failed: {done.stderr[-2000:]}")
     shutil.rmtree(work, ignore_errors=True)
-    return float(done.stdout.strip().splitlines()[-1])
+    step_ms, inside_ms = json.loads(done.stdout.strip().splitlines()[-1])
+    IPI_DIRECT_INSIDE_MS[atoms.get_chemical_formula()] = inside_ms
+    return step_ms
 
 
 def run_ipi(atoms, model, steps):
@@ -295,6 +307,9 @@ def main():
             ms = runners[engine](atoms, model, args.steps)
             emit(benchmark="engines", system=name, atoms=len(atoms), engine=engine, ms_per_step=round(ms, 3),
                  pinn_ms=round(reference, 3), overhead=round(ms / reference - 1, 3))
+            if engine == "ipi-direct":
+                emit(benchmark="engines", system=name, atoms=len(atoms), engine="ipi-direct-driver",
+                     ms_per_step=round(IPI_DIRECT_INSIDE_MS[atoms.get_chemical_formula()], 3))
             if engine == "ipi":
                 emit(benchmark="engines", system=name, atoms=len(atoms), engine="ipi-alone",
                      ms_per_step=round(run_ipi_alone(atoms, args.steps), 3))

@@ -16,7 +16,7 @@ The ``<parameters>`` (i-PI passes them as keyword arguments, from text):
 - ``engine`` (optional, default ``auto``) and ``drive`` (optional, a committee's): as
   :func:`pinn.get_calc`'s.
 
-Units: i-PI's atomic units in and out (Bohr, Hartree), converted with i-PI's own factors.
+Units: i-PI's atomic units in and out (Bohr, Hartree), converted with i-PI's own factors for Å and eV.
 """
 import numpy as np
 from ipi.pes.dummy import Dummy_driver
@@ -56,6 +56,10 @@ class PinnDriver(Dummy_driver):
         options = {"engine": self.engine, **({"drive": self.drive} if self.drive else {})}
         self.atoms.calc = self.calc = get_calc(self.model, **options)
         self.properties = ["energy", "forces", "stress"] if self.atoms.pbc.all() else ["energy", "forces"]
+        self.angstrom = unit_to_user("length", "angstrom", 1.0)  # Å per Bohr, by i-PI's factors
+        self.hartree = unit_to_internal("energy", "electronvolt", 1.0)  # Hartree per eV
+        # forces in Hartree/Bohr as these two make them (the gradient of the energy i-PI receives), not
+        # by i-PI's own "ev/ang" factor, rounded 1e-7 apart
 
     def compute_structure(self, cell, pos):
         """One structure.
@@ -71,18 +75,17 @@ class PinnDriver(Dummy_driver):
         atoms = self.atoms
         if len(pos) != len(atoms):
             raise ValueError(f"i-PI sent {len(pos)} atoms, {self.structure} has {len(atoms)}")
-        atoms.positions[:] = unit_to_user("length", "angstrom", pos)
+        atoms.positions[:] = pos * self.angstrom
         if atoms.pbc.all():
-            atoms.cell[:] = unit_to_user("length", "angstrom", np.asarray(cell).T)
+            atoms.cell[:] = np.asarray(cell).T * self.angstrom
         results = {name: self.calc.get_property(name, atoms) for name in self.properties}  # one calculation
         virial = np.zeros((3, 3))
         if "stress" in self.properties:
             stress = np.asarray(results["stress"])
             voigt = stress[[0, 5, 4, 5, 1, 3, 4, 3, 2]].reshape(3, 3) if stress.shape == (6,) else stress
-            virial = unit_to_internal("energy", "electronvolt", -voigt * atoms.get_volume())
-        return (float(unit_to_internal("energy", "electronvolt", results["energy"])),
-                np.asarray(unit_to_internal("force", "ev/ang", results["forces"]), np.float64),
-                np.asarray(virial, np.float64), "")
+            virial = -voigt * (atoms.get_volume() * self.hartree)
+        return (float(results["energy"]) * self.hartree, np.asarray(results["forces"]) * (self.hartree * self.angstrom),
+                virial, "")
 
 
 def _boolean(key, value):
