@@ -20,6 +20,7 @@ Units: i-PI's atomic units in and out (Bohr, Hartree), converted with i-PI's own
 """
 import numpy as np
 from ipi.pes.dummy import Dummy_driver
+from ipi.utils.messages import info, verbosity
 from ipi.utils.units import unit_to_internal, unit_to_user
 
 __DRIVER_NAME__ = "pinn"
@@ -56,6 +57,10 @@ class PinnDriver(Dummy_driver):
         options = {"engine": self.engine, **({"drive": self.drive} if self.drive else {})}
         self.atoms.calc = self.calc = get_calc(self.model, **options)
         self.properties = ["energy", "forces", "stress"] if self.atoms.pbc.all() else ["energy", "forces"]
+        info(f" @pinn: {self.model} ({type(self.calc).__name__}) on {len(self.atoms)} atoms "
+             f"({self.atoms.get_chemical_formula()}) of {self.structure}, "
+             + ("periodic in i-PI's cell" if self.atoms.pbc.all() else "not periodic (i-PI's cell ignored, no virial)"),
+             verbosity.low)
         self.angstrom = unit_to_user("length", "angstrom", 1.0)  # Å per Bohr, by i-PI's factors
         self.hartree = unit_to_internal("energy", "electronvolt", 1.0)  # Hartree per eV
         # forces in Hartree/Bohr as these two make them (the gradient of the energy i-PI receives), not
