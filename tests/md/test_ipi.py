@@ -172,3 +172,31 @@ def test_the_structure_file_says_what_is_periodic(tmp_path, caplog):
     with pytest.raises(ValueError, match="periodic in some directions only"):
         ipi_atoms(slab)
     assert ipi_atoms(slab, pbc=True).pbc.all()
+
+
+def test_the_driver_takes_a_committee_and_text_parameters(committee_dir, tmp_path):
+    """i-PI passes ``<parameters>`` as text: members joined by ``;``, ``pbc: true``, ``drive: first``;
+    the driver answers in Hartree and Hartree/Bohr what the committee's calculator gives in eV."""
+    from ase.build import bulk
+    from ipi.utils.units import unit_to_internal
+    from pinn.md.ipi_driver import PinnDriver
+    Bohr = 1.0 / unit_to_internal("length", "angstrom", 1.0)  # Å, by i-PI's factors (the driver's)
+    Hartree = 1.0 / unit_to_internal("energy", "electronvolt", 1.0)  # eV
+    atoms = bulk("Cu", "fcc", a=3.61, cubic=True) * (2, 2, 2)
+    atoms.rattle(0.05, seed=1)
+    write(str(tmp_path / "copper.extxyz"), atoms, format="extxyz")
+    members = [str(committee_dir / f"member-{k}") for k in range(2)]
+    driver = PinnDriver(model=";".join(members), structure=str(tmp_path / "copper.extxyz"), pbc="true",
+                        drive="first", verbosity=0)
+    energy, forces, virial, extras = driver(atoms.cell.array.T / Bohr, atoms.positions / Bohr)
+    calc = get_calc(members, drive="first")
+    atoms.calc = calc
+    assert energy * Hartree == pytest.approx(atoms.get_potential_energy(), rel=1e-10)
+    assert np.allclose(forces * Hartree / Bohr, atoms.get_forces(), rtol=1e-8, atol=1e-10)
+    xx, yy, zz, yz, xz, xy = -atoms.get_stress() * atoms.get_volume()
+    assert np.allclose(virial * Hartree, [[xx, xy, xz], [xy, yy, yz], [xz, yz, zz]], rtol=1e-8, atol=1e-10)
+    assert extras == "" and driver.calc.size == 2
+    with pytest.raises(ValueError, match="neither true nor false"):
+        PinnDriver(model=members[0], structure=str(tmp_path / "copper.extxyz"), pbc="maybe")
+    with pytest.raises(ValueError, match="i-PI sent 3 atoms"):
+        driver(atoms.cell.array.T / Bohr, atoms.positions[:3] / Bohr)
