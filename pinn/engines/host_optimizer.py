@@ -13,6 +13,7 @@ TensorFlow computes, and at the end of training) and read back when something el
 
 The arithmetic is :class:`pinn.training.adam.Adam`'s (Keras 2.15's: ``m += (g − m)(1 − β₁)``,
 ``v += (g² − v)(1 − β₂)``, ``w −= α m / (√v + ε)``, ``α = lr √(1 − β₂ᵗ) / (1 − β₁ᵗ)``),
+with its decoupled weight decay (``w −= w · weight_decay · lr`` first, for the variables it decays),
 ``tf.clip_by_global_norm`` and :class:`pinn.training.ema.WeightAverage`, in the variables' precision;
 float64 training gives TensorFlow's numbers to rounding (tested, :mod:`tests.test_fast_train`).
 """
@@ -67,8 +68,13 @@ class HostOptimizer:
         self.last_lr = None
         self.ahead = False  # the vectors are newer than the variables
         starts = np.cumsum([0] + self.sizes)
-        self.frozen = np.concatenate([np.arange(starts[i], starts[i + 1]) for i, f in enumerate(frozen) if f] +
-                                     [np.zeros(0, np.int64)])  # flat indices of the frozen weights
+        self.frozen = self._indices(starts, frozen)  # flat indices of the frozen weights
+        self.decayed = self._indices(starts, [optimizer.decays(v) for v in self.variables])  # ... and of those weight decay shrinks
+
+    @staticmethod
+    def _indices(starts, flags):
+        return np.concatenate([np.arange(starts[i], starts[i + 1]) for i, f in enumerate(flags) if f] +
+                              [np.zeros(0, np.int64)])
 
     def _gather(self, tensors):
         return np.concatenate([np.asarray(t.numpy(), self.dtype).ravel() for t in tensors])
@@ -130,6 +136,8 @@ class HostOptimizer:
         # Adam's tf.cast(beta, dtype) makes a float32 constant of the Python float first
         beta_1, beta_2 = dt(np.float32(opt.beta_1)), dt(np.float32(opt.beta_2))
         alpha = rate * np.sqrt(one - beta_2 ** t) / (one - beta_1 ** t)
+        if self.decayed.size:  # Keras' order: w · weight_decay · lr, before Adam's step
+            self.weights[self.decayed] -= self.weights[self.decayed] * dt(opt.weight_decay) * rate
         decay = dt(-1.0)
         if self.average is not None:
             self.average_updates += 1

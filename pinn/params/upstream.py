@@ -15,7 +15,9 @@ Upstream PiNN configures training with a Keras optimizer serialised in the param
 it means what it means upstream: the learning rate and its schedule, no warmup, global-norm
 clipping only when ``global_clipnorm`` is given, the weight average only when ``use_ema``
 is (``ema_decay`` = ``ema_momentum``; pinn's average shortens its memory over the first
-steps, see the training page, where Keras' keeps it fixed).  Such a file is in upstream's form,
+steps, see the training page, where Keras' keeps it fixed), and ``weight_decay`` (or ``class_name:
+AdamW``, whose default is 0.004) as Keras' decoupled weight decay of every trainable variable
+(``weight_decay_on: all``).  Such a file is in upstream's form,
 so the potential model's keys whose default differs from upstream's (:data:`UPSTREAM_DEFAULTS`:
 ``f_loss_multiplier`` 1, pinn's default is 10) and PiNet's and PiNet2's radial basis
 (:data:`UPSTREAM_NETWORK_DEFAULTS`: 4 polynomials, pinn's default is 10 Gaussians) take
@@ -37,15 +39,16 @@ from pinn.params.schema import ParamsError
 log = logging.getLogger("pinn")
 
 #: Keras Adam's config keys that pinn's Adam follows only at these values (Keras 2.15 defaults)
-_FIXED = {"beta_1": 0.9, "beta_2": 0.999, "epsilon": 1e-7, "amsgrad": False, "weight_decay": None,
-          "clipvalue": None, "clipnorm": None}
+_FIXED = {"beta_1": 0.9, "beta_2": 0.999, "epsilon": 1e-7, "amsgrad": False, "clipvalue": None, "clipnorm": None}
+#: Keras 2.15's AdamW's default weight decay (its Adam has none)
+ADAMW_WEIGHT_DECAY = 0.004
 #: Keras Adam's config keys that change nothing in the arithmetic
 _IGNORABLE = ("name", "ema_overwrite_frequency", "jit_compile", "is_legacy_optimizer")
 #: keys of a Keras serialisation around a class_name/config pair (Keras ≥ 2.13)
 _WRAPPER = ("module", "registered_name")
 #: what the section sets in model.params (each may then not be set there too)
 KEYS = ("optimizer", "learning_rate", "lr_schedule", "decay_step", "decay_rate", "lr_cosine_steps", "lr_min_factor",
-        "lr_warmup_steps", "max_grad_norm", "ema_decay", "ekf_max_learning_rate", "ekf_epsilon", "ekf_q_0",
+        "lr_warmup_steps", "max_grad_norm", "ema_decay", "weight_decay", "weight_decay_on", "ekf_max_learning_rate", "ekf_epsilon", "ekf_q_0",
         "ekf_q_min", "ekf_q_tau", "ekf_solve_dtype")
 #: upstream's config keys of its Kalman filters (pinn/optimizers/ekf.py, gekf.py) → model.params keys
 _KALMAN_CONFIG = {
@@ -131,9 +134,9 @@ def _settings(section):
     if name.lower() in ("ekf", "gekf"):
         raise ParamsError(f"optimizer.class_name: {name!r}; upstream PiNN's Kalman filters are spelled 'EKF' "
                           "and 'gEKF'")
-    if name.lower() != "adam":
-        raise ParamsError(f"optimizer.class_name: {name!r}; pinn trains with Adam, EKF or gEKF")
-    return _adam_settings(config)
+    if name.lower() not in ("adam", "adamw"):
+        raise ParamsError(f"optimizer.class_name: {name!r}; pinn trains with Adam, AdamW, EKF or gEKF")
+    return _adam_settings(config, ADAMW_WEIGHT_DECAY if name.lower() == "adamw" else 0.0)
 
 
 def _kalman_settings(name, config):
@@ -159,9 +162,11 @@ def _kalman_settings(name, config):
     return settings
 
 
-def _adam_settings(config):
-    """model.params keys of Keras Adam's config."""
-    settings = {"optimizer": "adam", "lr_warmup_steps": 0, "max_grad_norm": None, "ema_decay": None}
+def _adam_settings(config, weight_decay=0.0):
+    """model.params keys of Keras Adam's (or AdamW's, whose default ``weight_decay`` is given) config; a
+    weight decay applies to every trainable variable, as Keras' does."""
+    settings = {"optimizer": "adam", "lr_warmup_steps": 0, "max_grad_norm": None, "ema_decay": None,
+                "weight_decay": weight_decay, "weight_decay_on": "all"}
     for key, value in config.items():
         where = f"optimizer.config.{key}"
         if key == "learning_rate":
@@ -173,14 +178,16 @@ def _adam_settings(config):
                 settings["ema_decay"] = float(config.get("ema_momentum", 0.99))
         elif key == "ema_momentum":
             _fraction(value, where)
+        elif key == "weight_decay":
+            settings["weight_decay"] = 0.0 if value is None else _non_negative(value, where)
         elif key in _FIXED:
-            if value != _FIXED[key] and not (key in ("clipnorm", "clipvalue", "weight_decay") and not value):
+            if value != _FIXED[key] and not (key in ("clipnorm", "clipvalue") and not value):
                 raise ParamsError(f"{where}: {value!r}; pinn's Adam follows only {key}={_FIXED[key]!r}"
                                   + ("; global-norm clipping is optimizer.config.global_clipnorm"
                                      if key == "clipnorm" else ""))
         elif key not in _IGNORABLE:
             raise ParamsError(f"{where}: unknown Adam option; allowed: learning_rate, global_clipnorm, use_ema, "
-                              f"ema_momentum, {', '.join(_FIXED)}")
+                              f"ema_momentum, weight_decay, {', '.join(_FIXED)}")
     if "learning_rate" not in settings:
         settings["learning_rate"], settings["lr_schedule"] = 0.001, "constant"  # Keras Adam's default
     return settings

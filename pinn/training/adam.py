@@ -9,6 +9,11 @@ for step::
     v += (g² − v)(1 − β₂)
     w −= α m / (√v + ε)
 
+With ``weight_decay`` > 0, each decayed variable first shrinks by the rate, decoupled from the
+gradient (AdamW; Keras 2.15's ``Adam(weight_decay=...)`` and ``AdamW``)::
+
+    w −= w · weight_decay · lr
+
 and the checkpoint layout is Keras's too (``_iterations``, ``_learning_rate`` and the list
 ``_variables`` = [iterations, m₀, v₀, m₁, v₁, …]), so a checkpoint of either restores into the
 other: model directories trained with TensorFlow 2.15's Keras resume on TensorFlow 2.2x, where
@@ -26,11 +31,26 @@ class Adam(tf.Module):
             pairs and of the moments in a checkpoint).
         learning_rate: the first learning rate (the trainer assigns each step's to :attr:`learning_rate`).
         beta_1, beta_2, epsilon: Adam's constants (Keras' defaults).
+        weight_decay: decoupled weight decay per unit of learning rate (0: none).
+        decayed: per variable, whether ``weight_decay`` shrinks it (default: all of them, as Keras).
+
+    Raises:
+        ValueError: a negative ``weight_decay``, or ``decayed`` of another length than ``variables``.
     """
 
-    def __init__(self, variables, learning_rate=1e-3, beta_1=0.9, beta_2=0.999, epsilon=1e-7, name="Adam"):
+    def __init__(self, variables, learning_rate=1e-3, beta_1=0.9, beta_2=0.999, epsilon=1e-7, weight_decay=0.0,
+                 decayed=None, name="Adam"):
         super().__init__(name=name)
         self.beta_1, self.beta_2, self.epsilon = float(beta_1), float(beta_2), float(epsilon)
+        variables = list(variables)
+        if weight_decay < 0:
+            raise ValueError(f"Adam: weight_decay {weight_decay} must be ≥ 0")
+        decayed = [True] * len(variables) if decayed is None else [bool(d) for d in decayed]
+        if len(decayed) != len(variables):
+            raise ValueError(f"Adam: {len(decayed)} decayed flags for {len(variables)} variables")
+        self.weight_decay = float(weight_decay)
+        #: per variable (the order of ``variables``), whether weight decay shrinks it
+        self.decayed = tuple(decayed) if self.weight_decay else (False,) * len(variables)
         self._iterations = tf.Variable(0, dtype=tf.int64, trainable=False, name="iteration")
         self._learning_rate = tf.Variable(learning_rate, dtype=tf.float32, trainable=False, name="learning_rate")
         state = [self._iterations]
@@ -69,6 +89,11 @@ class Adam(tf.Module):
             raise KeyError(f"Adam was not built for {variable.name}") from None
         return self._variables[1 + 2 * i], self._variables[2 + 2 * i]
 
+    def decays(self, variable):
+        """Whether weight decay shrinks ``variable`` (one this optimizer was built for)."""
+        self.slots(variable)  # KeyError for another variable
+        return self.decayed[self._index[variable.ref()]]
+
     def apply_gradients(self, grads_and_vars):
         """One update of each variable with its gradient (a tensor of the variable's dtype), then
         ``iterations`` + 1."""
@@ -76,6 +101,8 @@ class Adam(tf.Module):
             m, v = self.slots(variable)
             dtype = variable.dtype
             rate = tf.cast(self._learning_rate, dtype)
+            if self.decays(variable):
+                variable.assign_sub(variable * tf.cast(self.weight_decay, dtype) * rate)
             t = tf.cast(self._iterations + 1, dtype)
             beta_1_power = tf.pow(tf.cast(self.beta_1, dtype), t)
             beta_2_power = tf.pow(tf.cast(self.beta_2, dtype), t)
@@ -84,6 +111,23 @@ class Adam(tf.Module):
             v.assign_add((tf.square(gradient) - v) * (1 - self.beta_2))
             variable.assign_sub((m * alpha) / (tf.sqrt(v) + self.epsilon))
         self._iterations.assign_add(1)
+
+
+def decayed_flags(variables, on):
+    """Which ``variables`` weight decay shrinks (``model.params.weight_decay_on``).
+
+    Args:
+        variables: the trainable variables.
+        on: ``'kernels'`` (variables named ``kernel``: the layers' weight matrices) or ``'all'``.
+
+    Returns:
+        list of bool, one per variable.
+    """
+    if on == "all":
+        return [True] * len(variables)
+    if on != "kernels":
+        raise ValueError(f"weight_decay_on: {on!r}; 'kernels' or 'all'")
+    return [_base_name(v).rsplit("/", 1)[-1] == "kernel" for v in variables]
 
 
 def _base_name(variable):

@@ -64,6 +64,13 @@ TRAINING_PARAMS = {
                           "XLA-compiled computation runs on about one CPU core, so one part per core keeps the "
                           "cores busy); None: one part per CPU core, at most 4, for an XLA-compiled step of one "
                           "process without a GPU, else 1", check=positive),
+    "weight_decay": Option(float, 0.0, "decoupled weight decay (AdamW): before each Adam step w ← w − lr · "
+                           "weight_decay · w for the variables weight_decay_on names (Keras' Adam(weight_decay) and "
+                           "AdamW; upstream's optimizer.config.weight_decay sets it); 0: none", check=non_negative),
+    "weight_decay_on": Option(str, "kernels", "which variables weight_decay shrinks: 'kernels' (the layers' weight "
+                              "matrices; not their biases, nor a network's physical constants such as LJ's epsilon "
+                              "and sigma) or 'all' trainable variables (Keras', what upstream's optimizer section "
+                              "means)", choices=("kernels", "all")),
     "max_grad_norm": Option((float, None), 10.0, "clip gradients to this global norm (None: no clipping); with "
                             "ekf / gekf the update of the weights"),
     "ekf_max_learning_rate": Option((float, None), 1.0, "ekf / gekf: λ is the learning rate of the step, at most "
@@ -160,6 +167,10 @@ def _check_optimizer(params):
                                   "optimizer is adam")
         return
     name = KALMAN_NAMES[kind]
+    if mp["weight_decay"]:
+        raise ParamsError(f"model.params.weight_decay: decoupled weight decay is a step of Adam (AdamW); the {name} "
+                          "has no learning-rate step to shrink the weights by (leave weight_decay 0, or use "
+                          "optimizer: adam)")
     if mp.get("use_l2"):
         raise ParamsError(f"model.params.use_l2: the {name} fits the errors of the data, not a loss; L2 "
                           "regularisation has no error vector (leave use_l2 false, or use optimizer: adam)")
@@ -214,6 +225,8 @@ def notes(params):
             out.append((logging.WARNING, f"model.params: {' and '.join(unused)} {'has' if len(unused) == 1 else 'have'} "
                         f"no effect with lr_schedule '{mp['lr_schedule']}' (the default since pinn 0.2); set "
                         "lr_schedule: exponential to decay by them"))
+    if not mp["weight_decay"] and mp["weight_decay_on"] != TRAINING_PARAMS["weight_decay_on"].default:
+        out.append((logging.WARNING, "model.params.weight_decay_on: no effect with weight_decay 0"))
     if mp["loss_jump_factor"] is not None and mp["loss_weight_schedule"]:
         out.append((logging.INFO, "loss_jump_factor: not watched with a loss_weight_schedule (the loss changes with "
                     "the weights)"))

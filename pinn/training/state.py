@@ -11,7 +11,7 @@ import logging
 import numpy as np
 import tensorflow as tf
 
-from pinn.training.adam import Adam
+from pinn.training.adam import Adam, decayed_flags
 from pinn.training.checkpoints import CheckpointStore, NoIntactCheckpoint
 from pinn.training.early_stopping import EarlyStopping
 from pinn.training.freeze import describe as describe_frozen, frozen_flags
@@ -54,8 +54,12 @@ class TrainingState:
         if self.frozen:
             log.info(describe_frozen(model, self.frozen))
         if mp["optimizer"] == "adam":
-            self.optimizer = Adam(model.trainable_variables, learning_rate=float(learning_rate(self.step,
-                                                                                               self.lr_factor)))
+            variables = model.trainable_variables
+            self.optimizer = Adam(variables, learning_rate=float(learning_rate(self.step, self.lr_factor)),
+                                  weight_decay=mp["weight_decay"], decayed=decayed_flags(variables, mp["weight_decay_on"]))
+            if mp["weight_decay"]:
+                log.info("weight decay %g (AdamW) on %d of %d trainable variables (%s)", mp["weight_decay"],
+                         sum(self.optimizer.decayed), len(variables), mp["weight_decay_on"])
         else:
             self.optimizer = self.kalman = KalmanFilter(model.trainable_variables, mp, frozen=self.frozen)
         self.ema = WeightAverage(model.trainable_variables, mp["ema_decay"]) if mp["ema_decay"] else None

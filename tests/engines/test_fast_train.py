@@ -274,7 +274,8 @@ def test_engine_choice(tmp_path):
 def test_training_with_the_numba_engine_equals_tensorflow(alloy_xyz, tmp_path, accumulate):
     """Six steps from the same start (offsets fitted, warmup, clipping, Adam, the weight average): the
     same weights, averages and logged losses with either engine.  One batch per step is the numba
-    engine's own step; two (accumulated) go through its TensorFlow op, as in a parallel run."""
+    engine's own step (its host update, here with a weight decay of the kernels); two (accumulated) go
+    through its TensorFlow op, as in a parallel run."""
     from pinn.io import load_ase, sparse_batch
     from pinn.training.metrics import read_metrics
     from pinn.models import potential_model
@@ -283,8 +284,12 @@ def test_training_with_the_numba_engine_equals_tensorflow(alloy_xyz, tmp_path, a
     for engine in ("numba", "tensorflow"):
         trainer = potential_model(_trainer_params(tmp_path / engine, engine=engine, jit=False if engine ==
                                                   "tensorflow" else None, accumulate_batches=accumulate,
-                                                  eval_every_n_steps=2, save_checkpoint_steps=3))
+                                                  eval_every_n_steps=2, save_checkpoint_steps=3,
+                                                  weight_decay=0.5 if accumulate == 1 else 0.0))
         assert (trainer.engine is not None) == (engine == "numba")
+        decayed = [v.name.startswith("kernel") for v in trainer.model.trainable_variables]
+        assert trainer.optimizer.decayed == tuple(decayed if accumulate == 1 else [False] * len(decayed))
+        assert any(decayed) and not all(decayed)  # kernels, not biases
         # validations and checkpoints mid-run: the engine's host-side state is written out for them
         trainer.train(lambda: data.apply(sparse_batch(5)).repeat(), max_steps=6,
                       eval_fn=lambda: data.take(10).apply(sparse_batch(5)))

@@ -19,10 +19,13 @@ def _pair(dtype, seed=0):
 
 @pytest.mark.parametrize("dtype, rtol", [(np.float64, 1e-13), (np.float32, 2e-6)])
 @pytest.mark.parametrize("clip", [0.0, 0.5])
-@pytest.mark.parametrize("decay", [None, 0.99])
-def test_updates_equal_tensorflow_adam_clipping_and_the_average(dtype, rtol, clip, decay):
+@pytest.mark.parametrize("decay, weight_decay", [(None, 0.0), (0.99, 0.0), (0.99, 30.0)])
+def test_updates_equal_tensorflow_adam_clipping_and_the_average(dtype, rtol, clip, decay, weight_decay):
+    """... and the decoupled weight decay, of the first and last variables (not the middle one)."""
     theirs, mine = _pair(dtype)
-    tf_adam, host_adam = Adam(theirs, 1e-3), Adam(mine, 1e-3)
+    decayed = [True, False, True]
+    tf_adam = Adam(theirs, 1e-3, weight_decay=weight_decay, decayed=decayed)
+    host_adam = Adam(mine, 1e-3, weight_decay=weight_decay, decayed=decayed)
     their_average = WeightAverage(theirs, decay) if decay else None
     host = HostOptimizer(mine, host_adam, WeightAverage(mine, decay) if decay else None, clip)
     host.load()

@@ -63,6 +63,33 @@ def test_updates_equal_keras_adam_bitwise(dtype):
     assert int(adam.iterations) == 10
 
 
+@needs_keras_2
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_weight_decay_equals_keras_adamw(dtype):
+    """Decoupled weight decay: Keras 2.15's AdamW (all variables decayed), bitwise."""
+    theirs, mine = _variables(dtype), _variables(dtype)
+    keras_adam = tf.keras.optimizers.AdamW(1e-3, weight_decay=0.5)
+    keras_adam.build(theirs)
+    _train(keras_adam, theirs, dtype)
+    adam = Adam(mine, 1e-3, weight_decay=0.5)
+    _train(adam, mine, dtype)
+    for a, b in zip(theirs + keras_adam.variables, mine + adam.variables):
+        np.testing.assert_array_equal(b.numpy(), a.numpy())
+
+
+def test_weight_decay_is_the_formula_and_skips_what_is_not_decayed():
+    """With a zero gradient from zero moments Adam moves nothing: a decayed weight becomes
+    w · (1 − weight_decay · lr) exactly, an undecayed one stays."""
+    decayed_w, kept_w = variables = [tf.Variable(np.array([0.3, -1.2, 2.0])), tf.Variable(np.array([0.7]))]
+    adam = Adam(variables, 0.01, weight_decay=0.25, decayed=[True, False])
+    adam.apply_gradients([(tf.zeros(3, tf.float64), decayed_w), (tf.zeros(1, tf.float64), kept_w)])
+    rate = np.float64(np.float32(0.01))
+    np.testing.assert_array_equal(decayed_w.numpy(), np.array([0.3, -1.2, 2.0]) - np.array([0.3, -1.2, 2.0]) * 0.25 * rate)
+    assert float(kept_w[0]) == 0.7 and adam.decays(decayed_w) and not adam.decays(kept_w)
+    with pytest.raises(ValueError, match="2 decayed flags for 1 variables"):
+        Adam(variables[:1], 0.01, weight_decay=0.1, decayed=[True, False])
+
+
 def test_one_update_is_the_formula():
     """float64, from nonzero moments at step 5: the update written out in NumPy."""
     (w,) = variables = [tf.Variable(np.array([0.3, -1.2, 2.0]))]

@@ -299,3 +299,24 @@ def test_a_params_file_in_upstreams_form_gets_upstreams_radial_basis(tmp_path):
         own = {"model_dir": str(tmp_path / name), "network": {"name": name, "params": {"rc": 4.0}},
                "model": {"name": "potential_model", "params": {"use_force": True}}}
         assert basis(own) == ("gaussian", 10)  # pinn's own form: pinn's defaults
+
+
+@pytest.mark.parametrize("optimizer, weight_decay", [
+    ({"class_name": "Adam", "config": {"learning_rate": 1e-3, "weight_decay": 0.01}}, 0.01),
+    ({"class_name": "AdamW", "config": {"learning_rate": 1e-3}}, 0.004),  # Keras 2.15 AdamW's default
+    ({"class_name": "Adam", "config": {"learning_rate": 1e-3, "weight_decay": None}}, 0.0),
+])
+def test_optimizer_section_weight_decay_is_keras_decay_of_every_variable(optimizer, weight_decay, tmp_path):
+    """Keras' (decoupled) weight decay shrinks every trainable variable: weight_decay_on all."""
+    model = pinn.get_model(upstream_params(tmp_path / "model", optimizer))
+    mp = model.params["model"]["params"]
+    assert (mp["weight_decay"], mp["weight_decay_on"]) == (weight_decay, "all")
+    assert model.optimizer.decayed == (bool(weight_decay),) * len(model.model.trainable_variables)
+
+
+def test_weight_decay_with_a_kalman_filter_is_refused(tmp_path):
+    from pinn.params import resolve
+    params = params_in(tmp_path / "model")
+    params["model"]["params"].update(optimizer="ekf", weight_decay=0.01)
+    with pytest.raises(ParamsError, match=r"model\.params\.weight_decay: decoupled weight decay is a step of Adam"):
+        resolve(params)
