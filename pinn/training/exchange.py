@@ -24,6 +24,8 @@ import time
 
 import numpy as np
 
+from pinn.training.memory import OOM_ERRORS, inject, report, skipped_stats
+
 
 def take(iterator, k):
     """Up to ``k`` batches of the input (fewer when it ends)."""
@@ -65,6 +67,8 @@ class FusedExchange:
         self.coefficients = np.random.RandomState(7).uniform(0.5, 1.5, self.n_grad)
         self.batches = None  # the next step's batches (taken one step early) …
         self.counts = None  # … and all ranks' loss counts of them
+        #: this rank's batches of the latest step ran out of memory: their (structures, atoms, pairs)
+        self.out_of_memory = None
 
     def start(self, iterator, signals):
         """Take the first step's batches and agree on their counts (the one exchange that is not fused).
@@ -98,7 +102,13 @@ class FusedExchange:
         """
         t0 = time.perf_counter()
         batches, size = self.batches, self.world.size
-        grad, stats = self.steps.flat_gradient(batches, self.counts)
+        self.out_of_memory = None
+        try:
+            inject(self.world.rank, step + 1)
+            grad, stats = self.steps.flat_gradient(batches, self.counts)
+        except OOM_ERRORS as err:  # a zero gradient and this rank's flag: every rank skips the update
+            self.out_of_memory = report(err, batches, self.world.rank, step + 1)
+            grad, stats = np.zeros(self.n_grad), skipped_stats(self.n_stats, self.world.rank, size)
         following = take(iterator, self.k)
         buffer = np.zeros(self.length)
         buffer[:self.at_stats] = grad

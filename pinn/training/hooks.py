@@ -3,7 +3,7 @@
 Each hook gets what it needs when it is made (functions and parts, not the Trainer) and is
 called with a :class:`StepReport` after every step (``on_step_end``, which may ask the run to
 stop) and once when the run ends (``on_run_end``), in the order the loop holds them:
-divergence guards, progress, validation, checkpoints.
+divergence guards, progress, validation, the stop after too many out-of-memory steps, checkpoints.
 """
 import logging
 from typing import NamedTuple
@@ -14,6 +14,7 @@ from pinn import keys as K
 from pinn.params.schema import ParamsError
 from pinn.training.checkpoint_files import stop_when_disk_full
 from pinn.training.guards import DivergenceGuard, LossJumpGuard, TrainingDiverged
+from pinn.training.memory import OutOfMemory, describe_sizes, out_of_memory_ranks
 from pinn.training.metrics import predictions_path, write_eval_predictions
 from pinn.training.progress import Meter, scaling_line
 
@@ -27,7 +28,7 @@ class StepReport(NamedTuple):
     loss: float  #: the step's loss (summed over ranks)
     structures: float  #: structures in the step (all ranks)
     sums: dict  #: metric → (Σ|err|, Σerr², count)
-    bad_ranks: np.ndarray  #: per rank, whether it found the step non-finite
+    bad_ranks: np.ndarray  #: per rank: 0, non-finite (1) or out of memory (:data:`~pinn.training.memory.OOM_FLAG`)
 
 
 class Hook:
@@ -62,6 +63,8 @@ class DivergenceHook(Hook):
 
     def on_step_end(self, report):
         applied, step = report.outcome.applied, report.step
+        if not applied and out_of_memory_ranks(report.bad_ranks).size:
+            return False  # not a divergence: the MemoryHook's
         if not applied:
             where = f" (from rank {', '.join(str(r) for r in np.flatnonzero(report.bad_ranks))})" \
                 if self.world.is_parallel and report.bad_ranks.any() else ""
@@ -87,6 +90,51 @@ class DivergenceHook(Hook):
             self.restore_state_copy(*jump)
 
 
+class MemoryHook(Hook):
+    """Steps skipped because a rank ran out of memory (:mod:`pinn.training.memory`): named by rank 0 of a
+    parallel run (the rank itself logs its batch), and after ``max_oom_skips`` in a row the checkpoint
+    and :class:`OutOfMemory` on every rank.
+
+    Args:
+        max_skips: ``model.params.max_oom_skips``.
+        world: the run's world.
+        save: ``() -> path or None``: write a checkpoint of the current step (rank 0).
+        say: as for :class:`DivergenceHook`.
+    """
+
+    def __init__(self, max_skips, world, save, say):
+        self.max_skips, self.world, self.save, self.say = max_skips, world, save, say
+        self.streak, self.last_sizes = 0, None
+
+    def on_step_end(self, report):
+        ranks = out_of_memory_ranks(report.bad_ranks)
+        if report.outcome.applied or not ranks.size:
+            self.streak = 0 if report.outcome.applied else self.streak
+            return False
+        self.streak += 1
+        if report.outcome.out_of_memory is not None:
+            self.last_sizes = report.outcome.out_of_memory
+        if self.world.is_parallel and self.world.is_chief and report.outcome.out_of_memory is None:
+            self.say(logging.WARNING, "step %d: out of memory on rank %s; the step is skipped on every rank "
+                     "(%d in a row, at most %d)", report.step, ", ".join(map(str, ranks)), self.streak,
+                     self.max_skips)
+        if self.streak >= self.max_skips:
+            self._stop(report.step)
+        return False
+
+    def _stop(self, step):
+        structures, atoms, pairs = self.last_sizes or (-1, -1, -1)
+        mine = np.array([structures, atoms, -1 if pairs is None else pairs], np.float64)
+        sizes = self.world.allgather_numpy(mine) if self.world.is_parallel else mine[None]
+        path = self.save()
+        self.world.barrier()  # no rank leaves before the checkpoint is whole
+        last = "; ".join(f"rank {r}: {describe_sizes(row)}" for r, row in enumerate(sizes) if row[0] >= 0)
+        raise OutOfMemory(f"out of memory in {self.streak} steps in a row (model.params.max_oom_skips "
+                          f"{self.max_skips}) at step {step}; the last batches that did not fit: {last}; "
+                          f"checkpoint {path or 'of this step'} written: lower the batch size, then launch again "
+                          "to resume")
+
+
 class ProgressHook(Hook):
     """The progress bar, and every ``every`` steps a progress line and a ``train`` record.
 
@@ -103,19 +151,21 @@ class ProgressHook(Hook):
     def __init__(self, run, world, every, learning_rate, latest_checkpoint, bar, say):
         self.run, self.world, self.every, self.learning_rate = run, world, every, learning_rate
         self.latest_checkpoint, self.bar, self.say = latest_checkpoint, bar, say
-        self.meter, self.skipped = Meter(), 0
+        self.meter, self.skipped, self.out_of_memory = Meter(), 0, 0
 
     def on_step_end(self, report):
         outcome, step = report.outcome, report.step
         if outcome.applied:
             self.meter.add(report.loss, report.sums, report.structures,
                            sum(real_structures(b) for b in outcome.batches), outcome.comm, outcome.phases)
+        elif out_of_memory_ranks(report.bad_ranks).size:
+            self.out_of_memory += 1
         else:
             self.skipped += 1
         self.bar.update(step, self.run.max_steps, f"loss {float(report.loss):.4g}")
         if step % self.every == 0 or step >= self.run.max_steps:
             self._progress(step)
-            self.meter, self.skipped = Meter(), 0
+            self.meter, self.skipped, self.out_of_memory = Meter(), 0, 0
         return False
 
     def _progress(self, step):
@@ -127,16 +177,20 @@ class ProgressHook(Hook):
         line = f"{where} {meter.summary()} lr {lr:.3g}"
         if self.skipped:
             line += f" ({self.skipped} non-finite steps skipped)"
+        if self.out_of_memory:
+            line += f" ({self.out_of_memory} steps skipped: out of memory)"
         if figures is not None:
             line += "; " + scaling_line(figures, world.options["single_rank_throughput"])
         self.say(logging.INFO, line)
-        if meter.n_steps:
+        if meter.n_steps or self.out_of_memory:
             split = {}
-            if figures is not None:  # ms per step in each phase, the slowest rank's
+            if figures is not None and meter.n_steps:  # ms per step in each phase, the slowest rank's
                 split = {f"step_ms_{name}": round(float(v), 3)
                          for name, v in zip(Meter.PHASES, figures[:, 2:].max(axis=0))}
+            skipped = {"oom_skipped": self.out_of_memory} if self.out_of_memory else {}
             with stop_when_disk_full(run.recorder.path, kept=self.latest_checkpoint()):
-                run.recorder.record("train", step, {"lr": lr, **meter.figures(), **split}, epoch)
+                run.recorder.record("train", step, {"lr": lr, **(meter.figures() if meter.n_steps else {}), **split,
+                                                    **skipped}, epoch)
 
 
 class ValidationHook(Hook):

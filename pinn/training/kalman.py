@@ -55,6 +55,7 @@ import tensorflow as tf
 from pinn.params.schema import ParamsError
 from pinn.training.exchange import WeightsDiffer, take
 from pinn.training.freeze import flat_keep
+from pinn.training.memory import OOM_ERRORS, inject, report, skipped_stats
 from pinn.training.options import KALMAN_NAMES
 
 log = logging.getLogger("pinn")
@@ -224,6 +225,8 @@ class KalmanSteps:
         self.batches = None  # the step's batches, taken by start()
         self.counts = None  # all ranks' loss counts of them
         self._taken = 0.0  # seconds in start()
+        #: this rank's batches of the latest step ran out of memory: their (structures, atoms, pairs)
+        self.out_of_memory = None
 
     def start(self, iterator, signals):
         """Take the next step's batches and agree on their counts, whether an input ended and whether a
@@ -266,9 +269,16 @@ class KalmanSteps:
         noise = self.filter.noise(step)
         phases = np.array([self._taken, 0.0, 0.0])
         stats, applied, changed = None, True, False
+        self.out_of_memory = None
         for i, group in enumerate(self.groups):
             t0 = time.perf_counter()
-            payload, part_stats = self._local(batches, counts, tf.constant(group, tf.float64))
+            try:
+                inject(world.rank, step + 1)
+                payload, part_stats = self._local(batches, counts, tf.constant(group, tf.float64))
+            except OOM_ERRORS as err:  # a non-finite payload: every rank skips the step; the flag says why
+                self.out_of_memory = report(err, batches, world.rank, step + 1)
+                payload = np.full((1, self.n + 1) if self.filter.kind == "ekf" else 2 * self.n + 1, np.nan)
+                part_stats = skipped_stats(steps.n_stats, world.rank, size)
             t1 = time.perf_counter()
             if self.filter.kind == "ekf":
                 rows = world.concat_rows_numpy(payload.reshape(-1, self.n + 1))

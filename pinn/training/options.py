@@ -88,6 +88,9 @@ TRAINING_PARAMS = {
                                 "this many GB (an update needs about 3 times P at its peak)", check=positive),
     "accumulate_batches": Option(int, 1, "batches per step: their gradients are summed (one allreduce in a "
                                  "parallel run) and the loss is normalised over all of them", check=positive),
+    "max_oom_skips": Option(int, 10, "after this many consecutive steps skipped because a rank ran out of memory "
+                            "in its batch's gradients (each logged with the batch's structures, atoms and pairs), "
+                            "write the checkpoint and stop (pinn.training.memory)", check=positive),
     "max_nonfinite_steps": Option(int, 5, "after this many consecutive steps with a non-finite loss or "
                                   "gradient (each skipped), roll back to the last checkpoint", check=positive),
     "rollback_lr_factor": Option(float, 0.5, "multiply the learning rate by this at each rollback",

@@ -21,6 +21,7 @@ import tensorflow as tf
 
 from pinn.training.exchange import FusedExchange, fused, take
 from pinn.training.kalman import KalmanSteps
+from pinn.training.memory import OOM_ERRORS, inject, report, skipped_stats
 
 
 class StepOutcome(NamedTuple):
@@ -33,6 +34,8 @@ class StepOutcome(NamedTuple):
     phases: Optional[np.ndarray]  #: this rank's seconds in (compute, exchange, update), parallel runs
     ended: bool = False  #: an input ended before the next step, on any rank (strategies that look ahead)
     stop_signal: bool = False  #: a stop signal came before the next step, on any rank
+    #: this rank's batches ran out of memory: their (structures, atoms, pairs); else ``None``
+    out_of_memory: Optional[tuple] = None
 
 
 class Halt(NamedTuple):
@@ -57,7 +60,7 @@ class ExchangeSteps:
                 return Halt(ended, stop_signal)
         batches, applied, stats, phases, ended, stop_signal = exchange.step(iterator, signals, step)
         return StepOutcome(batches, bool(applied), np.asarray(stats), step + 1, float(phases[1]), phases, ended,
-                           stop_signal)
+                           stop_signal, exchange.out_of_memory)
 
 
 class SplitSteps:
@@ -88,11 +91,18 @@ class SplitSteps:
         if agreed[-2] > 0 or agreed[-1] > 0:
             return Halt(bool(agreed[-2] > 0), bool(agreed[-1] > 0))
         global_counts = tf.constant(agreed[:-2])
-        grads, stats = steps.local_gradients(batches[0], global_counts)
-        for batch in batches[1:]:
-            more_grads, more_stats = steps.local_gradients(batch, global_counts)
-            grads = [g + h for g, h in zip(grads, more_grads)]
-            stats = stats + more_stats
+        out_of_memory = None
+        try:
+            inject(world.rank, int(steps.step) + 1)
+            grads, stats = steps.local_gradients(batches[0], global_counts)
+            for batch in batches[1:]:
+                more_grads, more_stats = steps.local_gradients(batch, global_counts)
+                grads = [g + h for g, h in zip(grads, more_grads)]
+                stats = stats + more_stats
+        except OOM_ERRORS as err:  # a zero gradient and this rank's flag: every rank skips the update
+            out_of_memory = report(err, batches, world.rank, int(steps.step) + 1)
+            grads = [tf.zeros(v.shape, v.dtype) for v in steps.variables]
+            stats = tf.constant(skipped_stats(steps.n_stats, world.rank, world.size), steps.dtype)
         if world.is_parallel:
             stats.numpy()  # wait for this rank's compute before timing the communication
         t3 = time.perf_counter()
@@ -102,7 +112,8 @@ class SplitSteps:
             t4 = time.perf_counter()
             phases = np.array([t3 - t2, (t2 - t1) + (t4 - t3), 0.0])
             comm = float(phases[1])
-        return StepOutcome(batches, bool(applied), np.asarray(stats), int(steps.step), comm, phases)
+        return StepOutcome(batches, bool(applied), np.asarray(stats), int(steps.step), comm, phases,
+                           out_of_memory=out_of_memory)
 
 
 class WholeSteps(SplitSteps):
@@ -118,7 +129,15 @@ class WholeSteps(SplitSteps):
         batches = take(iterator, 1)
         if not batches or signals.received is not None:
             return self._split(batches, signals)
-        applied, stats = self.steps.whole_step(batches[0])
+        try:
+            inject(0, step + 1)
+            applied, stats = self.steps.whole_step(batches[0])
+        except OOM_ERRORS as err:  # the batch skipped, the step counted
+            sizes = report(err, batches, 0, step + 1)
+            steps = self.steps
+            steps.apply_flat(np.zeros(sum(v.shape.num_elements() for v in steps.variables)), False)
+            return StepOutcome(batches, False, skipped_stats(steps.n_stats, 0, 1), step + 1, 0.0, None,
+                               out_of_memory=sizes)
         return StepOutcome(batches, bool(applied), np.asarray(stats), step + 1, 0.0, None)  # counts, applied or not
 
 

@@ -51,7 +51,7 @@ from pinn.training.evaluation import Evaluator
 from pinn.training.guards import StopSignals, TrainingDiverged, Watchdog
 from pinn.training.inference import InferenceHandle, load_for_inference
 from pinn.training.inputs import evaluation_input, prepared_input, steps_per_epoch_of
-from pinn.training.hooks import CheckpointHook, DivergenceHook, ProgressHook, ValidationHook
+from pinn.training.hooks import CheckpointHook, DivergenceHook, MemoryHook, ProgressHook, ValidationHook
 from pinn.training.loop import Run, TrainingLoop
 from pinn.training.metrics import with_upstream_names
 from pinn.training.options import notes
@@ -334,8 +334,8 @@ class Trainer(metaclass=_ModelClass):
                                               self.evaluate_with_parity, self.early_stopping, self.store,
                                               self.is_chief, self.model_dir, loop.say)
             hooks.append(self._validation)
-        hooks.append(CheckpointHook(mp["save_checkpoint_steps"], self.save))
-        loop.hooks = hooks
+        loop.hooks = hooks + [MemoryHook(mp["max_oom_skips"], self.world, self.save, loop.say),
+                              CheckpointHook(mp["save_checkpoint_steps"], self.save)]
         return loop
 
     @property

@@ -62,6 +62,7 @@ parser.add_argument("--arch", choices=("PiNet", "PiNet2"), default="PiNet",
                     help="the network (not --network: horovodrun would take it as its --network-interface); "
                     "PiNet2: rank 3 (vector features), the same small sizes")
 parser.add_argument("--precision", choices=("float32", "float64"), default="float32")
+parser.add_argument("--max-oom-skips", type=int, default=10, help="model.params.max_oom_skips (with PINN_TEST_OOM)")
 parser.add_argument("--model", choices=("potential_model", "AD_BC_R_dipole_model", "pol_acks2_model"),
                     default="potential_model",
                     help="AD_BC_R_dipole_model: on PiNet2 with out_extra {p3: 1, i1: 1, i3: 1} (atomic dipoles and bond "
@@ -130,7 +131,7 @@ params = {
                         "compression": args.compression, "fusion_threshold_mb": args.fusion_mb,
                         "host_exchange": args.host_exchange, "backend": args.backend},
 }
-params["model"]["params"]["engine"] = args.engine
+params["model"]["params"].update(engine=args.engine, max_oom_skips=args.max_oom_skips)
 if args.jump_steps:
     params["model"]["params"].update(loss_jump_window=1, loss_jump_factor=100.0)
 params["model"]["params"]["jit"] = None if args.jit == "auto" else False

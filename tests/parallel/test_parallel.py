@@ -7,6 +7,7 @@ and with 2.  Neither Horovod nor MPI is mocked.
 import importlib.util
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -56,11 +57,11 @@ def one_launcher():
     pytest.skip("no launcher with a Horovod controller installed")
 
 
-def _run(command, workdir, tag, *args, timeout=600):
+def _run(command, workdir, tag, *args, timeout=600, env=None):
     """The training script (``command``: a launcher's, ending in the script and its backend; ``[]``: one
-    process) in ``workdir``."""
+    process) in ``workdir`` (``env``: more environment variables)."""
     command = command or [sys.executable, SCRIPT]
-    run = subprocess.run(command + [str(workdir), tag, *args], env=ENV, cwd=workdir,
+    run = subprocess.run(command + [str(workdir), tag, *args], env={**ENV, **(env or {})}, cwd=workdir,
                          capture_output=True, text=True, timeout=timeout)
     return run, run.stdout + run.stderr
 
@@ -190,6 +191,30 @@ def test_an_exception_on_every_rank_ends_the_job(one_launcher, tmp_path):
                     timeout=240)
     assert run.returncode != 0
     assert out.count("TrainingDiverged: step 18: the loss stayed non-finite after 3 rollbacks") == 2, out[-4000:]
+
+
+def test_out_of_memory_on_one_rank_skips_the_step_on_both(one_launcher, tmp_path):
+    """Rank 1 runs out of memory (PINN_TEST_OOM) at step 4, then at steps 9-11: each step is skipped on
+    both ranks (no rank waits; the weights stay equal: checked at steps 5 and 10), step 5 resets the
+    count, and the third in a row (max_oom_skips 3) writes the checkpoint of step 11 and stops both ranks
+    with one line naming rank 1's batch."""
+    name, command = one_launcher
+    run, out = _run(command, tmp_path, "oom", "--steps", "14", "--jit", "off", "--max-oom-skips", "3",
+                    env={"PINN_TEST_OOM": "1:4,9,10,11"}, timeout=300)
+    assert run.returncode == 1, out[-4000:]
+    assert "step 4: out of memory on rank 1 in the gradients of its batch (" in out and " atoms" in out
+    assert out.count("step 4: out of memory on rank 1; the step is skipped on every rank (1 in a row, at most 3)") \
+        == 1  # rank 0's line
+    stop = re.findall(r"out of memory in 3 steps in a row \(model.params.max_oom_skips 3\) at step 11; the last "
+                      r"batches that did not fit: rank 1: \d+ structures, \d+ atoms", out)
+    assert len(stop) == 2, out[-4000:]  # one line from each rank
+    assert "weights differ" not in out and "step 12/" not in out
+    records = [json.loads(line) for line in open(tmp_path / "model" / "metrics.jsonl")]
+    skipped = {r["step"]: r.get("oom_skipped", 0) for r in records if r["kind"] == "train"}
+    assert skipped == {5: 1, 10: 2}, skipped
+    import tensorflow as tf
+    reader = tf.train.load_checkpoint(str(tmp_path / "model" / "ckpt-11"))
+    assert reader.get_tensor("optimizer/_iterations/.ATTRIBUTES/VARIABLE_VALUE") == 11 - 4
 
 
 def test_numba_engine_two_ranks_equal_one_process(one_launcher, tmp_path):
