@@ -90,6 +90,9 @@ def refusal(model, purpose="md"):
         if p[key] not in implemented:
             return f"network.params.{key}: {engine} does not implement {p[key]!r} (it has {list(implemented)})"
     if purpose == "training":
+        if potential.network.compute_dtype is not None:
+            return (f"precision mixed_{potential.network.compute_dtype.name}: {engine} computes in the weights' "
+                    "precision; mixed precision trains with the tensorflow engine")
         if p["act"] not in TRAINING_ACTIVATIONS:
             return f"network.params.act: {engine} supports {list(TRAINING_ACTIVATIONS)} only, not {p['act']!r}"
         if len(p["pi_nodes"]) < 2:

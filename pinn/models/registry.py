@@ -17,7 +17,8 @@ NOT_YET = {name: "one of upstream PiNN 2.x's dipole models" for name in (
 
 def build_model(params):
     """The model that resolved ``params`` name (``params['model']['name']``), on a network built from
-    ``params['network']``, in ``params['precision']``, with its initial weights.
+    ``params['network']``, in ``params['precision']`` (mixed: float32 weights, the network's matrix
+    products in the low precision), with its initial weights.
 
     Args:
         params: resolved params (:func:`pinn.params.resolve`).
@@ -25,8 +26,8 @@ def build_model(params):
     Returns:
         the model (a :class:`~pinn.models.base.Model`); its ``network`` attribute is the network.
     """
-    import tensorflow as tf
     from pinn.networks import get_network
+    from pinn.networks.layers import precision_dtypes
     network = get_network(params)
     return MODELS[params["model"]["name"]](network, params["model"]["params"], network.atom_types,
-                                           tf.as_dtype(params["precision"]))
+                                           precision_dtypes(params["precision"])[0])

@@ -31,8 +31,10 @@ def canonical_network_name(name):
 def get_network(params):
     """Build the network of resolved ``params`` (see :func:`pinn.params.resolve`; for upstream PiNN's
     network spec ``{'name': ..., 'params': {...}}`` use ``pinn.get_network``)."""
+    from pinn.networks.layers import precision_dtypes
     cls = NETWORKS[params["network"]["name"]]
-    return cls(params["network"]["params"], dtype=tf.as_dtype(params["precision"]), seed=params["seed"])
+    dtype, compute = precision_dtypes(params["precision"])
+    return cls(params["network"]["params"], dtype=dtype, seed=params["seed"], compute_dtype=compute)
 
 
 __all__ = ["PiNet", "PiNet2", "BPNN", "LJ", "NETWORKS", "NOT_YET", "get_network", "canonical_network_name"]

@@ -23,6 +23,7 @@ import tensorflow as tf
 
 from pinn import keys as K
 from pinn.io.batch import batch_pairs, pair_geometry, with_cell_and_pbc
+from pinn.networks.layers import computing_in
 from pinn.params.schema import validate_section
 
 
@@ -34,6 +35,8 @@ class Network(tf.Module):
             upstream PiNN's positional arguments, in the order of :attr:`UPSTREAM_ARGS`.
         dtype: float dtype of the weights.
         seed: seed of the weight initialisation.
+        compute_dtype: the dtype of the layers' matrix products (mixed precision:
+            :func:`pinn.networks.layers.computing_in`); ``None``: the weights'.
         name: the module's name (default: the class name).
         **kwargs: upstream PiNN's keyword arguments (with its defaults, :attr:`UPSTREAM_DEFAULTS`,
             where they differ from pinn's).
@@ -51,18 +54,21 @@ class Network(tf.Module):
     #: upstream's constructor defaults where pinn's params defaults differ
     UPSTREAM_DEFAULTS = {}
 
-    def __init__(self, *args, dtype=tf.float32, seed=0, name=None, **kwargs):
+    def __init__(self, *args, dtype=tf.float32, seed=0, name=None, compute_dtype=None, **kwargs):
         super().__init__(name=name or type(self).__name__)
         # a private deep copy, past TensorFlow's attribute tracking: tracking wraps nested lists and
         # dicts in place, which would reach into the caller's params (and break writing them as YAML)
         object.__setattr__(self, "params", self.arguments(args, kwargs))
         self.rc = self.params["rc"]
+        #: the dtype of the layers' matrix products (mixed precision), or ``None``: the weights'
+        self.compute_dtype = None if compute_dtype is None else tf.as_dtype(compute_dtype)
         if tf.inside_function():
             # built inside a traced function (upstream's scripts build a network in a dataset.map function to
             # call its preprocess, which needs no weights): the weights are made on first use
-            object.__setattr__(self, "_pending_build", (dtype, seed))
+            object.__setattr__(self, "_pending_build", (dtype, seed, compute_dtype))
         else:
-            self.build(self.params, dtype, np.random.RandomState(seed))
+            with computing_in(compute_dtype):
+                self.build(self.params, dtype, np.random.RandomState(seed))
 
     def __getattr__(self, name):
         """Make the weights of a network built inside a traced function when a part of it is first used."""
@@ -70,7 +76,7 @@ class Network(tf.Module):
         if pending is None or name.startswith("_"):
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
         object.__setattr__(self, "_pending_build", None)
-        with tf.init_scope():
+        with tf.init_scope(), computing_in(pending[2]):
             self.build(self.params, pending[0], np.random.RandomState(pending[1]))
         return getattr(self, name)
 

@@ -145,7 +145,8 @@ class BPNN(Network):
             if nodes is None:
                 raise ValueError(f"network.params.nn_spec: no subnetwork sizes for element {z}")
             ff = FeedForward(self.n_fp, nodes, rng, params["act"], dtype=dtype, name=f"subnet_{z}")
-            self.subnets.append((ff, Dense(ff.n_out, params["out_units"], rng, dtype=dtype, name=f"out_{z}")))
+            self.subnets.append((ff, Dense(ff.n_out, params["out_units"], rng, dtype=dtype, name=f"out_{z}",
+                                                    output=True)))
 
     def regularized_weights(self):
         """The weight matrices of the element subnetworks' hidden layers (no biases, no output layers):

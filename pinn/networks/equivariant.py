@@ -5,6 +5,8 @@ upstream's scripts do)."""
 import numpy as np
 import tensorflow as tf
 
+from pinn.networks.layers import compute_dtype, mixed_matmul
+
 _SQRT2 = np.sqrt(2.0)
 _SQRT6 = np.sqrt(6.0)
 
@@ -41,10 +43,12 @@ def p5_to_matrix(p5):
     return tf.stack([tf.stack([xx, xy, xz], 1), tf.stack([xy, yy, yz], 1), tf.stack([xz, yz, zz], 1)], 1)
 
 
-def mix_channels(x, kernel):
-    """x [n, m, C] times kernel [C, D] over the channel axis: [n, m, D] (components never mix)."""
-    shape = tf.shape(x)
-    return tf.reshape(tf.matmul(tf.reshape(x, [-1, x.shape[-1]]), kernel), [shape[0], shape[1], kernel.shape[-1]])
+def mix_channels(x, layer):
+    """x [n, m, C] times a layer's kernel [C, D] over the channel axis, in the layer's compute dtype:
+    [n, m, D] (components never mix)."""
+    shape, kernel = tf.shape(x), layer.kernel
+    flat = mixed_matmul(tf.reshape(x, [-1, x.shape[-1]]), kernel, layer.compute_dtype)
+    return tf.reshape(flat, [shape[0], shape[1], kernel.shape[-1]])
 
 
 class _ChannelMix(tf.Module):
@@ -54,6 +58,7 @@ class _ChannelMix(tf.Module):
         super().__init__(name=name)
         self.rng = rng
         self.kernel = None
+        self.compute_dtype = compute_dtype()
 
     def __call__(self, x):
         x = tf.convert_to_tensor(x)
@@ -61,7 +66,10 @@ class _ChannelMix(tf.Module):
             n = int(x.shape[-1])
             limit = np.sqrt(6.0 / (2 * n))
             self.kernel = tf.Variable(self.rng.uniform(-limit, limit, (n, n)), dtype=x.dtype, name="kernel")
-        return tf.tensordot(x, self.kernel, axes=[[x.shape.rank - 1], [0]])
+        if self.compute_dtype is None:
+            return tf.tensordot(x, self.kernel, axes=[[x.shape.rank - 1], [0]])
+        c = self.compute_dtype
+        return tf.cast(tf.tensordot(tf.cast(x, c), tf.cast(self.kernel, c), axes=[[x.shape.rank - 1], [0]]), x.dtype)
 
 
 class _WeightedStyle(tf.Module):

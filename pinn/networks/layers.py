@@ -4,10 +4,50 @@ Everything is a ``tf.Module`` holding plain ``tf.Variable``s (no Keras
 layers), initialised from a NumPy random state so that a given seed gives the
 same weights on every process and every TensorFlow version.
 """
+import contextlib
+import contextvars
+
 import numpy as np
 import tensorflow as tf
 
 from pinn.params.schema import ParamsError
+
+#: the top-level ``precision`` key: the dtype of the weights (and of everything but the layers' matrix
+#: products), and the dtype those products are computed in (``None``: the weights')
+PRECISIONS = {"float32": (tf.float32, None), "float64": (tf.float64, None),
+              "mixed_bfloat16": (tf.float32, tf.bfloat16), "mixed_float16": (tf.float32, tf.float16)}
+_COMPUTE_DTYPE = contextvars.ContextVar("pinn_compute_dtype", default=None)
+
+
+def precision_dtypes(precision):
+    """``(weights' dtype, matrix products' dtype or None)`` of a ``precision`` (see :data:`PRECISIONS`)."""
+    try:
+        return PRECISIONS[precision]
+    except KeyError:
+        raise ParamsError(f"precision: {precision!r}; one of {', '.join(PRECISIONS)}") from None
+
+
+@contextlib.contextmanager
+def computing_in(dtype):
+    """Layers made inside compute their matrix products in ``dtype`` (``None``: their weights' dtype):
+    mixed precision.  Their weights, inputs and outputs keep their own dtype."""
+    token = _COMPUTE_DTYPE.set(None if dtype is None else tf.as_dtype(dtype))
+    try:
+        yield
+    finally:
+        _COMPUTE_DTYPE.reset(token)
+
+
+def compute_dtype():
+    """The dtype layers made now compute their matrix products in (``None``: their weights')."""
+    return _COMPUTE_DTYPE.get()
+
+
+def mixed_matmul(x, kernel, dtype):
+    """``x @ kernel`` computed in ``dtype`` (``None``: as they are), returned in ``x``'s dtype."""
+    if dtype is None:
+        return tf.matmul(x, kernel)
+    return tf.cast(tf.matmul(tf.cast(x, dtype), tf.cast(kernel, dtype)), x.dtype)
 
 ACTIVATIONS = {
     "tanh": tf.tanh,
@@ -21,17 +61,21 @@ ACTIVATIONS = {
 
 
 class Dense(tf.Module):
-    """``y = act(x W + b)`` with Glorot-uniform ``W`` and zero ``b``."""
+    """``y = act(x W + b)`` with Glorot-uniform ``W`` and zero ``b``; ``x W`` in the compute dtype of
+    its making (:func:`computing_in`), the rest in the weights' dtype; ``output=True``: a network's
+    output units, always in the weights' dtype (mixed precision keeps the outputs' last product in
+    full precision, as Keras advises)."""
 
-    def __init__(self, n_in, n_out, rng, act="linear", use_bias=True, dtype=tf.float32, name=None):
+    def __init__(self, n_in, n_out, rng, act="linear", use_bias=True, dtype=tf.float32, name=None, output=False):
         super().__init__(name=name)
         limit = np.sqrt(6.0 / (n_in + n_out))
         self.kernel = tf.Variable(rng.uniform(-limit, limit, (n_in, n_out)), dtype=dtype, name="kernel")
         self.bias = tf.Variable(np.zeros(n_out), dtype=dtype, name="bias") if use_bias else None
         self.act = ACTIVATIONS[act]
+        self.compute_dtype = None if output else compute_dtype()
 
     def __call__(self, x):
-        y = tf.matmul(x, self.kernel)
+        y = mixed_matmul(x, self.kernel, self.compute_dtype)
         if self.bias is not None:
             y = y + self.bias
         return self.act(y)
@@ -229,8 +273,9 @@ class PairInteraction(tf.Module):
         [n_pairs, 2] with radial basis ``basis`` [n_pairs, n_basis]."""
         layers = self.hidden.layers + [self.last]
         first = layers[0]
-        x = (tf.gather(tf.matmul(prop, first.kernel[:self.n_in]), ind_2[:, 0])
-             + tf.gather(tf.matmul(prop, first.kernel[self.n_in:]), ind_2[:, 1]) + first.bias)
+        c = first.compute_dtype  # mixed precision: the products in it (computing_in)
+        x = (tf.gather(mixed_matmul(prop, first.kernel[:self.n_in], c), ind_2[:, 0])
+             + tf.gather(mixed_matmul(prop, first.kernel[self.n_in:], c), ind_2[:, 1]) + first.bias)
         if len(layers) == 1:  # no hidden layer: x holds the basis weights themselves
             return tf.reduce_sum(tf.reshape(x, [-1, self.n_out, self.n_basis]) * basis[:, None, :], axis=2)
         x = first.act(x)
@@ -239,5 +284,5 @@ class PairInteraction(tf.Module):
         kernel = tf.reshape(self.last.kernel, [-1, self.n_out, self.n_basis])
         inter = tf.matmul(basis, tf.reshape(self.last.bias, [self.n_out, self.n_basis]), transpose_b=True)
         for b in range(self.n_basis):
-            inter = inter + tf.matmul(x, kernel[:, :, b]) * basis[:, b:b + 1]
+            inter = inter + mixed_matmul(x, kernel[:, :, b], c) * basis[:, b:b + 1]
         return inter

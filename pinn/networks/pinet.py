@@ -19,7 +19,7 @@ import tensorflow as tf
 from pinn import keys as K
 from pinn.networks.base import Network
 from pinn.networks.layers import (ACTIVATIONS, CUTOFFS, POOLS, Dense, ElementIndex, FeedForward, atom_type_list,
-                                  check_centers, cutoff, radial_basis, scatter_sum)
+                                  check_centers, cutoff, mixed_matmul, radial_basis, scatter_sum)
 from pinn.params.schema import Option, positive, positive_int_list
 
 def _numbers(value):
@@ -87,8 +87,9 @@ class GCBlock(tf.Module):
         layers = self.pi_hidden.layers + [self.pi_out]
         first = layers[0]
         n_prop = prop.shape[-1]
-        x = (tf.gather(tf.matmul(prop, first.kernel[:n_prop]), ind_2[:, 0])
-             + tf.gather(tf.matmul(prop, first.kernel[n_prop:]), ind_2[:, 1]))
+        c = first.compute_dtype  # mixed precision: the products in it (pinn.networks.layers.computing_in)
+        x = (tf.gather(mixed_matmul(prop, first.kernel[:n_prop], c), ind_2[:, 0])
+             + tf.gather(mixed_matmul(prop, first.kernel[n_prop:], c), ind_2[:, 1]))
         if len(layers) == 1:  # no hidden PI layer: the plain contraction
             x = tf.reshape(x + first.bias, [-1, self.n_pi, self.n_basis])
             return tf.reduce_sum(x * basis[:, None, :], axis=2)
@@ -100,7 +101,7 @@ class GCBlock(tf.Module):
         bias = tf.reshape(self.pi_out.bias, [self.n_pi, self.n_basis])
         inter = tf.matmul(basis, bias, transpose_b=True)
         for b, e_b in enumerate(tf.unstack(basis, axis=1)):
-            inter = inter + tf.matmul(x, kernel[:, :, b]) * e_b[:, None]
+            inter = inter + mixed_matmul(x, kernel[:, :, b], c) * e_b[:, None]
         return inter
 
     def interactions(self, prop, ind_2, basis):
@@ -138,7 +139,7 @@ class PiNet(Network):
             self.blocks.append(block)
             out_ff = FeedForward(block.n_out, params["out_nodes"], rng, params["act"], dtype=dtype, name=f"out_{d}")
             self.outputs.append((out_ff, Dense(out_ff.n_out, params["out_units"], rng, use_bias=False,
-                                               dtype=dtype, name=f"out_{d}_units")))
+                                               dtype=dtype, name=f"out_{d}_units", output=True)))
             self.residual.append(None if n_prop == block.n_out else
                                  Dense(n_prop, block.n_out, rng, use_bias=False, dtype=dtype, name=f"res_{d}"))
             n_prop = block.n_out

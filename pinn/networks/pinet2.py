@@ -143,14 +143,14 @@ class EquivariantPath(tf.Module):
         pair = direction[:, :, None]
         if not self.first:
             if self.weighted:
-                pair = pair + (tf.gather(mix_channels(px, self.pair_i.kernel), ind_2[:, 0])
-                               + tf.gather(mix_channels(px, self.pair_j.kernel), ind_2[:, 1]))
+                pair = pair + (tf.gather(mix_channels(px, self.pair_i), ind_2[:, 0])
+                               + tf.gather(mix_channels(px, self.pair_j), ind_2[:, 1]))
             else:
                 pair = pair + tf.gather(px, ind_2[:, 1])
         pair_inter = pair * inter[:, None, :]
-        new = mix_channels(scatter_sum(pair_inter, ind_2[:, 0], n_atoms), self.pp.kernel)
+        new = mix_channels(scatter_sum(pair_inter, ind_2[:, 0], n_atoms), self.pp)
         if self.weighted:
-            dots = tf.reduce_sum(mix_channels(new, self.dot_a.kernel) * mix_channels(new, self.dot_b.kernel), axis=1)
+            dots = tf.reduce_sum(mix_channels(new, self.dot_a) * mix_channels(new, self.dot_b), axis=1)
         else:
             dots = tf.reduce_sum(new * new, axis=1)
         return new, dots, pair_inter
@@ -251,7 +251,7 @@ class PiNet2(Network):
             self.blocks.append(block)
             out_ff = FeedForward(block.n_out, p["out_nodes"], rng, p["act"], dtype=dtype, name=f"out_{d}")
             self.outputs.append((out_ff, Dense(out_ff.n_out, p["out_units"], rng, use_bias=False, dtype=dtype,
-                                               name=f"out_{d}_units")))
+                                               name=f"out_{d}_units", output=True)))
             for key in sorted(self.out_extra):
                 # equivariant heads: linear and without bias, so that they mix channels only; pair heads:
                 # without bias, so that they vanish at the cutoff with the interactions they read
@@ -262,7 +262,7 @@ class PiNet2(Network):
                 ff = FeedForward(n_in, p["out_nodes"], rng, act, use_bias=use_bias, dtype=dtype,
                                  name=f"{key}_out_{d}")
                 self.extra_heads[key].append((ff, Dense(ff.n_out, self.out_extra[key], rng, use_bias=False,
-                                                        dtype=dtype, name=f"{key}_out_{d}_units")))
+                                                        dtype=dtype, name=f"{key}_out_{d}_units", output=True)))
             self.residual.append(None if n_prop == block.n_out else
                                  Dense(n_prop, block.n_out, rng, use_bias=False, dtype=dtype, name=f"res_{d}"))
             n_prop = block.n_out
@@ -310,7 +310,7 @@ class PiNet2(Network):
                 else:
                     x = new[key]
                     for layer in ff.layers + [units]:
-                        x = mix_channels(x, layer.kernel)
+                        x = mix_channels(x, layer)
                     extras[key] = extras[key] + x
             p1 = (p1 if residual is None else residual(p1)) + new["p1"]
             p3 = new.get("p3") if p3 is None else p3 + new["p3"]

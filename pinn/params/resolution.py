@@ -26,8 +26,11 @@ TOP_LEVEL = {
     "network": Option(dict, REQUIRED, "network: {'name': ..., 'params': {...}} (see the networks page)"),
     "model": Option(dict, {"name": "potential_model", "params": {}},
                     "model: {'name': 'potential_model', 'params': {...}}"),
-    "precision": Option(str, "float32", "floating-point precision of the network and training",
-                        choices=("float32", "float64")),
+    "precision": Option(str, "float32", "floating-point precision of the network and training: float32, float64, "
+                        "or mixed_bfloat16 / mixed_float16 (the tensorflow engine: float32 weights, optimizer and "
+                        "sums, the layers' matrix products in bfloat16 or float16; mixed_float16 with dynamic loss "
+                        "scaling; see the training page)",
+                        choices=("float32", "float64", "mixed_bfloat16", "mixed_float16")),
     "seed": Option(int, 0, "seed of the weight initialisation"),
     "parallel": Option(bool, False, "train on all ranks of a parallel job, joined by Horovod or by MPI alone "
                        "(one process per GPU, launched with srun, mpirun or horovodrun; see the parallel-training "

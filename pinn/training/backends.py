@@ -19,6 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 from pinn.params.schema import ParamsError
+from pinn.training.loss_scale import injected_factor
 from pinn.training.options import KALMAN_NAMES
 
 log = logging.getLogger("pinn")
@@ -115,6 +116,8 @@ class TensorFlowBackend:
         from pinn.models.loss_weights import structure_weights
         model, variables, terms, dtype = loss.model, loss.variables, loss.terms, loss.dtype
 
+        scale = loss.loss_scale  # mixed_float16: the loss × S, the gradients ÷ S (pinn.training.loss_scale)
+
         def part_gradients(batch, global_counts):
             weights = loss.weights_at(loss.step)
             with tf.GradientTape() as tape:
@@ -123,13 +126,18 @@ class TensorFlowBackend:
                 total = tf.add_n([tf.cast(weights[t], dtype)
                                   * tf.math.divide_no_nan(sums[t], tf.cast(global_counts[i], dtype))
                                   for i, t in enumerate(terms)])
+                scaled = total if scale is None else \
+                    total * tf.cast(scale.scale * injected_factor(loss.rank, loss.step), dtype)
             grads = [tf.convert_to_tensor(g) if g is not None else tf.zeros_like(v)
-                     for g, v in zip(tape.gradient(total, variables), variables)]
+                     for g, v in zip(tape.gradient(scaled, variables), variables)]
+            if scale is not None:
+                grads = [g / tf.cast(scale.scale, g.dtype) for g in grads]
             finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in grads] + [tf.math.is_finite(total)])
+            flag = tf.cast(tf.logical_not(finite), dtype) if scale is None else tf.cast(scale.flag(finite), dtype)
             errors = model.error_sums(batch, pred)
             return grads, tf.concat([[total, tf.reduce_sum(structure_weights(batch, dtype))]]
                                     + [tf.stack(errors[k]) for k in loss.metric_keys]
-                                    + [loss.one_hot_rank * tf.cast(tf.logical_not(finite), dtype)], axis=0)
+                                    + [loss.one_hot_rank * flag], axis=0)
         return part_gradients
 
     def host_steps(self, loss, update):

@@ -24,6 +24,7 @@ import time
 
 import numpy as np
 
+from pinn.training.loss_scale import overflow_ranks
 from pinn.training.memory import OOM_ERRORS, inject, report, skipped_stats
 
 
@@ -129,7 +130,8 @@ class FusedExchange:
                                     f"{', '.join(f'{c:.17g}' for c in sums)}); they must stay bitwise equal")
         grad, stats = summed[:self.at_stats], summed[self.at_stats:self.at_counts]
         finite = bool(np.isfinite(grad).all() and np.isfinite(stats[:2]).all() and stats[-size:].sum() == 0)
-        applied = self.steps.apply_flat(grad, finite)
+        overflow = bool(overflow_ranks(stats[-size:]).size)  # mixed_float16: the loss scale halves
+        applied = self.steps.apply_flat(grad, finite, overflow)
         t3 = time.perf_counter()
         self.batches, self.counts = following, summed[self.at_counts:self.at_flags]
         phases = np.array([t1 - t0, t2 - t1, t3 - t2])

@@ -14,6 +14,7 @@ from pinn import keys as K
 from pinn.params.schema import ParamsError
 from pinn.training.checkpoint_files import stop_when_disk_full
 from pinn.training.guards import DivergenceGuard, LossJumpGuard, TrainingDiverged
+from pinn.training.loss_scale import overflow_ranks
 from pinn.training.memory import OutOfMemory, describe_sizes, out_of_memory_ranks
 from pinn.training.metrics import predictions_path, write_eval_predictions
 from pinn.training.progress import Meter, scaling_line
@@ -28,7 +29,7 @@ class StepReport(NamedTuple):
     loss: float  #: the step's loss (summed over ranks)
     structures: float  #: structures in the step (all ranks)
     sums: dict  #: metric → (Σ|err|, Σerr², count)
-    bad_ranks: np.ndarray  #: per rank: 0, non-finite (1) or out of memory (:data:`~pinn.training.memory.OOM_FLAG`)
+    bad_ranks: np.ndarray  #: per rank: 0, or its flags (non-finite parts, an overflow, out of memory: by magnitude)
 
 
 class Hook:
@@ -65,6 +66,11 @@ class DivergenceHook(Hook):
         applied, step = report.outcome.applied, report.step
         if not applied and out_of_memory_ranks(report.bad_ranks).size:
             return False  # not a divergence: the MemoryHook's
+        overflow = overflow_ranks(report.bad_ranks)
+        if not applied and overflow.size:  # mixed_float16: not a divergence either; the loss scale halved
+            self.say(logging.INFO, "step %d: the scaled gradients overflowed (rank %s); the step is skipped on every "
+                     "rank and the loss scale halved", step, ", ".join(map(str, overflow)))
+            return False
         if not applied:
             where = f" (from rank {', '.join(str(r) for r in np.flatnonzero(report.bad_ranks))})" \
                 if self.world.is_parallel and report.bad_ranks.any() else ""
@@ -151,7 +157,7 @@ class ProgressHook(Hook):
     def __init__(self, run, world, every, learning_rate, latest_checkpoint, bar, say):
         self.run, self.world, self.every, self.learning_rate = run, world, every, learning_rate
         self.latest_checkpoint, self.bar, self.say = latest_checkpoint, bar, say
-        self.meter, self.skipped, self.out_of_memory = Meter(), 0, 0
+        self.meter, self.skipped, self.out_of_memory, self.overflowed = Meter(), 0, 0, 0
 
     def on_step_end(self, report):
         outcome, step = report.outcome, report.step
@@ -160,12 +166,14 @@ class ProgressHook(Hook):
                            sum(real_structures(b) for b in outcome.batches), outcome.comm, outcome.phases)
         elif out_of_memory_ranks(report.bad_ranks).size:
             self.out_of_memory += 1
+        elif overflow_ranks(report.bad_ranks).size:
+            self.overflowed += 1
         else:
             self.skipped += 1
         self.bar.update(step, self.run.max_steps, f"loss {float(report.loss):.4g}")
         if step % self.every == 0 or step >= self.run.max_steps:
             self._progress(step)
-            self.meter, self.skipped, self.out_of_memory = Meter(), 0, 0
+            self.meter, self.skipped, self.out_of_memory, self.overflowed = Meter(), 0, 0, 0
         return False
 
     def _progress(self, step):
@@ -179,15 +187,18 @@ class ProgressHook(Hook):
             line += f" ({self.skipped} non-finite steps skipped)"
         if self.out_of_memory:
             line += f" ({self.out_of_memory} steps skipped: out of memory)"
+        if self.overflowed:
+            line += f" ({self.overflowed} steps skipped: the scaled gradients overflowed)"
         if figures is not None:
             line += "; " + scaling_line(figures, world.options["single_rank_throughput"])
         self.say(logging.INFO, line)
-        if meter.n_steps or self.out_of_memory:
+        if meter.n_steps or self.out_of_memory or self.overflowed:
             split = {}
             if figures is not None and meter.n_steps:  # ms per step in each phase, the slowest rank's
                 split = {f"step_ms_{name}": round(float(v), 3)
                          for name, v in zip(Meter.PHASES, figures[:, 2:].max(axis=0))}
-            skipped = {"oom_skipped": self.out_of_memory} if self.out_of_memory else {}
+            skipped = {key: n for key, n in (("oom_skipped", self.out_of_memory), ("overflow_skipped", self.overflowed))
+                       if n}
             with stop_when_disk_full(run.recorder.path, kept=self.latest_checkpoint()):
                 run.recorder.record("train", step, {"lr": lr, **(meter.figures() if meter.n_steps else {}), **split,
                                                     **skipped}, epoch)

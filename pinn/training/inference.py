@@ -19,6 +19,7 @@ import os
 import numpy as np
 import tensorflow as tf
 
+from pinn.networks.layers import precision_dtypes
 from pinn.models.registry import build_model
 from pinn.parallel.worlds import SerialWorld
 from pinn.params import read_params, resolve
@@ -59,7 +60,7 @@ class InferenceHandle:
         self.averaged = bool(averaged)
         self.rc = float(params["network"]["params"]["rc"])
         self.e_unit = float(params["model"]["params"].get("e_unit", 1.0))
-        self.dtype = tf.as_dtype(params["precision"])
+        self.dtype = precision_dtypes(params["precision"])[0]
         self.atom_types = list(model.network.atom_types)
         self._step = step
         self._averaged_weights = averaged_weights

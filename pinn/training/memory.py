@@ -23,8 +23,10 @@ from pinn import keys as K
 
 log = logging.getLogger("pinn")
 
-#: the value a rank that ran out of memory puts in its slot of the step's flags (a non-finite step: 1)
-OOM_FLAG = 2.0
+#: the value a rank that ran out of memory puts in its slot of the step's flags: the flags of a rank's
+#: batches and parts are summed, so the kinds are told apart by magnitude (a non-finite part: 1; an
+#: overflow of mixed_float16's scaled gradients: :data:`pinn.training.loss_scale.OVERFLOW_FLAG`)
+OOM_FLAG = 1e6
 #: what counts as running out of memory
 OOM_ERRORS = (tf.errors.ResourceExhaustedError, MemoryError)
 _INJECT = "PINN_TEST_OOM"

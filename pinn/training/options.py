@@ -88,6 +88,12 @@ TRAINING_PARAMS = {
                                 "this many GB (an update needs about 3 times P at its peak)", check=positive),
     "accumulate_batches": Option(int, 1, "batches per step: their gradients are summed (one allreduce in a "
                                  "parallel run) and the loss is normalised over all of them", check=positive),
+    "loss_scale_initial": Option(float, 2.0 ** 15, "precision mixed_float16: the first loss scale (a power of two); "
+                                 "see pinn.training.loss_scale", check=positive),
+    "loss_scale_growth_interval": Option(int, 2000, "precision mixed_float16: the loss scale grows after this many "
+                                         "applied steps in a row", check=positive),
+    "loss_scale_factor": Option(float, 2.0, "precision mixed_float16: what the loss scale grows by, and shrinks by "
+                                "after an overflow", check=lambda v: None if v > 1 else "must be > 1"),
     "max_oom_skips": Option(int, 10, "after this many consecutive steps skipped because a rank ran out of memory "
                             "in its batch's gradients (each logged with the batch's structures, atoms and pairs), "
                             "write the checkpoint and stop (pinn.training.memory)", check=positive),
@@ -170,6 +176,9 @@ def _check_optimizer(params):
                                   "optimizer is adam")
         return
     name = KALMAN_NAMES[kind]
+    if params["precision"].startswith("mixed"):
+        raise ParamsError(f"precision: {params['precision']!r}; the {name} solves with the Jacobian of every error, "
+                          "which low precision does not carry: train it in float32 or float64")
     if mp["weight_decay"]:
         raise ParamsError(f"model.params.weight_decay: decoupled weight decay is a step of Adam (AdamW); the {name} "
                           "has no learning-rate step to shrink the weights by (leave weight_decay 0, or use "

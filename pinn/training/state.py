@@ -17,6 +17,7 @@ from pinn.training.early_stopping import EarlyStopping
 from pinn.training.freeze import describe as describe_frozen, frozen_flags
 from pinn.training.ema import WeightAverage
 from pinn.training.kalman import KalmanFilter
+from pinn.training.loss_scale import LossScale
 from pinn.training.warm_start import warm_start
 
 log = logging.getLogger("pinn")
@@ -63,10 +64,15 @@ class TrainingState:
         else:
             self.optimizer = self.kalman = KalmanFilter(model.trainable_variables, mp, frozen=self.frozen)
         self.ema = WeightAverage(model.trainable_variables, mp["ema_decay"]) if mp["ema_decay"] else None
+        #: mixed_float16's dynamic loss scale (pinn.training.loss_scale), else None
+        self.loss_scale = LossScale(mp["loss_scale_initial"], mp["loss_scale_growth_interval"], mp["loss_scale_factor"]) \
+            if model.network.compute_dtype == tf.float16 else None
         parts = dict(model=model, step=self.step, lr_factor=self.lr_factor, best_metric=self.early_stopping.best,
                      evals_since_best=self.early_stopping.since_best, **self.optimizer_part())
         if self.ema is not None:
             parts["weight_average"] = self.ema
+        if self.loss_scale is not None:
+            parts["loss_scale"] = self.loss_scale
         self.store = CheckpointStore(model_dir, parts, world.is_chief, mp["keep_checkpoint_max"])
 
     def optimizer_part(self):
@@ -123,6 +129,7 @@ class TrainingState:
         """The variables a rollback restores: the model's, the optimizer's (Adam's moments or the Kalman
         filter) and the weight average's."""
         extra = list(self.ema.variables) if self.ema is not None else []
+        extra += self.loss_scale.variables if self.loss_scale is not None else []
         return list(self.model.variables) + list(self.optimizer.variables) + extra
 
     def broadcast(self):

@@ -16,6 +16,8 @@ from typing import Any, Callable
 import numpy as np
 import tensorflow as tf
 
+from pinn.training.loss_scale import overflowed
+
 
 @dataclasses.dataclass(frozen=True)
 class StepLoss:
@@ -31,6 +33,8 @@ class StepLoss:
         dtype: the model's float dtype.
         step: the global step (int64 variable).
         position: global step -> position in the loss-weight schedule (one rank's steps).
+        loss_scale: the :class:`~pinn.training.loss_scale.LossScale` of ``mixed_float16``, or ``None``.
+        rank: this rank.
     """
     model: Any
     variables: list
@@ -41,6 +45,8 @@ class StepLoss:
     dtype: tf.DType
     step: tf.Variable
     position: Callable
+    loss_scale: Any = None
+    rank: int = 0
 
     def weights_at(self, step):
         """The loss weights per term at global step ``step`` (tensor or int)."""
@@ -106,7 +112,7 @@ class StepFunctions:
         self.loss = loss = StepLoss(model, model.trainable_variables, model.loss_term_names(), outputs,
                                     model.metric_keys(part_spec, outputs),
                                     tf.one_hot(world.rank, world.size, dtype=self.dtype), self.dtype,
-                                    state.step, learning_rate.single_rank_steps)
+                                    state.step, learning_rate.single_rank_steps, state.loss_scale, world.rank)
         self.update = update = StepUpdate(state.optimizer, state.ema, max_grad_norm, learning_rate, state.lr_factor,
                                           state.frozen)
         self.terms, self.variables, self.metric_keys = loss.terms, loss.variables, loss.metric_keys
@@ -162,6 +168,8 @@ class StepFunctions:
                                     tf.reduce_all(tf.math.is_finite(stats[:2])))
             finite = tf.logical_and(finite, tf.reduce_sum(stats[-world.size:]) == 0)
             applied = tf.cond(finite, lambda: apply(grads), lambda: tf.constant(False))
+            if loss.loss_scale is not None:
+                loss.loss_scale.update(applied, overflowed(tf.cast(stats[-world.size:], tf.float32)))
             loss.step.assign_add(1)
             return applied, stats
 
@@ -184,11 +192,14 @@ class StepFunctions:
             grads, stats = gradients_of(batch, counts_of(batch))
             return apply_if_finite(grads, stats)
 
-        @tf.function(input_signature=[grad_specs, tf.TensorSpec([], tf.bool)], autograph=False)
-        def apply_reduced(grads, finite):
+        @tf.function(input_signature=[grad_specs, tf.TensorSpec([], tf.bool), tf.TensorSpec([], tf.bool)],
+                     autograph=False)
+        def apply_reduced(grads, finite, overflow):
             """The update with gradients already summed over ranks, when ``finite``; the step counted
-            (:mod:`pinn.training.exchange`)."""
+            (:mod:`pinn.training.exchange`); ``overflow``: a rank's scaled gradients overflowed."""
             applied = tf.cond(finite, lambda: apply(grads), lambda: tf.constant(False))
+            if loss.loss_scale is not None:
+                loss.loss_scale.update(applied, overflow)
             loss.step.assign_add(1)
             return applied
 
@@ -220,8 +231,9 @@ class StepFunctions:
             stats = part.numpy() if stats is None else stats + part.numpy()
         return total, stats
 
-    def apply_flat(self, flat, finite):
-        """The update with the summed gradient ``flat`` (when ``finite``); the step counted.
+    def apply_flat(self, flat, finite, overflow=False):
+        """The update with the summed gradient ``flat`` (when ``finite``); the step counted; ``overflow``:
+        a rank's scaled gradients overflowed (the loss scale halves).
 
         Returns:
             whether the update was applied.
@@ -233,7 +245,7 @@ class StepFunctions:
             size = v.shape.num_elements()
             grads.append(tf.constant(flat[start:start + size].reshape(v.shape), v.dtype))
             start += size
-        return bool(self.apply_reduced(grads, tf.constant(bool(finite))))
+        return bool(self.apply_reduced(grads, tf.constant(bool(finite)), tf.constant(bool(overflow))))
 
     def store(self):
         """Give TensorFlow's variables the weights the host steps keep, before a traced step reads them."""

@@ -43,6 +43,7 @@ import tensorflow as tf
 
 from pinn.runtime.logs import setup_logging
 from pinn.networks import get_network
+from pinn.networks.layers import precision_dtypes
 from pinn.parallel.worlds import SerialWorld
 from pinn.params import ResolvedParams, read_params
 from pinn.training.backends import choose_backend
@@ -109,7 +110,7 @@ class Trainer(metaclass=_ModelClass):
         self.best_dir = os.path.join(self.model_dir, BEST_DIR)
         self.mp = mp = self.params["model"]["params"]
         self.is_chief = self.world.is_chief
-        self.dtype = tf.as_dtype(self.params["precision"])
+        self.dtype = precision_dtypes(self.params["precision"])[0]
         if self.world.is_parallel:
             setup_logging(self.model_dir if self.is_chief else None,
                           level=logging.INFO if self.is_chief else logging.WARNING, rank=self.world.rank)

@@ -16,6 +16,7 @@ an average, so that they stay what ``DIR`` predicted with.
 """
 import logging
 
+from pinn.networks.layers import precision_dtypes
 from pinn.params import read_params
 from pinn.training.checkpoints import CheckpointStore
 from pinn.training.ema import WeightAverage
@@ -67,7 +68,7 @@ def warm_start(source, checkpoint, params, model, average, frozen=()):
     if stored["model"]["name"] != params["model"]["name"]:
         raise ValueError(f"{where} holds a {stored['model']['name']}; this run trains a {params['model']['name']}")
     differences = network_differences(stored["network"], params["network"])
-    if stored["precision"] != params["precision"]:
+    if precision_dtypes(stored["precision"])[0] != precision_dtypes(params["precision"])[0]:  # the weights' dtype
         differences.append(f"precision {stored['precision']} there, {params['precision']} here")
     if differences:
         raise ValueError(f"{where}: its network differs from this run's: {'; '.join(differences)}")

@@ -61,7 +61,8 @@ parser.add_argument("--engine", default="auto", help="model.params.engine; numba
 parser.add_argument("--arch", choices=("PiNet", "PiNet2"), default="PiNet",
                     help="the network (not --network: horovodrun would take it as its --network-interface); "
                     "PiNet2: rank 3 (vector features), the same small sizes")
-parser.add_argument("--precision", choices=("float32", "float64"), default="float32")
+parser.add_argument("--precision", choices=("float32", "float64", "mixed_float16"), default="float32",
+                    help="mixed_float16: loss scale 64 (PINN_TEST_OVERFLOW overflows it)")
 parser.add_argument("--max-oom-skips", type=int, default=10, help="model.params.max_oom_skips (with PINN_TEST_OOM)")
 parser.add_argument("--model", choices=("potential_model", "AD_BC_R_dipole_model", "pol_acks2_model"),
                     default="potential_model",
@@ -132,6 +133,8 @@ params = {
                         "host_exchange": args.host_exchange, "backend": args.backend},
 }
 params["model"]["params"].update(engine=args.engine, max_oom_skips=args.max_oom_skips)
+if args.precision == "mixed_float16":
+    params["model"]["params"]["loss_scale_initial"] = 64.0
 if args.jump_steps:
     params["model"]["params"].update(loss_jump_window=1, loss_jump_factor=100.0)
 params["model"]["params"]["jit"] = None if args.jit == "auto" else False

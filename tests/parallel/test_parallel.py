@@ -217,6 +217,26 @@ def test_out_of_memory_on_one_rank_skips_the_step_on_both(one_launcher, tmp_path
     assert reader.get_tensor("optimizer/_iterations/.ATTRIBUTES/VARIABLE_VALUE") == 11 - 4
 
 
+def test_an_overflow_on_one_rank_skips_the_step_on_both_and_halves_both_scales(one_launcher, tmp_path):
+    """mixed_float16, loss scale 64: rank 1's scaled gradients overflow at step 4 (PINN_TEST_OVERFLOW):
+    both ranks skip step 4 alone and halve their scale; they end bitwise equal, with scale 32 in the
+    checkpoint."""
+    name, command = one_launcher
+    run, out = _run(command, tmp_path, "overflow", "--steps", "6", "--jit", "off", "--precision", "mixed_float16",
+                    env={"PINN_TEST_OVERFLOW": "1:4"}, timeout=300)
+    assert run.returncode == 0, out[-4000:]
+    assert out.count("step 4: the scaled gradients overflowed (rank 1); the step is skipped on every rank") == 1
+    assert "overflowed (rank 0)" not in out and "non-finite" not in out
+    ranks = [_load(tmp_path, "overflow", r) for r in (0, 1)]
+    for key in ("weights", "optimizer", "average"):
+        for a, b in zip(ranks[0][key], ranks[1][key]):
+            np.testing.assert_array_equal(a, b, err_msg=key)
+    import tensorflow as tf
+    reader = tf.train.load_checkpoint(str(tmp_path / "model" / "ckpt-6"))
+    assert reader.get_tensor("optimizer/_iterations/.ATTRIBUTES/VARIABLE_VALUE") == 5
+    assert reader.get_tensor("loss_scale/scale/.ATTRIBUTES/VARIABLE_VALUE") == 32.0
+
+
 def test_numba_engine_two_ranks_equal_one_process(one_launcher, tmp_path):
     """The numba engine's gradients on every rank, one allreduce per step (through Horovod's collectives,
     host_exchange: horovod, where Horovod runs; else MPI alone; the TCP and MPI exchanges are in the test
