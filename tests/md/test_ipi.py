@@ -24,28 +24,32 @@ if not os.path.exists(IPI):
 STEPS, BEADS = 3, 4
 INPUT = """<simulation verbosity="low" safe_stride="1000">
   <output prefix="sim">
-    <properties stride="1" filename="out">[ step, potential{{electronvolt}} ]</properties>
+    <properties stride="1" filename="out">[ step, potential{{electronvolt}}{extra} ]</properties>
     <trajectory filename="pos" stride="1" format="ase"> positions </trajectory>
   </output>
   <total_steps>{steps}</total_steps>
   <prng><seed>32345</seed></prng>
-  <ffsocket name="pinn" mode="unix" pbc="false"><address>{address}</address><timeout>60</timeout></ffsocket>
+  {forcefield}
   <system>
     <initialize nbeads="{beads}">
       <file mode="xyz" units="angstrom">init.xyz</file>
-      <velocities mode="thermal" units="kelvin">300</velocities>
+      <velocities mode="thermal" units="kelvin">{kelvin}</velocities>
     </initialize>
-    <forces><force forcefield="pinn"/></forces>
-    <motion mode="dynamics">
-      <dynamics mode="nvt">
-        <timestep units="femtosecond">0.25</timestep>
-        <thermostat mode="pile_l"><tau units="femtosecond">100</tau></thermostat>
-      </dynamics>
-    </motion>
-    <ensemble><temperature units="kelvin">300</temperature></ensemble>
+    <forces><force forcefield="{name}"/></forces>
+    <motion mode="dynamics">{dynamics}</motion>
+    {ensemble}
   </system>
 </simulation>
 """
+#: PIMD of ethanol through the socket: PILE-L at 300 K
+SOCKET = dict(extra="", beads=BEADS, kelvin=300, name="pinn", ensemble="<ensemble><temperature units=\"kelvin\">300"
+              "</temperature></ensemble>", dynamics='<dynamics mode="nvt"><timestep units="femtosecond">0.25</timestep>'
+              '<thermostat mode="pile_l"><tau units="femtosecond">100</tau></thermostat></dynamics>',
+              forcefield='<ffsocket name="pinn" mode="unix" pbc="false"><address>{address}</address>'
+              '<timeout>60</timeout></ffsocket>')
+#: NVE of copper with pinn in i-PI's process (the forcefield: what pinn ipi --ffdirect prints)
+DIRECT = dict(extra=", virial_md{ev/ang3}", beads=1, kelvin=600, name="copper", ensemble="",
+              dynamics='<dynamics mode="nve"><timestep units="femtosecond">2.0</timestep></dynamics>')
 
 
 def _ethanol():
@@ -70,7 +74,8 @@ def test_a_path_integral_run_of_ethanol_through_i_pi(ethanol_model, tmp_path):
     assert main(["export", ethanol_model, "-o", model_file]) == 0
     _write_init(tmp_path / "init.xyz")
     address = f"pinn-test-{os.getpid()}"
-    (tmp_path / "input.xml").write_text(INPUT.format(steps=STEPS, beads=BEADS, address=address))
+    settings = dict(SOCKET, forcefield=SOCKET["forcefield"].format(address=address))
+    (tmp_path / "input.xml").write_text(INPUT.format(steps=STEPS, **settings))
     socket = f"/tmp/ipi_{address}"
     with open(tmp_path / "ipi.log", "w") as log:
         server = subprocess.Popen([IPI, "input.xml"], cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT)
@@ -97,24 +102,6 @@ def test_a_path_integral_run_of_ethanol_through_i_pi(ethanol_model, tmp_path):
         assert potential == pytest.approx(mean, abs=2e-5)  # i-PI prints 9 significant digits
 
 
-DIRECT_INPUT = """<simulation verbosity="low" safe_stride="1000">
-  <output prefix="sim">
-    <properties stride="1" filename="out">[ step, potential{{electronvolt}}, virial_md{{ev/ang3}} ]</properties>
-    <trajectory filename="pos" stride="1" format="ase"> positions </trajectory>
-  </output>
-  <total_steps>{steps}</total_steps>
-  <prng><seed>32345</seed></prng>
-  {ffdirect}
-  <system>
-    <initialize nbeads="1">
-      <file mode="xyz" units="angstrom">init.xyz</file>
-      <velocities mode="thermal" units="kelvin">600</velocities>
-    </initialize>
-    <forces><force forcefield="copper"/></forces>
-    <motion mode="dynamics"><dynamics mode="nve"><timestep units="femtosecond">2.0</timestep></dynamics></motion>
-  </system>
-</simulation>
-"""
 
 
 def test_pinn_inside_i_pis_process_on_periodic_copper(committee_dir, tmp_path, capsys):
@@ -130,7 +117,7 @@ def test_pinn_inside_i_pis_process_on_periodic_copper(committee_dir, tmp_path, c
     assert main(["ipi", model_file, "--structure", str(tmp_path / "init.xyz"), "--ffdirect", "copper"]) == 0
     ffdirect = capsys.readouterr().out
     assert "<pes>custom</pes>" in ffdirect and "pbc" not in ffdirect, ffdirect
-    (tmp_path / "input.xml").write_text(DIRECT_INPUT.format(steps=STEPS, ffdirect=ffdirect))
+    (tmp_path / "input.xml").write_text(INPUT.format(steps=STEPS, forcefield=ffdirect, **DIRECT))
     done = subprocess.run([IPI, "input.xml"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     rows = np.loadtxt(tmp_path / "sim.out", ndmin=2)
