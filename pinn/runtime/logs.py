@@ -15,7 +15,8 @@ def _format(rank):
 
 
 def setup_logging(model_dir=None, level=logging.INFO, rank=None):
-    """Attach a stderr handler (once) and a file handler for ``model_dir`` (once per directory).
+    """Attach a stderr handler (once) and a file handler for ``model_dir``, in place of another
+    directory's (the model made last logs to its own ``train.log``; no file stays open per run).
 
     Args:
         model_dir: directory for ``train.log``; ``None``: stderr only.
@@ -38,8 +39,12 @@ def setup_logging(model_dir=None, level=logging.INFO, rank=None):
     if model_dir:
         os.makedirs(model_dir, exist_ok=True)
         path = os.path.abspath(os.path.join(model_dir, "train.log"))
-        if not any(getattr(h, "baseFilename", None) == path for h in logger.handlers):
+        for handler in [h for h in logger.handlers if getattr(h, "_pinn_run_log", None) not in (None, path)]:
+            logger.removeHandler(handler)  # another run's train.log: a process logs to one at a time
+            handler.close()
+        if not any(getattr(h, "_pinn_run_log", None) == path for h in logger.handlers):
             handler = logging.FileHandler(path)
+            handler._pinn_run_log = path
             handler.setFormatter(logging.Formatter(_format(None)))
             logger.addHandler(handler)
     return logger

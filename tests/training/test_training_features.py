@@ -286,3 +286,27 @@ def test_default_settings_and_unused_decay_warning(tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger="pinn"):
         potential_model(params)
     assert "no effect" not in caplog.text
+
+
+def test_each_run_logs_to_its_own_train_log_only(alloy_xyz, tmp_path):
+    """Two models made one after the other in one process (a committee, active learning): the second's
+    lines go to its own train.log, not also to the first's, and the first's file is closed."""
+    import logging
+    from pinn.io import load_ase, sparse_batch
+    from pinn.models import potential_model
+    net = {"atom_types": [29, 79], "rc": 4.5, "depth": 1, "pp_nodes": [4], "pi_nodes": [4], "ii_nodes": [4],
+           "out_nodes": [4]}
+
+    def model(name):
+        return potential_model({"model_dir": str(tmp_path / name), "network": {"name": "PiNet", "params": net},
+                                "model": {"name": "potential_model",
+                                          "params": {"use_force": True, "log_every_n_steps": 1, "tensorboard": False,
+                                                     "fit_e_dress": False}}})
+    data = lambda: load_ase(alloy_xyz).take(8).repeat().apply(sparse_batch(4))  # noqa: E731
+    model("first").train(data, 1)
+    model("second").train(data, 2)
+    first, second = (tmp_path / "first" / "train.log").read_text(), (tmp_path / "second" / "train.log").read_text()
+    assert "step 1/1" in first and "step 2/2" not in first and str(tmp_path / "second") not in first
+    assert "step 2/2" in second
+    files = [h for h in logging.getLogger("pinn").handlers if getattr(h, "_pinn_run_log", None)]
+    assert [h._pinn_run_log for h in files] == [str(tmp_path / "second" / "train.log")]
