@@ -21,10 +21,11 @@ import os
 import numpy as np
 import tensorflow as tf
 
+from pinn.training.memory import OOM_FLAG
+
 #: the value a part of a rank's batch whose scaled gradients overflowed adds to the rank's slot of the
 #: step's flags (summed over its parts: non-finite parts add 1, an out-of-memory rank puts 1e6)
 OVERFLOW_FLAG = 1e3
-_OOM_FLAG = 1e6  # pinn.training.memory.OOM_FLAG
 _INJECT = "PINN_TEST_OVERFLOW"
 
 
@@ -69,12 +70,12 @@ class LossScale(tf.Module):
 def overflow_ranks(flags):
     """The ranks whose slot of a step's summed flags (NumPy) says their scaled gradients overflowed."""
     flags = np.asarray(flags)
-    return np.flatnonzero((flags >= OVERFLOW_FLAG) & (flags < _OOM_FLAG))
+    return np.flatnonzero((flags >= OVERFLOW_FLAG) & (flags < OOM_FLAG))
 
 
 def overflowed(flags):
     """Whether a step's summed flags (one slot per rank) say a rank's scaled gradients overflowed."""
-    return tf.reduce_any(tf.logical_and(flags >= OVERFLOW_FLAG, flags < _OOM_FLAG))
+    return tf.reduce_any(tf.logical_and(flags >= OVERFLOW_FLAG, flags < OOM_FLAG))
 
 
 def injected_factor(rank, step):

@@ -78,9 +78,9 @@ class SplitSteps:
         self.steps, self.k = steps, k
 
     def __call__(self, iterator, signals, step):
-        return self._split(take(iterator, self.k), signals)
+        return self._split(take(iterator, self.k), signals, step)
 
-    def _split(self, batches, signals):
+    def _split(self, batches, signals, step):
         steps, world = self.steps, self.steps.world
         t1 = time.perf_counter()
         steps.store()
@@ -93,14 +93,14 @@ class SplitSteps:
         global_counts = tf.constant(agreed[:-2])
         out_of_memory = None
         try:
-            inject(world.rank, int(steps.step) + 1)
+            inject(world.rank, step + 1)
             grads, stats = steps.local_gradients(batches[0], global_counts)
             for batch in batches[1:]:
                 more_grads, more_stats = steps.local_gradients(batch, global_counts)
                 grads = [g + h for g, h in zip(grads, more_grads)]
                 stats = stats + more_stats
         except OOM_ERRORS as err:  # a zero gradient and this rank's flag: every rank skips the update
-            out_of_memory = report(err, batches, world.rank, int(steps.step) + 1)
+            out_of_memory = report(err, batches, world.rank, step + 1)
             grads = [tf.zeros(v.shape, v.dtype) for v in steps.variables]
             stats = tf.constant(skipped_stats(steps.n_stats, world.rank, world.size), steps.dtype)
         if world.is_parallel:
@@ -128,7 +128,7 @@ class WholeSteps(SplitSteps):
     def __call__(self, iterator, signals, step):
         batches = take(iterator, 1)
         if not batches or signals.received is not None:
-            return self._split(batches, signals)
+            return self._split(batches, signals, step)
         try:
             inject(0, step + 1)
             applied, stats = self.steps.whole_step(batches[0])
