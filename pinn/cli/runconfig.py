@@ -33,7 +33,8 @@ DATA_PARAMS = {
                     "parallel lists) and any other load_mimic option"),
     "split": Option((dict, None), None, "cut the data into parts by ratio, e.g. {train: 8, eval: 2}; the part "
                     "named train is trained on, the part named eval validates"),
-    "batch_size": Option(int, 16, "structures per batch (per rank)", check=positive),
+    "batch_size": Option(int, 16, "structures per batch (per rank; per device with parallel_params.backend "
+                         "mirrored)", check=positive),
     "shuffle_buffer": Option(int, 1000, "size of the shuffle buffer of the training data (0: no shuffle)",
                              check=non_negative),
     "seed": Option(int, 0, "seed of the split and of the shuffle"),
@@ -292,7 +293,7 @@ def run_training(path, model_dir=None, max_steps=None, init_model=None, member=N
     if eval_fn is None:
         return model, None
     last = model.last_validation  # the validation at the last step has just been done
-    return model, (last if last and last["global_step"] == int(model.step) else model.evaluate(eval_fn))
+    return model, (last if last and last["global_step"] == int(model.step.numpy()) else model.evaluate(eval_fn))
 
 
 __all__ = ["read_config", "run_training", "input_fns", "load_structures", "DATA_PARAMS", "TRAIN_PARAMS"]

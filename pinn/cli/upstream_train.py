@@ -171,7 +171,7 @@ def run(path, args):
 
         model.train(train_fn, max_steps=max_steps, eval_fn=eval_fn)
         last = model.last_validation
-        metrics = last if last and last["global_step"] == int(model.step) else model.evaluate(eval_fn)
+        metrics = last if last and last["global_step"] == int(model.step.numpy()) else model.evaluate(eval_fn)
     finally:
         if scratch:
             shutil.rmtree(scratch, ignore_errors=True)

@@ -120,12 +120,14 @@ class Model(tf.Module):
         sums, counts = self.loss_sums(tensors, pred), self.loss_counts(tensors)
         return {t: (sums[t], tf.cast(counts[t], dtype)) for t in sums}
 
-    def prepare_training(self, input_fn, reduce):
+    def prepare_training(self, input_fn, reduce, replicas=1):
         """Model-specific preparation before the first training step (here none).
 
         Args:
             input_fn: the training input function (sparse batches).
             reduce: a function summing a float64 array over all ranks.
+            replicas: batches this process trains on side by side in a step (the devices of a
+                mirrored world), each counting as a rank's.
 
         Returns:
             whether the model's variables changed (the trainer then makes every rank take rank 0's).

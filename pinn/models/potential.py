@@ -317,22 +317,25 @@ class PotentialModel(Model):
                 out["stress"] = pred["stress"][s]
             yield out
 
-    def prepare_training(self, input_fn, reduce):
+    def prepare_training(self, input_fn, reduce, replicas=1):
         """With ``fit_e_dress`` (once per model): fit e_dress to what the freshly initialised network
-        leaves unexplained in the first ``fit_e_dress_batches`` training batches of every rank, so
-        that training starts from a small energy error (:meth:`fit_dress`).
+        leaves unexplained in the first ``fit_e_dress_batches`` training batches of every rank (of
+        every device of a mirrored world), so that training starts from a small energy error
+        (:meth:`fit_dress`).
 
         Args:
             input_fn: the training input function (sparse batches).
             reduce: a function summing a float64 array over all ranks.
+            replicas: batches this process trains on side by side (the devices of a mirrored world):
+                ``fit_e_dress_batches`` × ``replicas`` batches are fitted on.
 
         Returns:
             whether e_dress was fitted.
         """
-        if not self.params["fit_e_dress"] or bool(self.dress_fitted):
+        if not self.params["fit_e_dress"] or bool(self.dress_fitted.numpy()):
             return False
         self.e_dress.assign(tf.zeros_like(self.e_dress))
-        dataset = input_fn().take(self.params["fit_e_dress_batches"])
+        dataset = input_fn().take(self.params["fit_e_dress_batches"] * replicas)
         if K.IND_2 not in dataset.element_spec:
             dataset = dataset.apply(add_neighbors(self.network.rc))
         predict = tf.function(lambda b: self.predict(b, forces=False, stress=False)["energy"],

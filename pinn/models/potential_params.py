@@ -34,7 +34,8 @@ PARAMS = {
     "e_dress": Option(dict, {}, "per-element energy offsets {atomic number: eV} added to the network energy"),
     "fit_e_dress": Option(bool, False, "before training, fit e_dress by least squares to the training energies "
                           "minus the initial network energies"),
-    "fit_e_dress_batches": Option(int, 100, "number of training batches (per rank) used to fit e_dress",
+    "fit_e_dress_batches": Option(int, 100, "number of training batches (per rank; per device with backend "
+                                  "mirrored) used to fit e_dress",
                                   check=positive),
     **COMMON_PARAMS,
 }

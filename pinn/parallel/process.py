@@ -2,6 +2,7 @@
 its share of the CPU cores, make ASE's file I/O this rank's own, end it at an uncaught exception, broadcast variables as one message of
 bytes through the host exchange (:mod:`pinn.parallel.mpi_host`, :mod:`pinn.parallel.tcp_host`), and
 the host collectives and the log summary (:class:`HostWorld`)."""
+import contextlib
 import logging
 import os
 import sys
@@ -118,7 +119,25 @@ def broadcast_through_host(host, rank, variables):
             start += a.nbytes
 
 
-class HostWorld:
+class World:
+    """What every world has: its replicas (batches trained side by side in a step) and the scope in
+    which the run's variables are made.  One replica per rank, and no scope, except in
+    :class:`pinn.parallel.mirrored.MirroredWorld` (one replica per local device)."""
+
+    #: batches this process trains on side by side in one step
+    local_replicas = 1
+
+    @property
+    def replicas(self):
+        """Batches trained on side by side in one step, over the whole job (the learning rate scales with it)."""
+        return self.size * self.local_replicas
+
+    def variable_scope(self):
+        """The context in which the run's variables are made (here: none)."""
+        return contextlib.nullcontext()
+
+
+class HostWorld(World):
     """What a parallel world does through its host exchange ``self.host`` (sums, gathers, barrier) and
     its log summary; :class:`pinn.parallel.worlds.HorovodWorld` and
     :class:`pinn.parallel.mpi_world.MpiWorld` set ``host``, ``rank``, ``size``, ``is_chief``, ``build``,

@@ -1,9 +1,10 @@
 """The worlds of parallel training, and the one module that talks to Horovod.
 
 A single-process run never imports Horovod or MPI.  The trainer talks to a *world*
-object with one interface and three implementations:
+object with one interface and four implementations:
 
-- :class:`SerialWorld` (one process): every reduction is the identity.
+- :class:`pinn.parallel.serial.SerialWorld` (one process): every reduction is the identity
+  (it lives in :mod:`pinn.parallel.serial` with ``PARAMS``, the options; both are importable from here).
 - :class:`HorovodWorld` (``params['parallel'] = True``, made by
   :func:`parallelize_model`): sums over ranks with Horovod's collectives
   (Gloo or MPI controller, NCCL on GPUs when Horovod was built with it),
@@ -12,6 +13,8 @@ object with one interface and three implementations:
   (``parallel_params.backend: mpi``, or ``auto`` where Horovod does not import or does
   not see the launcher's ranks: Python 3.12+ and TensorFlow 2.16+, which Horovod does not
   build against).
+- :class:`pinn.parallel.mirrored.MirroredWorld` (``backend: mirrored``): one process, one replica per
+  local device, through TensorFlow's ``MirroredStrategy``.
 
 :func:`init` makes the world once per process and returns it (``world = pinn.parallel.init(params)``);
 callers pass it on.  :func:`pinn.parallel.ranks.launcher_rank` reports the (rank, size) that the
@@ -23,84 +26,15 @@ import os
 import socket
 import sys
 
-import numpy as np
-
 from pinn.runtime.logs import setup_logging
 from pinn.parallel import mpi_host, tcp_host
 from pinn.parallel.horovod_host import HorovodHost
 from pinn.parallel.process import (HostWorld, broadcast_through_host, exit_after_uncaught_exceptions,
                                    make_ase_io_per_rank, pin_devices)
 from pinn.parallel.ranks import launcher_size
-from pinn.params.schema import Option, non_negative, positive
+from pinn.parallel.serial import PARAMS, SerialWorld  # noqa: F401 (imported from here by scripts)
 
 log = logging.getLogger("pinn")
-
-#: options of ``params['parallel_params']`` (used when ``params['parallel']`` is true)
-PARAMS = {
-    "backend": Option(str, "auto", "what joins the ranks: 'horovod', 'mpi' (mpi4py alone, no Horovod), or 'auto' "
-                      "(Horovod when it imports and its controller sees every rank the launcher started, else "
-                      "MPI)", choices=("auto", "horovod", "mpi")),
-    "lr_scaling": Option(str, "linear", "how the learning rate grows with the number of ranks N: 'linear' (×N), "
-                         "'sqrt' (×√N) or 'none'. When it scales, decay_step and warmup_steps count single-rank "
-                         "steps, so the schedule follows the amount of data seen",
-                         choices=("linear", "sqrt", "none")),
-    "warmup_steps": Option(int, 0, "ramp the learning rate linearly from the single-rank rate to the scaled rate "
-                           "over this many (single-rank) steps", check=non_negative),
-    "compression": Option(str, "none", "compress gradients for the allreduce: 'fp16' halves the bytes sent",
-                          choices=("none", "fp16")),
-    "fusion_threshold_mb": Option((float, None), None, "Horovod's tensor fusion buffer in MB "
-                                  "(HOROVOD_FUSION_THRESHOLD; None: Horovod's default, 128 MB)", check=non_negative),
-    "cycle_time_ms": Option((float, None), None, "Horovod's cycle time in ms (HOROVOD_CYCLE_TIME; None: "
-                            "100 ms when the host exchange is mpi or tcp, since Horovod then carries nothing after the start; "
-                            "else Horovod's default)", check=positive),
-    "host_exchange": Option(str, "auto", "what carries the one exchange of a training step (gradients, "
-                            "loss counts, statistics, flags) and the metrics: 'mpi' (mpi4py, for jobs started "
-                            "by mpirun or srun), 'tcp' (sockets to rank 0, for horovodrun --gloo), 'horovod' "
-                            "(Horovod's collectives, which wait for its cycle), or 'auto' (mpi where the job "
-                            "was started by an MPI launcher and mpi4py is installed, tcp under horovodrun "
-                            "--gloo, else horovod)", choices=("auto", "mpi", "tcp", "horovod")),
-    "intra_op_threads": Option((int, None), None, "TensorFlow threads per rank on CPU (None: the cores this "
-                               "process may use, shared among the ranks on its node)", check=positive),
-    "single_rank_throughput": Option((float, None), None, "structures/s of a 1-rank run on the same data; when "
-                                     "given, the progress line reports the scaling efficiency", check=positive),
-    "stall_timeout_s": Option(float, 600.0, "end the job with an error when one training step takes longer than "
-                              "this (a rank died or hangs)", check=positive),
-}
-
-
-class SerialWorld:
-    """One process: reductions are the identity, and this process writes everything."""
-
-    rank, size, local_rank, local_size = 0, 1, 0, 1
-    is_chief = True
-    is_parallel = False
-    options = {key: option.default for key, option in PARAMS.items()}
-
-    def allreduce_sum(self, tensors, compress=False):
-        """Sum over ranks of a list of tensors (here: the list itself)."""
-        return list(tensors)
-
-    def allreduce_sum_numpy(self, array):
-        return array
-
-    def allgather_numpy(self, array):
-        """Rows of every rank stacked (here: one row)."""
-        return np.asarray(array)[None]
-
-    def concat_rows_numpy(self, array):
-        """Every rank's rows of ``array`` concatenated in rank order (float64; here: the array itself)."""
-        return np.asarray(array, dtype=np.float64)
-
-    def broadcast_variables(self, variables):
-        """Make every rank's variables equal rank 0's (here: nothing to do)."""
-
-    def log_summary(self):
-        """Log the world once (rank 0): size, Horovod build, rank → host/device map (here: nothing)."""
-
-    def barrier(self):
-        """Wait until every rank has come here (e.g. until rank 0 has written files)."""
-        self.allreduce_sum_numpy(np.zeros(1))
-
 
 class HorovodWorld(HostWorld, SerialWorld):
     """Many processes joined by Horovod; made by :func:`parallelize_model`."""
@@ -270,8 +204,9 @@ def init(params=None):
             for the default parallel options.
 
     Returns:
-        The :class:`HorovodWorld` or :class:`~pinn.parallel.mpi_world.MpiWorld` of this process;
-        a :class:`SerialWorld` for params whose ``parallel`` is false (nothing is started).
+        The :class:`HorovodWorld` or :class:`~pinn.parallel.mpi_world.MpiWorld` of this process, the
+        :class:`~pinn.parallel.mirrored.MirroredWorld` of ``backend: mirrored``; a :class:`SerialWorld`
+        for params whose ``parallel`` is false (nothing is started).
 
     Raises:
         RuntimeError: the launcher started several processes but Horovod (or MPI)
@@ -286,6 +221,10 @@ def init(params=None):
         return _WORLD
     from pinn.params.schema import validate_section
     options = validate_section((params or {}).get("parallel_params"), PARAMS, "parallel_params")
+    if options["backend"] == "mirrored":
+        from pinn.parallel.mirrored import open_mirrored_world
+        _WORLD = open_mirrored_world(options)
+        return _WORLD
     hvd = None
     if options["backend"] != "mpi":
         hvd = _start_horovod(options)
@@ -385,6 +324,7 @@ def parallelize_model(params):
         params: resolved params (:func:`pinn.params.resolve`).
 
     Returns:
-        :class:`HorovodWorld`, or :class:`~pinn.parallel.mpi_world.MpiWorld` on MPI alone.
+        :class:`HorovodWorld`, :class:`~pinn.parallel.mpi_world.MpiWorld` on MPI alone, or
+        :class:`~pinn.parallel.mirrored.MirroredWorld` (``backend: mirrored``, one process on its devices).
     """
     return init(params)

@@ -45,7 +45,8 @@ def choose_backend(params, model, world):
         return _kalman_backend(mp, choice, world)
     if choice != "tensorflow":
         from pinn.engines.lowering import refusal
-        reason = refusal(model, "training")
+        reason = refusal(model, "training") or ("parallel_params.backend 'mirrored' spreads TensorFlow's step over "
+                                                "devices" if world.local_replicas > 1 else None)
         if choice == "numba" and reason:
             raise ParamsError(f"model.params.engine: {reason}")
         if reason and world.is_chief:
@@ -84,7 +85,7 @@ def _parts_setting(mp, jit, world):
     XLA-compiled step of one process on CPU, since XLA runs a computation's loops on one core)."""
     if mp["batch_parts"] is not None:
         return mp["batch_parts"]
-    if not jit or world.is_parallel or tf.config.list_physical_devices("GPU"):
+    if not jit or world.is_parallel or world.local_replicas > 1 or tf.config.list_physical_devices("GPU"):
         return 1
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return max(1, min(cores, 4))

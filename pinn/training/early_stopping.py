@@ -50,7 +50,7 @@ class EarlyStopping:
 
     def update(self, value):
         """Count one evaluation with metric ``value``; returns whether it is the best so far."""
-        improved = bool(np.isfinite(value) and value < float(self.best) - self.min_delta)
+        improved = bool(np.isfinite(value) and value < float(self.best.numpy()) - self.min_delta)
         if improved:
             self.best.assign(value)
             self.since_best.assign(0)
@@ -60,8 +60,8 @@ class EarlyStopping:
 
     def should_stop(self):
         """Whether ``patience`` evaluations in a row brought no improvement."""
-        return self.patience is not None and int(self.since_best) >= self.patience
+        return self.patience is not None and int(self.since_best.numpy()) >= self.patience
 
     def status(self):
         """``'best <metric> <value>, <n> evaluation(s) ago'``, for the log."""
-        return f"best {self.metric} {float(self.best):.4g}, {int(self.since_best)} evaluation(s) ago"
+        return f"best {self.metric} {float(self.best.numpy()):.4g}, {int(self.since_best.numpy())} evaluation(s) ago"

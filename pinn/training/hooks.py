@@ -264,7 +264,7 @@ class ValidationHook(Hook):
         if stopping.should_stop():
             self.say(logging.INFO, "early stopping at step %d: %s has not improved by more than %g in %d "
                      "evaluations (best %.4g); the best checkpoint is in %s", step, stopping.metric,
-                     stopping.min_delta, stopping.patience, float(stopping.best), store.best_dir)
+                     stopping.min_delta, stopping.patience, float(stopping.best.numpy()), store.best_dir)
             return True
         return False
 

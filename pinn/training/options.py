@@ -155,11 +155,14 @@ def check(params):
         ParamsError: naming the key: ``separate_errors`` or an ``ekf_*`` key with Adam; ``use_l2``,
             ``loss_type`` other than mse, ``engine: numba``, ``jit: true`` or, in a parallel run,
             ``parallel_params.compression`` with EKF / gEKF; ``jit: true`` for a model or network
-            that XLA cannot compile.
+            that XLA cannot compile; with ``parallel_params.backend: mirrored``, what one process on
+            several devices cannot follow (:func:`pinn.parallel.mirrored.check`).
     """
+    from pinn.parallel.mirrored import check as check_mirrored
     _check_optimizer(params)
     _check_jit(params)
     _check_engine(params["model"]["params"])
+    check_mirrored(params)
 
 
 def _check_optimizer(params):

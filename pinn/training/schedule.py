@@ -44,7 +44,7 @@ class LearningRate:
         total_steps: single-rank steps over which the cosine falls (warmup included); ``None``: not
             known yet (the rate stays at lr0 until the trainer sets it from ``max_steps``).
         warmup_steps: single-rank steps of the linear warmup from lr0/W to lr0 (0: none).
-        size: number of ranks N.
+        size: number of replicas N (ranks, or the devices of a mirrored run).
         scaling: ``'linear'``, ``'sqrt'`` or ``'none'``.
         parallel_warmup_steps: single-rank steps of the ramp from lr0 to the scaled rate.
     """
@@ -128,14 +128,14 @@ def learning_rate_of(mp, world, total_steps, quiet=False):
 
     Args:
         mp: the resolved ``model.params``.
-        world: the run's world (its size and ``parallel_params``).
+        world: the run's world (its replicas and ``parallel_params``).
         total_steps: the run's length in steps, or ``None``.
         quiet: say nothing (the schedule is made again for a run's length).
     """
     options = world.options
-    size, scaling, ramp = world.size, options["lr_scaling"], options["warmup_steps"]
+    size, scaling, ramp = world.replicas, options["lr_scaling"], options["warmup_steps"]
     if mp["optimizer"] != "adam":
-        if world.is_parallel and world.is_chief and (scaling != "none" or ramp) and not quiet:
+        if size > 1 and world.is_chief and (scaling != "none" or ramp) and not quiet:
             log.info("parallel_params.lr_scaling %r and warmup_steps %d apply to Adam; with optimizer %r the "
                      "rate is λ of one update on the union batch of the %d ranks, not scaled", scaling, ramp,
                      mp["optimizer"], size)

@@ -67,6 +67,6 @@ def train_and_evaluate(model, train_spec, eval_spec):
 
     model.train(train_spec.input_fn, max_steps=train_spec.max_steps, eval_fn=eval_fn)
     last = model.last_validation
-    if last and last["global_step"] == int(model.step):
+    if last and last["global_step"] == int(model.step.numpy()):
         return with_upstream_names(dict(last), model.model.upstream_metric_scales()), []
     return model.evaluate(eval_fn), []

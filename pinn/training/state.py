@@ -96,7 +96,7 @@ class TrainingState:
                     log.info("model.params.init_model %s not used: the run goes on from its own checkpoint",
                              self.mp["init_model"])
                 if path:
-                    log.info("restored %s (step %d)", path, int(self.step))
+                    log.info("restored %s (step %d)", path, int(self.step.numpy()))
                     self._optimizer_state_missing(path)
                     if self.ema is not None and not self.store.holds(path, "weight_average"):
                         self.ema.reset(self.model.trainable_variables)
@@ -152,7 +152,7 @@ class TrainingState:
 
     def _lower_learning_rate(self):
         """Multiply the rate by ``rollback_lr_factor`` from now on (after a rollback); returns the factor."""
-        factor = float(self.lr_factor) * self.mp["rollback_lr_factor"]
+        factor = float(self.lr_factor.numpy()) * self.mp["rollback_lr_factor"]
         self.lr_factor.assign(factor)
         return factor
 
@@ -170,8 +170,8 @@ class TrainingState:
         self.backend.reload(diverged=True)
         for variable, value in zip(self.variables(), copy):
             variable.assign(value)
-        factor = float(self.lr_factor) if last else self._lower_learning_rate()
+        factor = float(self.lr_factor.numpy()) if last else self._lower_learning_rate()
         if self.world.is_chief and say is not None:
             then = "training stops" if last else f"learning rate × {factor:g} from now on"
             say(logging.WARNING, "step %d: the loss jumped to %.3g × its running level; back to the state of "
-                "step %d, %s", int(self.step), ratio, step, then)
+                "step %d, %s", int(self.step.numpy()), ratio, step, then)

@@ -94,6 +94,8 @@ class StepFunctions:
         reduce_and_apply: ``(gradients, stats) -> (applied, stats)``, summed over ranks.
         apply_reduced: ``(gradients, finite) -> applied``: the update with gradients summed already.
         whole_step: ``batch -> (applied, stats)`` for one process and one batch per step.
+        replica_gradients: ``(batches, global_counts) -> (gradients, stats)`` summed over one batch per device
+            (a mirrored world, :meth:`_replica_gradients`), else ``None``.
         host: the backend's steps on host arrays (:meth:`count`, :meth:`flat_gradient`, ...), or ``None``.
     """
 
@@ -149,7 +151,9 @@ class StepFunctions:
         else:
             gradients_of = part_gradients
 
-        @tf.function(jit_compile=True, autograph=False)  # clipping, Adam and the average fused: ~10 % of a small step
+        # clipping, Adam and the average fused: ~10 % of a small step (not where the variables are mirrored on
+        # several devices, whose copies XLA cannot update from one device)
+        @tf.function(jit_compile=world.local_replicas == 1, autograph=False)
         def apply(grads):
             trained = [(g, v) for g, v, frozen in zip(grads, variables, update.frozen or [False] * len(grads))
                        if not frozen]  # frozen variables (model.params.freeze) are left as they are
@@ -179,6 +183,7 @@ class StepFunctions:
             gradients_of, input_signature=[spec, tf.TensorSpec([len(loss.terms)], tf.float64)],
             jit_compile=backend.jit and not split, autograph=False)
         grad_specs = [tf.TensorSpec(v.shape, v.dtype) for v in variables]
+        self.replica_gradients = self._replica_gradients(spec) if world.local_replicas > 1 else None
 
         @tf.function(input_signature=[grad_specs, tf.TensorSpec([self.n_stats], self.dtype)], autograph=False)
         def reduce_and_apply(grads, stats):
@@ -204,6 +209,24 @@ class StepFunctions:
             return applied
 
         self.reduce_and_apply, self.apply_reduced, self.graph_step = reduce_and_apply, apply_reduced, graph_step
+
+    def _replica_gradients(self, spec):
+        """``(batches, global_counts) -> (gradients, stats)`` of a mirrored world: batch i's gradients and stats
+        on device i (:attr:`local_gradients`, in the strategy's replica context), summed across the devices."""
+        strategy, n = self.world.strategy, self.world.local_replicas
+
+        def on_device(batch, global_counts):
+            grads, stats = self.local_gradients(batch, global_counts)
+            return tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, [*grads, stats])
+
+        @tf.function(input_signature=[[spec] * n, tf.TensorSpec([len(self.terms)], tf.float64)], autograph=False)
+        def replica_gradients(batches, global_counts):
+            per_device = strategy.experimental_distribute_values_from_function(
+                lambda context: batches[context.replica_id_in_sync_group])
+            summed = strategy.run(on_device, args=(per_device, global_counts))
+            summed = [strategy.experimental_local_results(t)[0] for t in summed]
+            return summed[:-1], summed[-1]
+        return replica_gradients
 
     # the steps on host arrays of a parallel run's exchange (pinn.training.exchange) and the Kalman filters
     def count(self, batches, keep=False):

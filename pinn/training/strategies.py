@@ -9,6 +9,7 @@ rank).  Which one a run uses (:func:`choose_strategy`):
   (``optimizer: ekf | gekf``), one process or N ranks;
 - :class:`ExchangeSteps` over :class:`~pinn.training.exchange.FusedExchange`: a parallel run
   with Adam, one allreduce per step (gradients, statistics, the next step's counts and flags);
+- :class:`MirroredSteps`: one process on several devices (``parallel_params.backend: mirrored``);
 - :class:`WholeSteps`: one process, one batch per step: the step in one traced call;
 - :class:`SplitSteps`: otherwise (``accumulate_batches`` > 1, or fp16-compressed gradients):
   agree on the loss counts, local gradients, then reduce and apply.
@@ -94,11 +95,7 @@ class SplitSteps:
         out_of_memory = None
         try:
             inject(world.rank, step + 1)
-            grads, stats = steps.local_gradients(batches[0], global_counts)
-            for batch in batches[1:]:
-                more_grads, more_stats = steps.local_gradients(batch, global_counts)
-                grads = [g + h for g, h in zip(grads, more_grads)]
-                stats = stats + more_stats
+            grads, stats = self._gradients(batches, global_counts)
         except OOM_ERRORS as err:  # a zero gradient and this rank's flag: every rank skips the update
             out_of_memory = report(err, batches, world.rank, step + 1)
             grads = [tf.zeros(v.shape, v.dtype) for v in steps.variables]
@@ -112,8 +109,38 @@ class SplitSteps:
             t4 = time.perf_counter()
             phases = np.array([t3 - t2, (t2 - t1) + (t4 - t3), 0.0])
             comm = float(phases[1])
-        return StepOutcome(batches, bool(applied), np.asarray(stats), int(steps.step), comm, phases,
+        return StepOutcome(batches, bool(applied), np.asarray(stats), int(steps.step.numpy()), comm, phases,
                            out_of_memory=out_of_memory)
+
+
+    def _gradients(self, batches, global_counts):
+        """This rank's gradients and stats summed over ``batches``."""
+        grads, stats = self.steps.local_gradients(batches[0], global_counts)
+        for batch in batches[1:]:
+            more_grads, more_stats = self.steps.local_gradients(batch, global_counts)
+            grads = [g + h for g, h in zip(grads, more_grads)]
+            stats = stats + more_stats
+        return grads, stats
+
+
+class MirroredSteps(SplitSteps):
+    """A split step of one process on several devices (``parallel_params.backend: mirrored``): ``k``
+    groups of one batch per device, each group's gradients computed side by side on the devices and
+    summed there (:attr:`~pinn.training.steps.StepFunctions.replica_gradients`), then the update of the
+    sum: the update of one device on the union batch.
+
+    Args:
+        steps: the run's :class:`~pinn.training.steps.StepFunctions` (of a mirrored world).
+        k: batches per step (``accumulate_batches`` × the devices).
+    """
+
+    name = "mirrored"
+
+    def _gradients(self, batches, global_counts):
+        n = self.steps.world.local_replicas
+        groups = [self.steps.replica_gradients(batches[i:i + n], global_counts) for i in range(0, len(batches), n)]
+        grads = [tf.add_n(list(g)) for g in zip(*[group[0] for group in groups])]
+        return grads, tf.add_n([group[1] for group in groups])
 
 
 class WholeSteps(SplitSteps):
@@ -146,7 +173,7 @@ def choose_strategy(steps, k, check_every, kalman=None, separate_errors=False):
 
     Args:
         steps: the run's :class:`~pinn.training.steps.StepFunctions` (its world decides).
-        k: batches per step (``accumulate_batches``).
+        k: batches per step (``accumulate_batches``, times the devices of a mirrored world).
         check_every: steps between the ranks' weight checksums (``log_every_n_steps``).
         kalman: the :class:`~pinn.training.kalman.KalmanFilter` of ``optimizer: ekf | gekf``, else ``None``.
         separate_errors: the Kalman filters' ``separate_errors``.
@@ -156,6 +183,8 @@ def choose_strategy(steps, k, check_every, kalman=None, separate_errors=False):
     """
     if kalman is not None:
         return ExchangeSteps(KalmanSteps(steps, kalman, k, check_every, separate_errors), "kalman")
+    if steps.replica_gradients is not None:
+        return MirroredSteps(steps, k)
     if fused(steps.world):
         return ExchangeSteps(FusedExchange(steps, k, check_every), "fused exchange")
     if not steps.world.is_parallel and k == 1:

@@ -68,6 +68,16 @@ __all__ = ["Trainer", "TrainingDiverged"]
 log = logging.getLogger("pinn")
 
 
+def _setup_logging(world, model_dir):
+    """The ``pinn`` logger of a run: rank 0 (or the one process) at INFO into ``model_dir/train.log``, other
+    ranks' warnings to stderr."""
+    if world.is_parallel:
+        setup_logging(model_dir if world.is_chief else None, level=logging.INFO if world.is_chief else logging.WARNING,
+                      rank=world.rank)
+    else:
+        setup_logging(model_dir)
+
+
 class _ModelClass(type):
     """The class of pinn's models: its text says what to call instead of TensorFlow's estimator API
     (``tf.estimator.train_and_evaluate`` names the type it refuses)."""
@@ -111,22 +121,19 @@ class Trainer(metaclass=_ModelClass):
         self.mp = mp = self.params["model"]["params"]
         self.is_chief = self.world.is_chief
         self.dtype = precision_dtypes(self.params["precision"])[0]
-        if self.world.is_parallel:
-            setup_logging(self.model_dir if self.is_chief else None,
-                          level=logging.INFO if self.is_chief else logging.WARNING, rank=self.world.rank)
-        else:
-            setup_logging(self.model_dir)
+        _setup_logging(self.world, self.model_dir)
         self.world.log_summary()
-        self.network = get_network(self.params)
-        self.rc = self.params["network"]["params"]["rc"]
-        self.model = model_cls(self.network, mp, self.network.atom_types, self.dtype)
-        self.backend = choose_backend(self.params, self.model, self.world)
-        self.learning_rate = learning_rate_of(mp, self.world, mp["lr_cosine_steps"])
-        if self.is_chief:
-            for level, message in notes(self.params):
-                log.log(level, message)
-        self.state = state = TrainingState(self.model, mp, self.world, self.backend, self.model_dir,
-                                           lambda step, factor: self.learning_rate(step) * factor)
+        with self.world.variable_scope():  # a mirrored world's: each variable copied onto every device
+            self.network = get_network(self.params)
+            self.rc = self.params["network"]["params"]["rc"]
+            self.model = model_cls(self.network, mp, self.network.atom_types, self.dtype)
+            self.backend = choose_backend(self.params, self.model, self.world)
+            self.learning_rate = learning_rate_of(mp, self.world, mp["lr_cosine_steps"])
+            if self.is_chief:
+                for level, message in notes(self.params):
+                    log.log(level, message)
+            self.state = state = TrainingState(self.model, mp, self.world, self.backend, self.model_dir,
+                                               lambda step, factor: self.learning_rate(step) * factor)
         self.step, self.lr_factor, self.early_stopping = state.step, state.lr_factor, state.early_stopping
         #: the Kalman filter of ``optimizer: ekf | gekf`` (:mod:`pinn.training.kalman`), else None
         self.optimizer, self.kalman, self.ema, self.store = state.optimizer, state.kalman, state.ema, state.store
@@ -157,7 +164,7 @@ class Trainer(metaclass=_ModelClass):
         """An :class:`~pinn.training.inference.InferenceHandle` over this model's live weights (what the
         calculator takes): the averaged ones inside its ``averaged_weights()``."""
         if self._frozen:
-            return InferenceHandle(self.model, self.params, self.restored, int(self.step), averaged=self._averaged)
+            return InferenceHandle(self.model, self.params, self.restored, int(self.step.numpy()), averaged=self._averaged)
         return InferenceHandle(self.model, self.params, self.restored, self.step, self.averaged_weights,
                                averaged=self.ema is not None)
 
@@ -224,7 +231,7 @@ class Trainer(metaclass=_ModelClass):
         if self._averaged:
             raise RuntimeError("save: the model holds its averaged weights (inference only); a checkpoint "
                                "stores the raw weights")
-        return self.store.save(int(self.step))
+        return self.store.save(int(self.step.numpy()))
 
     def train(self, input_fn, max_steps=None, max_epochs=None, eval_fn=None):
         """Train until the global step reaches ``max_steps`` or ``max_epochs`` (or an input ends, or early stopping).
@@ -256,7 +263,7 @@ class Trainer(metaclass=_ModelClass):
             if isinstance(max_steps, bool) or not float(max_steps).is_integer() or max_steps < 0:
                 raise ValueError(f"train: max_steps must be a whole number of steps, got {max_steps!r}")
             max_steps = int(max_steps)
-        mp, k = self.mp, self.mp["accumulate_batches"]
+        mp, k = self.mp, self.mp["accumulate_batches"] * self.world.local_replicas  # batches per step
         steps_per_epoch = None
         if max_epochs is not None:
             steps_per_epoch = steps_per_epoch_of(input_fn, k, self.world)
@@ -269,14 +276,14 @@ class Trainer(metaclass=_ModelClass):
         if eval_fn is not None and mp["early_stopping_metric"] == "loss" and mp["loss_weight_schedule"]:
             log.warning("early_stopping_metric 'loss' with a loss_weight_schedule: the loss changes with the weights; "
                         "an error metric such as 'F_RMSE' picks the best checkpoint more reliably")
-        start = int(self.step)
+        start = int(self.step.numpy())
         if start >= max_steps:
             log.info("step %d already reaches max_steps %d: nothing to train", start, max_steps)
             return self
         if mp["lr_schedule"] == "cosine" and not mp["lr_cosine_steps"]:
             self.learning_rate = learning_rate_of(mp, self.world, max_steps, quiet=True)
             self.step_functions = None
-        if self.model.prepare_training(input_fn, self.world.allreduce_sum_numpy):
+        if self.model.prepare_training(input_fn, self.world.allreduce_sum_numpy, self.world.local_replicas):
             self.state.broadcast()
         self.backend.reload()
         skip = start * k if mp["data_resume"] == "skip" else 0
@@ -289,8 +296,10 @@ class Trainer(metaclass=_ModelClass):
             self.save()  # something to roll back to
         length = f"{max_steps} ({max_steps / steps_per_epoch:g} epochs of {steps_per_epoch} steps)" \
             if steps_per_epoch else f"{max_steps}"
-        log.info("training %s from step %d to %s on %d rank(s); %s%s; %sgradients by %s; model_dir %s",
-                 self.params["network"]["name"], start, length, self.world.size, self.learning_rate.describe(),
+        where = f"{self.world.local_replicas} devices of one process" if self.world.local_replicas > 1 else \
+            f"{self.world.size} rank(s)"
+        log.info("training %s from step %d to %s on %s; %s%s; %sgradients by %s; model_dir %s",
+                 self.params["network"]["name"], start, length, where, self.learning_rate.describe(),
                  f"; weight average with decay {mp['ema_decay']:g}" if self.ema is not None else "",
                  f"{self.kalman.describe()}; " if self.kalman is not None else "",
                  self.backend.describe(), self.model_dir)
@@ -304,14 +313,14 @@ class Trainer(metaclass=_ModelClass):
                 loop(iter(dataset), signals, watchdog, start)
             except KeyboardInterrupt:
                 self.bar.clear()
-                log.warning("interrupted at step %d: writing a checkpoint", int(self.step))
+                log.warning("interrupted at step %d: writing a checkpoint", int(self.step.numpy()))
                 self.save()
                 raise
             except (tf.errors.UnknownError, tf.errors.InternalError, tf.errors.AbortedError) as err:
                 if not self.world.is_parallel or "Horovod" not in str(err):
                     raise
                 raise RuntimeError(f"rank {self.world.rank}: a collective operation failed at step "
-                                   f"{int(self.step)}, most likely because another rank died; "
+                                   f"{int(self.step.numpy())}, most likely because another rank died; "
                                    f"{self.store.last_checkpoint_text()}") from err
             finally:
                 self.backend.store()
@@ -376,7 +385,7 @@ class Trainer(metaclass=_ModelClass):
         dataset = evaluation_input(self._input(input_fn), steps)
         self.backend.store()
         weights = self.model.loss_weights(self.learning_rate.single_rank_steps(self.step))
-        return self.evaluator.evaluate(dataset, weights, int(self.step), parity=parity)
+        return self.evaluator.evaluate(dataset, weights, int(self.step.numpy()), parity=parity)
 
     def predict(self, input_fn):
         """Yield one dict per structure of this rank's input (averaged weights when ``ema_decay`` is set).

@@ -34,6 +34,32 @@ def test_bad_params_name_the_key(change, message):
         resolve({**BASE, **change})
 
 
+MIRRORED = {"parallel": True, "parallel_params": {"backend": "mirrored"}}
+
+
+@pytest.mark.parametrize("change,message", [
+    ({"parallel_params": {"backend": "mirrored", "compression": "fp16"}},
+     r"parallel_params\.compression: 'fp16', but backend 'mirrored' is one process; the key compresses"),
+    ({"parallel_params": {"backend": "mirrored", "stall_timeout_s": 60.0}}, r"parallel_params\.stall_timeout_s: 60\.0"),
+    ({"parallel_params": {"backend": "mirrored", "intra_op_threads": 2}}, r"parallel_params\.intra_op_threads: 2"),
+    ({"model": {"params": {"engine": "numba"}}}, r"model\.params\.engine: 'numba' computes on the CPU cores"),
+    ({"model": {"params": {"optimizer": "ekf"}}}, r"model\.params\.optimizer: 'ekf' with parallel_params\.backend "
+                                                  r"'mirrored'"),
+])
+def test_mirrored_refuses_what_one_process_cannot_follow(change, message):
+    params = {**BASE, **MIRRORED, **change}
+    with pytest.raises(ParamsError, match=message):
+        resolve(params)
+    resolve({**params, "parallel": False})  # the same keys without a parallel run: accepted
+
+
+def test_mirrored_is_one_process(monkeypatch):
+    from pinn.parallel.mirrored import open_mirrored_world
+    monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "2")  # what mpirun announces to its 2 processes
+    with pytest.raises(RuntimeError, match="backend is 'mirrored' .* but the launcher started 2 processes"):
+        open_mirrored_world(resolve({**BASE, **MIRRORED})["parallel_params"])
+
+
 @pytest.mark.parametrize("change,suggestion", [
     ({"model": {"params": {"learnin_rate": 1e-3}}},
      r"model\.params\.learnin_rate: unknown key; did you mean `learning_rate`\?"),

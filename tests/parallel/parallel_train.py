@@ -3,6 +3,7 @@
 Usage:  python parallel_train.py WORKDIR TAG [--steps N] [--lr X] [--decay-step N] [--nan-steps ...] ...
         horovodrun -np 2 --gloo python parallel_train.py ...   /   mpirun -np 2 python parallel_train.py ...
         mpirun -np 2 python parallel_train.py ... --backend mpi   (MPI through mpi4py, no Horovod)
+        python parallel_train.py ... --backend mirrored   (one process, the CPU split into 2 devices)
 
 The data are files on disk, read as users read them: rank 0 writes extended XYZ files of
 EMT Cu/Au cells of different sizes (``--model AD_BC_R_dipole_model``: QEq water clusters of
@@ -47,7 +48,8 @@ parser.add_argument("--save-every", type=int, default=10)
 parser.add_argument("--stall-timeout", type=float, default=600.0)
 parser.add_argument("--compression", default="none")
 parser.add_argument("--fusion-mb", type=float, default=None)
-parser.add_argument("--backend", default="auto", help="parallel_params.backend: auto, horovod or mpi")
+parser.add_argument("--backend", default="auto", help="parallel_params.backend: auto, horovod, mpi, or mirrored "
+                    "(one process on 2 logical CPU devices, each taking one rank's part of a step)")
 parser.add_argument("--host-exchange", default="auto", help="parallel_params.host_exchange")
 parser.add_argument("--model-dir", default=None)
 parser.add_argument("--data-dir", default=None, help="where the data files are (written there by rank 0 where missing); "
@@ -153,6 +155,10 @@ if DIPOLE:  # water (H, O); the magnitude loss and the bond charges' regularisat
                       "s_loss_multiplier")
     params["model"] = {"name": args.model, "params": {k: v for k, v in params["model"]["params"].items()
                                                       if k not in potential_only}}
+MIRRORED = args.backend == "mirrored"
+if MIRRORED:  # the CPU as 2 devices, before TensorFlow starts
+    tf.config.set_logical_device_configuration(tf.config.list_physical_devices("CPU")[0],
+                                               [tf.config.LogicalDeviceConfiguration()] * 2)
 model = get_model(params)  # starts Horovod (before any other TensorFlow work)
 rank, size = model.world.rank, model.world.size
 with open(os.path.join(args.workdir, f"{args.tag}.rank{rank}.pid"), "w") as f:
@@ -306,11 +312,18 @@ def step_batch(step):
 spec = {k: tf.TensorSpec((None,) + v.shape[1:], tf.as_dtype(v.dtype)) for k, v in step_batch(0).items()}
 
 
+def device_batches(step):
+    """A mirrored run's batches of ``step``: rank 0's part (device 0), then rank 1's (device 1)."""
+    scale = 1000.0 if step in args.jump_steps else 1.0
+    return [batch(part(r, step, stream), nan=r == 1 and step in args.nan_steps, scale=scale)
+            for r, stream in zip(RANKS, streams)]
+
+
 def train_input():
     def gen():
         step = 0
         while True:
-            yield step_batch(step)
+            yield from device_batches(step) if MIRRORED else [step_batch(step)]
             step += 1
     return tf.data.Dataset.from_generator(gen, output_signature=spec)
 
@@ -340,5 +353,5 @@ np.savez(os.path.join(args.workdir, f"{args.tag}.rank{rank}.npz"),
          weights=np.array([v.numpy() for v in model.model.variables], dtype=object),
          average=np.array([v.numpy() for v in model.ema.shadow], dtype=object),
          optimizer=np.array([v.numpy() for v in model.optimizer.variables], dtype=object),
-         step=int(model.step), lr=float(model.current_learning_rate()), size=size,
+         step=int(model.step.numpy()), lr=float(model.current_learning_rate()), size=size,
          metrics=json.dumps(metrics), writes=json.dumps(writes), read=json.dumps(read_record))

@@ -170,6 +170,57 @@ def test_two_ranks_equal_one_process_on_the_union(launcher, one_process, tmp_pat
     assert "step 20/20" in log and "pinn[rank 1]" not in log
 
 
+def test_mirrored_two_devices_equal_one_process_on_the_union(one_process, tmp_path):
+    """``parallel_params.backend: mirrored``: one process, the CPU split into 2 logical devices, each
+    device given one rank's part of every step (the same files, NaN steps and restart at step 10 as
+    the ranks above): the weights, Adam's state and the average equal the 1-process run on the union
+    batches to float32 rounding; the learning rate scales with the 2 devices; validation, the best
+    checkpoint and the rollback are the same."""
+    reference = one_process[0]
+    common = ["--backend", "mirrored", "--lr", "1e-3", "--decay-step", "20", *NAN_STEPS]
+    first, out1 = _run([], tmp_path, "two", "--steps", "10", *common)
+    assert first.returncode == 0, out1[-4000:]
+    second, out2 = _run([], tmp_path, "two", "--steps", "20", *common)
+    assert second.returncode == 0, out2[-4000:]
+    mine = _load(tmp_path, "two", 0)
+    assert mine["size"] == 1 and mine["step"] == reference["step"] == 20
+    for key in ("weights", "average", "optimizer"):
+        for a, b in zip(mine[key], reference[key]):
+            np.testing.assert_allclose(a, b, rtol=1e-5 if key != "optimizer" else 1e-4, atol=1e-6, err_msg=key)
+    assert mine["lr"] == pytest.approx(2.5e-4, rel=1e-6)  # 1e-3 × 2 devices × 0.5^(2·20/20) × 0.5 (the rollback)
+    for key, value in reference["metrics"].items():
+        assert mine["metrics"][key] == pytest.approx(value, rel=1e-5), key
+    from pinn.training.metrics import read_metrics
+    evals, reference_evals = (read_metrics(d, "eval") for d in (tmp_path / "model", reference_dir(one_process)))
+    assert [(e["step"], e["best"]) for e in evals] == [(e["step"], e["best"]) for e in reference_evals]
+    assert "in one process on 2 device(s) (MirroredStrategy" in out1 and "/device:CPU:1" in out1
+    assert "on 2 devices of one process; learning rate 0.001 × 2 = 0.002" in out1
+    assert "fitted e_dress on 6 batches" in out1  # fit_e_dress_batches (3) per device
+    assert "step 8: non-finite loss or gradient; update skipped" in out1
+    assert "restored" in out2 and "(step 10)" in out2 and "rolled back to" in out2
+
+
+def test_mirrored_accumulation_mixed_precision_and_out_of_memory(tmp_path):
+    """The mirrored backend with ``accumulate_batches: 2`` (4 batches a step: 2 per device), mixed_float16
+    (its loss scale a mirrored variable) and an out-of-memory error at step 4: the step is skipped and
+    the run ends equal to one process on the same union batches, given the same error."""
+    args = ["--steps", "6", "--accumulate", "2", "--precision", "mixed_float16", "--jit", "off", "--lr", "1e-3",
+            "--decay-step", "20"]
+    (tmp_path / "one").mkdir()
+    one, out_one = _run([], tmp_path / "one", "one", *args, "--lr-scaling", "none", env={"PINN_TEST_OOM": "0:4"})
+    assert one.returncode == 0, out_one[-4000:]
+    two, out_two = _run([], tmp_path, "two", *args, "--backend", "mirrored", "--lr-scaling", "none",
+                        env={"PINN_TEST_OOM": "0:4"})
+    assert two.returncode == 0, out_two[-4000:]
+    for out in (out_one, out_two):
+        assert "step 4: out of memory on rank 0 in the gradients of its batch" in out, out[-3000:]
+    reference, mine = _load(tmp_path / "one", "one", 0), _load(tmp_path, "two", 0)
+    assert mine["step"] == reference["step"] == 6
+    for key in ("weights", "average"):  # float16 products summed in another order: 1.7e-5 apart at most (measured)
+        for a, b in zip(mine[key], reference[key]):
+            np.testing.assert_allclose(a, b, rtol=1e-4, atol=5e-5, err_msg=key)
+
+
 def test_ranks_whose_weights_differ_are_stopped(one_launcher, tmp_path):
     """The ranks compare checksums of their weights every log_every_n_steps (5) steps in the step's
     exchange: a weight changed on rank 1 alone (after step 5) stops both ranks at step 10."""
