@@ -126,6 +126,8 @@ class World:
 
     #: batches this process trains on side by side in one step
     local_replicas = 1
+    #: the ``tf.distribute`` strategy whose scope holds the run's variables (a mirrored world's), else ``None``
+    strategy = None
 
     @property
     def replicas(self):

@@ -46,7 +46,7 @@ def choose_backend(params, model, world):
     if choice != "tensorflow":
         from pinn.engines.lowering import refusal
         reason = refusal(model, "training") or ("parallel_params.backend 'mirrored' spreads TensorFlow's step over "
-                                                "devices" if world.local_replicas > 1 else None)
+                                                "devices" if world.strategy is not None else None)
         if choice == "numba" and reason:
             raise ParamsError(f"model.params.engine: {reason}")
         if reason and world.is_chief:
@@ -256,7 +256,7 @@ class HostSteps:
         if not self.synced:
             self.host.load()
             self.engine.set_flat_weights(self.host.weights)
-            self.state.update(step=int(self.loss.step), dress=self.loss.model.e_dress.numpy(), rates=None)
+            self.state.update(step=int(self.loss.step.numpy()), dress=self.loss.model.e_dress.numpy(), rates=None)
             self.synced = True
 
     def _rate(self):

@@ -68,6 +68,34 @@ def test_accumulated_batches_equal_their_union(alloy_xyz, tmp_path):
     assert max(np.abs(a - b).max() for a, b in zip(_weights(fresh), _weights(union))) > 1e-3
 
 
+def test_mirrored_backend_on_one_device_trains_as_one_process(alloy_xyz, tmp_path):
+    """``backend: mirrored`` where TensorFlow sees one device (this process's CPU): the variables are
+    mirrored on it, ``engine: auto`` picks TensorFlow (the Numba engine would keep host copies of
+    variables it cannot read), and 6 steps end where one process's end.  Two devices: test_parallel.py."""
+    from pinn.models.potential import PotentialModel
+    from pinn.params import resolve
+    from pinn.parallel.mirrored import MirroredWorld, local_devices
+    from pinn.training.trainer import Trainer
+    frames = ase.io.read(alloy_xyz, ":24")
+    batches = [_batch(frames[4 * i:4 * i + 4]) for i in range(6)]
+    def params(model_dir, **changes):  # a network and loss the Numba engine trains (a hidden PI layer, no stress)
+        return training_params(model_dir, small_net([29, 79], rc=RC, pi_nodes=[8, 8]), DEFAULTS, use_stress=False,
+                               **changes)
+
+    mirrored_params = resolve({**params(tmp_path / "mirrored"), "parallel": True,
+                               "parallel_params": {"backend": "mirrored"}})
+    devices = local_devices()
+    assert len(devices) == 1, devices  # the test's premise: pytest's process has not split its CPU
+    mirrored = Trainer(mirrored_params, PotentialModel, MirroredWorld(devices, mirrored_params["parallel_params"]))
+    assert type(mirrored.model.trainable_variables[0]).__name__ == "MirroredVariable"
+    assert mirrored.backend.name == "tensorflow"
+    mirrored.train(_dataset(batches), max_steps=6)
+    one = potential_model(params(tmp_path / "one", engine="tensorflow"))
+    one.train(_dataset(batches), max_steps=6)
+    assert int(mirrored.step.numpy()) == int(one.step) == 6
+    for a, b in zip(_weights(mirrored), _weights(one)):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
 
 @pytest.mark.parametrize("batch_parts", [1, 2])
 def test_an_input_that_ends_stops_training_with_a_checkpoint(batch_parts, alloy_xyz, tmp_path):
