@@ -17,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 
-from common import emit
+from common import emit, small_alloy_params
 
 UNION_BATCH = 12
 
@@ -33,14 +33,7 @@ def run(devices, steps, work):
     from pinn.models import potential_model
     from pinn.training.metrics import read_metrics
     data = load_ase(make_alloy_dataset(os.path.join(work, "alloy.xyz"), n_frames=120, seed=0)).take(60).cache()
-    params = {"model_dir": os.path.join(work, f"model-{devices}"), "seed": 3,
-              "network": {"name": "PiNet", "params": {"atom_types": [29, 79], "rc": 4.5, "depth": 2,
-                                                      "pp_nodes": [16], "pi_nodes": [16, 16], "ii_nodes": [16],
-                                                      "out_nodes": [16]}},
-              "model": {"name": "potential_model",
-                        "params": {"use_force": True, "learning_rate": 3e-3, "fit_e_dress": True,
-                                   "fit_e_dress_batches": 5, "engine": "tensorflow", "log_every_n_steps": 1,
-                                   "tensorboard": False}}}
+    params = small_alloy_params(os.path.join(work, f"model-{devices}"), 5)
     if devices > 1:
         params.update(parallel=True, parallel_params={"backend": "mirrored", "lr_scaling": "none"})
     trainer = potential_model(params)

@@ -14,7 +14,7 @@ import argparse
 import os
 import tempfile
 
-from common import emit
+from common import emit, small_alloy_params
 
 
 def main():
@@ -29,14 +29,7 @@ def main():
     data = load_ase(make_alloy_dataset(os.path.join(work, "alloy.xyz"), n_frames=120, seed=0)).take(60).cache()
     reference = None
     for precision in ("float32", "mixed_bfloat16", "mixed_float16"):
-        params = {"model_dir": os.path.join(work, precision), "precision": precision, "seed": 3,
-                  "network": {"name": "PiNet", "params": {"atom_types": [29, 79], "rc": 4.5, "depth": 2,
-                                                          "pp_nodes": [16], "pi_nodes": [16, 16], "ii_nodes": [16],
-                                                          "out_nodes": [16]}},
-                  "model": {"name": "potential_model",
-                            "params": {"use_force": True, "learning_rate": 3e-3, "fit_e_dress": True,
-                                       "fit_e_dress_batches": 10, "engine": "tensorflow", "log_every_n_steps": 1,
-                                       "tensorboard": False}}}
+        params = small_alloy_params(os.path.join(work, precision), 10, precision=precision)
         trainer = potential_model(params)
         trainer.train(lambda: data.apply(sparse_batch(6)).repeat(), max_steps=args.steps)
         errors = trainer.evaluate(lambda: data.apply(sparse_batch(10)))

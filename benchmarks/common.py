@@ -22,6 +22,21 @@ REFERENCE_MODEL = {"use_force": True, "e_loss_multiplier": 1.0, "f_loss_multipli
                    "max_grad_norm": 10.0, "log_every_n_steps": 100, "save_checkpoint_steps": 100000}
 
 
+
+def small_alloy_params(model_dir, fit_e_dress_batches, **top):
+    """Params of the small-PiNet benchmarks on pinn.demo's EMT Cu/Au data (bench_mixed_precision.py,
+    bench_mirrored.py): depth 2, 16 nodes, rc 4.5 Å, Adam 3e-3, seed 3, the TensorFlow engine;
+    ``top``: more top-level keys (precision, parallel, ...)."""
+    return {"model_dir": model_dir, "seed": 3,
+            "network": {"name": "PiNet", "params": {"atom_types": [29, 79], "rc": 4.5, "depth": 2,
+                                                    "pp_nodes": [16], "pi_nodes": [16, 16], "ii_nodes": [16],
+                                                    "out_nodes": [16]}},
+            "model": {"name": "potential_model",
+                      "params": {"use_force": True, "learning_rate": 3e-3, "fit_e_dress": True,
+                                 "fit_e_dress_batches": fit_e_dress_batches, "engine": "tensorflow",
+                                 "log_every_n_steps": 1, "tensorboard": False}}, **top}
+
+
 def peak_rss_mb():
     """Peak resident memory of this process, MB."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
