@@ -13,17 +13,43 @@ nodes, ``parallel_params.host_exchange: horovod`` uses Horovod's ring allreduce.
 
 Every message is an 8-byte length and the payload, so a rank that sends the wrong
 thing, or dies, is named in the error instead of leaving the others waiting.
+
+Who may join.  Rank 0 listens on the address it gives the others (loopback on one node, else the
+interface of ``HOROVOD_GLOO_IFACE`` or the host name's), not on every interface, and only for
+the job's start.  It makes a per-job secret (32 random bytes) and hands it to the ranks with its
+address through the launcher's own channel (Horovod's ``allgather_object``, the ``share``
+argument), never over the socket.  Each connection must then prove that it holds the secret
+(HMAC-SHA256 of a fresh challenge from rank 0 and the rank it claims) before it is taken as that
+rank, and rank 0 proves the same to it.  A connection that does not — a stranger that reached the
+port first, a bogus greeting, a huge header, silence past :data:`HANDSHAKE_TIMEOUT_S` — is
+refused and logged, and rank 0 goes on waiting for the real ranks.  The handshake's messages have
+fixed sizes, and no message after it may announce more than :data:`MAX_MESSAGE_BYTES` or (where
+the size is known) another size than the step exchanges.
 """
 import fcntl
+import hashlib
+import hmac
+import logging
 import os
+import secrets
 import socket
 import struct
+import time
 
 import numpy as np
+
+log = logging.getLogger("pinn")
 
 _HEADER = struct.Struct("<q")
 #: seconds rank 0 waits for the other ranks to connect (they try for half of it)
 ACCEPT_TIMEOUT_S = 240.0
+#: seconds a new connection has to prove it belongs to the job
+HANDSHAKE_TIMEOUT_S = 10.0
+#: the largest message a rank accepts (gradients of the largest networks are tens of MB)
+MAX_MESSAGE_BYTES = 1 << 31
+_CHALLENGE_BYTES = 32
+_GREETING = struct.Struct("<q32s32s")  # rank, the peer's challenge to rank 0, its proof
+_PROOF_BYTES = 32
 _SIOCGIFADDR = 0x8915  # Linux ioctl: an interface's IPv4 address
 
 
@@ -71,53 +97,106 @@ class TcpHost:
     def __init__(self, rank, size, all_local, share):
         self.rank, self.size = rank, size
         self.peers = {}  # rank 0: rank -> socket; others: 0 -> the socket to rank 0
-        listener = address = failure = None
+        #: connections rank 0 refused while the job formed: ``(address, reason)``
+        self.refused = []
+        listener = offer = failure = None
         if rank == 0:
             try:
+                host = root_address(all_local)
                 listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-                listener.bind(("127.0.0.1" if all_local else "", 0))
-                listener.listen(size)
-                listener.settimeout(ACCEPT_TIMEOUT_S)  # a rank that cannot connect must not leave rank 0 waiting
-                address = (root_address(all_local), listener.getsockname()[1])
+                listener.bind((host, 0))  # the address the ranks are given, not every interface
+                listener.listen(size + 16)  # room for the real ranks while a stranger is being refused
+                offer = (host, listener.getsockname()[1], secrets.token_bytes(32))
             except OSError as err:  # every rank still takes part in the share, and learns of it
                 failure = err
                 if listener is not None:
                     listener.close()
-        root = share(address)[0]
+        root = share(offer)[0]
         if root is None:
             raise ConnectionError(f"rank {rank}: rank 0 could not open a socket for the host exchange"
                                   + (f" ({failure})" if failure is not None else ""))
+        address, secret = tuple(root[:2]), bytes(root[2])
         try:
             if rank == 0:
-                for _ in range(size - 1):
-                    try:
-                        connection, _ = listener.accept()
-                    except socket.timeout as err:
-                        raise ConnectionError(f"rank 0: {len(self.peers)} of the {size - 1} other ranks connected "
-                                              f"within {ACCEPT_TIMEOUT_S:g} s") from err
-                    connection.settimeout(None)
-                    self._tune(connection)
-                    peer = int(self._receive(connection, "a rank's greeting")[0])
-                    if not 0 < peer < size or peer in self.peers:
-                        raise ConnectionError(f"rank 0: a connection greeted as rank {peer} (ranks 1..{size - 1})")
-                    self.peers[peer] = connection
+                self._accept_ranks(listener, secret)
             else:
-                connection = socket.create_connection(tuple(root), timeout=ACCEPT_TIMEOUT_S / 2)
-                connection.settimeout(None)
+                connection = socket.create_connection(address, timeout=ACCEPT_TIMEOUT_S / 2)
+                connection.settimeout(HANDSHAKE_TIMEOUT_S * 3)  # rank 0 may be refusing a stranger first
                 self._tune(connection)
-                self._send(connection, np.array([float(rank)]))
                 self.peers[0] = connection
+                self._join(connection, secret)
+                connection.settimeout(None)
         except ConnectionError:
             self.close()
             raise
         except OSError as err:
             self.close()
             raise ConnectionError(f"rank {rank}: the host exchange could not connect to rank 0 at "
-                                  f"{root[0]}:{root[1]} ({err}); set parallel_params.host_exchange: horovod "
+                                  f"{address[0]}:{address[1]} ({err}); set parallel_params.host_exchange: horovod "
                                   "where the nodes cannot open TCP connections to each other") from err
         finally:
             if listener is not None:
                 listener.close()
+
+    def _accept_ranks(self, listener, secret):
+        """Rank 0: take connections until every other rank has joined with the job's secret, refusing
+        (and logging) the others, for at most :data:`ACCEPT_TIMEOUT_S`."""
+        deadline = time.monotonic() + ACCEPT_TIMEOUT_S
+        while len(self.peers) < self.size - 1:
+            listener.settimeout(max(deadline - time.monotonic(), 1e-3))
+            try:
+                connection, peer_address = listener.accept()
+            except socket.timeout as err:
+                refused = f"; refused {len(self.refused)} other connection(s)" if self.refused else ""
+                raise ConnectionError(f"rank 0: {len(self.peers)} of the {self.size - 1} other ranks connected "
+                                      f"within {ACCEPT_TIMEOUT_S:g} s{refused}") from err
+            where = f"{peer_address[0]}:{peer_address[1]}"
+            try:
+                connection.settimeout(HANDSHAKE_TIMEOUT_S)
+                self._tune(connection)
+                peer = self._admit(connection, secret)
+            except (ConnectionError, OSError) as err:
+                reason = str(err) if isinstance(err, ConnectionError) else f"{type(err).__name__}: {err}"
+                self.refused.append((where, reason))
+                log.warning("host exchange: rank 0 refused a connection from %s (%s)", where, reason)
+                connection.close()
+                continue
+            connection.settimeout(None)
+            self.peers[peer] = connection
+
+    def _admit(self, connection, secret):
+        """Rank 0's side of the handshake: a challenge, the peer's greeting (its rank, its challenge, the
+        proof), rank 0's proof back.  Returns the peer's rank.
+
+        Raises:
+            ConnectionError: a greeting of the wrong size, a rank out of range or taken, a wrong proof.
+        """
+        challenge = secrets.token_bytes(_CHALLENGE_BYTES)
+        connection.sendall(challenge)
+        nbytes = _HEADER.unpack(self._exactly(connection, bytearray(_HEADER.size), "a greeting"))[0]
+        if nbytes != _GREETING.size:
+            raise ConnectionError(f"a greeting announcing {nbytes} bytes, not {_GREETING.size}")
+        peer, theirs, proof = _GREETING.unpack(self._exactly(connection, bytearray(_GREETING.size), "a greeting"))
+        if not hmac.compare_digest(proof, _proof(secret, b"rank", challenge, peer)):
+            raise ConnectionError(f"no proof of the job's secret (greeted as rank {peer})")
+        if not 0 < peer < self.size or peer in self.peers:
+            raise ConnectionError(f"greeted as rank {peer}, which is not one of the ranks still expected")
+        connection.sendall(_proof(secret, b"root", theirs, peer))
+        return peer
+
+    def _join(self, connection, secret):
+        """A rank's side of the handshake (see :meth:`_admit`).
+
+        Raises:
+            ConnectionError: rank 0's proof is wrong (the address does not lead to this job's rank 0).
+        """
+        challenge = self._exactly(connection, bytearray(_CHALLENGE_BYTES), "rank 0's challenge")
+        theirs = secrets.token_bytes(_CHALLENGE_BYTES)
+        connection.sendall(_HEADER.pack(_GREETING.size) + _GREETING.pack(
+            self.rank, theirs, _proof(secret, b"rank", bytes(challenge), self.rank)))
+        proof = self._exactly(connection, bytearray(_PROOF_BYTES), "rank 0's proof")
+        if not hmac.compare_digest(bytes(proof), _proof(secret, b"root", theirs, self.rank)):
+            raise ConnectionError(f"rank {self.rank}: the process at rank 0's address did not prove the job's secret")
 
     @staticmethod
     def _tune(connection):
@@ -133,6 +212,9 @@ class TcpHost:
         """One message from ``connection`` (of ``dtype``), into ``into`` if given (its size must match)."""
         header = self._exactly(connection, bytearray(_HEADER.size), what)
         nbytes = _HEADER.unpack(header)[0]
+        if not 0 <= nbytes <= MAX_MESSAGE_BYTES or nbytes % np.dtype(dtype).itemsize:
+            raise ConnectionError(f"rank {self.rank}: {what} announces {nbytes} bytes (at most {MAX_MESSAGE_BYTES} "
+                                  f"in whole {np.dtype(dtype).name} values)")
         if into is not None and into.nbytes != nbytes:
             raise ConnectionError(f"rank {self.rank}: {what} has {nbytes} bytes, {into.nbytes} expected "
                                   "(the ranks disagree on what they exchange)")
@@ -206,3 +288,8 @@ class TcpHost:
         for connection in self.peers.values():
             connection.close()
         self.peers = {}
+
+
+def _proof(secret, role, challenge, rank):
+    """HMAC-SHA256 (32 bytes) of ``role``, ``challenge`` and ``rank`` with the job's ``secret``."""
+    return hmac.new(secret, role + bytes(challenge) + struct.pack("<q", rank), hashlib.sha256).digest()

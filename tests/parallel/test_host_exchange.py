@@ -111,6 +111,69 @@ def test_tcp_rank_0_does_not_wait_forever_for_a_rank_that_never_connects():
     assert error == "rank 0: 0 of the 1 other ranks connected within 2 s"
 
 
+def _stranger(offer, behaviour, seen):
+    """A process that is not one of the job's ranks connects to rank 0's port before the real rank 1:
+    ``'greeting'`` claims rank 1 without the secret, ``'huge'`` announces a 4 EiB message, ``'silent'``
+    sends nothing.  Puts what it got back: ``'closed'`` when rank 0 hung up on it."""
+    import socket
+    import struct
+    with socket.create_connection(offer[:2], timeout=30) as connection:
+        challenge = connection.recv(32)
+        if behaviour == "greeting":
+            connection.sendall(struct.pack("<q", 72) + struct.pack("<q32s32s", 1, b"\0" * 32, b"\1" * 32))
+        elif behaviour == "huge":
+            connection.sendall(struct.pack("<q", 1 << 62))
+        reply = connection.recv(64)
+        seen.put((behaviour, len(challenge), "closed" if reply == b"" else reply))
+
+
+def _rank_after_strangers(rank, size, offers, to_rank1, results):
+    import pinn.parallel.tcp_host as tcp_host
+    tcp_host.HANDSHAKE_TIMEOUT_S = 1.0  # the silent stranger is refused after 1 s
+
+    def share(offer):
+        if rank == 0:
+            offers.put(offer)  # to the test, which sends the strangers first
+            return [offer]
+        return [to_rank1.get(timeout=60)]
+    try:
+        host = tcp_host.TcpHost(rank, size, all_local=True, share=share)
+        total = host.allreduce_sum(np.array([1.0 + rank, 10.0 * rank]))
+        results.put((rank, total.tolist(), host.refused, None))
+    except Exception as err:  # noqa: BLE001 - the test reads it
+        results.put((rank, None, None, f"{type(err).__name__}: {err}"))
+
+
+def test_tcp_strangers_that_connect_first_are_refused_and_the_job_forms():
+    """The host exchange lets no one in (issue 48): three processes that are not ranks reach rank 0's port
+    before rank 1 — one greets as rank 1 without the job's secret, one announces a 4 EiB message, one
+    says nothing — and each is refused (the connection closed, the reason logged and kept), while rank
+    0 goes on waiting; then rank 1, which got the secret through the launcher's channel, joins and the
+    sum is right on both ranks."""
+    context = multiprocessing.get_context("fork")
+    offers, to_rank1, results, seen = (context.Queue() for _ in range(4))
+    ranks = [context.Process(target=_rank_after_strangers, args=(r, 2, offers, to_rank1, results)) for r in (0, 1)]
+    for process in ranks:
+        process.start()
+    offer = offers.get(timeout=60)
+    assert offer[0] == "127.0.0.1" and len(offer[2]) == 32  # loopback on one node; a 32-byte secret
+    for behaviour in ("greeting", "huge", "silent"):
+        stranger = context.Process(target=_stranger, args=(offer, behaviour, seen))
+        stranger.start()
+        stranger.join(timeout=30)
+        assert seen.get(timeout=30) == (behaviour, 32, "closed")
+    to_rank1.put(offer)
+    out = sorted(results.get(timeout=60) for _ in ranks)
+    for process in ranks:
+        process.join(timeout=30)
+    assert [r[3] for r in out] == [None, None], out
+    assert out[0][1] == out[1][1] == [3.0, 10.0]
+    reasons = [reason for _, reason in out[0][2]]
+    assert reasons[0] == "no proof of the job's secret (greeted as rank 1)", reasons
+    assert reasons[1] == f"a greeting announcing {1 << 62} bytes, not 72", reasons
+    assert reasons[2].startswith("TimeoutError") or reasons[2].startswith("timeout"), reasons
+
+
 def test_loopback_interface_has_its_address():
     assert interface_address("lo") == "127.0.0.1"
     assert interface_address("no-such-interface0") is None
