@@ -84,3 +84,23 @@ def test_two_nodes_equal_one_process_and_the_traffic_takes_the_chosen_interface(
     # rank 1 (node 1) sends its gradients to rank 0 every step on the data interface (measured: 132 kB
     # against 4 kB of the launcher's own on the other)
     assert sent[(1, data)] > 4 * sent[(1, control)], sent
+
+
+def test_two_ranks_per_node_get_local_ranks_and_their_share_of_the_files(nodes, tmp_path):
+    """The MiMiC input script (inputs/train_mimic_parallel.py) on 2 nodes × 2 ranks: local ranks 0 and 1 on
+    each node (what pins a GPU: ``pin_devices`` takes GPU ``local_rank % n``; on these CPU nodes each rank
+    takes half the cores), Horovod's MPI controller across the nodes, and rank 0 one of the 4 runs' files
+    (``distribute_data``; each rank's own reading across nodes: the test above)."""
+    from pinn.demo import make_mimic_demo
+    data = tmp_path / "mimic"
+    make_mimic_demo(str(data), n_runs=4, n_frames=20)
+    script = os.path.join(os.path.dirname(os.path.dirname(HERE)), "inputs", "train_mimic_parallel.py")
+    run, out = _mpirun(nodes, 2, [sys.executable, script, str(data), str(tmp_path / "model"), "12"], tmp_path)
+    assert run.returncode == 0, out[-4000:]
+    threads = max(1, (len(os.sched_getaffinity(0)) // 2))
+    for rank, node, local in ((0, 0, 0), (1, 0, 1), (2, 1, 0), (3, 1, 1)):
+        assert re.search(rf"rank {rank}: host pinn-\w+-n{node}, local rank {local}, CPU, {threads} intra-op", out), \
+            out[-4000:]
+    assert "parallel training on 4 rank(s)" in out  # Horovod's MPI controller across the nodes (backend auto)
+    assert "rank 0 of 4 gets 1 of 4 file sets (20 of 80 frames): run0.trr" in out
+    assert "(step 12, 4 rank(s))" in out
