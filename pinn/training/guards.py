@@ -48,16 +48,23 @@ class StopSignals:
     Handlers can only be installed from the main thread; elsewhere this does
     nothing (and :attr:`received` stays ``None``).  The previous handlers are
     put back on exit.
+
+    Args:
+        describe: function returning where the last checkpoint is, said with the signal: a launcher that
+            lost a node signals the ranks that survive, whose step then never ends.
     """
 
-    def __init__(self):
+    def __init__(self, describe=lambda: ""):
         self.received = None
+        self.describe = describe
         self._previous = {}
 
     def _handler(self, signum, frame):
         name = signal.Signals(signum).name
         if self.received is None:
-            log.warning("received %s: stopping after this step with a checkpoint", name)
+            where = self.describe()
+            log.warning("received %s: stopping after this step with a checkpoint%s", name,
+                        f" (until then {where})" if where else "")
         self.received = name
 
     def __enter__(self):

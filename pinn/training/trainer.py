@@ -308,7 +308,7 @@ class Trainer(metaclass=_ModelClass):
         self.bar = ProgressBar(enabled=enabled if self.is_chief else False)
         recorder = RunRecorder(self.model_dir, enabled=self.is_chief, tensorboard=mp["tensorboard"])
         loop = self._loop(Run(max_steps, steps_per_epoch, eval_fn, recorder), k)
-        with StopSignals() as signals, Watchdog(timeout, self.store.last_checkpoint_text) as watchdog:
+        with StopSignals(self.store.last_checkpoint_text) as signals, Watchdog(timeout, self.store.last_checkpoint_text) as watchdog:
             try:
                 loop(iter(dataset), signals, watchdog, start)
             except KeyboardInterrupt:

@@ -89,7 +89,7 @@ case "$host" in
 {cases}
   *) echo "node-agent: no node $host" >&2; exit 255 ;;
 esac
-exec ip netns exec "$node" unshare --uts --ipc sh -c "hostname $node; export PINN_NODE_SCRATCH={self.workdir}/scratch-$node; $*"
+exec ip netns exec "$node" unshare --uts --ipc sh -c "hostname $node; export PINN_NODE_SCRATCH={self.workdir}/scratch-$node; exec $*"
 """)
         os.chmod(self.agent, 0o755)
 
@@ -103,11 +103,16 @@ exec ip netns exec "$node" unshare --uts --ipc sh -c "hostname $node; export PIN
                               f"/sys/class/net/{interface}/statistics/tx_bytes"], capture_output=True, text=True)
         return int(out.stdout)
 
-    def kill_node(self, i):
-        """Every process of node ``i`` killed (SIGKILL) and its interfaces down: the node is lost."""
+    def cut_off(self, i):
+        """Node ``i``'s interfaces down: from the others' side the node is lost (nothing more arrives, no
+        connection is reset); its processes run on, alone."""
         for interface in SUBNETS:
             subprocess.run(["ip", "-n", self.names[i], "link", "set", interface, "down"], capture_output=True)
-        self._kill(self.names[i])
+
+    def revive_node(self, i):
+        """Node ``i``'s interfaces up again (a fresh node of the next allocation, at the same address)."""
+        for interface in SUBNETS:
+            _ip("link", "set", interface, "up", ns=self.names[i])
 
     @staticmethod
     def _kill(name):

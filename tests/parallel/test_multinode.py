@@ -34,15 +34,25 @@ def nodes(tmp_path_factory):
     made.close()
 
 
-def _mpirun(nodes, per_node, argv, workdir, data="eth0", control="eth1", timeout=600):
-    """``mpirun`` started on node 0 with ``per_node`` ranks on each node, the ranks' traffic (Open MPI's TCP
-    transport) on the ``data`` interface and the launcher's own on ``control``."""
+#: Open MPI's probes of its launcher's connections: a daemon that stops answering is given up after
+#: 10 + 3 × 2 s (Open MPI's defaults: 300 + 9 × 20 s, eight minutes)
+KEEPALIVE = ["--mca", "oob_tcp_keepalive_time", "10", "--mca", "oob_tcp_keepalive_intvl", "2",
+             "--mca", "oob_tcp_keepalive_probes", "3"]
+
+
+def _mpirun_command(nodes, per_node, data="eth0", control="eth1"):
+    """``mpirun`` with ``per_node`` ranks on each node, the ranks' traffic (Open MPI's TCP transport) on the
+    ``data`` interface and the launcher's own on ``control``."""
     hosts = ",".join(f"{nodes.address(i, data)}:{per_node}" for i in range(len(nodes.names)))
-    mpirun = ["mpirun", "-np", str(per_node * len(nodes.names)), "-H", hosts, "--bind-to", "none",
-              "--mca", "plm_rsh_agent", nodes.agent, "--mca", "btl", "tcp,self",
-              "--mca", "btl_tcp_if_include", data, "--mca", "oob_tcp_if_include", control]
-    run = subprocess.run(nodes.command(0, mpirun + argv), env=ENV, cwd=workdir, capture_output=True, text=True,
-                         timeout=timeout)
+    return ["mpirun", "-np", str(per_node * len(nodes.names)), "-H", hosts, "--bind-to", "none",
+            "--mca", "plm_rsh_agent", nodes.agent, "--mca", "btl", "tcp,self",
+            "--mca", "btl_tcp_if_include", data, "--mca", "oob_tcp_if_include", control] + KEEPALIVE
+
+
+def _mpirun(nodes, per_node, argv, workdir, data="eth0", control="eth1", timeout=600):
+    """``argv`` under :func:`_mpirun_command`, started on node 0."""
+    run = subprocess.run(nodes.command(0, _mpirun_command(nodes, per_node, data, control) + argv), env=ENV,
+                         cwd=workdir, capture_output=True, text=True, timeout=timeout)
     return run, run.stdout + run.stderr
 
 
@@ -104,3 +114,48 @@ def test_two_ranks_per_node_get_local_ranks_and_their_share_of_the_files(nodes, 
     assert "parallel training on 4 rank(s)" in out  # Horovod's MPI controller across the nodes (backend auto)
     assert "rank 0 of 4 gets 1 of 4 file sets (20 of 80 frames): run0.trr" in out
     assert "(step 12, 4 rank(s))" in out
+
+
+def test_a_lost_node_ends_the_job_in_bounded_time_and_the_relaunch_resumes(nodes, tmp_path):
+    """Node 1 is lost mid-run: its interfaces go down, so nothing more arrives from it and no connection is
+    reset.  mpirun, probing its daemons (:data:`KEEPALIVE`), gives node 1 up and ends the job: the rank that
+    survives says, in one line, where the newest checkpoint is; that checkpoint is whole, and the relaunch
+    on the two nodes (node 1 back, as a fresh allocation) resumes from it.  (Without the probes mpirun
+    waits eight minutes; the ranks' own ``stall_timeout_s`` ends them sooner, with the same line: seen by
+    hand, rank 0 after 23 s of a 20 s timeout.)"""
+    import time
+    model = tmp_path / "model"
+    argv = [sys.executable, SCRIPT, str(tmp_path), "lost", "--backend", "mpi", "--jit", "off", "--save-every", "5",
+            "--stall-timeout", "60"]
+    proc = subprocess.Popen(nodes.command(0, _mpirun_command(nodes, 1) + argv + ["--steps", "100000"]), env=ENV,
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    log = model / "train.log"
+    from launching import wait_for
+    wait_for(lambda: log.exists() and "step 10/" in log.read_text() or proc.poll() is not None, 300, "10 steps")
+    assert proc.poll() is None, proc.stdout.read()[-4000:]
+    lost = time.monotonic()
+    nodes.cut_off(1)
+    try:
+        output, _ = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, 9)
+        output = proc.communicate()[0]
+        raise AssertionError("the job did not end within 120 s of the node's loss:\n" + output[-4000:])
+    finally:
+        nodes.revive_node(1)
+    took = time.monotonic() - lost
+    print(f"the job ended {took:.1f} s after node 1 was lost")
+    assert proc.returncode != 0
+    assert took < 60, took  # the probes' 16 s and mpirun's ending
+    assert "ORTE has lost communication with a remote daemon" in output, output[-4000:]
+    said = re.findall(r"pinn\[rank 0\] WARNING received SIGTERM: stopping after this step with a checkpoint "
+                      r"\(until then the last checkpoint is (\S+)\)", output)
+    assert len(said) == 1, output[-4000:]
+    import tensorflow as tf
+    latest = tf.train.latest_checkpoint(str(model))
+    step = int(latest.rsplit("-", 1)[1])
+    assert step >= 10 and said[0] == latest, (said, latest)
+    run, out = _mpirun(nodes, 1, argv + ["--steps", str(step + 5)], tmp_path)
+    assert run.returncode == 0, out[-4000:]
+    assert f"(step {step})" in out and f"step {step + 5}/{step + 5}" in out, out[-4000:]
