@@ -50,6 +50,8 @@ MAX_MESSAGE_BYTES = 1 << 31
 _CHALLENGE_BYTES = 32
 _GREETING = struct.Struct("<q32s32s")  # rank, the peer's challenge to rank 0, its proof
 _PROOF_BYTES = 32
+#: test hook: seconds a rank other than 0 waits before it connects (a stranger then reaches rank 0 first)
+_JOIN_DELAY = "PINN_TEST_TCP_JOIN_DELAY"
 _SIOCGIFADDR = 0x8915  # Linux ioctl: an interface's IPv4 address
 
 
@@ -120,6 +122,7 @@ class TcpHost:
             if rank == 0:
                 self._accept_ranks(listener, secret)
             else:
+                time.sleep(float(os.environ.get(_JOIN_DELAY, 0)))  # tests only: let a stranger come first
                 connection = socket.create_connection(address, timeout=ACCEPT_TIMEOUT_S / 2)
                 connection.settimeout(HANDSHAKE_TIMEOUT_S * 3)  # rank 0 may be refusing a stranger first
                 self._tune(connection)
@@ -142,6 +145,9 @@ class TcpHost:
         """Rank 0: take connections until every other rank has joined with the job's secret, refusing
         (and logging) the others, for at most :data:`ACCEPT_TIMEOUT_S`."""
         deadline = time.monotonic() + ACCEPT_TIMEOUT_S
+        host, port = listener.getsockname()[:2]
+        log.info("host exchange: rank 0 waits at %s:%d for %d rank(s), each to prove the job's secret", host, port,
+                 self.size - 1)
         while len(self.peers) < self.size - 1:
             listener.settimeout(max(deadline - time.monotonic(), 1e-3))
             try:

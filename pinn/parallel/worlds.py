@@ -238,7 +238,8 @@ def init(params=None):
     if hvd is None:
         from pinn.parallel.mpi_world import open_mpi_world
         world_ = open_mpi_world(options)
-    else:
+    else:  # rank 0's lines from here (the host exchange's, below), as for the whole run
+        setup_logging(None, level=logging.INFO if hvd.rank() == 0 else logging.WARNING, rank=hvd.rank())
         device = pin_devices(hvd.rank(), hvd.local_rank(), hvd.local_size(), options)
         exit_after_uncaught_exceptions()
         world_ = HorovodWorld(hvd, options)

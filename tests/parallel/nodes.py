@@ -78,6 +78,13 @@ class Nodes:
                 _ip("addr", "add", f"{self.address(i, interface)}/24", "dev", interface, ns=name)
                 _ip("link", "set", interface, "up", ns=name)
             os.makedirs(self.scratch[name], exist_ok=True)
+        # host names resolve on the nodes (Gloo looks its own up): ip netns exec mounts /etc/netns/NODE/hosts
+        # over /etc/hosts for what it runs
+        hosts = "127.0.0.1 localhost\n" + "".join(f"{self.address(i)} {name}\n" for i, name in enumerate(self.names))
+        for name in self.names:
+            os.makedirs(f"/etc/netns/{name}", exist_ok=True)
+            with open(f"/etc/netns/{name}/hosts", "w") as f:
+                f.write(hosts)
         self.agent = os.path.join(self.workdir, "node-agent")
         cases = "\n".join(f"  {self.address(i)}|{self.address(i, 'eth1')}|{name}) node={name} ;;"
                           for i, name in enumerate(self.names))
@@ -89,9 +96,21 @@ case "$host" in
 {cases}
   *) echo "node-agent: no node $host" >&2; exit 255 ;;
 esac
-exec ip netns exec "$node" unshare --uts --ipc sh -c "hostname $node; export PINN_NODE_SCRATCH={self.workdir}/scratch-$node; exec $*"
+exec ip netns exec "$node" unshare --uts --ipc bash -c "hostname $node; export PINN_NODE_SCRATCH={self.workdir}/scratch-$node; $*"
 """)
         os.chmod(self.agent, 0o755)
+        #: a folder with ``ssh`` in it, the agent under ssh's name and arguments, for horovodrun (put it first on PATH)
+        self.ssh_dir = os.path.join(self.workdir, "ssh-shim")
+        os.makedirs(self.ssh_dir, exist_ok=True)
+        with open(os.path.join(self.ssh_dir, "ssh"), "w") as f:
+            f.write(f"""#!/bin/sh
+# ssh's calling convention (horovodrun: ssh -o K=V ... HOST [-p P] [-i F] [-o K=V] COMMAND) onto the node agent
+while [ "${{1#-}}" != "$1" ]; do shift 2; done
+host=$1; shift
+while [ "$1" = -p ] || [ "$1" = -i ] || [ "$1" = -o ]; do shift 2; done
+exec {self.agent} "$host" "$*"
+""")
+        os.chmod(os.path.join(self.ssh_dir, "ssh"), 0o755)
 
     def command(self, i, argv):
         """``argv`` to run on node ``i`` (its namespace, host name and scratch folder)."""
@@ -130,6 +149,7 @@ exec ip netns exec "$node" unshare --uts --ipc sh -c "hostname $node; export PIN
                 continue
             self._kill(name)
             subprocess.run(["ip", "netns", "del", name], capture_output=True)
+            shutil.rmtree(f"/etc/netns/{name}", ignore_errors=True)
 
 
 def _quote(text):

@@ -29,7 +29,7 @@ def nodes(tmp_path_factory):
     if not shutil.which("mpirun"):
         pytest.skip("mpirun not installed")
     pytest.importorskip("mpi4py")
-    made = Nodes(2, tmp_path_factory.mktemp("nodes"))
+    made = Nodes(3, tmp_path_factory.mktemp("nodes"))  # node 2: the stranger's
     yield made
     made.close()
 
@@ -41,10 +41,10 @@ KEEPALIVE = ["--mca", "oob_tcp_keepalive_time", "10", "--mca", "oob_tcp_keepaliv
 
 
 def _mpirun_command(nodes, per_node, data="eth0", control="eth1"):
-    """``mpirun`` with ``per_node`` ranks on each node, the ranks' traffic (Open MPI's TCP transport) on the
+    """``mpirun`` with ``per_node`` ranks on each of nodes 0 and 1, the ranks' traffic (Open MPI's TCP transport) on the
     ``data`` interface and the launcher's own on ``control``."""
-    hosts = ",".join(f"{nodes.address(i, data)}:{per_node}" for i in range(len(nodes.names)))
-    return ["mpirun", "-np", str(per_node * len(nodes.names)), "-H", hosts, "--bind-to", "none",
+    hosts = ",".join(f"{nodes.address(i, data)}:{per_node}" for i in range(2))
+    return ["mpirun", "-np", str(per_node * 2), "-H", hosts, "--bind-to", "none",
             "--mca", "plm_rsh_agent", nodes.agent, "--mca", "btl", "tcp,self",
             "--mca", "btl_tcp_if_include", data, "--mca", "oob_tcp_if_include", control] + KEEPALIVE
 
@@ -132,7 +132,8 @@ def test_a_lost_node_ends_the_job_in_bounded_time_and_the_relaunch_resumes(nodes
                             start_new_session=True)
     log = model / "train.log"
     from launching import wait_for
-    wait_for(lambda: log.exists() and "step 10/" in log.read_text() or proc.poll() is not None, 300, "10 steps")
+    wait_for(lambda: log.exists() and "ckpt-10\n" in log.read_text() or proc.poll() is not None, 300,
+             "the checkpoint of step 10")
     assert proc.poll() is None, proc.stdout.read()[-4000:]
     lost = time.monotonic()
     nodes.cut_off(1)
@@ -159,3 +160,68 @@ def test_a_lost_node_ends_the_job_in_bounded_time_and_the_relaunch_resumes(nodes
     run, out = _mpirun(nodes, 1, argv + ["--steps", str(step + 5)], tmp_path)
     assert run.returncode == 0, out[-4000:]
     assert f"(step {step})" in out and f"step {step + 5}/{step + 5}" in out, out[-4000:]
+
+
+STRANGER = """
+import socket, struct, sys
+host, other, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
+try:  # rank 0's address on the other interface: it does not listen there
+    socket.create_connection((other, port), timeout=5)
+    print("other interface: connected")
+except OSError as err:
+    print("other interface:", type(err).__name__)
+for greeting in (struct.pack("<q", 72) + struct.pack("<q32s32s", 1, bytes(32), bytes(32)), struct.pack("<q", 1 << 62)):
+    with socket.create_connection((host, port), timeout=30) as connection:
+        challenge = connection.recv(32)
+        connection.sendall(greeting)
+        print("greeting:", len(challenge), "closed" if connection.recv(64) == b"" else "answered")
+"""
+
+
+def test_horovodrun_across_nodes_refuses_a_stranger_that_connects_first(nodes, tmp_path):
+    """horovodrun --gloo on nodes 0 and 1 (ssh replaced by the node agent), rank 1 held back 8 s
+    (PINN_TEST_TCP_JOIN_DELAY) while a process on node 2 — not a rank — reaches rank 0's host-exchange port
+    first: on the other interface nothing listens; on the data interface a greeting as rank 1 without
+    the job's secret and a 4 EiB header are each refused, closed and logged; then rank 1 joins with the
+    secret it got through Horovod's channel and the job trains on."""
+    import threading
+    import time
+    env = dict(ENV, PATH=nodes.ssh_dir + os.pathsep + os.environ["PATH"], PINN_TEST_TCP_JOIN_DELAY="8")
+    hosts = f"{nodes.address(0)}:1,{nodes.address(1)}:1"
+    horovodrun = ["horovodrun", "-np", "2", "-H", hosts, "--gloo", "--network-interface", "eth0", "--start-timeout", "60"]
+    argv = [sys.executable, SCRIPT, str(tmp_path), "gloo", "--steps", "6", "--jit", "off"]
+    proc = subprocess.Popen(nodes.command(0, horovodrun + argv), env=env, cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    lines, waiting = [], threading.Event()
+
+    def read():
+        for line in proc.stdout:
+            lines.append(line)
+            if "host exchange: rank 0 waits at" in line:
+                waiting.set()
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        assert waiting.wait(120), "".join(lines)[-4000:]
+        where = re.search(r"rank 0 waits at ([\d.]+):(\d+) for 1 rank", "".join(lines))
+        assert where and where.group(1) == nodes.address(0), "".join(lines)[-4000:]
+        stranger = subprocess.run(nodes.command(2, [sys.executable, "-c", STRANGER, nodes.address(0),
+                                                    nodes.address(0, "eth1"), where.group(2)]),
+                                  capture_output=True, text=True, timeout=60)
+        assert stranger.stdout.splitlines() == ["other interface: ConnectionRefusedError", "greeting: 32 closed",
+                                                "greeting: 32 closed"], stranger.stdout + stranger.stderr
+        proc.wait(timeout=300)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, 9)
+        reader.join(timeout=10)
+    out = "".join(lines)
+    assert proc.returncode == 0, out[-4000:]
+    refused = re.findall(rf"rank 0 refused a connection from {nodes.address(2)}:\d+ \(([^\n]*)\)\n", out)
+    assert refused == ["no proof of the job's secret (greeted as rank 1)", f"a greeting announcing {1 << 62} bytes, "
+                       "not 72"], out[-4000:]
+    assert re.search(r"rank 1: host pinn-\w+-n1", out) and "host arrays over TCP sockets to rank 0" in out
+    assert "step 6/6" in out
+    ranks = [_weights(tmp_path, "gloo", r) for r in range(2)]
+    for a, b in zip(ranks[0][0], ranks[1][0]):
+        np.testing.assert_array_equal(a, b)
