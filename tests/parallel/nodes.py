@@ -4,9 +4,10 @@ Each node ``pinn-<tag>-n<i>`` has two interfaces, ``eth0`` (10.77.0.10+i, "data"
 (10.78.0.10+i, "management"), each on its own bridge in a switch namespace ``pinn-<tag>-sw``, and
 nothing else: no route out of 10.77.0.0/24 and 10.78.0.0/24, so the tests' traffic stays between the
 namespaces made here.  Processes started on a node (:meth:`Nodes.command`, or the launch agent
-:attr:`Nodes.agent` that ``mpirun --mca plm_rsh_agent`` calls instead of ssh) run in its namespace
-with their own host name and IPC namespace (``unshare --uts --ipc``), so MPI sees separate hosts
-and cannot use shared memory between them; each node has its own scratch folder.  The file system
+:attr:`Nodes.agent` that ``mpirun --mca plm_rsh_agent`` calls instead of ssh, or :attr:`Nodes.ssh_dir`'s
+``ssh`` for horovodrun) run in its namespace with their own host name, IPC and mount namespaces
+(``unshare --uts --ipc --mount``; the node's hosts file names every node), so MPI sees separate
+hosts and cannot use shared memory between them; each node has its own scratch folder.  The file system
 is shared, as a cluster's home or project file system is.
 
 Needs root and ``ip``/``unshare``; :func:`can_make_nodes` says whether this machine allows it.
@@ -78,13 +79,16 @@ class Nodes:
                 _ip("addr", "add", f"{self.address(i, interface)}/24", "dev", interface, ns=name)
                 _ip("link", "set", interface, "up", ns=name)
             os.makedirs(self.scratch[name], exist_ok=True)
-        # host names resolve on the nodes (Gloo looks its own up): ip netns exec mounts /etc/netns/NODE/hosts
-        # over /etc/hosts for what it runs
+        # host names resolve on the nodes (Gloo looks its own up): the agent mounts /etc/netns/NODE/hosts over
+        # /etc/hosts for what it runs (as ip netns exec does)
         hosts = "127.0.0.1 localhost\n" + "".join(f"{self.address(i)} {name}\n" for i, name in enumerate(self.names))
         for name in self.names:
             os.makedirs(f"/etc/netns/{name}", exist_ok=True)
             with open(f"/etc/netns/{name}/hosts", "w") as f:
                 f.write(hosts)
+        #: the node-local scratch folder: one path, each node's own folder mounted on it (as $TMPDIR on a cluster)
+        self.local = os.path.join(self.workdir, "node-local")
+        os.makedirs(self.local, exist_ok=True)
         self.agent = os.path.join(self.workdir, "node-agent")
         cases = "\n".join(f"  {self.address(i)}|{self.address(i, 'eth1')}|{name}) node={name} ;;"
                           for i, name in enumerate(self.names))
@@ -96,7 +100,11 @@ case "$host" in
 {cases}
   *) echo "node-agent: no node $host" >&2; exit 255 ;;
 esac
-exec ip netns exec "$node" unshare --uts --ipc bash -c "hostname $node; export PINN_NODE_SCRATCH={self.workdir}/scratch-$node; $*"
+# the node's network; its own host name, IPC and mounts (its hosts file over /etc/hosts; /sys as it is, so
+# that slurmd finds the cgroups, which ip netns exec would hide behind a fresh sysfs)
+exec nsenter --net=/run/netns/"$node" unshare --uts --ipc --mount bash -c \
+  "mount --bind /etc/netns/$node/hosts /etc/hosts; mount --bind {self.workdir}/scratch-$node {self.local}; \
+   hostname $node; export PINN_NODE_SCRATCH={self.local}; $*"
 """)
         os.chmod(self.agent, 0o755)
         #: a folder with ``ssh`` in it, the agent under ssh's name and arguments, for horovodrun (put it first on PATH)

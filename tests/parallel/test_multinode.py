@@ -225,3 +225,104 @@ def test_horovodrun_across_nodes_refuses_a_stranger_that_connects_first(nodes, t
     ranks = [_weights(tmp_path, "gloo", r) for r in range(2)]
     for a, b in zip(ranks[0][0], ranks[1][0]):
         np.testing.assert_array_equal(a, b)
+
+
+SLURM_CONF = """ClusterName=pinnnodes
+SlurmctldHost={head}({head_address})
+SlurmctldPort={ctld_port}
+SlurmdPort={d_port}
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+AuthInfo=socket={tmp}/munge.socket
+StateSaveLocation={tmp}/state
+SlurmdSpoolDir={tmp}/spool-%n
+SlurmctldPidFile={tmp}/slurmctld.pid
+SlurmdPidFile={tmp}/slurmd-%n.pid
+SlurmctldLogFile={tmp}/slurmctld.log
+SlurmdLogFile={tmp}/slurmd-%n.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SwitchType=switch/none
+MpiDefault=pmix
+SchedulerType=sched/backfill
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+ReturnToService=2
+JobAcctGatherType=jobacct_gather/none
+TmpFS={local}
+{nodes}
+PartitionName=debug Nodes={names} Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
+"""
+
+
+@pytest.fixture(scope="module")
+def slurm_nodes(nodes, tmp_path_factory):
+    """A private Slurm across nodes 0 and 1: slurmctld on node 0, a slurmd on each (``NodeAddr`` its data
+    address, its own spool, pid and log files), munged on this machine's file system (its socket reaches
+    every namespace), the job's temporary files (PMIx's) in each node's own scratch (``TmpFS``).  Yields
+    ``(environment, the folder of the logs)``."""
+    tools = ("munged", "slurmctld", "slurmd", "sbatch")
+    if not all(shutil.which(t) for t in tools):
+        pytest.skip("Slurm and munge (Debian slurm-wlm, munge) are needed")
+    tmp = tmp_path_factory.mktemp("slurm-nodes")
+    (tmp / "state").mkdir()
+    names = nodes.names[:2]
+    for name in names:
+        (tmp / f"spool-{name}").mkdir()
+    key = tmp / "munge.key"
+    key.write_bytes(os.urandom(1024))
+    key.chmod(0o400)
+    conf = tmp / "slurm.conf"
+    conf.write_text(SLURM_CONF.format(
+        head=names[0], head_address=nodes.address(0), ctld_port=16917, d_port=16918, tmp=tmp, local=nodes.local,
+        names=",".join(names), nodes="\n".join(f"NodeName={name} NodeAddr={nodes.address(i)} CPUs={os.cpu_count()} "
+                                               "RealMemory=4000 State=UNKNOWN" for i, name in enumerate(names))))
+    env = dict(ENV, SLURM_CONF=str(conf))
+    subprocess.run(["munged", "--force", f"--socket={tmp}/munge.socket", f"--key-file={key}",
+                    f"--pid-file={tmp}/munged.pid", f"--log-file={tmp}/munged.log", f"--seed-file={tmp}/munged.seed"],
+                   check=True, timeout=30)
+    try:
+        subprocess.run(nodes.command(0, ["slurmctld", "-f", str(conf)]), env=env, check=True, timeout=60)
+        for i, name in enumerate(names):
+            subprocess.run(nodes.command(i, ["slurmd", "-f", str(conf), "-N", name]), env=env, check=True, timeout=60)
+        from launching import wait_for
+        wait_for(lambda: subprocess.run(nodes.command(0, ["sinfo", "-h", "-N", "-o", "%T"]), env=env,
+                                        capture_output=True, text=True).stdout.split() == ["idle", "idle"], 60,
+                 "both Slurm nodes idle")
+        yield env, tmp
+    finally:  # slurmctld and the slurmds die with their namespaces (the nodes fixture); munged here
+        for daemon in ("slurmd", "slurmctld"):
+            for pid_file in tmp.glob(f"{daemon}*.pid"):
+                try:
+                    os.kill(int(pid_file.read_text().split()[0]), 15)
+                except (OSError, ValueError):
+                    pass
+        try:
+            os.kill(int((tmp / "munged.pid").read_text().split()[0]), 15)
+        except (OSError, ValueError):
+            pass
+
+
+def test_sbatch_of_the_multinode_job_script_runs_on_two_nodes(nodes, slurm_nodes, tmp_path):
+    """``sbatch -N 2 --ntasks-per-node=1 scripts/slurm_train_multinode.sh`` (its GPU lines overridden on the
+    command line for CPU nodes) runs the MiMiC input script with ``srun --mpi=pmix`` across the two
+    nodes: one rank on each host, each its share of the runs' files, rank 0 alone writing checkpoints."""
+    env, logs = slurm_nodes
+    from pinn.demo import make_mimic_demo
+    data = tmp_path / "mimic"
+    make_mimic_demo(str(data), n_runs=4, n_frames=20)
+    root = os.path.dirname(os.path.dirname(HERE))
+    out = tmp_path / "job-%j.out"
+    sbatch = ["sbatch", "--parsable", "--wait", "-N", "2", "--ntasks-per-node=1", "--cpus-per-task=1", "--gres=none",
+              "--time=20", f"--output={out}", os.path.join(root, "scripts", "slurm_train_multinode.sh"),
+              os.path.join(root, "inputs", "train_mimic_parallel.py"), str(data), str(tmp_path / "model"), "12"]
+    run = subprocess.run(nodes.command(0, sbatch), env=env, cwd=root, capture_output=True, text=True, timeout=600)
+    job = run.stdout.strip().split(";")[0]
+    log = (tmp_path / f"job-{job}.out").read_text() if job.isdigit() else ""
+    assert run.returncode == 0, run.stdout + run.stderr + log[-4000:]
+    assert "parallel training on 2 rank(s)" in log, log[-4000:]
+    assert re.search(r"rank 0: host pinn-\w+-n0, local rank 0", log) and \
+        re.search(r"rank 1: host pinn-\w+-n1, local rank 0", log), log[-4000:]
+    assert "rank 0 of 2 gets 2 of 4 file sets" in log and "(step 12, 2 rank(s))" in log
+    assert (tmp_path / "model" / "ckpt-12.index").exists() or list((tmp_path / "model").glob("ckpt-12*"))
