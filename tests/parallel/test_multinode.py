@@ -185,7 +185,9 @@ def test_horovodrun_across_nodes_refuses_a_stranger_that_connects_first(nodes, t
     the job's secret and a 4 EiB header are each refused, closed and logged; then rank 1 joins with the
     secret it got through Horovod's channel and the job trains on."""
     import threading
-    import time
+    from launching import horovod_has
+    if not (shutil.which("horovodrun") and horovod_has("gloo")):
+        pytest.skip("horovodrun or Horovod's Gloo controller not installed")
     env = dict(ENV, PATH=nodes.ssh_dir + os.pathsep + os.environ["PATH"], PINN_TEST_TCP_JOIN_DELAY="8")
     hosts = f"{nodes.address(0)}:1,{nodes.address(1)}:1"
     horovodrun = ["horovodrun", "-np", "2", "-H", hosts, "--gloo", "--network-interface", "eth0", "--start-timeout", "60"]
