@@ -328,3 +328,34 @@ def test_sbatch_of_the_multinode_job_script_runs_on_two_nodes(nodes, slurm_nodes
         re.search(r"rank 1: host pinn-\w+-n1, local rank 0", log), log[-4000:]
     assert "rank 0 of 2 gets 2 of 4 file sets" in log and "(step 12, 2 rank(s))" in log
     assert (tmp_path / "model" / "ckpt-12.index").exists() or list((tmp_path / "model").glob("ckpt-12*"))
+
+
+def test_sbatch_ranks_on_two_nodes_equal_one_process(nodes, slurm_nodes, tmp_path):
+    """The job script with the equivalence script of test_parallel.py (``INPUT_SCRIPT ARGS``) on 2 nodes
+    under Slurm (Horovod's MPI controller on Python 3.11, MPI alone on 3.12+): the ranks, on different
+    hosts, read their own files, end bitwise equal to each other and equal to one process on the union
+    batches, and rank 0 alone writes into model_dir."""
+    env, logs = slurm_nodes
+    (tmp_path / "one").mkdir()
+    common = ["--steps", "6", "--jit", "off", *NAN_STEPS[:1], "5"]
+    one = subprocess.run([sys.executable, SCRIPT, str(tmp_path / "one"), "one", "--lr", "2e-3", "--decay-step", "10",
+                          *common], env=ENV, capture_output=True, text=True, timeout=600)
+    assert one.returncode == 0, (one.stdout + one.stderr)[-4000:]
+    root = os.path.dirname(os.path.dirname(HERE))
+    out = tmp_path / "job-%j.out"
+    sbatch = ["sbatch", "--parsable", "--wait", "-N", "2", "--ntasks-per-node=1", "--cpus-per-task=1", "--gres=none",
+              "--time=20", f"--output={out}", os.path.join(root, "scripts", "slurm_train_multinode.sh"), SCRIPT,
+              str(tmp_path), "two", "--lr", "1e-3", "--decay-step", "20", *common]
+    run = subprocess.run(nodes.command(0, sbatch), env=env, cwd=root, capture_output=True, text=True, timeout=600)
+    job = run.stdout.strip().split(";")[0]
+    log = (tmp_path / f"job-{job}.out").read_text() if job.isdigit() else ""
+    assert run.returncode == 0, run.stdout + run.stderr + log[-4000:]
+    assert re.search(r"rank 1: host pinn-\w+-n1", log), log[-4000:]
+    assert "step 6: non-finite loss or gradient (from rank 1)" in log, log[-4000:]
+    reference, _, _ = _weights(tmp_path / "one", "one", 0)
+    ranks = [_weights(tmp_path, "two", r) for r in range(2)]
+    assert [r[1] for r in ranks] == [2, 2]
+    for a, b, c in zip(ranks[0][0], ranks[1][0], reference):
+        np.testing.assert_array_equal(a, b)
+        np.testing.assert_allclose(a, c, rtol=1e-5, atol=1e-6)
+    assert "Checkpoint.write" in ranks[0][2] and ranks[1][2] == []
