@@ -309,7 +309,9 @@ def slurm_nodes(nodes, tmp_path_factory):
 def test_sbatch_of_the_multinode_job_script_runs_on_two_nodes(nodes, slurm_nodes, tmp_path):
     """``sbatch -N 2 --ntasks-per-node=1 scripts/slurm_train_multinode.sh`` (its GPU lines overridden on the
     command line for CPU nodes) runs the MiMiC input script with ``srun --mpi=pmix`` across the two
-    nodes: one rank on each host, each its share of the runs' files, rank 0 alone writing checkpoints."""
+    nodes: one rank on each host, each its share of the runs' files, rank 0 alone writing checkpoints.
+    With ``PINN_STAGE_DIR`` the job script first copies the data to each node's own scratch (``$TMPDIR``:
+    one path, a folder of each node's mounted on it) and the input script reads the copy."""
     env, logs = slurm_nodes
     from pinn.demo import make_mimic_demo
     data = tmp_path / "mimic"
@@ -319,10 +321,17 @@ def test_sbatch_of_the_multinode_job_script_runs_on_two_nodes(nodes, slurm_nodes
     sbatch = ["sbatch", "--parsable", "--wait", "-N", "2", "--ntasks-per-node=1", "--cpus-per-task=1", "--gres=none",
               "--time=20", f"--output={out}", os.path.join(root, "scripts", "slurm_train_multinode.sh"),
               os.path.join(root, "inputs", "train_mimic_parallel.py"), str(data), str(tmp_path / "model"), "12"]
-    run = subprocess.run(nodes.command(0, sbatch), env=env, cwd=root, capture_output=True, text=True, timeout=600)
+    staging = dict(env, PINN_STAGE_DIR=str(data), TMPDIR=nodes.local)
+    run = subprocess.run(nodes.command(0, sbatch), env=staging, cwd=root, capture_output=True, text=True,
+                         timeout=600)
     job = run.stdout.strip().split(";")[0]
     log = (tmp_path / f"job-{job}.out").read_text() if job.isdigit() else ""
     assert run.returncode == 0, run.stdout + run.stderr + log[-4000:]
+    assert f"pinn: staged {data} to {nodes.local}/pinn-stage on 2 node(s)" in log, log[-4000:]
+    assert "pinn: 1 argument(s) of the input script now name the copy" in log
+    for name in nodes.names[:2]:  # one copy on each node, in its own scratch folder
+        assert sorted(os.listdir(os.path.join(nodes.scratch[name], "pinn-stage"))) == sorted(os.listdir(data))
+    assert not os.path.exists(os.path.join(nodes.local, "pinn-stage"))  # not on the shared path itself
     assert "parallel training on 2 rank(s)" in log, log[-4000:]
     assert re.search(r"rank 0: host pinn-\w+-n0, local rank 0", log) and \
         re.search(r"rank 1: host pinn-\w+-n1, local rank 0", log), log[-4000:]
