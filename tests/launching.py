@@ -80,3 +80,24 @@ def assert_each_rank_read_its_own_files(ranks_read, data_dir):
         assert (got["count"], got["atoms"]) == (want["count"], want["atoms"]), f"rank {rank}: load_ase's frames"
         assert got["checksum"] == want["checksum"], f"rank {rank}: load_ase's positions"
         assert got["plain"] == want["plain"], f"rank {rank}: ase.io.read after the parallel world started"
+
+
+#: the settings of the tests' private Slurm clusters (tests/parallel/test_hpc_launch.py, test_multinode.py)
+#: after the host and port lines: root daemons, munge on the test's own socket, no cgroups, PMIx
+SLURM_COMMON = """SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+AuthInfo=socket={tmp}/munge.socket
+StateSaveLocation={tmp}/state
+SlurmctldPidFile={tmp}/slurmctld.pid
+SlurmctldLogFile={tmp}/slurmctld.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SwitchType=switch/none
+MpiDefault=pmix
+SchedulerType=sched/backfill
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+ReturnToService=2
+JobAcctGatherType=jobacct_gather/none
+"""

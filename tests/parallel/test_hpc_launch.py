@@ -16,7 +16,7 @@ import subprocess
 import sys
 
 import pytest
-from launching import ENV, assert_each_rank_read_its_own_files, horovod_has, wait_for
+from launching import ENV, SLURM_COMMON, assert_each_rank_read_its_own_files, horovod_has, wait_for
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/<stage>/ -> the repository
 INPUT = os.path.join(ROOT, "inputs", "train_mimic_parallel.py")
@@ -128,26 +128,10 @@ SLURM_CONF = """ClusterName=pinntest
 SlurmctldHost={host}
 SlurmctldPort={ctld_port}
 SlurmdPort={d_port}
-SlurmUser=root
-SlurmdUser=root
-AuthType=auth/munge
-AuthInfo=socket={tmp}/munge.socket
-StateSaveLocation={tmp}/state
 SlurmdSpoolDir={tmp}/spool
-SlurmctldPidFile={tmp}/slurmctld.pid
 SlurmdPidFile={tmp}/slurmd.pid
-SlurmctldLogFile={tmp}/slurmctld.log
 SlurmdLogFile={tmp}/slurmd.log
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SwitchType=switch/none
-MpiDefault=pmix
-SchedulerType=sched/backfill
-SelectType=select/cons_tres
-SelectTypeParameters=CR_CPU
-ReturnToService=2
-JobAcctGatherType=jobacct_gather/none
-NodeName={host} CPUs={cpus} RealMemory=4000 State=UNKNOWN
+""" + SLURM_COMMON + """NodeName={host} CPUs={cpus} RealMemory=4000 State=UNKNOWN
 PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
 """
 

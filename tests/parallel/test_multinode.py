@@ -12,7 +12,7 @@ import sys
 
 import numpy as np
 import pytest
-from launching import ENV
+from launching import ENV, SLURM_COMMON
 from nodes import Nodes, can_make_nodes
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -40,13 +40,13 @@ KEEPALIVE = ["--mca", "oob_tcp_keepalive_time", "10", "--mca", "oob_tcp_keepaliv
              "--mca", "oob_tcp_keepalive_probes", "3"]
 
 
-def _mpirun_command(nodes, per_node, data="eth0", control="eth1"):
+def _mpirun_command(nodes, per_node, data="eth0", control="eth1", keepalive=KEEPALIVE):
     """``mpirun`` with ``per_node`` ranks on each of nodes 0 and 1, the ranks' traffic (Open MPI's TCP transport) on the
     ``data`` interface and the launcher's own on ``control``."""
     hosts = ",".join(f"{nodes.address(i, data)}:{per_node}" for i in range(2))
     return ["mpirun", "-np", str(per_node * 2), "-H", hosts, "--bind-to", "none",
             "--mca", "plm_rsh_agent", nodes.agent, "--mca", "btl", "tcp,self",
-            "--mca", "btl_tcp_if_include", data, "--mca", "oob_tcp_if_include", control] + KEEPALIVE
+            "--mca", "btl_tcp_if_include", data, "--mca", "oob_tcp_if_include", control] + keepalive
 
 
 def _mpirun(nodes, per_node, argv, workdir, data="eth0", control="eth1", timeout=600):
@@ -60,6 +60,18 @@ def _weights(workdir, tag, rank):
     out = np.load(os.path.join(workdir, f"{tag}.rank{rank}.npz"), allow_pickle=True)
     return [np.asarray(w, dtype=float) for w in out["weights"]], int(out["size"]), \
         __import__("json").loads(str(out["writes"]))
+
+
+def _assert_equal_to_the_union(workdir):
+    """The 2 ranks' weights (``two``) bitwise equal to each other and to one process's (``one/one``) to float32
+    rounding; rank 0 wrote checkpoints, rank 1 nothing in model_dir."""
+    reference, _, _ = _weights(workdir / "one", "one", 0)
+    ranks = [_weights(workdir, "two", r) for r in range(2)]
+    assert [r[1] for r in ranks] == [2, 2]
+    for a, b, c in zip(ranks[0][0], ranks[1][0], reference):
+        np.testing.assert_array_equal(a, b)
+        np.testing.assert_allclose(a, c, rtol=1e-5, atol=1e-6)
+    assert "Checkpoint.write" in ranks[0][2] and ranks[1][2] == []
 
 
 @pytest.mark.parametrize("data,control", [("eth0", "eth1"), ("eth1", "eth0")])
@@ -84,13 +96,7 @@ def test_two_nodes_equal_one_process_and_the_traffic_takes_the_chosen_interface(
     assert re.search(r"rank 0: host pinn-\w+-n0, local rank 0", out) and \
         re.search(r"rank 1: host pinn-\w+-n1, local rank 0", out), out[-4000:]
     assert "step 8: non-finite loss or gradient (from rank 1); update skipped on all ranks" in out
-    reference, _, _ = _weights(tmp_path / "one", "one", 0)
-    ranks = [_weights(tmp_path, "two", r) for r in range(2)]
-    assert [r[1] for r in ranks] == [2, 2]
-    for a, b, c in zip(ranks[0][0], ranks[1][0], reference):
-        np.testing.assert_array_equal(a, b)
-        np.testing.assert_allclose(a, c, rtol=1e-5, atol=1e-6)
-    assert "Checkpoint.write" in ranks[0][2] and ranks[1][2] == []
+    _assert_equal_to_the_union(tmp_path)
     # rank 1 (node 1) sends its gradients to rank 0 every step on the data interface (measured: 132 kB
     # against 4 kB of the launcher's own on the other)
     assert sent[(1, data)] > 4 * sent[(1, control)], sent
@@ -118,9 +124,10 @@ def test_two_ranks_per_node_get_local_ranks_and_their_share_of_the_files(nodes, 
 
 def test_a_lost_node_ends_the_job_in_bounded_time_and_the_relaunch_resumes(nodes, tmp_path):
     """Node 1 is lost mid-run: its interfaces go down, so nothing more arrives from it and no connection is
-    reset.  mpirun, probing its daemons (:data:`KEEPALIVE`), gives node 1 up and ends the job: the rank that
-    survives says, in one line, where the newest checkpoint is; that checkpoint is whole, and the relaunch
-    on the two nodes (node 1 back, as a fresh allocation) resumes from it.  (Without the probes mpirun
+    reset.  mpirun, probing its daemons (:data:`KEEPALIVE`), gives node 1 up and ends the job, saying so;
+    the surviving rank, where its Python can still run at mpirun's SIGTERM, names the newest checkpoint
+    (not when it is held inside MPI until the SIGKILL: seen once in the full suite); that checkpoint is
+    whole, and the relaunch on the two nodes (node 1 back, as a fresh allocation) resumes from it.  (Without the probes mpirun
     waits eight minutes; the ranks' own ``stall_timeout_s`` ends them sooner, with the same line: seen by
     hand, rank 0 after 23 s of a 20 s timeout.)"""
     import time
@@ -150,13 +157,15 @@ def test_a_lost_node_ends_the_job_in_bounded_time_and_the_relaunch_resumes(nodes
     assert proc.returncode != 0
     assert took < 60, took  # the probes' 16 s and mpirun's ending
     assert "ORTE has lost communication with a remote daemon" in output, output[-4000:]
-    said = re.findall(r"pinn\[rank 0\] WARNING received SIGTERM: stopping after this step with a checkpoint "
-                      r"\(until then the last checkpoint is (\S+)\)", output)
-    assert len(said) == 1, output[-4000:]
     import tensorflow as tf
     latest = tf.train.latest_checkpoint(str(model))
     step = int(latest.rsplit("-", 1)[1])
-    assert step >= 10 and said[0] == latest, (said, latest)
+    assert step >= 10
+    # the survivor's own line, where its Python could still run when mpirun's SIGTERM came (seen alone and
+    # beside another test; in the full suite rank 0 was once held inside MPI until mpirun's SIGKILL)
+    said = re.findall(r"pinn\[rank 0\] WARNING received SIGTERM: stopping after this step with a checkpoint "
+                      r"\(until then the last checkpoint is (\S+)\)", output)
+    assert said in ([], [latest]), (said, latest)
     run, out = _mpirun(nodes, 1, argv + ["--steps", str(step + 5)], tmp_path)
     assert run.returncode == 0, out[-4000:]
     assert f"(step {step})" in out and f"step {step + 5}/{step + 5}" in out, out[-4000:]
@@ -233,27 +242,11 @@ SLURM_CONF = """ClusterName=pinnnodes
 SlurmctldHost={head}({head_address})
 SlurmctldPort={ctld_port}
 SlurmdPort={d_port}
-SlurmUser=root
-SlurmdUser=root
-AuthType=auth/munge
-AuthInfo=socket={tmp}/munge.socket
-StateSaveLocation={tmp}/state
 SlurmdSpoolDir={tmp}/spool-%n
-SlurmctldPidFile={tmp}/slurmctld.pid
 SlurmdPidFile={tmp}/slurmd-%n.pid
-SlurmctldLogFile={tmp}/slurmctld.log
 SlurmdLogFile={tmp}/slurmd-%n.log
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SwitchType=switch/none
-MpiDefault=pmix
-SchedulerType=sched/backfill
-SelectType=select/cons_tres
-SelectTypeParameters=CR_CPU
-ReturnToService=2
-JobAcctGatherType=jobacct_gather/none
 TmpFS={local}
-{nodes}
+""" + SLURM_COMMON + """{nodes}
 PartitionName=debug Nodes={names} Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
 """
 
@@ -361,10 +354,4 @@ def test_sbatch_ranks_on_two_nodes_equal_one_process(nodes, slurm_nodes, tmp_pat
     assert run.returncode == 0, run.stdout + run.stderr + log[-4000:]
     assert re.search(r"rank 1: host pinn-\w+-n1", log), log[-4000:]
     assert "step 6: non-finite loss or gradient (from rank 1)" in log, log[-4000:]
-    reference, _, _ = _weights(tmp_path / "one", "one", 0)
-    ranks = [_weights(tmp_path, "two", r) for r in range(2)]
-    assert [r[1] for r in ranks] == [2, 2]
-    for a, b, c in zip(ranks[0][0], ranks[1][0], reference):
-        np.testing.assert_array_equal(a, b)
-        np.testing.assert_allclose(a, c, rtol=1e-5, atol=1e-6)
-    assert "Checkpoint.write" in ranks[0][2] and ranks[1][2] == []
+    _assert_equal_to_the_union(tmp_path)
