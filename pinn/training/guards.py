@@ -45,9 +45,12 @@ class TrainingPreempted(SystemExit):
 class StopSignals:
     """Context manager: while inside, SIGTERM/SIGUSR1 set :attr:`received` instead of killing the process.
 
-    Handlers can only be installed from the main thread; elsewhere this does
-    nothing (and :attr:`received` stays ``None``).  The previous handlers are
-    put back on exit.
+    The one line that says so (with where the last checkpoint is) is written at once by a thread of
+    its own, woken through :func:`signal.set_wakeup_fd`: Python runs a signal handler only when the
+    main thread next runs Python code, which never comes for a rank held inside a collective whose
+    peer is gone (a lost node) before the launcher's SIGKILL.  Handlers can only be installed from
+    the main thread; elsewhere this does nothing (and :attr:`received` stays ``None``).  The previous
+    handlers and wakeup fd are put back on exit.
 
     Args:
         describe: function returning where the last checkpoint is, said with the signal: a launcher that
@@ -58,27 +61,68 @@ class StopSignals:
         self.received = None
         self.describe = describe
         self._previous = {}
+        self._said = threading.Lock()
+        self._pipe = self._announcer = None
+        self._previous_fd = -1
 
     def _handler(self, signum, frame):
-        name = signal.Signals(signum).name
-        if self.received is None:
+        self._say(signum)
+        self.received = signal.Signals(signum).name
+
+    def _say(self, signum):
+        """Writes the signal's one line, once per run, whichever thread comes first."""
+        if self._said.acquire(blocking=False):
             where = self.describe()
-            log.warning("received %s: stopping after this step with a checkpoint%s", name,
+            log.warning("received %s: stopping after this step with a checkpoint%s", signal.Signals(signum).name,
                         f" (until then {where})" if where else "")
-        self.received = name
+            for handler in log.handlers:
+                handler.flush()
+
+    def _announce(self, read_end):
+        """The announcer thread: one byte per signal from the wakeup fd (0 from :meth:`__exit__` ends it)."""
+        stops = {int(getattr(signal, name)) for name in STOP_SIGNALS if hasattr(signal, name)}
+        while True:
+            try:
+                got = os.read(read_end, 1)
+            except InterruptedError:
+                continue
+            if not got or got[0] == 0:
+                return
+            if got[0] in stops:
+                self._say(got[0])
 
     def __enter__(self):
-        if threading.current_thread() is threading.main_thread():
-            for name in STOP_SIGNALS:
-                sig = getattr(signal, name, None)
-                if sig is not None:
-                    self._previous[sig] = signal.signal(sig, self._handler)
+        if threading.current_thread() is not threading.main_thread():
+            return self
+        for name in STOP_SIGNALS:
+            sig = getattr(signal, name, None)
+            if sig is not None:
+                self._previous[sig] = signal.signal(sig, self._handler)
+        read_end, write_end = os.pipe()
+        os.set_blocking(write_end, False)
+        try:
+            self._previous_fd = signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+        except ValueError:  # not the main interpreter
+            os.close(read_end), os.close(write_end)
+            return self
+        self._pipe = (read_end, write_end)
+        self._announcer = threading.Thread(target=self._announce, args=(read_end,), name="pinn-stop-signals",
+                                           daemon=True)
+        self._announcer.start()
         return self
 
     def __exit__(self, *exc):
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
         self._previous = {}
+        if self._pipe:
+            signal.set_wakeup_fd(self._previous_fd)
+            read_end, write_end = self._pipe
+            os.set_blocking(write_end, True)
+            os.write(write_end, b"\0")
+            self._announcer.join(timeout=5)
+            os.close(read_end), os.close(write_end)
+            self._pipe = self._announcer = None
         return False
 
 

@@ -253,6 +253,36 @@ def test_the_watchdog_ends_a_stalled_process():
     assert "no training step finished in" in run.stderr and "the last checkpoint is X" in run.stderr
 
 
+def test_a_stop_signal_is_said_even_while_the_main_thread_is_held_in_an_op():
+    """A rank held inside an op that never returns (a collective whose peer's node is gone) cannot run
+    Python's signal handler before the launcher's SIGKILL; the line naming the last checkpoint comes
+    from StopSignals' own thread at once, and only once for two signals."""
+    import subprocess
+    import sys
+    import time
+    code = ("import sys, tensorflow as tf\n"
+            "from pinn.runtime.logs import setup_logging\n"
+            "from pinn.training.guards import StopSignals\n"
+            "setup_logging()\n"
+            "queue = tf.queue.FIFOQueue(1, tf.float32)\n"
+            "with StopSignals(lambda: 'the last checkpoint is X'):\n"
+            "    print('held', flush=True)\n"
+            "    queue.dequeue()\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline() == "held\n"
+        time.sleep(1)
+        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(signal.SIGUSR1)
+        time.sleep(3)
+        assert proc.poll() is None  # still held: the handler itself cannot have run
+    finally:
+        proc.kill()
+    err = proc.communicate()[1]
+    assert err.count("received SIG") == 1, err
+    assert "received SIGTERM: stopping after this step with a checkpoint (until then the last checkpoint is X)" in err
+
+
 def test_scaling_line():
     from pinn.training.progress import scaling_line
     figures = np.array([[512.0, 0.12], [498.0, 0.14]])
