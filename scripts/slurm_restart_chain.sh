@@ -9,6 +9,11 @@
 # script then submits itself again with the same arguments (plus PINN_SBATCH_ARGS, for
 # options given on the first sbatch command line), and the next job resumes from the
 # checkpoint. PINN_MAX_CHAIN (default 20) bounds the number of jobs.
+#
+# A node lost mid-run: Slurm ends the job (NODE_FAIL, once the node has not answered for the
+# site's SlurmdTimeout) and, the job being requeueable (--requeue), queues it again; it starts
+# afresh with the same arguments on the next allocation and resumes from the newest checkpoint.
+# The output file is appended to (--open-mode=append), so the lost run's lines stay.
 #SBATCH --job-name=pinn-chain
 #SBATCH --nodes=1
 #SBATCH --ntasks-per-node=4
@@ -17,6 +22,8 @@
 #SBATCH --time=04:00:00
 #SBATCH --signal=USR1@300
 #SBATCH --output=pinn-%j.out
+#SBATCH --requeue
+#SBATCH --open-mode=append
 
 # the modules of your cluster's Python stack (docs/cluster.md), e.g. a Python 3.11 with TensorFlow 2.15 and
 # Horovod, or a Python 3.12 and an MPI; none by default (PINN_MODULES="" loads none either)
@@ -29,7 +36,8 @@ here=${SLURM_SUBMIT_DIR:-$(pwd)}
 # shellcheck source=scripts/pinn_env.sh
 . "$here/scripts/pinn_env.sh"
 
-echo "pinn: restart chain, job $PINN_CHAIN_INDEX of at most $PINN_MAX_CHAIN" >&2
+echo "pinn: restart chain, job $PINN_CHAIN_INDEX of at most $PINN_MAX_CHAIN${SLURM_RESTART_COUNT:+, requeued by Slurm \
+after a failure (restart $SLURM_RESTART_COUNT)}" >&2
 pinn_train "$@"
 status=$?
 if [ "$status" -eq 75 ]; then

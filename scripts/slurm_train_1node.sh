@@ -14,6 +14,7 @@
 #SBATCH --time=24:00:00
 #SBATCH --signal=USR1@300
 #SBATCH --output=pinn-%j.out
+#SBATCH --open-mode=append
 
 # --- environment: modules (skipped where there is no `module` command) ------------------
 # the modules of your cluster's Python stack (docs/cluster.md), e.g. a Python 3.11 with TensorFlow 2.15 and

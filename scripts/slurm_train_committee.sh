@@ -19,6 +19,7 @@
 #SBATCH --time=24:00:00
 #SBATCH --signal=USR1@300
 #SBATCH --output=pinn-%A_%a.out
+#SBATCH --open-mode=append
 
 # --- environment: modules (skipped where there is no `module` command) ------------------
 PINN_MODULES=${PINN_MODULES-}

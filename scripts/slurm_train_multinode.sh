@@ -14,6 +14,7 @@
 #SBATCH --time=24:00:00
 #SBATCH --signal=USR1@300
 #SBATCH --output=pinn-%j.out
+#SBATCH --open-mode=append
 
 # the modules of your cluster's Python stack (docs/cluster.md), e.g. a Python 3.11 with TensorFlow 2.15 and
 # Horovod, or a Python 3.12 and an MPI; none by default (PINN_MODULES="" loads none either)
