@@ -3,13 +3,14 @@
 # Two pytest-xdist workers, a test file each at a time (the launch tests first, tests/conftest.py);
 # extra arguments go to pytest, e.g.  ./run_tests.sh -k physics   or   ./run_tests.sh -n 0  (one process)
 # or   ./run_tests.sh tests/networks tests/application/test_cli.py   (those folders and files instead of all
-# of tests/)
+# of tests/). The multi-node tests (emulated nodes: root, about 5 minutes) run only when named:
+#   ./run_tests.sh tests/parallel/test_multinode.py     (.ci/run runs them as a leg of their own)
 set -euo pipefail
 cd "$(dirname "$0")"
 . tools/env.sh
 export TF_CPP_MIN_LOG_LEVEL=${TF_CPP_MIN_LOG_LEVEL:-2}
-# the whole tests/ folder unless the arguments name test files or folders
-targets=(tests)
+# the whole tests/ folder but the multi-node tests, unless the arguments name test files or folders
+targets=(tests --ignore=tests/parallel/test_multinode.py)
 for arg in "$@"; do
   case "$arg" in tests|tests/*) targets=() ;; esac
 done
