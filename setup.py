@@ -20,7 +20,7 @@ def tensorflow(package):
 
 setup(
     name="pinn",
-    version="0.28.0",
+    version="0.29.0",
     description="PiNN-style neural-network interatomic potentials for QM/MM data, "
                 "trained on many GPUs with Horovod",
     long_description=open("README.md").read() if __import__("os").path.exists("README.md") else "",

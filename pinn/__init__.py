@@ -3,7 +3,7 @@
 Main entry points: :mod:`pinn.io` (data), :func:`pinn.models.potential_model`
 (training), :func:`pinn.get_calc` (ASE calculator).
 """
-__version__ = "0.28.0"
+__version__ = "0.29.0"
 
 from pinn import moved
 from pinn.runtime import use_pooled_cpu_allocator

@@ -86,18 +86,16 @@ class KalmanFilter(tf.Module):
         super().__init__(name=name)
         self.kind = mp["optimizer"]
         n = weight_count(variables)
-        size = 8.0 * n * n
-        limit = mp["ekf_max_memory_gb"] * 1e9
+        size, limit = 8.0 * n * n, mp["ekf_max_memory_gb"] * 1e9
         if size > limit:
             raise ParamsError(f"model.params.optimizer: the {KALMAN_NAMES[self.kind]} keeps a {n} × {n} matrix P for the "
                               f"{n} weights of this network, {size / 1e9:.3g} GB in float64 (about 3 times that at "
                               f"the peak of an update, and 2 copies more for loss_jump_factor), above model.params.ekf_max_memory_gb {mp['ekf_max_memory_gb']:g}"
                               "; use a smaller network, optimizer: adam, or raise ekf_max_memory_gb")
         self.n = n
-        self.epsilon = float(mp["ekf_epsilon"])
-        self.max_rate = mp["ekf_max_learning_rate"]
+        self.epsilon, self.max_rate = float(mp["ekf_epsilon"]), mp["ekf_max_learning_rate"]
         self.q_0, self.q_min, self.q_tau = float(mp["ekf_q_0"]), float(mp["ekf_q_min"]), float(mp["ekf_q_tau"])
-        self.solve_dtype = tf.as_dtype(mp["ekf_solve_dtype"])
+        self.solve_dtype, self.jacobian_rows = tf.as_dtype(mp["ekf_solve_dtype"]), mp["ekf_jacobian_rows"]
         self.max_norm = mp["max_grad_norm"]
         self.P = tf.Variable(tf.eye(n, dtype=tf.float64) * self.epsilon, trainable=False, name="P")
         # frozen weights (model.params.freeze): their Jacobian columns and their steps are zero
@@ -220,7 +218,7 @@ class KalmanSteps:
         self.n = self.filter.n
         self.coefficients = np.random.RandomState(7).uniform(0.5, 1.5, self.n)
         if steps.kalman_local is None:  # traced once per StepFunctions (the train() calls of one input spec)
-            steps.kalman_local = _local_function(steps, self.filter.kind)
+            steps.kalman_local = _local_function(steps, self.filter.kind, self.filter.jacobian_rows)
         self.local = steps.kalman_local
         self.batches = None  # the step's batches, taken by start()
         self.counts = None  # all ranks' loss counts of them
@@ -345,10 +343,11 @@ class KalmanSteps:
         return summed[:-2 * size]
 
 
-def _local_function(steps, kind):
+def _local_function(steps, kind, jacobian_rows=None):
     """The traced function ``(part, global_counts, group) -> (payload, stats)`` of one sparse batch.
 
-    ``group`` [terms] is 1 for the loss terms whose errors enter the payload, 0 for the others.
+    ``group`` [terms] is 1 for the loss terms whose errors enter the payload, 0 for the others.  EKF: H's rows
+    come ``jacobian_rows`` at a time from a loop of backward passes (None: all from one vectorized pass).
     ``payload``: EKF: [m_r · (n + 1)] float64, the rows [e | ∂e/∂w] of the batch's errors with a
     weight (each × √weight); gEKF: [2n + 1] float64, ∇Σ|e|, ∇Σe² and m_r.  ``stats``: the step
     statistics of :class:`~pinn.training.steps.StepFunctions` (the loss of all terms normalised by
@@ -375,7 +374,8 @@ def _local_function(steps, kind):
             if kind == "gekf":
                 l1, l2 = tf.reduce_sum(tf.abs(e)), tf.reduce_sum(e ** 2)
         if kind == "ekf":
-            jac = tape.jacobian(e, variables, unconnected_gradients=tf.UnconnectedGradients.ZERO)
+            jac = tape.jacobian(e, variables, unconnected_gradients=tf.UnconnectedGradients.ZERO,
+                                parallel_iterations=jacobian_rows, experimental_use_pfor=jacobian_rows is None)
             m = tf.shape(e)[0]
             H = tf.concat([tf.reshape(tf.cast(j, tf.float64), [m, -1]) for j in jac], 1)
             payload = tf.reshape(tf.concat([tf.cast(e, tf.float64)[:, None], H], 1), [-1])

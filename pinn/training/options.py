@@ -84,6 +84,10 @@ TRAINING_PARAMS = {
     "ekf_solve_dtype": Option(str, "float64", "ekf / gekf: dtype of the linear solve (ekf) or the division (gekf); "
                               "P and the rest are float64 (upstream's inv_dtype / div_dtype)",
                               choices=("float64", "float32")),
+    "ekf_jacobian_rows": Option((int, None), 64, "ekf: rows of the Jacobian H = ∂e/∂w computed at once, one "
+                                "backward pass each, in a loop (memory of that many passes); None: all the batch's "
+                                "errors in one vectorized pass (memory grows with the errors; measured on the "
+                                "training page)", check=positive),
     "ekf_max_memory_gb": Option(float, 4.0, "ekf / gekf: refuse a network whose P (n × n float64) takes more than "
                                 "this many GB (an update needs about 3 times P at its peak)", check=positive),
     "accumulate_batches": Option(int, 1, "batches per step: their gradients are summed (one allreduce in a "
@@ -143,7 +147,7 @@ TRAINING_PARAMS = {
 
 #: model.params keys of the Kalman filters (refused with Adam unless at their defaults)
 KALMAN_KEYS = ("ekf_max_learning_rate", "ekf_epsilon", "ekf_q_0", "ekf_q_min", "ekf_q_tau", "ekf_solve_dtype",
-               "ekf_max_memory_gb")
+               "ekf_max_memory_gb", "ekf_jacobian_rows")
 KALMAN_NAMES = {"ekf": "EKF", "gekf": "gEKF"}
 
 
@@ -152,7 +156,8 @@ def check(params):
     of resolved ``params``; :func:`pinn.params.resolve` calls it once).
 
     Raises:
-        ParamsError: naming the key: ``separate_errors`` or an ``ekf_*`` key with Adam; ``use_l2``,
+        ParamsError: naming the key: ``separate_errors`` or an ``ekf_*`` key with Adam, ``ekf_jacobian_rows``
+            with gEKF; ``use_l2``,
             ``loss_type`` other than mse, ``engine: numba``, ``jit: true`` or, in a parallel run,
             ``parallel_params.compression`` with EKF / gEKF; ``jit: true`` for a model or network
             that XLA cannot compile; with ``parallel_params.backend: mirrored``, what one process on
@@ -179,6 +184,9 @@ def _check_optimizer(params):
                                   "optimizer is adam")
         return
     name = KALMAN_NAMES[kind]
+    if kind == "gekf" and mp["ekf_jacobian_rows"] != TRAINING_PARAMS["ekf_jacobian_rows"].default:
+        raise ParamsError("model.params.ekf_jacobian_rows: how the EKF computes its Jacobian; the gEKF takes two "
+                          "gradients, no Jacobian (leave it out, or use optimizer: ekf)")
     if params["precision"].startswith("mixed"):
         raise ParamsError(f"precision: {params['precision']!r}; the {name} solves with the Jacobian of every error, "
                           "which low precision does not carry: train it in float32 or float64")

@@ -130,12 +130,25 @@ def _rows(model, batch, terms, multipliers):
 MULTIPLIERS = {"energy": 1.0, "forces": 4.0, "stress": 9.0}  # kalman_ranks.params
 
 
-@pytest.mark.parametrize("optimizer", ["ekf", "gekf"])
-def test_one_step_of_a_model_is_the_update_of_its_errors(optimizer, tmp_path):
+def _jacobian_loops(model):
+    """The ``parallel_iterations`` of the while loops in the traced EKF/gEKF function of ``model``'s step, and
+    whether it holds pfor's vectorized ops."""
+    graph = model.step_functions.kalman_local.get_concrete_function().graph
+    ops = graph.get_operations()
+    loops = [op.get_attr("parallel_iterations") for op in ops if op.type in ("While", "StatelessWhile")]
+    return loops, any("pfor" in op.name for op in ops)
+
+
+@pytest.mark.parametrize("optimizer,rows", [("ekf", 64), ("ekf", None), ("ekf", 3), ("gekf", 64)])
+def test_one_step_of_a_model_is_the_update_of_its_errors(optimizer, rows, tmp_path):
     """EKF on a tiny PiNet, gEKF on LJ (energies, forces, stress; float64): one training step equals the NumPy update from the
-    errors and the Jacobian computed here (multipliers weighing each error by their square root)."""
+    errors and the Jacobian computed here (multipliers weighing each error by their square root); the EKF's
+    Jacobian alike whether its rows come ``ekf_jacobian_rows`` at a time from a loop or all from one
+    vectorized pass (None)."""
     params = kalman_ranks.params(tmp_path / "m", optimizer, False)
     params["model"]["params"].update(ema_decay=None, max_grad_norm=None, separate_errors=False)
+    if rows != 64:
+        params["model"]["params"]["ekf_jacobian_rows"] = rows
     model = potential_model(params)
     assert f"gradients by TensorFlow, since model.params.optimizer '{optimizer}'" in _log(tmp_path / "m")
     source = kalman_ranks.train_input(0, 1)
@@ -151,6 +164,9 @@ def test_one_step_of_a_model_is_the_update_of_its_errors(optimizer, tmp_path):
         w_ref, P_ref = _gekf(w0, P0, H.T @ np.sign(e) / len(e), 2 * H.T @ e / len(e), rate, 0.0)
     w1 = _flat(model.model.trainable_variables)
     assert np.abs(w1 - w0).max() > 1e-3
+    if optimizer == "ekf":  # the setting reaches TensorFlow: a loop of that many rows at once, or pfor
+        assert _jacobian_loops(model) == (([] if rows is None else [rows]), rows is None)
+        assert len(e) > 3 * 3  # more rows than 3 loops of 3
     np.testing.assert_allclose(w1, w_ref, rtol=1e-8, atol=1e-10)
     np.testing.assert_allclose(model.kalman.P.numpy(), P_ref, rtol=1e-8, atol=1e-10)
     if optimizer == "ekf":  # the sign of the step: the errors as the update saw them (linear in w) are lowered
@@ -252,6 +268,9 @@ def test_inference_reads_nothing_of_the_filter(tmp_path):
     ({"optimizer": "gekf", "loss_type": "huber"}, r"model\.params\.loss_type: 'huber'; the gEKF"),
     ({"engine": "numba"}, r"model\.params\.engine: 'numba' computes Adam's gradients; the EKF"),
     ({"jit": True}, r"model\.params\.jit: the EKF's step is not XLA-compiled"),
+    ({"optimizer": "gekf", "ekf_jacobian_rows": 8}, r"model\.params\.ekf_jacobian_rows: how the EKF computes its "
+                                                   r"Jacobian; the gEKF takes two gradients, no Jacobian"),
+    ({"ekf_jacobian_rows": 0}, r"model\.params\.ekf_jacobian_rows"),
     ({"ekf_max_memory_gb": 1e-6}, r"model\.params\.optimizer: the EKF keeps a (\d+) × \1 matrix P for the \1 "
                                   r"weights of this network, 0\.000\d+ GB in float64 .* above model\.params\."
                                   r"ekf_max_memory_gb 1e-06"),
