@@ -420,7 +420,6 @@ def test_a_node_lost_under_slurm_requeues_the_chain_which_resumes(nodes, slurm_n
     text = log.read_text()
     assert _job_state(env, nodes, job)[0] == "COMPLETED", text[-4000:]
     assert took < 60, took
-    print(text[-3000:])
     assert re.findall(r"pinn\[rank 0\] WARNING received SIGTERM: stopping after this step with a checkpoint "
                       r"\(until then the last checkpoint is (\S+)\)", text) == [latest], text[-4000:]
     assert "pinn: restart chain, job 1 of at most 20, requeued by Slurm after a failure (restart 1)" in text
