@@ -78,9 +78,9 @@ class StopSignals:
             for handler in log.handlers:
                 handler.flush()
 
-    def _announce(self, read_end):
-        """The announcer thread: one byte per signal from the wakeup fd (0 from :meth:`__exit__` ends it)."""
-        stops = {int(getattr(signal, name)) for name in STOP_SIGNALS if hasattr(signal, name)}
+    def _announce(self, read_end, stops):
+        """The announcer thread: one byte per signal from the wakeup fd (0 from :meth:`__exit__` ends it);
+        ``stops``: the numbers of the signals handled here."""
         while True:
             try:
                 got = os.read(read_end, 1)
@@ -106,7 +106,8 @@ class StopSignals:
             os.close(read_end), os.close(write_end)
             return self
         self._pipe = (read_end, write_end)
-        self._announcer = threading.Thread(target=self._announce, args=(read_end,), name="pinn-stop-signals",
+        stops = {int(sig) for sig in self._previous}
+        self._announcer = threading.Thread(target=self._announce, args=(read_end, stops), name="pinn-stop-signals",
                                            daemon=True)
         self._announcer.start()
         return self

@@ -17,6 +17,7 @@ from nodes import Nodes, can_make_nodes
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "parallel_train.py")
+ROOT = os.path.dirname(os.path.dirname(HERE))
 pytestmark = pytest.mark.hpc
 NAN_STEPS = ["--nan-steps", "7"]
 
@@ -110,7 +111,7 @@ def test_two_ranks_per_node_get_local_ranks_and_their_share_of_the_files(nodes, 
     from pinn.demo import make_mimic_demo
     data = tmp_path / "mimic"
     make_mimic_demo(str(data), n_runs=4, n_frames=20)
-    script = os.path.join(os.path.dirname(os.path.dirname(HERE)), "inputs", "train_mimic_parallel.py")
+    script = os.path.join(ROOT, "inputs", "train_mimic_parallel.py")
     run, out = _mpirun(nodes, 2, [sys.executable, script, str(data), str(tmp_path / "model"), "12"], tmp_path)
     assert run.returncode == 0, out[-4000:]
     threads = max(1, (len(os.sched_getaffinity(0)) // 2))
@@ -299,6 +300,19 @@ def slurm_nodes(nodes, tmp_path_factory):
             pass
 
 
+def _sbatch(nodes, env, tmp_path, script, *args, wait=True):
+    """``sbatch -N 2 --ntasks-per-node=1 scripts/SCRIPT ARGS`` from node 0 (the GPU lines overridden for these
+    CPU nodes), the output in ``tmp_path/job-ID.out``.  Returns ``(the finished sbatch, the job id, that
+    output file)``; with ``wait`` sbatch returns when the job has ended."""
+    command = ["sbatch", "--parsable", *(["--wait"] if wait else []), "-N", "2", "--ntasks-per-node=1",
+               "--cpus-per-task=1", "--gres=none", "--time=20", f"--output={tmp_path / 'job-%j.out'}",
+               os.path.join(ROOT, "scripts", script), *args]
+    run = subprocess.run(nodes.command(0, command), env=env, cwd=ROOT, capture_output=True, text=True,
+                         timeout=600 if wait else 60)
+    job = run.stdout.strip().split(";")[0]
+    return run, job, tmp_path / f"job-{job}.out"
+
+
 def test_sbatch_of_the_multinode_job_script_runs_on_two_nodes(nodes, slurm_nodes, tmp_path):
     """``sbatch -N 2 --ntasks-per-node=1 scripts/slurm_train_multinode.sh`` (its GPU lines overridden on the
     command line for CPU nodes) runs the MiMiC input script with ``srun --mpi=pmix`` across the two
@@ -309,16 +323,11 @@ def test_sbatch_of_the_multinode_job_script_runs_on_two_nodes(nodes, slurm_nodes
     from pinn.demo import make_mimic_demo
     data = tmp_path / "mimic"
     make_mimic_demo(str(data), n_runs=4, n_frames=20)
-    root = os.path.dirname(os.path.dirname(HERE))
-    out = tmp_path / "job-%j.out"
-    sbatch = ["sbatch", "--parsable", "--wait", "-N", "2", "--ntasks-per-node=1", "--cpus-per-task=1", "--gres=none",
-              "--time=20", f"--output={out}", os.path.join(root, "scripts", "slurm_train_multinode.sh"),
-              os.path.join(root, "inputs", "train_mimic_parallel.py"), str(data), str(tmp_path / "model"), "12"]
     staging = dict(env, PINN_STAGE_DIR=str(data), TMPDIR=nodes.local)
-    run = subprocess.run(nodes.command(0, sbatch), env=staging, cwd=root, capture_output=True, text=True,
-                         timeout=600)
-    job = run.stdout.strip().split(";")[0]
-    log = (tmp_path / f"job-{job}.out").read_text() if job.isdigit() else ""
+    run, job, out = _sbatch(nodes, staging, tmp_path, "slurm_train_multinode.sh",
+                            os.path.join(ROOT, "inputs", "train_mimic_parallel.py"), str(data), str(tmp_path / "model"),
+                            "12")
+    log = out.read_text() if job.isdigit() else ""
     assert run.returncode == 0, run.stdout + run.stderr + log[-4000:]
     assert f"pinn: staged {data} to {nodes.local}/pinn-stage on 2 node(s)" in log, log[-4000:]
     assert "pinn: 1 argument(s) of the input script now name the copy" in log
@@ -346,14 +355,9 @@ def test_sbatch_ranks_on_two_nodes_equal_one_process(nodes, slurm_nodes, tmp_pat
     one = subprocess.run([sys.executable, SCRIPT, str(tmp_path / "one"), "one", "--lr", "2e-3", "--decay-step", "10",
                           *common], env=ENV, capture_output=True, text=True, timeout=600)
     assert one.returncode == 0, (one.stdout + one.stderr)[-4000:]
-    root = os.path.dirname(os.path.dirname(HERE))
-    out = tmp_path / "job-%j.out"
-    sbatch = ["sbatch", "--parsable", "--wait", "-N", "2", "--ntasks-per-node=1", "--cpus-per-task=1", "--gres=none",
-              "--time=20", f"--output={out}", os.path.join(root, "scripts", "slurm_train_multinode.sh"), SCRIPT,
-              str(tmp_path), "two", "--backend", "mpi", "--lr", "1e-3", "--decay-step", "20", *common]
-    run = subprocess.run(nodes.command(0, sbatch), env=env, cwd=root, capture_output=True, text=True, timeout=600)
-    job = run.stdout.strip().split(";")[0]
-    log = (tmp_path / f"job-{job}.out").read_text() if job.isdigit() else ""
+    run, job, out = _sbatch(nodes, env, tmp_path, "slurm_train_multinode.sh", SCRIPT, str(tmp_path), "two",
+                            "--backend", "mpi", "--lr", "1e-3", "--decay-step", "20", *common)
+    log = out.read_text() if job.isdigit() else ""
     assert run.returncode == 0, run.stdout + run.stderr + log[-4000:]
     assert "parallel training on 2 rank(s): MPI through mpi4py" in log, log[-4000:]
     assert re.search(r"rank 1: host pinn-\w+-n1", log), log[-4000:]
@@ -378,16 +382,10 @@ def test_a_node_lost_under_slurm_requeues_the_chain_which_resumes(nodes, slurm_n
     import time
     from launching import wait_for
     env, logs = slurm_nodes
-    root = os.path.dirname(os.path.dirname(HERE))
     model = tmp_path / "model"
-    out = tmp_path / "job-%j.out"
-    sbatch = ["sbatch", "--parsable", "-N", "2", "--ntasks-per-node=1", "--cpus-per-task=1", "--gres=none",
-              "--time=20", f"--output={out}", os.path.join(root, "scripts", "slurm_restart_chain.sh"), SCRIPT,
-              str(tmp_path), "chain", "--backend", "mpi", "--jit", "off", "--save-every", "5", "--steps", "200"]
-    run = subprocess.run(nodes.command(0, sbatch), env=env, cwd=root, capture_output=True, text=True, timeout=60)
-    job = run.stdout.strip().split(";")[0]
+    run, job, log = _sbatch(nodes, env, tmp_path, "slurm_restart_chain.sh", SCRIPT, str(tmp_path), "chain",
+                            "--backend", "mpi", "--jit", "off", "--save-every", "5", "--steps", "200", wait=False)
     assert run.returncode == 0 and job.isdigit(), run.stdout + run.stderr
-    log = tmp_path / f"job-{job}.out"
     train_log = model / "train.log"
     try:
         wait_for(lambda: train_log.exists() and "ckpt-10\n" in train_log.read_text()
