@@ -1,29 +1,31 @@
 """One writer per model directory: the lock file a run creates before it writes anything there.
 
 The lock is ``model_dir/.pinn.lock`` (:data:`LOCK_NAME`), a small JSON record of its holder: host,
-pid, the process's start time (``/proc/PID/stat``) and the host's boot id, when the lock was taken,
-the command line, a random token and the directory's device and inode numbers.  It is created with
-``O_CREAT | O_EXCL``, which succeeds for one process only, also on NFS (v3 and later) and the
-cluster file systems; ``fcntl``/``flock`` locks are not used (NFS clients drop or fake them).  While
-it is held, a thread of the holder touches the file every :data:`HEARTBEAT_S` seconds.
+pid, the process's start time (``/proc/PID/stat``), the host's boot id and pid namespace, when the
+lock was taken, the command line, a random token and the directory's device and inode numbers.  It
+is created with ``O_CREAT | O_EXCL``, which succeeds for one process only, also on NFS (v3 and
+later) and the cluster file systems; ``fcntl``/``flock`` locks are not used (NFS clients drop or
+fake them).  While it is held, a thread of the holder touches the file every :data:`HEARTBEAT_S`
+seconds.
 
 A lock found in place is the live holder's, and refused with :class:`ModelDirLocked` (one line
 naming host, pid, start and command), unless it is stale:
 
-- it names this host (and this boot of it), and the process is gone: no such pid, or a pid whose
-  start time differs from the one recorded (reused);
-- it names another host, or an earlier boot of this one, and was last touched more than
+- it names this host (this boot of it, this pid namespace), and the process is gone: no such pid,
+  or a pid whose start time differs from the one recorded (reused);
+- it names another host (or boot, or a container's pid namespace), and was last touched more than
   :data:`STALE_AFTER_S` seconds ago (no heartbeat: the node is lost or was rebooted);
 - it names this host and another directory (device and inode): copied along with the directory
-  (``cp -r``); other hosts may number a shared directory otherwise, so there only the heartbeat counts;
+  (``cp -r``); other hosts may number a shared directory otherwise, so there only the heartbeat
+  counts;
 - it is unreadable (a crash between creating and writing it) and older than :data:`TORN_AFTER_S`.
 
-A stale lock is taken over and the taking over said in one line (:attr:`DirLock.note`); a copied one
-is replaced without a word.  Two
-processes taking over one stale lock at once are serialised by a second file created the same
-way (``.pinn.lock.takeover``).  The locks of one process are counted: a second lock of a directory
-this process holds shares the first, and the file goes when the last is released.  A directory
-this process may not write (read-only) is not locked (nothing can be written there either).
+A stale lock is taken over and the taking over said in one line (:attr:`DirLock.note`); a copied
+one is replaced without a word.  Two processes taking over one stale lock at once are serialised by
+a second file created the same way (``.pinn.lock.takeover``).  The locks of one process are
+counted: a second lock of a directory this process holds shares the first, and the file goes when
+the last is released.  A directory this process may not write (read-only) is not locked (nothing
+can be written there either).
 """
 import datetime
 import errno
@@ -220,8 +222,11 @@ def _create(path, record):
     try:
         os.write(fd, json.dumps(record).encode())
         os.fsync(fd)
-    finally:
+    except BaseException:
         os.close(fd)
+        os.unlink(path)  # an empty lock (a full disk) would stop the next run for TORN_AFTER_S
+        raise
+    os.close(fd)
     return True
 
 
@@ -261,7 +266,7 @@ def _stale_reason(holder, mtime, dir_id, stale_after_s):
     age = time.time() - mtime
     if holder is None:
         return f"last touched {age:.0f} s ago" if age > TORN_AFTER_S else None
-    if holder.get("host") == socket.gethostname() and holder.get("boot_id") == _boot_id():
+    if all(holder.get(key) == value for key, value in _here().items()):
         if holder.get("dir_id") != list(dir_id):
             return _COPIED
         if holder.get("pid") == os.getpid() and holder.get("process_start") == _process_start(os.getpid()):
@@ -306,9 +311,15 @@ def _describe(holder):
 # ---------------------------------------------------------------------------- this process
 def _record(folder):
     """The lock's JSON record of this process for directory ``folder``."""
-    return {"host": socket.gethostname(), "pid": os.getpid(), "process_start": _process_start(os.getpid()),
-            "boot_id": _boot_id(), "started": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+    return {**_here(), "pid": os.getpid(), "process_start": _process_start(os.getpid()),
+            "started": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
             "command": _command(), "token": uuid.uuid4().hex, "dir_id": _dir_id(folder)}
+
+
+def _here():
+    """Where this process's pids mean something: host name, boot id and pid namespace (containers on one
+    host may share its name and boot, not their pids)."""
+    return {"host": socket.gethostname(), "boot_id": _boot_id(), "pid_ns": _proc_text("/proc/self/ns/pid", link=True)}
 
 
 def _dir_id(folder):
@@ -338,8 +349,15 @@ def _process_start(pid):
 
 def _boot_id():
     """This host's boot id (Linux), or ``None``."""
+    return _proc_text("/proc/sys/kernel/random/boot_id")
+
+
+def _proc_text(path, link=False):
+    """The text of a /proc file (or the target of a /proc link), or ``None`` where there is none."""
     try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
+        if link:
+            return os.readlink(path)
+        with open(path) as f:
             return f.read().strip()
     except OSError:
         return None
