@@ -9,6 +9,8 @@ import sys
 
 import numpy as np
 
+from pinn.files.lock import release_all
+
 log = logging.getLogger("pinn")
 
 
@@ -91,6 +93,7 @@ def exit_after_uncaught_exceptions():
     def excepthook(kind, value, traceback):
         try:
             previous(kind, value, traceback)
+            release_all()  # the model directory's lock: os._exit skips atexit
             logging.shutdown()  # train.log and the stderr handler flushed
             sys.stdout.flush()
             sys.stderr.flush()

@@ -88,28 +88,19 @@ class CheckpointStore:
         """The folder holding the best checkpoint (``best``, or what a crash in its replacement left)."""
         return existing_dir(os.path.join(self.model_dir, BEST_DIR))
 
-    def check_and_write_params(self, params):
-        """Refuse a model directory that holds another network; write ``params.yml`` (rank 0) unless it
-        holds these params already.
-
-        A ``params.yml`` that cannot be read is replaced by the given params, with a warning.
-
-        Raises:
-            ValueError: ``params.yml`` of the directory has another network.
-        """
+    def write_params(self, params):
+        """Write ``params.yml`` (rank 0) unless it holds these params already (a model loaded for inference, a
+        read-only folder).  The run's claim has compared them with the stored ones before
+        (:func:`pinn.training.claim.check_stored_params`); this comes after the restore, so that a refused run
+        leaves the file as it was."""
         path = os.path.join(self.model_dir, "params.yml")
         if os.path.exists(path):
             try:
                 stored = read_params(self.model_dir)
-            except (ParamsError, ValueError) as err:
-                log.warning("%s is damaged (%s); writing it again from the given params", path,
-                            str(err).splitlines()[0])
-            else:
-                if stored["network"] != params["network"]:
-                    raise ValueError(f"{path}: the network in model_dir differs from the given params; "
-                                     f"use another model_dir or the stored params")
-                if _without_dir(stored) == _without_dir(params):
-                    return  # as stored: nothing to write (a model loaded for inference, a read-only folder)
+            except (ParamsError, ValueError):
+                stored = None  # damaged: said by the claim
+            if stored is not None and _without_dir(stored) == _without_dir(params):
+                return
         with stop_when_disk_full(path, kept=self.latest):
             write_params(params, self.model_dir)
 

@@ -19,6 +19,8 @@ import signal
 import threading
 import time
 
+from pinn.files.lock import release_all
+
 log = logging.getLogger("pinn")
 
 #: exit status of a run stopped by SIGTERM/SIGUSR1 after writing its checkpoint
@@ -155,6 +157,7 @@ class Watchdog:
                           "died or hangs; ending this process. %s", idle, self.timeout_s, self.describe())
                 for handler in log.handlers:
                     handler.flush()
+                release_all()  # the model directory's lock: os._exit skips atexit
                 os._exit(STALLED_EXIT_CODE)
 
     def __enter__(self):

@@ -80,14 +80,13 @@ class TrainingState:
         return {"kalman": self.kalman} if self.kalman is not None else {"optimizer": self.optimizer}
 
     def restore_on_chief(self, which, params):
-        """Check the stored params and restore checkpoint ``which`` on rank 0 (or, for a fresh run with
-        ``init_model``, that directory's weights: :mod:`pinn.training.warm_start`), then broadcast; a
+        """Restore checkpoint ``which`` on rank 0 (or, for a fresh run with ``init_model``, that directory's
+        weights: :mod:`pinn.training.warm_start`) and write ``params.yml`` once that succeeded, then broadcast; a
         failure on rank 0 raises on every rank (no hang).  Returns the run's own checkpoint's path, or
         ``None``."""
         error, path = None, None
         if self.world.is_chief:
             try:
-                self.store.check_and_write_params(params)
                 path = self.store.restore(which)
                 if path is None and self.mp["init_model"]:
                     warm_start(self.mp["init_model"], self.mp["init_checkpoint"], params, self.model, self.ema,
@@ -103,6 +102,7 @@ class TrainingState:
                         log.info("%s holds no weight average (trained without ema_decay): the average starts "
                                  "at its weights", path)
                 self.early_stopping.restart_if_metric_changed(self.store.best_metric_name())
+                self.store.write_params(params)  # last: a run refused above leaves params.yml as it was
             except (ValueError, NoIntactCheckpoint) as err:
                 error = err
         if self.world.is_parallel and self.world.allreduce_sum_numpy(np.array([float(error is not None)]))[0]:

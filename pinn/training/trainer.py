@@ -41,13 +41,13 @@ import os
 
 import tensorflow as tf
 
-from pinn.runtime.logs import setup_logging
 from pinn.networks import get_network
 from pinn.networks.layers import precision_dtypes
 from pinn.parallel.worlds import SerialWorld
 from pinn.params import ResolvedParams, read_params
 from pinn.training.backends import choose_backend
 from pinn.training.checkpoints import BEST_DIR
+from pinn.training.claim import claim_model_dir
 from pinn.training.evaluation import Evaluator
 from pinn.training.guards import StopSignals, TrainingDiverged, Watchdog
 from pinn.training.inference import InferenceHandle, load_for_inference
@@ -66,16 +66,6 @@ from pinn.training.strategies import choose_strategy
 __all__ = ["Trainer", "TrainingDiverged"]
 
 log = logging.getLogger("pinn")
-
-
-def _setup_logging(world, model_dir):
-    """The ``pinn`` logger of a run: rank 0 (or the one process) at INFO into ``model_dir/train.log``, other
-    ranks' warnings to stderr."""
-    if world.is_parallel:
-        setup_logging(model_dir if world.is_chief else None, level=logging.INFO if world.is_chief else logging.WARNING,
-                      rank=world.rank)
-    else:
-        setup_logging(model_dir)
 
 
 class _ModelClass(type):
@@ -121,7 +111,7 @@ class Trainer(metaclass=_ModelClass):
         self.mp = mp = self.params["model"]["params"]
         self.is_chief = self.world.is_chief
         self.dtype = precision_dtypes(self.params["precision"])[0]
-        _setup_logging(self.world, self.model_dir)
+        self.claim = claim_model_dir(self.params, self.world, self)  # lock, params check: before any write there
         self.world.log_summary()
         with self.world.variable_scope():  # a mirrored world's: each variable copied onto every device
             self.network = get_network(self.params)
@@ -137,7 +127,8 @@ class Trainer(metaclass=_ModelClass):
         self.step, self.lr_factor, self.early_stopping = state.step, state.lr_factor, state.early_stopping
         #: the Kalman filter of ``optimizer: ekf | gekf`` (:mod:`pinn.training.kalman`), else None
         self.optimizer, self.kalman, self.ema, self.store = state.optimizer, state.kalman, state.ema, state.store
-        self.restored = state.restore_on_chief(checkpoint, self.params)
+        with self.claim.released_on_error():
+            self.restored = state.restore_on_chief(checkpoint, self.params)
         self.step_functions = None  # StepFunctions of the training input's spec (_steps_spec)
         self._steps_spec = None
         self.evaluator = Evaluator(self.model, self.world, self.averaged_weights)
@@ -167,6 +158,11 @@ class Trainer(metaclass=_ModelClass):
             return InferenceHandle(self.model, self.params, self.restored, int(self.step.numpy()), averaged=self._averaged)
         return InferenceHandle(self.model, self.params, self.restored, self.step, self.averaged_weights,
                                averaged=self.ema is not None)
+
+    def close(self):
+        """Release the model directory (its lock, :mod:`pinn.training.claim`): another run may write there; this
+        model still evaluates and predicts, but no longer trains or saves."""
+        self.claim.release()
 
     @property
     def engine(self):
@@ -225,6 +221,7 @@ class Trainer(metaclass=_ModelClass):
         Returns:
             Its path on rank 0, ``None`` elsewhere.
         """
+        self.claim.require("save")
         self.backend.store()
         if not self.is_chief:
             return None
@@ -257,6 +254,7 @@ class Trainer(metaclass=_ModelClass):
         if self._frozen:
             raise RuntimeError("this model holds averaged weights for inference (freeze_averaged_weights); "
                                "build a new one from model_dir to train")
+        self.claim.require("train")
         if max_steps is None and max_epochs is None:
             raise ValueError("train: give max_steps or max_epochs")
         if max_steps is not None:  # a whole number given as a float (upstream's notebooks write 5e3)
