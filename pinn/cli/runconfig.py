@@ -265,8 +265,9 @@ def run_training(path, model_dir=None, max_steps=None, init_model=None, member=N
             directory of members, from its ``member-K``.
 
     Returns:
-        (model, metrics): the trained :class:`pinn.training.trainer.Trainer` and the
-        final validation metrics (``None`` without validation data).
+        (model, metrics): the trained :class:`pinn.training.trainer.Trainer`, closed (its model directory
+        released: it evaluates and predicts), and the final validation metrics (``None`` without
+        validation data).
     """
     from pinn.models import get_model
     params, data, train_section = read_config(path)
@@ -286,14 +287,17 @@ def run_training(path, model_dir=None, max_steps=None, init_model=None, member=N
         model_section = params.setdefault("model", {})
         model_section["params"] = {**(model_section.get("params") or {}), "init_model": init_model}
     model = get_model(params)  # starts Horovod first when parallel
-    train_fn, eval_fn = input_fns(data, train_section, model.world, model.rc, model.network.atom_types,
-                                  member=member or 0)
-    model.train(train_fn, max_steps=train_section["max_steps"], max_epochs=train_section["max_epochs"],
-                eval_fn=eval_fn)
-    if eval_fn is None:
-        return model, None
-    last = model.last_validation  # the validation at the last step has just been done
-    return model, (last if last and last["global_step"] == int(model.step.numpy()) else model.evaluate(eval_fn))
+    try:
+        train_fn, eval_fn = input_fns(data, train_section, model.world, model.rc, model.network.atom_types,
+                                      member=member or 0)
+        model.train(train_fn, max_steps=train_section["max_steps"], max_epochs=train_section["max_epochs"],
+                    eval_fn=eval_fn)
+        if eval_fn is None:
+            return model, None
+        last = model.last_validation  # the validation at the last step has just been done
+        return model, (last if last and last["global_step"] == int(model.step.numpy()) else model.evaluate(eval_fn))
+    finally:
+        model.close()  # the run is over, or failed: its model directory is free for the next
 
 
 __all__ = ["read_config", "run_training", "input_fns", "load_structures", "DATA_PARAMS", "TRAIN_PARAMS"]

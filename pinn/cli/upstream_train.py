@@ -131,7 +131,8 @@ def run(path, args):
     """Train the params file ``path`` on the data ``args`` name (upstream PiNN's ``pinn train``).
 
     Returns:
-        (model, metrics): the trained model and its last validation metrics.
+        (model, metrics): the trained model, closed (its model directory released: it evaluates and
+        predicts), and its last validation metrics.
     """
     from pinn.models import get_model
     from pinn.params import read_params_file, resolve
@@ -173,6 +174,7 @@ def run(path, args):
         last = model.last_validation
         metrics = last if last and last["global_step"] == int(model.step.numpy()) else model.evaluate(eval_fn)
     finally:
+        model.close()  # the run is over, or failed: its model directory is free for the next
         if scratch:
             shutil.rmtree(scratch, ignore_errors=True)
     return model, metrics
