@@ -147,6 +147,41 @@ def test_a_refused_run_leaves_the_directory_as_it_was(water, tmp_path, capsys):
         assert len(err) == 1 and "model_dir holds another model than the given params" in err[0], err
         assert difference in err[0]
         assert _snapshot(model_dir) == before
+    # refused later, at the restore (no best checkpoint to restore): params.yml, given other settings, stays too
+    from pinn.models import get_model
+    params = _params(model_dir)
+    params["model"]["params"]["learning_rate"] = 1e-4
+    with pytest.raises(ValueError, match="no best checkpoint"):
+        get_model(params, checkpoint="best")
+    assert (model_dir / "params.yml").read_bytes() == before["params.yml"]
+
+
+def test_the_lock_is_released_after_an_exception_by_close_and_by_collection(water, tmp_path):
+    from pinn.models import dipole_model, get_model
+    lock = tmp_path / "model" / LOCK_NAME
+    # `pinn train` whose data fail after the model is built (an element the network does not know)
+    run = _run_file(tmp_path, water, tmp_path / "model", network={"name": "PiNet", "params": small_net([1])})
+    assert main(["train", run]) == 1
+    assert (tmp_path / "model" / "params.yml").exists() and not lock.exists()
+    # the Python API: a model holds its directory until close() (or until it is collected)
+    model = dipole_model(_params(tmp_path / "api"))
+    assert (tmp_path / "api" / LOCK_NAME).exists()
+    with pytest.raises(RuntimeError, match="an input that fails"):
+        model.train(lambda: (_ for _ in ()).throw(RuntimeError("an input that fails")), max_steps=2)
+    assert (tmp_path / "api" / LOCK_NAME).exists()
+    model.close()
+    assert not (tmp_path / "api" / LOCK_NAME).exists()
+    with pytest.raises(RuntimeError, match="train: this model was closed"):
+        model.train(lambda: None, max_steps=2)
+    model = dipole_model(_params(tmp_path / "api"))
+    assert (tmp_path / "api" / LOCK_NAME).exists()
+    del model
+    gc.collect()
+    assert not (tmp_path / "api" / LOCK_NAME).exists()
+    # a model that is not built (no best checkpoint to restore) holds nothing
+    with pytest.raises(ValueError, match="no best checkpoint"):
+        get_model(_params(tmp_path / "api"), checkpoint="best")
+    assert not (tmp_path / "api" / LOCK_NAME).exists()
 
 
 STOPPED_SCRIPT = """
