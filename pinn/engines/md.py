@@ -12,6 +12,7 @@ from pinn.engines.lowering import capability, pinet_arrays, potential_of
 from pinn.engines.numba.md_kernels import (PARALLEL_MIN_PAIRS, TILE, _evaluate, _evaluate_serial, _forces_virial,
                                            available, find_pairs, numba)
 from pinn.engines.spec import ARRAY_KEYS
+from pinn.io.geometry import refuse_coincident
 
 __all__ = ["FastPiNet", "ARRAY_KEYS", "PARALLEL_MIN_PAIRS", "TILE"]
 
@@ -121,12 +122,17 @@ class FastPiNet:
             dict with ``energy`` (float, eV, e_dress included), ``forces`` [n_atoms, 3] (eV/Å)
             and ``virial`` [3, 3] (eV, Σ_pairs diff ⊗ ∂E/∂diff) and, for a periodic cell,
             ``stress`` [3, 3] (eV/Å³, virial / volume, ASE's sign), all float64 NumPy.
+
+        Raises:
+            ValueError: two atoms closer than :data:`pinn.io.geometry.MIN_DISTANCE` (by the distances of
+                the pairs found, naming the atoms), before the network runs.
         """
         coord = np.ascontiguousarray(coord, dtype=np.float64)
         types = self.types_of(numbers)
         self._workspace(len(coord), len(cand_i))
         n_pairs = find_pairs(coord, cand_i, cand_j, cand_offset, self.rc, self._pair_i, self._pair_j,
                              self._diff, self._dist)
+        refuse_coincident(self._pair_i[:n_pairs], self._pair_j[:n_pairs], self._dist[:n_pairs], coord)
         self.last_pairs = n_pairs  # the pairs within the cutoff, first in _pair_i, _pair_j, _diff, _dist
         self.calls += 1  # which call found them (a committee checks that they are still its own)
         return self._on_pairs(types, n_pairs, self._pair_i, self._pair_j, self._diff, self._dist, cell, pbc)

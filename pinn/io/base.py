@@ -14,6 +14,7 @@ import tensorflow as tf
 
 from pinn import keys as K
 from pinn.io.errors import DataError  # noqa: F401  (re-exported)
+from pinn.io.geometry import coincident_pair, coincident_problem, nonfinite_problem
 from pinn.io.splits import chosen_split, split_items
 
 log = logging.getLogger(__name__)
@@ -41,8 +42,10 @@ def check_structure(data, source, float_dtype="float32", extra=None):
         absence means).
 
     Raises:
-        DataError: unknown keys, wrong shapes, non-positive atomic numbers or
-            non-finite values, with ``source`` in the message.
+        DataError: unknown keys, wrong shapes, non-positive atomic numbers,
+            non-finite values (for ``coord``: naming the atom), or two atoms closer than
+            :data:`pinn.io.geometry.MIN_DISTANCE` (naming them; periodic images included),
+            with ``source`` in the message.
     """
     extra = extra or {}
     out = {}
@@ -75,7 +78,11 @@ def check_structure(data, source, float_dtype="float32", extra=None):
             shape = (value.shape[0],) + shape[1:]
         if value.shape != shape:
             raise DataError(f"{source}: {key!r} has shape {value.shape}, expected {shape}")
-        if value.dtype.kind == "f" and not np.all(np.isfinite(value)):
+        if key == K.COORD:
+            problem = nonfinite_problem(value)
+            if problem:
+                raise DataError(f"{source}: {problem}")
+        elif value.dtype.kind == "f" and not np.all(np.isfinite(value)):
             bad = np.argwhere(~np.isfinite(value.reshape(len(value), -1) if value.ndim else value[None]))
             raise DataError(f"{source}: non-finite values in {key!r} (first at index {bad[0].tolist()})")
     if np.any(out[K.ELEMS] <= 0) or np.any(out[K.ELEMS] > 118):
@@ -84,6 +91,10 @@ def check_structure(data, source, float_dtype="float32", extra=None):
         raise DataError(f"{source}: periodic along {out[K.PBC].tolist()} but no {K.CELL!r}")
     if K.CELL in out and periodic(out) and abs(np.linalg.det(out[K.CELL].astype(np.float64))) < 1e-6:
         raise DataError(f"{source}: periodic structure with a singular cell {out[K.CELL].tolist()}")
+    pbc = out[K.PBC] if K.PBC in out else np.full(3, periodic(out))
+    pair = coincident_pair(out[K.COORD], out.get(K.CELL), pbc)
+    if pair:
+        raise DataError(f"{source}: {coincident_problem(*pair, out[K.COORD][pair[0]])}")
     return out
 
 

@@ -17,19 +17,15 @@ through a periodic image, and a pair may appear with several shifts.
 """
 import numpy as np
 
+from pinn.io.geometry import (MIN_DISTANCE, coincident_problem, complete_lattice, face_distances, nonfinite_problem,
+                              refuse_coincident)
+
 #: below this many candidate pairs the O(N^2) search beats binning
 _BRUTE_FORCE_PAIRS = 40000
 #: a Verlet list of at least this many pairs is filtered by the compiled loop of
 #: :mod:`pinn.engines.numba.verlet_filter` (below it NumPy takes well under a millisecond, and Numba is not
 #: imported)
 COMPILED_FILTER_MIN_PAIRS = 20000
-
-
-def _face_distances(cell):
-    """Distances between opposite faces of the cell, Å: V / |b x c| etc."""
-    volume = abs(np.linalg.det(cell))
-    cross = np.cross(cell[[1, 2, 0]], cell[[2, 0, 1]])
-    return volume / np.linalg.norm(cross, axis=1)
 
 
 def _expand_ranges(starts, counts):
@@ -56,14 +52,19 @@ def neighbor_list(coord, cell, pbc, rc):
         sorted by i; ``shift`` [n_pairs, 3] float64 integer image multiples.
 
     Raises:
-        ValueError: on a singular cell along a periodic direction or a
-            non-positive cutoff.
+        ValueError: on a singular cell along a periodic direction, a
+            non-positive cutoff, a non-finite position or cell, or two atoms
+            closer than :data:`pinn.io.geometry.MIN_DISTANCE` (naming them:
+            their pair's distance is 0, its gradient 0/0).
     """
     coord = np.asarray(coord, dtype=np.float64).reshape(-1, 3)
     cell = np.asarray(cell, dtype=np.float64).reshape(3, 3)
     pbc = np.asarray(pbc, dtype=bool).reshape(3)
     if not rc > 0:
         raise ValueError(f"cutoff radius must be positive, got {rc}")
+    problem = nonfinite_problem(coord, cell)
+    if problem:
+        raise ValueError(problem)
     n_atoms = len(coord)
     if n_atoms == 0:
         return np.zeros((0, 2), np.int32), np.zeros((0, 3))
@@ -73,18 +74,18 @@ def neighbor_list(coord, cell, pbc, rc):
         # Open directions get a unit vector orthogonal to the periodic ones so
         # that fractional coordinates stay well defined.
         if not pbc.all():
-            lattice = _complete_lattice(cell, pbc)
+            lattice = complete_lattice(cell, pbc)
         if abs(np.linalg.det(lattice)) < 1e-10:
             raise ValueError(f"cell {cell.tolist()} is singular along a periodic direction")
         frac = coord @ np.linalg.inv(lattice)
         wrap = np.where(pbc, np.floor(frac), 0.0)
         frac -= wrap
         home = frac @ lattice  # positions wrapped into the cell
-        n_img = np.where(pbc, np.ceil(rc / _face_distances(lattice)), 0).astype(int)
+        n_img = np.where(pbc, np.ceil(rc / face_distances(lattice)), 0).astype(int)
         grids = [np.arange(-n, n + 1) for n in n_img]
         images = np.stack(np.meshgrid(*grids, indexing="ij"), -1).reshape(-1, 3)
         # keep only image atoms within rc of the home cell (in fractional terms)
-        pad = np.where(pbc, rc / _face_distances(lattice), np.inf)
+        pad = np.where(pbc, rc / face_distances(lattice), np.inf)
         img_frac = frac[None, :, :] + images[:, None, :]  # [n_img, n_atoms, 3]
         keep = np.all((img_frac > -pad) & (img_frac < 1 + pad), axis=-1)
         img_idx, atom_idx = np.nonzero(keep)
@@ -98,13 +99,17 @@ def neighbor_list(coord, cell, pbc, rc):
         ghost_pos = coord
 
     if n_atoms * len(ghost_pos) <= _BRUTE_FORCE_PAIRS:
-        i, g = _pairs_brute_force(home, ghost_pos, rc)
+        i, g, d2 = _pairs_brute_force(home, ghost_pos, rc)
     else:
-        i, g = _pairs_cell_list(home, ghost_pos, rc)
+        i, g, d2 = _pairs_cell_list(home, ghost_pos, rc)
     j = atom_idx[g]
     shift = ghost_shift[g]
     not_self = (i != j) | np.any(shift != 0, axis=1)
     i, j, shift = i[not_self], j[not_self], shift[not_self]
+    d2 = d2[not_self]
+    if len(d2) and d2.min() < MIN_DISTANCE ** 2:
+        k = int(np.argmin(d2))
+        raise ValueError(coincident_problem(i[k], j[k], np.sqrt(d2[k]), coord[i[k]]))
     # undo the wrapping: r_j + S@cell - r_i in the original coordinates
     shift = shift + wrap[i] - wrap[j]
     order = np.lexsort((j, i))
@@ -112,34 +117,17 @@ def neighbor_list(coord, cell, pbc, rc):
     return ind_2, shift[order]
 
 
-def _complete_lattice(cell, pbc):
-    """Replace the lattice vectors of open directions by orthonormal fill-ins."""
-    lattice = cell.copy()
-    periodic = [k for k in range(3) if pbc[k]]
-    basis = [lattice[k] / np.linalg.norm(lattice[k]) for k in periodic]
-    for k in range(3):
-        if pbc[k]:
-            continue
-        for trial in np.eye(3):
-            v = trial.copy()
-            for b in basis:
-                v -= (v @ b) * b
-            if np.linalg.norm(v) > 1e-6:
-                v /= np.linalg.norm(v)
-                basis.append(v)
-                lattice[k] = v
-                break
-    return lattice
-
-
 def _pairs_brute_force(centers, points, rc):
-    """All (center, point) index pairs with distance < rc, by dense distances."""
+    """All (center, point) index pairs with distance < rc, and their squared distances (Å²), by dense
+    distances."""
     d2 = np.sum((points[None, :, :] - centers[:, None, :]) ** 2, axis=-1)
-    return np.nonzero(d2 < rc * rc)
+    i, p = np.nonzero(d2 < rc * rc)
+    return i, p, d2[i, p]
 
 
 def _pairs_cell_list(centers, points, rc):
-    """All (center, point) index pairs with distance < rc, by binning points into cubes of side rc."""
+    """All (center, point) index pairs with distance < rc, and their squared distances (Å²), by binning
+    points into cubes of side rc."""
     origin = points.min(axis=0) - 1e-8
     n_bins = np.maximum(np.floor((points.max(axis=0) - origin) / rc).astype(int) + 1, 1)
     point_bin3 = np.minimum(((points - origin) // rc).astype(int), n_bins - 1)
@@ -150,7 +138,7 @@ def _pairs_cell_list(centers, points, rc):
     starts = np.searchsorted(sorted_bins, np.arange(n_flat), side="left")
     ends = np.searchsorted(sorted_bins, np.arange(n_flat), side="right")
     center_bin3 = np.floor((centers - origin) / rc).astype(int)
-    all_i, all_p = [], []
+    all_i, all_p, all_d2 = [], [], []
     for offset in np.stack(np.meshgrid(*[[-1, 0, 1]] * 3, indexing="ij"), -1).reshape(-1, 3):
         nb3 = center_bin3 + offset
         valid = np.all((nb3 >= 0) & (nb3 < n_bins), axis=1)
@@ -163,7 +151,8 @@ def _pairs_cell_list(centers, points, rc):
         close = d2 < rc * rc
         all_i.append(i[close])
         all_p.append(p[close])
-    return np.concatenate(all_i), np.concatenate(all_p)
+        all_d2.append(d2[close])
+    return np.concatenate(all_i), np.concatenate(all_p), np.concatenate(all_d2)
 
 
 def batch_neighbor_list(coord, cell, pbc, ind_1, rc):
@@ -179,6 +168,10 @@ def batch_neighbor_list(coord, cell, pbc, ind_1, rc):
 
     Returns:
         ``(ind_2, shift)`` for the whole batch with atom indices into ``coord``.
+
+    Raises:
+        ValueError: as :func:`neighbor_list`, naming the structure's place in the batch (its atoms
+            numbered within it).
     """
     ind_1 = np.asarray(ind_1).reshape(-1)
     n_struct = len(cell)
@@ -186,7 +179,10 @@ def batch_neighbor_list(coord, cell, pbc, ind_1, rc):
     pairs, shifts = [], []
     for s in range(n_struct):
         lo, hi = bounds[s], bounds[s + 1]
-        p, sh = neighbor_list(coord[lo:hi], cell[s], pbc[s], rc)
+        try:
+            p, sh = neighbor_list(coord[lo:hi], cell[s], pbc[s], rc)
+        except ValueError as err:
+            raise ValueError(f"structure {s} of the batch: {err}") from None
         pairs.append(p + lo)
         shifts.append(sh)
     if not pairs:
@@ -226,6 +222,7 @@ class VerletNeighbors:
         self._ref = None  # (coord, cell, pbc) at the last build
         self._pairs = None  # (ind_2, shift) within rc + skin
         self._offsets = None  # shift @ cell of those pairs (the cell is fixed while the list is kept)
+        self._near = None  # the pairs within skin + MIN_DISTANCE at the build: the only ones that can coincide
 
     def _stale(self, coord, cell, pbc):
         if self._ref is None or self.skin == 0:
@@ -237,8 +234,19 @@ class VerletNeighbors:
         return moved > (0.5 * self.skin) ** 2
 
     def _update(self, coord, cell, pbc):
-        """Rebuild the kept list if needed; returns whether it was rebuilt."""
+        """Rebuild the kept list if needed; returns whether it was rebuilt.
+
+        Raises:
+            ValueError: at every call, a non-finite position or cell (such an atom would keep the list and
+                find no neighbors), or two atoms closer than :data:`pinn.io.geometry.MIN_DISTANCE`: at a
+                build by :func:`neighbor_list`, between builds among the few pairs that were within
+                ``skin + MIN_DISTANCE`` at the build (no other pair can have come that close).
+        """
+        problem = nonfinite_problem(coord, cell)
+        if problem:
+            raise ValueError(problem)
         if not self._stale(coord, cell, pbc):
+            self._refuse_coincident(coord)
             return False
         self._pairs = neighbor_list(coord, cell, pbc, self.rc + self.skin)
         self._ref = (coord.copy(), cell.copy(), pbc.copy())
@@ -246,10 +254,24 @@ class VerletNeighbors:
         self._offsets = self._pairs[1] @ cell
         self._first = np.ascontiguousarray(self._pairs[0][:, 0])
         self._second = np.ascontiguousarray(self._pairs[0][:, 1])
+        diff = coord[self._second] - coord[self._first] + self._offsets
+        self._near = np.nonzero(np.einsum("ij,ij->i", diff, diff) < (self.skin + MIN_DISTANCE) ** 2)[0]
         return True
 
+    def _refuse_coincident(self, coord):
+        """Refuse two atoms at one place among the pairs that could have come that close since the build:
+        each atom moved less than skin/2, so a pair came closer by less than the skin."""
+        if len(self._near):
+            first, second = self._first[self._near], self._second[self._near]
+            diff = coord[second] - coord[first] + self._offsets[self._near]
+            refuse_coincident(first, second, np.sqrt(np.einsum("ij,ij->i", diff, diff)), coord)
+
     def __call__(self, coord, cell, pbc):
-        """``(ind_2, shift)`` of the pairs closer than ``rc``, as :func:`neighbor_list` returns them."""
+        """``(ind_2, shift)`` of the pairs closer than ``rc``, as :func:`neighbor_list` returns them.
+
+        Raises:
+            ValueError: as :func:`neighbor_list`, also between two rebuilds (see :meth:`_update`).
+        """
         coord = np.asarray(coord, dtype=np.float64).reshape(-1, 3)
         cell = np.asarray(cell, dtype=np.float64).reshape(3, 3)
         pbc = np.asarray(pbc, dtype=bool).reshape(3)
@@ -266,7 +288,8 @@ class VerletNeighbors:
         """The kept list itself, for a consumer that drops the pairs beyond ``rc`` on its own
         (:class:`pinn.engines.md.FastPiNet`): ``(first, second, offsets)``, the atoms of each
         pair (contiguous int32, sorted by first atom) and its image offset shift · cell (Å), a
-        superset of the pairs closer than ``rc`` (rebuilt when stale, as for a call)."""
+        superset of the pairs closer than ``rc`` (rebuilt when stale, as for a call; refusing what a
+        call refuses)."""
         coord = np.asarray(coord, dtype=np.float64).reshape(-1, 3)
         cell = np.asarray(cell, dtype=np.float64).reshape(3, 3)
         pbc = np.asarray(pbc, dtype=bool).reshape(3)

@@ -187,3 +187,41 @@ def test_fast_calculators_match_the_plain_one(trained_alloy_model, engine, skin)
     ref = cluster.copy()
     ref.calc = plain
     np.testing.assert_allclose(cluster.get_forces(), ref.get_forces(), atol=1e-5)
+
+
+@pytest.mark.parametrize("engine", ["numba", "tensorflow"])
+def test_coincident_atoms_and_non_finite_positions_are_refused(trained_alloy_model, engine):
+    """Two atoms at one place (also through a periodic image, also after a move too small to rebuild the Verlet
+    list) and a NaN position or cell: a ValueError naming the atoms, not NaN forces or an atom without
+    neighbours; a committee's calculator refuses them too."""
+    calc = pinn.get_calc(trained_alloy_model, engine=engine)
+    committee = pinn.get_calc([trained_alloy_model, trained_alloy_model], engine=engine)
+    for calculator in (calc, committee):
+        atoms = _alloy()
+        atoms.positions[5] = atoms.positions[2]
+        atoms.calc = calculator
+        with pytest.raises(ValueError, match=r"^atoms 2 and 5 are at the same position \(0 Å apart, closer than "
+                           r"0.01 Å\) at \["):
+            atoms.get_forces()
+        atoms = _alloy()
+        atoms.positions[5] = atoms.positions[2] + atoms.cell[1] + [0, 0, 0.004]
+        with pytest.raises(ValueError, match=r"^atoms 2 and 5 are at the same position \(0.004 Å apart"):
+            calculator.get_forces(atoms)
+        pair = bulk("Cu", "fcc", a=3.7, cubic=True)
+        pair.positions[1] = pair.positions[0] + [0.2, 0, 0]  # 0.2 Å: evaluated
+        assert np.all(np.isfinite(calculator.get_forces(pair)))
+        builds = calculator.neighbors.builds
+        pair.positions[1] = pair.positions[0]  # moved less than skin/2: the list is kept, the distances refuse it
+        with pytest.raises(ValueError, match=r"^atoms 0 and 1 are at the same position \(0 Å apart"):
+            calculator.get_forces(pair)
+        assert calculator.neighbors.builds == builds
+        atoms = _alloy()
+        calculator.get_forces(atoms)
+        atoms.positions[4, 1] = np.nan
+        with pytest.raises(ValueError, match=r"^atom 4 has a non-finite position \[.*, nan, .*\] Å"):
+            calculator.get_potential_energy(atoms)
+        atoms = _alloy()
+        atoms.cell[2, 2] = np.inf
+        with pytest.raises(ValueError, match=r"^the cell has non-finite values"):
+            calculator.get_potential_energy(atoms)
+

@@ -160,3 +160,170 @@ def test_each_mpi_rank_reads_its_own_file_with_mpi4py_imported(tmp_path):
         assert record["world_before"] == 2
         assert len(ase_files.read(tmp_path / f"written{rank}.traj", ":")) == lengths[rank]
         assert len(ase_files.read(tmp_path / f"plain{rank}.xyz", ":")) == lengths[rank]
+
+
+# -- what no model can evaluate is refused where structures are loaded (pinn.io.geometry) ----------------
+
+def _frames_with(path, change, frame=4, count=6):
+    """``count`` rattled 32-atom CuAu cells labelled by ASE's EMT written to ``path``, frame ``frame``
+    changed in place by ``change(atoms)`` after its labels were computed."""
+    import ase.io
+    from ase.build import bulk
+    from ase.calculators.emt import EMT
+    from ase.calculators.singlepoint import SinglePointCalculator
+    frames = []
+    for k in range(count):
+        atoms = bulk("Cu", "fcc", a=3.7, cubic=True).repeat(2)
+        atoms.numbers[::3] = 79
+        atoms.rattle(0.05, seed=k)
+        atoms.calc = EMT()
+        results = {"energy": atoms.get_potential_energy(), "forces": atoms.get_forces()}
+        if k == frame:
+            change(atoms)
+        atoms.calc = SinglePointCalculator(atoms, **results)
+        frames.append(atoms)
+    ase.io.write(path, frames)
+    return str(path)
+
+
+def test_coincident_atoms_and_non_finite_positions_are_refused_at_load(tmp_path):
+    """load_ase names the file, the frame and the atoms of two atoms at one place (also through a periodic
+    image) or of a non-finite position or cell; the frames of list_loader's loaders are checked as they are read,
+    and the error inside tf.data keeps the line."""
+    import numpy as np
+    import tensorflow as tf
+    from pinn.io import DataError, list_loader, load_ase
+    from pinn.io.errors import op_error_line
+
+    def same(atoms):
+        atoms.positions[7] = atoms.positions[2]
+
+    def image(atoms):  # 0.003 Å from atom 2's image one cell vector away
+        atoms.positions[7] = atoms.positions[2] + atoms.cell[0] + [0.003, 0, 0]
+
+    def nan(atoms):
+        atoms.positions[1, 2] = np.nan
+
+    def cell(atoms):
+        atoms.cell[1, 1] = np.inf
+
+    cases = [(same, r"atoms 2 and 7 are at the same position \(0 Å apart, closer than 0.01 Å\) at \["),
+             (image, r"atoms 2 and 7 are at the same position \(0.003 Å apart"),
+             (nan, r"atom 1 has a non-finite position \[.*, nan\] Å"),
+             (cell, r"non-finite values in 'cell'")]
+    for change, message in cases:
+        path = _frames_with(tmp_path / f"{change.__name__}.xyz", change)
+        with pytest.raises(DataError, match=f"^{path}, frame 4: {message}"):
+            load_ase(path)
+    assert len(list(load_ase(_frames_with(tmp_path / "fine.xyz", lambda atoms: None)))) == 6
+
+    @list_loader
+    def frames(k):
+        coord = np.array([[0.0, 0, 0], [1.0, 0, 0], [0, 1.0, 0]])
+        if k == 3:
+            coord[2] = coord[0]
+        return {"elems": np.array([8, 1, 1]), "coord": coord, "e_data": 0.0}
+    with pytest.raises(tf.errors.InvalidArgumentError) as err:
+        list(frames(range(5), shuffle=False))
+    assert op_error_line(err.value) == "DataError: 3: atoms 0 and 2 are at the same position (0 Å apart, closer than " \
+                                       "0.01 Å) at [0, 0, 0] Å"
+
+
+def test_coincident_pairs_are_those_of_a_search_over_every_image():
+    """pinn.io.geometry.coincident_pair (sorts of grid bins; every two points for small structures) finds
+    the pair a brute-force search over the 27 images finds, in triclinic, slab and open cells, near faces."""
+    import itertools
+
+    import numpy as np
+    from pinn.io.geometry import MIN_DISTANCE, coincident_pair
+    rng = np.random.RandomState(0)
+    images = np.array(list(itertools.product((-1, 0, 1), repeat=3)))
+    for trial in range(30):
+        n = (5, 40, 200)[trial % 3]
+        cell = np.diag([6.0, 7.0, 8.0]) + rng.uniform(-1.5, 1.5, (3, 3)) * (trial % 2)
+        pbc = rng.rand(3) < 0.7 if trial % 5 else np.zeros(3, bool)
+        frac = rng.rand(n, 3)
+        a, b = rng.choice(n, 2, replace=False)
+        frac[b] = frac[a]
+        frac[b, 0] = 0.9995 if trial % 4 == 0 else frac[b, 0]  # near a face: the pair may be through an image
+        coord = frac @ cell + rng.normal(0, 0.004, (n, 3)) * (rng.rand(n, 1) < 0.5)
+        shifts = images[~np.any(images[:, ~pbc] != 0, axis=1)] @ cell
+        d = np.linalg.norm(coord[None, :, None] + shifts[None, None] - coord[:, None, None], axis=-1).min(axis=-1)
+        d[np.arange(n), np.arange(n)] = np.inf
+        found = coincident_pair(coord, cell, pbc)
+        if d.min() < MIN_DISTANCE:
+            i, j = np.unravel_index(np.argmin(np.where(d < MIN_DISTANCE, 0, 1) * 1e9 + np.arange(n * n).reshape(n, n)),
+                                    d.shape)
+            assert found is not None and found[:2] == (min(i, j), max(i, j)), (trial, found, i, j)
+            assert found[2] == pytest.approx(d[i, j], abs=1e-12)
+        else:
+            assert found is None, (trial, found, d.min())
+
+
+def test_the_neighbor_list_refuses_what_no_model_can_evaluate():
+    """neighbor_list (the calculator's rebuilds, add_neighbors in any tf.data pipeline) refuses two atoms at
+    one place and a non-finite position, naming the atoms (and, for a batch, the structure)."""
+    import numpy as np
+    import tensorflow as tf
+    from pinn.io import add_neighbors
+    from pinn.io.errors import op_error_line
+    from pinn.io.neighbors import batch_neighbor_list, neighbor_list
+    coord = np.array([[0.0, 0, 0], [1.5, 0, 0], [0, 1.5, 0], [1.5, 0, 0]])
+    with pytest.raises(ValueError, match=r"^atoms 1 and 3 are at the same position \(0 Å apart"):
+        neighbor_list(coord, np.zeros((3, 3)), [False] * 3, 4.0)
+    coord[3] = [np.nan, 0, 0]
+    with pytest.raises(ValueError, match=r"^atom 3 has a non-finite position \[nan, 0.0, 0.0\] Å"):
+        neighbor_list(coord, np.zeros((3, 3)), [False] * 3, 4.0)
+    coord[3] = [0, 0, 1.5]
+    both = np.concatenate([coord, coord[[0, 1, 1]]])
+    with pytest.raises(ValueError, match=r"^structure 1 of the batch: atoms 1 and 2 are at the same position"):
+        batch_neighbor_list(both, np.zeros((2, 3, 3)), np.zeros((2, 3), bool), np.repeat([0, 1], [4, 3]), 4.0)
+    dataset = tf.data.Dataset.from_tensor_slices({"elems": np.ones((2, 3), np.int32),
+                                                  "coord": np.stack([coord[:3], coord[[0, 1, 1]]]).astype("float32")})
+    with pytest.raises(tf.errors.InvalidArgumentError) as err:
+        list(dataset.apply(add_neighbors(4.0)))
+    assert op_error_line(err.value).startswith("ValueError: atoms 1 and 2 are at the same position (0 Å apart")
+
+
+def test_tfrecord_files_are_read_whole_when_loaded(tmp_path):
+    """load_tfrecord reads the file once: a truncated file, fewer records than the spec says, a spec that is not
+    YAML or not a spec, and a record with two atoms at one place are refused naming the file (and the record);
+    verify=False leaves them to the iteration."""
+    import numpy as np
+    import tensorflow as tf
+    import yaml
+    from pinn.io import DataError, load_tfrecord, sparse_batch, write_tfrecord
+    rng = np.random.RandomState(0)
+    coord = rng.rand(6, 3, 3).astype("float32") * 3
+    structures = {"elems": np.tile(np.array([8, 1, 1], np.int32), (6, 1)), "coord": coord,
+                  "e_data": rng.rand(6).astype("float32")}
+    good = tmp_path / "good.tfr"
+    assert write_tfrecord(str(good), tf.data.Dataset.from_tensor_slices(structures)) == 6
+    assert len(list(load_tfrecord(str(good)))) == 6
+    truncated = tmp_path / "cut.tfr"
+    truncated.write_bytes(good.read_bytes()[:-30])
+    shutil.copy(tmp_path / "good.yml", tmp_path / "cut.yml")
+    with pytest.raises(DataError, match=rf"^{truncated}: damaged TFRecord file after 5 intact records \(truncated "
+                       r"record at \d+"):
+        load_tfrecord(str(truncated))
+    assert len(list(load_tfrecord(str(truncated), verify=False).take(5))) == 5  # read lazily: unchecked
+    spec = yaml.safe_load((tmp_path / "good.yml").read_text())
+    spec["info"]["n_sample"] = 7
+    shutil.copy(good, tmp_path / "more.tfr")
+    (tmp_path / "more.yml").write_text(yaml.safe_dump(spec))
+    with pytest.raises(DataError, match=rf"^{tmp_path}/more.tfr: 6 records, but its spec declares 7 \(info.n_sample\)"):
+        load_tfrecord(str(tmp_path / "more.tfr"))
+    shutil.copy(good, tmp_path / "noyaml.tfr")
+    (tmp_path / "noyaml.yml").write_text("format: {coord: [\n")
+    with pytest.raises(DataError, match=rf"^{tmp_path}/noyaml.yml: a TFRecord spec that is not YAML \(.*line 2"):
+        load_tfrecord(str(tmp_path / "noyaml.tfr"))
+    (tmp_path / "noyaml.yml").write_text(yaml.safe_dump({"format": {**spec["format"], "coord": "float32"}}))
+    with pytest.raises(DataError, match=rf"^{tmp_path}/noyaml.yml: key 'coord' is not \{{dtype: NAME, shape:"):
+        load_tfrecord(str(tmp_path / "noyaml.tfr"))
+    coord[4, 2] = coord[4, 0]
+    write_tfrecord(str(tmp_path / "same.tfr"), tf.data.Dataset.from_tensor_slices(structures))
+    with pytest.raises(DataError, match=rf"^{tmp_path}/same.tfr, record 4: atoms 0 and 2 are at the same position"):
+        load_tfrecord(str(tmp_path / "same.tfr"))
+    write_tfrecord(str(tmp_path / "batches.tfr"), tf.data.Dataset.from_tensor_slices(structures).apply(sparse_batch(4)))
+    with pytest.raises(DataError, match=rf"^{tmp_path}/batches.tfr, record 1: structure 0 of the batch: atoms 0 and 2 "):
+        load_tfrecord(str(tmp_path / "batches.tfr"))
