@@ -1,7 +1,9 @@
 """One model file (pinn export): a model directory or a committee as one versioned file that get_calc
 loads, a PiNet potential without TensorFlow; newer formats and damaged files refused in one line."""
+import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -100,7 +102,8 @@ def test_newer_formats_damaged_files_and_wrong_uses_are_refused_in_one_line(expo
                        rf"this pinn reads versions up to {FORMAT_VERSION}: upgrade pinn"):
         get_calc(newer)
     missing = rewrite(tmp_path / "missing.pinn", drop=next(n for n in names if n.startswith("m0/engine/")))
-    with pytest.raises(ModelFileError, match="missing.pinn: damaged pinn model file .*SHA-256"):
+    with pytest.raises(ModelFileError, match=r"missing.pinn: damaged pinn model file \(its header lists the array "
+                       r"m0/engine/\w+, which it lacks\)"):
         get_calc(missing)
     truncated = tmp_path / "truncated.pinn"
     truncated.write_bytes(single.read_bytes()[:5000])
@@ -141,3 +144,151 @@ def test_a_network_the_numba_engine_cannot_run_is_rebuilt_with_tensorflow(alloy_
     assert calc.engine == "tensorflow"
     assert calc.get_potential_energy(frame) == pytest.approx(reference.get_potential_energy(frame), abs=1e-6)
     np.testing.assert_allclose(calc.get_forces(frame), reference.get_forces(frame), atol=1e-6)
+
+
+# -- files from elsewhere: checked from the header before anything is read ----------------------------------
+
+V1 = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "model_file_v1")
+
+
+def _v1_structure():
+    """The structure whose predictions tests/data/model_file_v1/expected.json holds."""
+    from ase.build import bulk
+    atoms = bulk("Cu", "fcc", a=3.7, cubic=True).repeat((2, 1, 1))
+    atoms.numbers[[1, 6]] = 79
+    atoms.positions += 0.05 * np.sin(np.arange(24.0)).reshape(8, 3)
+    return atoms
+
+
+@pytest.mark.parametrize("engine", ["numba", "tensorflow"])
+def test_a_file_of_format_1_from_pinn_0_29_still_loads(engine):
+    """tests/data/model_file_v1/alloy-v1.pinn, exported by pinn 0.29.0 (format 1: no list of arrays, the hash over
+    the arrays alone), loads and predicts what it predicted then."""
+    path = os.path.join(V1, "alloy-v1.pinn")
+    assert read_model_file(path).header["format_version"] == 1 and "arrays" not in read_model_file(path).header
+    with open(os.path.join(V1, "expected.json")) as f:
+        expected = json.load(f)
+    atoms = _v1_structure()
+    atoms.calc = get_calc(path, engine=engine)
+    assert atoms.get_potential_energy() == pytest.approx(expected["energy"], abs=2e-5)
+    np.testing.assert_allclose(atoms.get_forces(), expected["forces"], atol=2e-5)
+    np.testing.assert_allclose(atoms.get_stress(), expected["stress"], atol=2e-6)
+
+
+def _npy(array):
+    buffer = io.BytesIO()
+    np.save(buffer, array, allow_pickle=False)
+    return buffer.getvalue()
+
+
+def _rewritten(source, target, header=None, extra=(), compressed=()):
+    """A copy of model file ``source`` at ``target``: its header replaced by ``header`` (any JSON value; None:
+    kept) and the members of ``extra`` ((name, bytes) pairs) added, those named in ``compressed`` deflated."""
+    with zipfile.ZipFile(source) as z:
+        contents = {name: z.read(name) for name in z.namelist()}
+    if header is not None:
+        contents["header.npy"] = _npy(np.array(json.dumps(header)))
+    contents.update(extra)
+    with zipfile.ZipFile(target, "w") as z:
+        for name, data in contents.items():
+            z.writestr(name, data, compress_type=zipfile.ZIP_DEFLATED if name in compressed else zipfile.ZIP_STORED)
+    return str(target)
+
+
+def test_arrays_are_checked_against_the_header_and_the_header_by_the_hash(exported, tmp_path):
+    """Format 2 lists every array's dtype and shape in the header, and its hash covers the header: an array not
+    listed, one whose .npy header or size disagrees, a compressed one and a header edited after writing are
+    refused in one line naming the file and the array."""
+    single, _ = exported
+    header = read_model_file(single).header
+    assert header["format_version"] == FORMAT_VERSION == 2
+    dress = header["arrays"]["m0/var/e_dress"]
+    assert dress["shape"] == [2] and np.dtype(dress["dtype"]).kind == "f"
+    dtype = dress["dtype"]
+    edited = {**header, "members": [{**header["members"][0], "rc": 5.0}]}
+    with pytest.raises(ModelFileError, match=r"edited.pinn: damaged pinn model file \(its header and arrays do not "
+                       r"match the SHA-256 of its header\)"):
+        read_model_file(_rewritten(single, tmp_path / "edited.pinn", edited))
+    with pytest.raises(ModelFileError, match=r"extra.pinn: damaged pinn model file \(the array m0/var/extra is not in "
+                       r"its header's list\)"):
+        read_model_file(_rewritten(single, tmp_path / "extra.pinn", extra=[("m0/var/extra.npy", _npy(np.zeros(3)))]))
+    reshaped = _rewritten(single, tmp_path / "reshaped.pinn", extra=[("m0/var/e_dress.npy", _npy(np.zeros(3, dtype)))])
+    with pytest.raises(ModelFileError, match=rf"reshaped.pinn: damaged pinn model file \(the array m0/var/e_dress is "
+                       rf"{dtype} \[3\], its header lists {dtype} \[2\]\)"):
+        read_model_file(reshaped)
+    size = np.dtype(dtype).itemsize
+    short = _npy(np.zeros(2, dtype))[:-size]  # the .npy header says 2 floats, the zip holds one
+    with pytest.raises(ModelFileError, match=rf"short.pinn: damaged pinn model file \(the array m0/var/e_dress of "
+                       rf"{dtype} \[2\] needs {2 * size} bytes; the zip holds {size}\)"):
+        read_model_file(_rewritten(single, tmp_path / "short.pinn", extra=[("m0/var/e_dress.npy", short)]))
+    with pytest.raises(ModelFileError, match=r"deflated.pinn: damaged pinn model file \(the array m0/var/e_dress is "
+                       r"compressed, \d+ bytes for \d+; pinn stores arrays uncompressed\)"):
+        read_model_file(_rewritten(single, tmp_path / "deflated.pinn", compressed=["m0/var/e_dress.npy"]))
+
+
+def _zip_bomb(source, target, listed):
+    """``source`` with an extra array of 10⁸ zero bytes, deflated (about 100 kB in the file); ``listed``: named
+    in the header's list of arrays as well."""
+    shutil.copy(source, target)
+    if listed:
+        header = json.loads(np.load(source)["header"].item())
+        header["arrays"]["m0/var/bomb"] = {"dtype": "|u1", "shape": [10 ** 8]}
+        _rewritten(source, target, header)
+    with zipfile.ZipFile(target, "a") as z:
+        info = zipfile.ZipInfo("m0/var/bomb.npy")
+        info.compress_type = zipfile.ZIP_DEFLATED
+        with z.open(info, "w", force_zip64=True) as f:
+            np.lib.format.write_array_header_1_0(f, {"descr": "|u1", "fortran_order": False, "shape": (10 ** 8,)})
+            zeros = bytes(2 ** 22)
+            for _ in range(10 ** 8 // len(zeros)):
+                f.write(zeros)
+            f.write(bytes(10 ** 8 % len(zeros)))
+    return str(target)
+
+
+def test_a_zip_bomb_is_refused_before_it_is_decompressed(exported, tmp_path):
+    """An extra array of 10⁸ deflated zeros (not listed; listed; in a format-1 file) is refused from the zip's
+    directory and the header alone: the process reading it grows by far less than the 100 MB it would unpack."""
+    single, _ = exported
+    bombs = {"unlisted": _zip_bomb(single, tmp_path / "unlisted.pinn", listed=False),
+             "listed": _zip_bomb(single, tmp_path / "listed.pinn", listed=True),
+             "format 1": _zip_bomb(os.path.join(V1, "alloy-v1.pinn"), tmp_path / "v1.pinn", listed=False)}
+    code = ("import resource, sys\nfrom pinn.files.model_file import ModelFileError, read_model_file\n"
+            "read_model_file(sys.argv[2])\nbefore = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+            "try:\n    read_model_file(sys.argv[1])\nexcept ModelFileError as err:\n    print(err)\n"
+            "print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024)\n")
+    messages = {"unlisted": "the array m0/var/bomb is not in its header's list",
+                "listed": "the array m0/var/bomb is compressed",
+                "format 1": "the array m0/var/bomb is compressed"}
+    for kind, path in bombs.items():
+        assert os.path.getsize(path) < os.path.getsize(single) + 200_000
+        out = subprocess.run([sys.executable, "-c", code, path, str(single)], capture_output=True, text=True,
+                             check=True).stdout.splitlines()
+        assert out[0].startswith(f"{path}: damaged pinn model file ({messages[kind]}"), out
+        assert int(out[1]) < 20, f"{kind}: reading grew the process by {out[1]} MB"
+
+
+def test_a_header_of_the_wrong_shape_is_refused_naming_the_key(exported, tmp_path, alloy_xyz, capsys):
+    """Valid JSON of the wrong shape (a list, a key missing, a key of another type) is a ModelFileError naming the
+    file and the key, in get_calc and in one line of `pinn devi`."""
+    single, committee = exported
+    header = read_model_file(committee).header
+    member = header["members"][1]
+    cases = [([header], r"not a pinn model file \(its header is a JSON list, not an object\)"),
+             ({**header, "members": "m"}, r"damaged pinn model file \(its header's members is 'm' \(a string\), not a list\)"),
+             ({k: v for k, v in header.items() if k != "kind"}, r"damaged pinn model file \(its header has no kind\)"),
+             ({**header, "members": [header["members"][0], {k: v for k, v in member.items() if k != "e_unit"}]},
+              r"damaged pinn model file \(its header has no members\[1\].e_unit\)"),
+             ({**header, "members": [header["members"][0], {**member, "rc": "4.5"}]},
+              r"damaged pinn model file \(its header's members\[1\].rc is '4.5' \(a string\), not a number\)"),
+             ({**header, "arrays": {**header["arrays"], "m0/var/e_dress": {"dtype": "<f4", "shape": 2}}},
+              r"damaged pinn model file \(its header's arrays\['m0/var/e_dress'\].shape is 2 \(an integer\), not a "
+              r"list of sizes\)")]
+    for k, (bad, message) in enumerate(cases):
+        path = _rewritten(committee, tmp_path / f"bad{k}.pinn", bad)
+        with pytest.raises(ModelFileError, match=f"^{path}: {message}$"):
+            get_calc(path)
+    assert main(["devi", path, alloy_xyz, "-o", str(tmp_path / "devi.out")]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.strip().splitlines()[-1].startswith(f"pinn devi: error: {path}: damaged")
+    assert not (tmp_path / "devi.out").exists()
