@@ -5,7 +5,8 @@ checkpoint from ``engine-weights.npz`` beside it when that file is there and up 
 then never imports TensorFlow: a process running MD then needs about 0.45 GB less memory and
 starts in a second instead of several.  When the file is missing or stale, the calculator
 loads the checkpoint with TensorFlow as before and writes the file (where the directory is
-writable), so the next run is TensorFlow-free.
+writable, and only inside the model directory: a checkpoint given by a path elsewhere is read, its
+directory never written), so the next run is TensorFlow-free.
 
 The file holds the arrays of :meth:`pinn.engines.spec.PiNetSpec.arrays` (the averaged weights for a
 model trained with ``ema_decay``, as the calculator uses), ``e_unit``, and what it was made
@@ -127,10 +128,17 @@ def save_engine_weights(arrays, e_unit, model_dir, ckpt):
         ckpt: the checkpoint's path prefix.
 
     Returns:
-        the file's path, or ``None`` when it could not be written (read-only directory: logged,
-        the calculator then keeps using TensorFlow to load the weights).
+        the file's path, or ``None`` when it was not written (logged; the calculator then keeps
+        using TensorFlow to load the weights): a read-only directory, or a checkpoint outside
+        ``model_dir`` (a path given as ``checkpoint=``): nothing is written outside the model
+        directory.
     """
     path = weights_file(ckpt)
+    inside = os.path.realpath(os.fspath(model_dir))
+    if os.path.commonpath([inside, os.path.realpath(os.path.dirname(path))]) != inside:
+        log.info("%s: not written (outside the model directory %s); the next run loads the weights with "
+                 "TensorFlow again", path, model_dir)
+        return None
     try:
         source = _source(model_dir, ckpt)
         with replacing(path, "wb") as f:

@@ -8,7 +8,10 @@ read it) names the latest checkpoint and those kept.
 
 Nothing here trusts the state file alone: the checkpoints on disk are found by their
 index files, so a missing or damaged state file costs nothing, and a checkpoint the
-state file names but whose index is gone is reported as damaged.
+state file names but whose index is gone is reported as damaged.  A state file that
+names a checkpoint outside its directory (an absolute path elsewhere, ``../``) is
+refused (:class:`CheckpointOutside`): what reads the checkpoint would also write
+beside it.
 """
 import glob
 import os
@@ -33,6 +36,11 @@ class StateFileError(ValueError):
     """The state file exists but is not a valid state (torn, or not TensorFlow's format)."""
 
 
+class CheckpointOutside(ValueError):
+    """The state file names a checkpoint outside its directory (refused, not passed over: reading or
+    writing beside it would touch another directory)."""
+
+
 def step_of(path):
     """The step of checkpoint ``path`` (``.../ckpt-1500`` → 1500), or ``None`` for another name."""
     match = re.fullmatch(rf"{PREFIX}-(\d+)", os.path.basename(os.fspath(path)))
@@ -54,6 +62,8 @@ def read_state(directory):
 
     Raises:
         StateFileError: the file is there but is not a whole state (the message names it and the line).
+        CheckpointOutside: it names a checkpoint outside ``directory`` (an absolute path elsewhere, or
+            ``../``), naming the directory and the path.
     """
     path = os.path.join(os.fspath(directory), STATE_FILE)
     try:
@@ -74,6 +84,9 @@ def read_state(directory):
             raise StateFileError(f"{path}: line {number} is not a state entry: {line[:80]!r}")
         name = match.group(2).encode().decode("unicode_escape")
         full = name if os.path.isabs(name) else os.path.join(os.fspath(directory), name)
+        if not is_inside(full, directory):
+            raise CheckpointOutside(f"{os.fspath(directory)}: its checkpoint state file names {name}, outside the "
+                                    f"directory; refused (remove {path}, or name a checkpoint of the directory)")
         if match.group(1) == "model_checkpoint_path":
             latest = full
         else:
@@ -81,6 +94,11 @@ def read_state(directory):
     if latest is None or not text.endswith("\n"):
         raise StateFileError(f"{path}: incomplete (no latest checkpoint named, or a torn last line)")
     return latest, kept
+
+
+def is_inside(path, directory):
+    """Whether ``path`` lies directly in ``directory`` (a checkpoint's place), links resolved."""
+    return os.path.dirname(os.path.realpath(path)) == os.path.realpath(os.fspath(directory))
 
 
 def write_state(directory, kept):
@@ -123,6 +141,9 @@ def candidates(directory):
 
     Returns:
         ``(paths, problem)``: ``problem`` is ``None`` or the reason the state file was not used.
+
+    Raises:
+        CheckpointOutside: the state file names a checkpoint outside ``directory``.
     """
     paths = set(on_disk(directory))
     problem = None
@@ -140,7 +161,11 @@ def candidates(directory):
 
 def latest(directory):
     """The latest checkpoint of ``directory``: the state file's when its index exists, else the newest
-    on disk, else ``None``."""
+    on disk, else ``None``.
+
+    Raises:
+        CheckpointOutside: the state file names a checkpoint outside ``directory``.
+    """
     try:
         state = read_state(directory)
     except StateFileError:

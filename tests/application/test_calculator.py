@@ -225,3 +225,34 @@ def test_coincident_atoms_and_non_finite_positions_are_refused(trained_alloy_mod
         with pytest.raises(ValueError, match=r"^the cell has non-finite values"):
             calculator.get_potential_energy(atoms)
 
+
+def test_a_checkpoint_outside_the_model_directory_is_refused(trained_alloy_model, alloy_xyz, tmp_path, capsys):
+    """A `checkpoint` state file naming a checkpoint elsewhere: get_calc and `pinn eval` refuse it in one line
+    naming the directory and the path, and nothing is written there; a checkpoint given by its path elsewhere is
+    read, and its directory is not written either."""
+    import os
+    import re
+    import shutil
+    from pinn.cli import main
+    from pinn.files.checkpoint_dir import latest
+    for name in ("model", "elsewhere"):
+        shutil.copytree(trained_alloy_model, tmp_path / name, ignore=shutil.ignore_patterns("engine-weights.npz"))
+    other = latest(str(tmp_path / "elsewhere"))
+    (tmp_path / "model" / "checkpoint").write_text(f'model_checkpoint_path: "{other}"\n'
+                                                   f'all_model_checkpoint_paths: "{other}"\n')
+    before = sorted(os.listdir(tmp_path / "elsewhere"))
+    line = (f"{tmp_path}/model: its checkpoint state file names {other}, outside the directory; refused (remove "
+            f"{tmp_path}/model/checkpoint, or name a checkpoint of the directory)")
+    for engine in ("numba", "tensorflow"):
+        with pytest.raises(ValueError, match=f"^{re.escape(line)}$"):
+            pinn.get_calc(str(tmp_path / "model"), engine=engine)
+    assert main(["eval", str(tmp_path / "model"), alloy_xyz]) == 1
+    assert capsys.readouterr().err.strip().splitlines()[-1] == f"pinn eval: error: {line}"
+    (tmp_path / "model" / "checkpoint").unlink()
+    atoms = _alloy()
+    atoms.calc = pinn.get_calc(str(tmp_path / "model"), checkpoint=other)
+    assert np.isfinite(atoms.get_potential_energy())
+    assert sorted(os.listdir(tmp_path / "elsewhere")) == before  # no engine-weights.npz written there
+    assert (tmp_path / "model" / "engine-weights.npz").exists() is False
+    pinn.get_calc(str(tmp_path / "model"))
+    assert (tmp_path / "model" / "engine-weights.npz").exists()  # its own checkpoint: written, inside

@@ -11,6 +11,7 @@ from ase.build import bulk
 
 import pinn
 from pinn.engines import exported
+from pinn.files.checkpoint_dir import CheckpointOutside
 from pinn.io import load_ase, sparse_batch
 from pinn.models import potential_model
 
@@ -162,8 +163,8 @@ def test_best_and_explicit_checkpoints(alloy_xyz, tmp_path):
 
 def test_checkpoint_state_parsing(tmp_path):
     """The state file TensorFlow writes, relative or absolute paths, read without TensorFlow; a
-    checkpoint it names counts when its index exists, and a garbled state file falls back to the
-    checkpoints on disk."""
+    checkpoint it names counts when its index exists, one outside the directory is refused, and a
+    garbled state file falls back to the checkpoints on disk."""
     for step in (6, 7):
         (tmp_path / f"ckpt-{step}.index").write_bytes(b"")
     (tmp_path / "checkpoint").write_text('model_checkpoint_path: "ckpt-7"\n'
@@ -171,10 +172,15 @@ def test_checkpoint_state_parsing(tmp_path):
                                          'all_model_checkpoint_paths: "ckpt-7"\n')
     assert exported.checkpoint_path(tmp_path) == str(tmp_path / "ckpt-7")
     (tmp_path / "best").mkdir()
-    (tmp_path / "abs").mkdir()
+    (tmp_path / "best" / "ckpt-3.index").write_bytes(b"")
+    (tmp_path / "best" / "checkpoint").write_text(f'model_checkpoint_path: "{tmp_path}/best/ckpt-3"\n')
+    assert exported.checkpoint_path(tmp_path, "best") == f"{tmp_path}/best/ckpt-3"
+    (tmp_path / "abs").mkdir()  # an absolute path elsewhere: refused, naming the directory and the path
     (tmp_path / "abs" / "ckpt-3.index").write_bytes(b"")
     (tmp_path / "best" / "checkpoint").write_text(f'model_checkpoint_path: "{tmp_path}/abs/ckpt-3"\n')
-    assert exported.checkpoint_path(tmp_path, "best") == f"{tmp_path}/abs/ckpt-3"
+    with pytest.raises(CheckpointOutside, match=f"^{tmp_path}/best: its checkpoint state file names "
+                       f"{tmp_path}/abs/ckpt-3, outside the directory; refused"):
+        exported.checkpoint_path(tmp_path, "best")
     (tmp_path / "checkpoint").write_text('model_checkpoint_path: "ckpt-6"\n')
     assert exported.checkpoint_path(tmp_path) == str(tmp_path / "ckpt-6")
     (tmp_path / "checkpoint").write_text("garbage\n")
