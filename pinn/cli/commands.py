@@ -4,17 +4,20 @@ Each command is a thin layer over the library (:mod:`pinn.cli.runconfig`,
 :mod:`pinn.io`, :mod:`pinn.training.trainer`, :mod:`pinn.cli.report`, :mod:`pinn.training.metrics`).
 TensorFlow's start-up messages are hidden unless ``--verbose`` is given or
 ``TF_CPP_MIN_LOG_LEVEL`` is set (:func:`pinn.runtime.quiet_tensorflow`).
-Exit status: 0 success, 1 an error (one line on stderr naming the file or
-key), 2 bad command-line arguments, 75 training stopped by a signal after
-writing a checkpoint (launch it again to resume).
+Exit status: 0 success, 1 an error (one line on stderr naming the file, frame or
+key: :mod:`pinn.cli.errors`; the traceback too with ``--verbose``), 2 bad
+command-line arguments, 75 training stopped by a signal after writing a
+checkpoint (launch it again to resume).
 """
 import argparse
 import csv
 import json
 import os
 import sys
+import traceback
 
 from pinn.cli import devi, export, ipi
+from pinn.cli.errors import error_line
 from pinn.cli.train_command import metrics_table, train, train_arguments, train_options
 from pinn.cli.arguments import positive_int
 
@@ -34,11 +37,12 @@ commands:
   version   the installed pinn version
 
 Run `pinn COMMAND --help` for the options of each.  TensorFlow's start-up messages are
-hidden unless you give --verbose or set TF_CPP_MIN_LOG_LEVEL yourself."""
+hidden unless you give --verbose or set TF_CPP_MIN_LOG_LEVEL yourself.  An error is one line
+naming the file, frame or key (exit status 1); --verbose adds its traceback."""
 
 
 VERBOSE_HELP = ("show TensorFlow's start-up and compilation messages (hidden by default unless "
-                "TF_CPP_MIN_LOG_LEVEL is set)")
+                "TF_CPP_MIN_LOG_LEVEL is set), and the traceback of an error")
 
 
 def _parser():
@@ -126,17 +130,16 @@ def main(argv=None):
     if args.command is None:
         parser.print_help()
         return 2
-    from pinn.io.errors import DataError
-    from pinn.params import ParamsError
     from pinn.runtime import quiet_tensorflow
     try:
         if args.command == "train":
             train_options(args)
         quiet_tensorflow(verbose=args.verbose)  # before any command imports TensorFlow
         return COMMANDS[args.command](args)
-    except (ParamsError, DataError, ValueError, FileNotFoundError) as err:
-        message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        print(f"pinn {args.command}: error: {message}", file=sys.stderr)
+    except Exception as err:  # noqa: BLE001 - every error is one line (pinn.cli.errors); --verbose: the traceback
+        if args.verbose:
+            traceback.print_exc()
+        print(f"pinn {args.command}: error: {error_line(err)}", file=sys.stderr)
         return EXIT_ERROR
     except SystemExit as err:  # a one-line stop of the library (no intact checkpoint): the same form
         if not isinstance(err.code, str):

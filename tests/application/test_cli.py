@@ -2,6 +2,8 @@
 import csv
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 
@@ -257,3 +259,194 @@ def test_tensorflow_start_up_lines_only_when_asked(tmp_path):
     for loud in (convert(before=["--verbose"]), convert(after=["-v"]), convert(level="0")):
         assert "oneDNN custom operations are on" in loud or "This TensorFlow binary is optimized" in loud, loud
     assert tensorflow_chatter(convert(before=["--verbose"], level="3")) != []  # the flag overrides the environment
+
+
+# -- every bad input: one line naming the file, frame or key; exit status 1; nothing damaged ------------------
+
+def _water_with(workdir, path, change, frame=7, count=20):
+    """The first ``count`` frames of the water data (dipoles, charges) written to ``path``, frame ``frame``
+    changed by ``change(atoms)``."""
+    import ase.io
+    from ase.calculators.singlepoint import SinglePointCalculator
+    frames = ase.io.read(workdir / "water.xyz", index=f":{count}")
+    results = frames[frame].calc.results
+    change(frames[frame])
+    frames[frame].calc = SinglePointCalculator(frames[frame], **results)
+    ase.io.write(path, frames)
+    return str(path)
+
+
+def _same_position(atoms):
+    atoms.positions[2] = atoms.positions[0]
+
+
+def _nan_position(atoms):
+    atoms.positions[1, 0] = np.nan
+
+
+def _files_of(directory):
+    """{relative path: bytes} of every file under ``directory``."""
+    return {str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+def _error_line(capsys):
+    """The last line on stderr (log lines may precede it), after checking that no traceback came."""
+    err = capsys.readouterr().err
+    assert "Traceback" not in err, err
+    return err.strip().splitlines()[-1]
+
+
+def test_bad_structures_are_named_before_training(workdir, tmp_path, capsys):
+    """Two atoms at one place in the training data, a NaN position in the validation data: `pinn train` refuses
+    before training, naming the file, the frame and the atoms; a trained model directory trained again on them is
+    left as it was (but for the run's log); `pinn eval` and `pinn convert` refuse them too."""
+    same = _water_with(workdir, tmp_path / "same.xyz", _same_position)
+    nan = _water_with(workdir, tmp_path / "nan.xyz", _nan_position)
+    shutil.copytree(workdir / "model", tmp_path / "model")
+    before = _files_of(tmp_path / "model")
+    same_line = f"{same}, frame 7: atoms 0 and 2 are at the same position (0 Å apart, closer than 0.01 Å) at ["
+    nan_line = f"{nan}, frame 7: atom 1 has a non-finite position [nan, "
+    for data, line in (({"train": "same.xyz", "eval": "water.xyz"}, same_line),
+                       ({"train": "water.xyz", "eval": "nan.xyz"}, nan_line),
+                       ({"train": "same.xyz", "split": {"train": 8, "eval": 2}}, same_line)):
+        shutil.copy(workdir / "water.xyz", tmp_path / "water.xyz")
+        assert main(["train", _run_file(tmp_path, data={**data, "batch_size": 16}), "--max-steps", "60"]) == 1
+        assert _error_line(capsys).startswith(f"pinn train: error: {line}")
+        after = _files_of(tmp_path / "model")
+        assert {k: v for k, v in after.items() if k != "train.log"} == \
+            {k: v for k, v in before.items() if k != "train.log"}
+    assert main(["eval", str(tmp_path / "model"), nan]) == 1
+    assert _error_line(capsys).startswith(f"pinn eval: error: {nan_line}")
+    assert main(["convert", same, "-o", str(tmp_path / "same")]) == 1
+    assert _error_line(capsys).startswith(f"pinn convert: error: {same_line}")
+    assert not list(tmp_path.glob("same.tfr*")) and not (tmp_path / "same.yml").exists()
+
+
+def test_damaged_tfrecord_files_are_named(workdir, tmp_path, capsys):
+    """A truncated .tfr, one with fewer records than its spec says, a spec that is not YAML, a record with two
+    atoms at one place: `pinn eval` and `pinn train` name the file (and the record) in one line, exit 1."""
+    import tensorflow as tf
+    from pinn.io import load_ase, write_tfrecord
+    prefix = str(tmp_path / "w")
+    assert main(["convert", str(workdir / "water.xyz"), "-o", prefix]) == 0
+    capsys.readouterr()
+    whole = (tmp_path / "w.tfr").read_bytes()
+    (tmp_path / "cut.tfr").write_bytes(whole[:len(whole) // 2])
+    shutil.copy(tmp_path / "w.yml", tmp_path / "cut.yml")
+    (tmp_path / "noyaml.tfr").write_bytes(whole)
+    (tmp_path / "noyaml.yml").write_text("format: {coord: [\n")
+    spec = yaml.safe_load((tmp_path / "w.yml").read_text())
+    spec["info"]["n_sample"] = 120
+    (tmp_path / "short.tfr").write_bytes(whole)
+    (tmp_path / "short.yml").write_text(yaml.safe_dump(spec))
+    same = load_ase(_water_with(workdir, tmp_path / "same.xyz", lambda atoms: None), shuffle=False)
+    same = same.map(lambda s: {**s, "coord": tf.tensor_scatter_nd_update(s["coord"], [[2]], s["coord"][:1])})
+    write_tfrecord(str(tmp_path / "same.tfr"), same)  # a cache written by another tool: nothing checked it
+    cases = {"cut.tfr": rf"{tmp_path}/cut.tfr: damaged TFRecord file after \d+ intact records \(truncated record",
+             "noyaml.tfr": rf"{tmp_path}/noyaml.yml: a TFRecord spec that is not YAML \(.*line 2, column 1\)",
+             "short.tfr": rf"{tmp_path}/short.tfr: 100 records, but its spec declares 120 \(info.n_sample\)",
+             "same.tfr": rf"{tmp_path}/same.tfr, record 0: atoms 0 and 2 are at the same position \(0 Å apart"}
+    for name, line in cases.items():
+        assert main(["eval", str(workdir / "model"), str(tmp_path / name)]) == 1
+        assert re.match(f"pinn eval: error: {line}", _error_line(capsys))
+    shutil.copy(workdir / "water.xyz", tmp_path / "water.xyz")
+    assert main(["train", _run_file(tmp_path, data={"train": "cut.tfr", "eval": "w.tfr", "batch_size": 16},
+                                    model_dir="fresh")]) == 1
+    assert re.match(f"pinn train: error: {cases['cut.tfr']}", _error_line(capsys))
+    assert not list((tmp_path / "fresh").glob("ckpt-*"))
+
+
+def _read_only(path):
+    """A context in which ``path`` (a directory tree) cannot be written: its mode bits cleared of writing and,
+    where the tests run as root, the override of mode bits dropped from this thread's effective capabilities
+    (Linux; TensorFlow's threads keep theirs, but the files a command writes first are written by this thread)."""
+    import contextlib
+    import ctypes
+    import stat
+
+    @contextlib.contextmanager
+    def context():
+        modes = {p: p.stat().st_mode for p in [path, *path.rglob("*")]}
+        for p, mode in modes.items():
+            p.chmod(mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
+        restore = _drop_root_override(ctypes) if os.geteuid() == 0 else None
+        try:
+            yield
+        finally:
+            if restore is not None:
+                restore()
+            for p, mode in modes.items():
+                p.chmod(mode)
+    return context()
+
+
+def _drop_root_override(ctypes):
+    """Clear CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH and CAP_FOWNER from this thread's effective set (capset(2));
+    returns the function that puts them back."""
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    class Header(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+    class Data(ctypes.Structure):
+        _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+    header, data = Header(0x20080522, 0), (Data * 2)()  # _LINUX_CAPABILITY_VERSION_3
+    assert libc.capget(ctypes.byref(header), data) == 0, ctypes.get_errno()
+    saved = data[0].effective
+    data[0].effective = saved & ~((1 << 1) | (1 << 2) | (1 << 3))
+    assert libc.capset(ctypes.byref(header), data) == 0, ctypes.get_errno()
+
+    def restore():
+        data[0].effective = saved
+        assert libc.capset(ctypes.byref(header), data) == 0, ctypes.get_errno()
+    return restore
+
+
+def test_model_directories_that_cannot_be_written_are_named(workdir, tmp_path, capsys):
+    """A model_dir that is a file, one under a file, a read-only one: `pinn train` and `pinn report` say which
+    path in one line, exit 1, and change nothing."""
+    shutil.copy(workdir / "water.xyz", tmp_path / "water.xyz")
+    run = _run_file(tmp_path)
+    (tmp_path / "afile").write_text("mine\n")
+    for model_dir, what in (("afile", "is a file, not a directory"),
+                            ("afile/sub", "a part of this path is a file, not a directory")):
+        assert main(["train", run, "-d", str(tmp_path / model_dir), "--max-steps", "1"]) == 1
+        assert _error_line(capsys) == f"pinn train: error: {tmp_path / model_dir}: {what}"
+        assert (tmp_path / "afile").read_text() == "mine\n"
+    shutil.copytree(workdir / "model", tmp_path / "model", ignore=shutil.ignore_patterns("report"))
+    before = _files_of(tmp_path / "model")
+    with _read_only(tmp_path / "model"):
+        assert main(["report", str(tmp_path / "model")]) == 1
+        assert _error_line(capsys) == (f"pinn report: error: {tmp_path}/model/report: permission denied (a read-only "
+                                       "directory or file?)")
+        assert main(["train", run, "-d", str(tmp_path / "model"), "--max-steps", "60"]) == 1
+        assert re.fullmatch(rf"pinn train: error: {tmp_path}/model/\S+: permission denied \(a read-only directory or "
+                            r"file\?\)", _error_line(capsys))
+    assert _files_of(tmp_path / "model") == before
+
+
+def test_any_error_is_one_line_and_its_traceback_shown_with_verbose(monkeypatch, capsys):
+    """What the command does not foresee is one line too (its type, a pointer to --verbose), exit 1; TensorFlow's
+    errors give the line inside them; --verbose adds the traceback."""
+    import tensorflow as tf
+    from pinn.cli import commands
+    errors = [KeyError("x"),
+              tf.errors.DataLossError(None, None, "{{function_node __wrapped__IteratorGetNext}} truncated record at "
+                                                  "12' failed with Read less bytes than requested [Op:IteratorGetNext]"),
+              tf.errors.InvalidArgumentError(None, None, "{{function_node f}} DataError: a.xyz, frame 3: bad\n"
+                                                         "Traceback (most recent call last):\n  File x\n"),
+              PermissionError(13, "Permission denied", "/ro/x")]
+    lines = ["KeyError: 'x' (unexpected: run with --verbose for the traceback)",
+             "damaged data file: truncated record at 12' failed with Read less bytes than requested",
+             "a.xyz, frame 3: bad", "/ro/x: permission denied (a read-only directory or file?)"]
+    for err, line in zip(errors, lines):
+        def fail(args, err=err):
+            raise err
+        monkeypatch.setitem(commands.COMMANDS, "version", fail)
+        assert main(["version"]) == 1
+        assert capsys.readouterr().err == f"pinn version: error: {line}\n"
+        assert main(["version", "--verbose"]) == 1
+        err_text = capsys.readouterr().err
+        assert err_text.startswith("Traceback (most recent call last):") and \
+            err_text.endswith(f"pinn version: error: {line}\n"), err_text
