@@ -231,33 +231,42 @@ def test_coincident_atoms_and_non_finite_positions_are_refused_at_load(tmp_path)
 
 def test_coincident_pairs_are_those_of_a_search_over_every_image():
     """pinn.io.geometry.coincident_pair (sorts of grid bins; every two points for small structures) finds
-    the pair a brute-force search over the 27 images finds, in triclinic, slab and open cells, near faces."""
+    the pair a brute-force search over the 27 images finds, in triclinic, slab and open cells: two atoms at one
+    place, two only through a periodic image (across a face), and none."""
     import itertools
 
     import numpy as np
     from pinn.io.geometry import MIN_DISTANCE, coincident_pair
     rng = np.random.RandomState(0)
     images = np.array(list(itertools.product((-1, 0, 1), repeat=3)))
-    for trial in range(30):
+    kinds = {"direct": 0, "image": 0, "none": 0}
+    for trial in range(36):
         n = (5, 40, 200)[trial % 3]
+        kind = ("direct", "image", "none")[(trial // 3) % 3]
         cell = np.diag([6.0, 7.0, 8.0]) + rng.uniform(-1.5, 1.5, (3, 3)) * (trial % 2)
-        pbc = rng.rand(3) < 0.7 if trial % 5 else np.zeros(3, bool)
+        pbc = rng.rand(3) < 0.6
+        pbc[0] = kind == "image" or pbc[0]
         frac = rng.rand(n, 3)
         a, b = rng.choice(n, 2, replace=False)
-        frac[b] = frac[a]
-        frac[b, 0] = 0.9995 if trial % 4 == 0 else frac[b, 0]  # near a face: the pair may be through an image
-        coord = frac @ cell + rng.normal(0, 0.004, (n, 3)) * (rng.rand(n, 1) < 0.5)
+        if kind == "direct":
+            frac[b] = frac[a] + rng.uniform(-3e-4, 3e-4, 3)
+        elif kind == "image":  # a and b 0.0005 apart in fractions of a, across the face at a = 0
+            frac[b] = frac[a]
+            frac[a, 0], frac[b, 0] = 0.0002, 0.9997
+        coord = frac @ cell
         shifts = images[~np.any(images[:, ~pbc] != 0, axis=1)] @ cell
         d = np.linalg.norm(coord[None, :, None] + shifts[None, None] - coord[:, None, None], axis=-1).min(axis=-1)
         d[np.arange(n), np.arange(n)] = np.inf
         found = coincident_pair(coord, cell, pbc)
         if d.min() < MIN_DISTANCE:
-            i, j = np.unravel_index(np.argmin(np.where(d < MIN_DISTANCE, 0, 1) * 1e9 + np.arange(n * n).reshape(n, n)),
-                                    d.shape)
-            assert found is not None and found[:2] == (min(i, j), max(i, j)), (trial, found, i, j)
-            assert found[2] == pytest.approx(d[i, j], abs=1e-12)
+            kinds[kind] += 1
+            close = np.argwhere(np.triu(d < MIN_DISTANCE))[0]  # the first pair (i < j) in order
+            assert found is not None and found[:2] == tuple(close), (trial, kind, found, close)
+            assert found[2] == pytest.approx(d[close[0], close[1]], abs=1e-12)
+            assert np.linalg.norm(coord[close[0]] - coord[close[1]]) > MIN_DISTANCE or kind != "image"
         else:
-            assert found is None, (trial, found, d.min())
+            assert found is None, (trial, kind, found, d.min())
+    assert kinds["direct"] == kinds["image"] == 12, kinds
 
 
 def test_the_neighbor_list_refuses_what_no_model_can_evaluate():
