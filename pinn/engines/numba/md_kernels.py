@@ -24,7 +24,9 @@ float32 ulps), which vectorises; float64 uses the exact ``tanh``.
 The kernels are compiled on first use (about 30 s per precision, for the parallel build and
 again for the serial one that small structures use) and cached on disk by Numba
 (``__pycache__`` next to this file, or Numba's user cache directory when that is read-only),
-so later processes start at once.  They are compiled with ``fastmath``: sums may be
+so later processes start at once.  A new kernel is compiled in a child process and loaded from
+the cache (:mod:`pinn.engines.numba.warm_cache`): every process runs the cached code, so that
+results do not depend on whether the cache was cold or warm.  They are compiled with ``fastmath``: sums may be
 reordered, and non-finite positions give undefined results (ASE never passes any).
 """
 import math
@@ -43,6 +45,8 @@ try:
     from numba import njit, prange
 except ImportError:  # pragma: no cover - numba is a dependency; the calculator falls back to TensorFlow
     numba = None
+
+from pinn.engines.numba import warm_cache
 
 #: pairs per tile (at most): the innermost loops run over a tile's pairs and vectorise; a tile's
 #: intermediates (~100 kB for the reference network) stay in the L2 cache
@@ -65,10 +69,16 @@ _Q0, _Q1, _Q2, _Q3, _Q4 = _TANH_Q
 
 
 def _jit(**options):
-    """``numba.njit`` with the options of every kernel here (a no-op decorator without Numba)."""
+    """``numba.njit`` with the options of every kernel here (a no-op decorator without Numba).
+
+    Each kernel compiles a new signature in a child process and loads it from Numba's on-disk
+    cache (:mod:`pinn.engines.numba.warm_cache`): fresh and cached code reassociate sums
+    differently under ``fastmath``, and every process runs the cached code so that results do
+    not depend on the cache state."""
     if numba is None:  # pragma: no cover
         return lambda f: f
-    return njit(cache=True, nogil=True, fastmath=True, error_model="numpy", **options)
+    decorate = njit(cache=True, nogil=True, fastmath=True, error_model="numpy", **options)
+    return lambda f: warm_cache.install(decorate(f))
 
 
 @_jit(inline="always")
