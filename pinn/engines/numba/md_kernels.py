@@ -782,7 +782,7 @@ def _evaluate(types, n_pairs, pair_i, pair_j, dist, flat, table, layers, blocks,
 def _serial_build(dispatcher, name):
     """The same kernel compiled without ``parallel`` (``prange`` runs as ``range``), under its own
     name so that Numba caches the two builds apart."""
-    py = dispatcher.py_func
+    py = getattr(dispatcher, "py_func", dispatcher)  # a plain function under NUMBA_DISABLE_JIT
     func = types.FunctionType(py.__code__, py.__globals__, name, py.__defaults__, py.__closure__)
     func.__qualname__ = name
     func.__doc__ = py.__doc__
