@@ -16,6 +16,7 @@ from pinn import keys as K
 from pinn.io.errors import DataError  # noqa: F401  (re-exported)
 from pinn.io.geometry import coincident_pair, coincident_problem, nonfinite_problem
 from pinn.io.splits import chosen_split, split_items
+from pinn.runtime.py_funcs import dataset_holding_callbacks
 
 log = logging.getLogger(__name__)
 
@@ -267,7 +268,8 @@ class ItemReader:
                     raise DataError(f"{source}: keys {sorted(structure)} differ from the first "
                                     f"structure's {sorted(expected)}")
                 yield structure
-        return tf.data.Dataset.from_generator(generate, output_signature=spec)
+        # the generator (and the frames it reads) held by the dataset, not by the process (pinn.runtime.py_funcs)
+        return dataset_holding_callbacks(lambda: tf.data.Dataset.from_generator(generate, output_signature=spec))
 
 
 def list_loader(pbc=None, force=None, stress=None, ds_spec=None, *, float_dtype="float32"):

@@ -4,6 +4,7 @@ import tensorflow as tf
 
 from pinn import keys as K
 from pinn.io.neighbors import batch_neighbor_list, neighbor_list
+from pinn.runtime.py_funcs import dataset_holding_callbacks
 
 #: upstream PiNN's per-atom keys besides pinn's own (``pinn.keys.ATOMIC_KEYS``): its ``sparse_batch``
 #: concatenates these by default (RuNNer's force weights, the oxidation states of its charge models)
@@ -342,7 +343,8 @@ def add_neighbors(rc, num_parallel_calls=tf.data.AUTOTUNE):
         return out
 
     def transform(dataset):
-        return dataset.map(pairs, num_parallel_calls=num_parallel_calls, deterministic=True)
+        return dataset_holding_callbacks(
+            lambda: dataset.map(pairs, num_parallel_calls=num_parallel_calls, deterministic=True))
     return transform
 
 

@@ -213,15 +213,14 @@ class ElementIndex(tf.Module):
             return tf.identity(idx)
 
 
-@tf.custom_gradient
 def scatter_sum(values, ids, n):
     """Sum rows of ``values`` into ``n`` rows: ``out[k] = sum of values[p] with ids[p] = k``.
 
-    The same as ``tf.math.unsorted_segment_sum`` for ids in [0, n), with a cheaper
-    gradient: a plain gather of the incoming gradient.  (TensorFlow's gradient also
-    handles negative ids, with a mask, a select and two full-size temporaries per
-    call.)  The gradient is itself differentiable, so forces in a training loss
-    (second derivatives) go through it.
+    ``tf.math.unsorted_segment_sum``, differentiable to any order (forces in a training loss take
+    its second derivative).  Not a ``tf.custom_gradient``: inside a ``tf.function`` each call of one
+    registers a gradient function in TensorFlow's process-wide registry that is never removed and
+    holds the traced graph, so every model built in a process kept its graphs (tens of MB each)
+    for the process's life (``benchmarks/bench_memory.py``).
 
     Args:
         values: [n_items, ...] tensor.
@@ -231,9 +230,7 @@ def scatter_sum(values, ids, n):
     Returns:
         [n, ...] tensor.
     """
-    def grad(upstream):
-        return tf.gather(upstream, ids), None, None
-    return tf.math.unsorted_segment_sum(values, ids, n), grad
+    return tf.math.unsorted_segment_sum(values, ids, n)
 
 
 class PairInteraction(tf.Module):

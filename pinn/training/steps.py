@@ -151,9 +151,11 @@ class StepFunctions:
         else:
             gradients_of = part_gradients
 
-        # clipping, Adam and the average fused: ~10 % of a small step (not where the variables are mirrored on
-        # several devices, whose copies XLA cannot update from one device)
-        @tf.function(jit_compile=world.local_replicas == 1, autograph=False)
+        # clipping, Adam and the average fused by XLA with jit: ~10 % of a small step (not where the variables are
+        # mirrored on several devices, whose copies XLA cannot update from one device).  Not without jit: TensorFlow
+        # keeps every XLA compilation for the process's life, so each model trained in one process would add its
+        # own (~35 MB for a default PiNet; benchmarks/bench_memory.py)
+        @tf.function(jit_compile=backend.jit and world.local_replicas == 1, autograph=False)
         def apply(grads):
             trained = [(g, v) for g, v, frozen in zip(grads, variables, update.frozen or [False] * len(grads))
                        if not frozen]  # frozen variables (model.params.freeze) are left as they are

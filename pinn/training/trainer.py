@@ -45,6 +45,7 @@ from pinn.networks import get_network
 from pinn.networks.layers import precision_dtypes
 from pinn.parallel.worlds import SerialWorld
 from pinn.params import ResolvedParams, read_params
+from pinn.runtime.py_funcs import held_by
 from pinn.training.backends import choose_backend
 from pinn.training.checkpoints import BEST_DIR
 from pinn.training.claim import claim_model_dir
@@ -251,6 +252,11 @@ class Trainer(metaclass=_ModelClass):
                 rollbacks (after a jump the model holds the state from before it).
             RuntimeError: a collective operation failed (another rank died).
         """
+        with held_by(self):  # TensorFlow's callbacks of its inputs and steps go with the model (runtime.py_funcs)
+            return self._train(input_fn, max_steps, max_epochs, eval_fn)
+
+    def _train(self, input_fn, max_steps, max_epochs, eval_fn):
+        """:meth:`train`."""
         if self._frozen:
             raise RuntimeError("this model holds averaged weights for inference (freeze_averaged_weights); "
                                "build a new one from model_dir to train")
@@ -380,10 +386,11 @@ class Trainer(metaclass=_ModelClass):
     def evaluate_with_parity(self, input_fn, parity=True, steps=None):
         """(metrics of :meth:`evaluate` without the upstream names, parity arrays or ``None``); see
         :mod:`pinn.training.metrics`."""
-        dataset = evaluation_input(self._input(input_fn), steps)
-        self.backend.store()
-        weights = self.model.loss_weights(self.learning_rate.single_rank_steps(self.step))
-        return self.evaluator.evaluate(dataset, weights, int(self.step.numpy()), parity=parity)
+        with held_by(self):  # TensorFlow's callbacks of the input and the step go with the model
+            dataset = evaluation_input(self._input(input_fn), steps)
+            self.backend.store()
+            weights = self.model.loss_weights(self.learning_rate.single_rank_steps(self.step))
+            return self.evaluator.evaluate(dataset, weights, int(self.step.numpy()), parity=parity)
 
     def predict(self, input_fn):
         """Yield one dict per structure of this rank's input (averaged weights when ``ema_decay`` is set).
