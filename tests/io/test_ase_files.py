@@ -336,3 +336,28 @@ def test_tfrecord_files_are_read_whole_when_loaded(tmp_path):
     write_tfrecord(str(tmp_path / "batches.tfr"), tf.data.Dataset.from_tensor_slices(structures).apply(sparse_batch(4)))
     with pytest.raises(DataError, match=rf"^{tmp_path}/batches.tfr, record 1: structure 0 of the batch: atoms 0 and 2 "):
         load_tfrecord(str(tmp_path / "batches.tfr"))
+
+
+def test_a_datasets_python_callbacks_go_with_it(alloy_xyz):
+    """load_ase's generator and add_neighbors' neighbour-list function (Python callbacks of TensorFlow) are held by
+    the dataset: an iterator whose dataset is no longer named still runs, and once both are gone the frames they
+    read are freed (TensorFlow keeps such callbacks on the process-wide graph for the process's life otherwise)."""
+    import gc
+    import weakref
+
+    from pinn.io import add_neighbors, load_ase, sparse_batch
+    from pinn.runtime.py_funcs import _process_list
+
+    kept = len(_process_list())
+    dataset = load_ase(alloy_xyz).apply(add_neighbors(4.5)).apply(sparse_batch(4))
+    assert len(_process_list()) == kept
+    generators = [f for f in dataset._input_dataset._input_dataset._pinn_py_funcs]
+    assert generators, "load_ase's dataset holds no callbacks"
+    iterator = iter(dataset)
+    del dataset
+    gc.collect()
+    assert "ind_2" in next(iterator)
+    watched = [weakref.ref(f) for f in generators]
+    del generators, iterator
+    gc.collect()
+    assert not any(ref() is not None for ref in watched), "a dataset's callbacks outlived it"
