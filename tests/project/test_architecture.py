@@ -211,25 +211,3 @@ def test_every_part_of_the_trainer_is_on_the_page():
     modules = {name[:-3] for name in os.listdir(os.path.join(PACKAGE, "training"))
                if name.endswith(".py") and name not in ("__init__.py", "trainer.py")}
     assert named == modules, f"not on the page: {sorted(modules - named)}; gone: {sorted(named - modules)}"
-
-
-#: the sizes a newcomer can read (issue 44): modules directly in pinn/, lines of a module (the compiled
-#: kernels, one Numba function per loop nest, excepted) and of a class
-MAX_TOP_MODULES, MAX_MODULE_LINES, MAX_CLASS_LINES = 8, 400, 310
-KERNELS = os.path.join(PACKAGE, "engines", "numba")
-
-
-def test_modules_and_classes_stay_small():
-    top = sorted(name for name in os.listdir(PACKAGE) if name.endswith(".py") and name != "__init__.py")
-    assert len(top) <= MAX_TOP_MODULES, f"{len(top)} modules directly in pinn/: {top}"
-    long_modules, long_classes = [], []
-    for module, path in sorted(package_modules().items()):
-        with open(path) as f:
-            text = f.read()
-        if not path.startswith(KERNELS) and len(text.splitlines()) > MAX_MODULE_LINES:
-            long_modules.append(f"{module} ({len(text.splitlines())} lines)")
-        long_classes += [f"{module}.{node.name} ({node.end_lineno - node.lineno + 1} lines)"
-                         for node in ast.walk(ast.parse(text)) if isinstance(node, ast.ClassDef)
-                         and node.end_lineno - node.lineno + 1 > MAX_CLASS_LINES]
-    assert not long_modules, f"modules over {MAX_MODULE_LINES} lines: {long_modules}"
-    assert not long_classes, f"classes over {MAX_CLASS_LINES} lines: {long_classes}"
