@@ -56,7 +56,26 @@ def choose_backend(params, model, world):
             threads = tf.config.threading.get_intra_op_parallelism_threads() if world.is_parallel else 0
             return NumbaBackend(model, threads or None)
     jit = _jit_setting(params, model.network)
+    if jit:
+        _count_xla_model(world)
     return TensorFlowBackend(jit, _parts_setting(mp, jit, world))
+
+
+class _XlaModels:
+    """How many XLA-compiled models this process has built (:func:`_count_xla_model`)."""
+    built = 0
+
+
+def _count_xla_model(world):
+    """Count an XLA-compiled model; at the second in one process, say once that TensorFlow keeps every XLA
+    compilation for the process's life (its compilation cache has no eviction): ~0.5 GB per default PiNet of the
+    TensorFlow engine (benchmarks/bench_memory.py), where the numba engine and ``jit: false`` stay flat."""
+    _XlaModels.built += 1
+    if _XlaModels.built == 2 and world.is_chief:
+        log.warning("a second XLA-compiled model in this process: TensorFlow keeps every model's XLA compilations "
+                    "until the process ends (~0.5 GB per default PiNet); for many models in one process use the "
+                    "numba engine or jit: false, or one process per model (docs/training.md, 'Many models in one "
+                    "process')")
 
 
 def _kalman_backend(mp, choice, world):
