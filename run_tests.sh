@@ -3,14 +3,16 @@
 # Two pytest-xdist workers, a test file each at a time (the launch tests first, tests/conftest.py);
 # extra arguments go to pytest, e.g.  ./run_tests.sh -k physics   or   ./run_tests.sh -n 0  (one process)
 # or   ./run_tests.sh tests/networks tests/application/test_cli.py   (those folders and files instead of all
-# of tests/). The multi-node tests (emulated nodes: root, about 5 minutes) run only when named:
+# of tests/). The multi-node tests (emulated nodes: root, about 5 minutes) and the Numba cache-state test
+# (a cold compile, 3-4 minutes) run only when named:
 #   ./run_tests.sh tests/parallel/test_multinode.py     (.ci/run runs them as a leg of their own)
+#   ./run_tests.sh tests/engines/test_cache_state.py
 set -euo pipefail
 cd "$(dirname "$0")"
 . tools/env.sh
 export TF_CPP_MIN_LOG_LEVEL=${TF_CPP_MIN_LOG_LEVEL:-2}
 # the whole tests/ folder but the multi-node tests, unless the arguments name test files or folders
-targets=(tests --ignore=tests/parallel/test_multinode.py)
+targets=(tests --ignore=tests/parallel/test_multinode.py --ignore=tests/engines/test_cache_state.py)
 for arg in "$@"; do
   case "$arg" in tests|tests/*) targets=() ;; esac
 done
