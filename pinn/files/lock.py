@@ -12,7 +12,8 @@ A lock found in place is the live holder's, and refused with :class:`ModelDirLoc
 naming host, pid, start and command), unless it is stale:
 
 - it names this host (this boot of it, this pid namespace), and the process is gone: no such pid,
-  or a pid whose start time differs from the one recorded (reused);
+  a zombie (ended, not yet reaped: the orphaned ranks of a killed job in a container whose first
+  process reaps none), or a pid whose start time differs from the one recorded (reused);
 - it names another host (or boot, or a container's pid namespace), and was last touched more than
   :data:`STALE_AFTER_S` seconds ago (no heartbeat: the node is lost or was rebooted);
 - it names this host and another directory (device and inode): copied along with the directory
@@ -289,7 +290,9 @@ def _alive(pid, start):
         return False
     except PermissionError:
         pass  # another user's process: it runs
-    now = _process_start(pid)
+    state, now = _process_state_and_start(pid)
+    if state in (b"Z", b"X"):  # a zombie: it ended, and no one has reaped it (an orphan in a container)
+        return False
     return start is None or now is None or now == start
 
 
@@ -339,12 +342,19 @@ def _command():
 
 def _process_start(pid):
     """Start time of process ``pid`` (clock ticks after boot, ``/proc/PID/stat``), or ``None`` without /proc."""
+    return _process_state_and_start(pid)[1]
+
+
+def _process_state_and_start(pid):
+    """(state letter, start time) of process ``pid`` from ``/proc/PID/stat`` (``b"Z"``: a zombie; clock ticks
+    after boot), each ``None`` where /proc does not say."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             fields = f.read().rsplit(b")", 1)[1].split()
     except (OSError, IndexError):
-        return None
-    return int(fields[19]) if len(fields) > 19 else None
+        return None, None
+    state = fields[0] if fields else None
+    return state, (int(fields[19]) if len(fields) > 19 else None)
 
 
 def _boot_id():

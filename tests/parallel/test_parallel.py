@@ -438,7 +438,7 @@ def test_a_killed_rank_ends_the_job_in_bounded_time(launcher, tmp_path):
     if in_save:  # the checkpoint written but not yet named is whole too: the relaunch resumes from it
         resumed_from = int(model.step)
         assert resumed_from > step
-        del model
+        model.close()  # gives the model directory's lock back for the relaunch
         resumed, out = _run(command, tmp_path, "kill", "--steps", str(resumed_from + 5), "--jit", "off")
         assert resumed.returncode == 0, out[-4000:]
         assert f"(step {resumed_from})" in out and f"step {resumed_from + 5}/{resumed_from + 5}" in out
