@@ -156,7 +156,8 @@ def test_best_and_explicit_checkpoints(alloy_xyz, tmp_path):
         weights = exported.load_engine_weights(model_dir, which)
         assert weights["source"] == exported.weights_file(best if which == "best" else last)
         energy, forces, _ = _predict(pinn.get_calc(str(model_dir), checkpoint=which))
-        assert energy == pytest.approx(expected[0], rel=1e-6, abs=1e-5)
+        # float32 in both engines, sums in other orders, Numba's tanh within a few ulps: 1.2e-5 eV apart once
+        assert energy == pytest.approx(expected[0], rel=2e-5, abs=1e-5)
         np.testing.assert_allclose(forces, expected[1], atol=1e-5)
     assert exported.checkpoint_path(tmp_path / "nothing") is None
 

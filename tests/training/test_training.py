@@ -111,7 +111,7 @@ def test_other_network_in_model_dir_is_refused(tmp_path):
     potential_model(_params(tmp_path / "m"))
     other = _params(tmp_path / "m")
     other["network"]["params"] = dict(SMALL_PINET, depth=3)
-    with pytest.raises(ValueError, match="differs"):
+    with pytest.raises(ValueError, match="holds another model than the given params .depth 2 there, 3 here"):
         potential_model(other)
 
 
