@@ -1,4 +1,5 @@
 """Helpers of the tests that start real processes: launcher environment, Horovod's build, waiting."""
+import functools
 import os
 import subprocess
 import sys
@@ -11,12 +12,19 @@ ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", OMPI_ALLOW_RUN_AS_ROOT="1", OMP
 
 def horovod_has(controller):
     """True if Horovod is installed and built with ``controller`` ('mpi' or 'gloo')."""
+    return controller in _horovod_controllers()
+
+
+@functools.lru_cache(maxsize=None)
+def _horovod_controllers():
+    """The controllers this venv's Horovod was built with (asked once per process: a child imports TensorFlow)."""
+    code = "import horovod.tensorflow as h; print(*[c for c in ('mpi', 'gloo') if getattr(h, c + '_built')()])"
     try:
-        out = subprocess.run([sys.executable, "-c", f"import horovod.tensorflow as h; print(h.{controller}_built())"],
-                             capture_output=True, text=True, env=ENV, timeout=120)
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV, timeout=120)
     except (OSError, subprocess.TimeoutExpired):
-        return False
-    return out.stdout.strip().endswith("True")
+        return frozenset()
+    lines = out.stdout.strip().splitlines()
+    return frozenset(lines[-1].split()) if out.returncode == 0 and lines else frozenset()
 
 
 def wait_for(predicate, timeout, what):
