@@ -302,3 +302,18 @@ def test_a_reused_pid_a_copied_directory_and_this_process_own_locks(tmp_path):
     again.release()
     copied.release()
     assert not (tmp_path / LOCK_NAME).exists() and not (copy / LOCK_NAME).exists()
+
+
+def test_a_zombie_holder_is_gone(tmp_path):
+    """A holder that ended but was never reaped (an orphaned rank of a killed job, in a container whose first
+    process reaps nothing) still answers kill(pid, 0): its lock is stale all the same."""
+    zombie = subprocess.Popen(["true"])
+    try:
+        wait_for(lambda: open(f"/proc/{zombie.pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z", 30,
+                 "the child to end (unreaped)")
+        _foreign_lock(tmp_path, **dirlock._here(), pid=zombie.pid, process_start=dirlock._process_start(zombie.pid))
+        lock = lock_model_dir(tmp_path)
+        assert lock.note.endswith(f"pid {zombie.pid} on host {HOST}, which is no longer running")
+        lock.release()
+    finally:
+        zombie.wait()
