@@ -4,7 +4,7 @@ a committee of 3 trained on cold configurations (300 K) runs MD at 1000 K, where
 nothing; the 20 configurations where its members disagree most are labelled with EMT and the
 committee trains again from where it was (warm start) on the old and the new frames.  On the
 explored configurations the deviation and the true force error both drop, and on held-back hot
-configurations the force deviation ranks the true error (Spearman's ρ > 0).
+configurations each atom's force deviation ranks its true error (Spearman's ρ > 0.1).
 """
 import pytest
 
@@ -24,8 +24,12 @@ def test_labelling_where_the_committee_disagrees_lowers_deviation_and_error(roun
     assert round_["explored_error_gen1"] < round_["explored_error_gen0"]
 
 
-def test_the_deviation_ranks_the_true_error_on_held_back_frames(round_):
-    assert round_["spearman"] > 0
+def test_the_deviation_ranks_the_true_error_on_held_back_atoms(round_):
+    """Each atom's force deviation ranks its force error (640 atoms of 20 held-back frames at 1000 K: ρ 0.24
+    for seed 0, where ρ > 0.1 is 2.5 standard errors above no ranking).  The frames' maxima alone (20
+    samples) rank weakly and unevenly: ρ 0.38, 0.06, 0.13 for seeds 0-2 at 0.21.0, -0.08 for seed 0 at
+    0.30.0; they are measured (bench_active_learning.py), not asserted."""
+    assert round_["spearman_atoms"] > 0.1
 
 
 def test_spearman():
