@@ -430,6 +430,8 @@ def test_a_killed_rank_ends_the_job_in_bounded_time(launcher, tmp_path):
     elapsed = time.monotonic() - t0
     assert proc.returncode != 0
     assert elapsed < 120, f"the job took {elapsed:.0f} s to end after a rank died"
+    # mpirun may return while the rank it terminated is still ending: the lock is that rank's until then
+    _wait_for_the_lock_holder_to_end(model_dir)
     # rank 0's latest checkpoint is whole and loads
     step, latest = _latest_step(model_dir)
     from pinn.models import potential_model
@@ -442,6 +444,18 @@ def test_a_killed_rank_ends_the_job_in_bounded_time(launcher, tmp_path):
         resumed, out = _run(command, tmp_path, "kill", "--steps", str(resumed_from + 5), "--jit", "off")
         assert resumed.returncode == 0, out[-4000:]
         assert f"(step {resumed_from})" in out and f"step {resumed_from + 5}/{resumed_from + 5}" in out
+
+
+def _wait_for_the_lock_holder_to_end(model_dir, timeout=60):
+    """Wait until the process named by ``model_dir``'s lock file (if any) has ended."""
+    import json
+    from pinn.files import lock as dirlock
+    path = model_dir / dirlock.LOCK_NAME
+    if not path.exists():
+        return
+    holder = json.loads(path.read_text())
+    wait_for(lambda: not dirlock._alive(holder["pid"], holder.get("process_start")), timeout,
+             f"rank 0 (pid {holder['pid']}) to end")
 
 
 def test_a_launcher_without_horovod_ranks_is_refused(tmp_path):
