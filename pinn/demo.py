@@ -252,24 +252,21 @@ def _train_members(directory, data, steps, members, init=None):
             lambda: load_ase(data).cache().repeat().shuffle(200, seed=k).apply(sparse_batch(4)), steps)
 
 
-def _deviation_and_error(calc, frames, per_atom=False):
-    """The committee's force deviation and its force error against EMT (eV/Å).
+def _deviation_and_error(calc, frames):
+    """The committee's force deviation and its force error against EMT (eV/Å), one evaluation per frame.
 
     Returns:
-        [n_frames, 2]: per frame, the max over atoms of the deviation and of the error (the largest
-        component); with ``per_atom``, [n_frames * n_atoms, 2]: per atom, its deviation and the norm of
-        its force error.
+        ([n_frames, 2], [n_frames * n_atoms, 2]): per frame, the max over atoms of the deviation and of
+        the error (the largest component); per atom, its deviation and the norm of its force error.
     """
-    rows = []
+    per_frame, per_atom = [], []
     for frame in frames:
         atoms = frame.copy()
         atoms.calc = calc
         difference = atoms.get_forces() - _emt_labelled(frame).get_forces()
-        if per_atom:
-            rows += zip(calc.results["forces_deviation"], np.linalg.norm(difference, axis=1))
-        else:
-            rows.append((calc.results["max_forces_deviation"], np.abs(difference).max()))
-    return np.array(rows)
+        per_frame.append((calc.results["max_forces_deviation"], np.abs(difference).max()))
+        per_atom += zip(calc.results["forces_deviation"], np.linalg.norm(difference, axis=1))
+    return np.array(per_frame), np.array(per_atom)
 
 
 def spearman(x, y):
@@ -312,16 +309,14 @@ def active_learning_demo(directory, members=3, picked=20, steps=(400, 200), seed
     _train_members(os.path.join(directory, "gen0"), os.path.join(directory, "gen0.xyz"), steps[0], members)
     gen0 = get_calc(os.path.join(directory, "gen0"))
     explored = _copper_frames(1000, 60, seed + 1, calc=gen0, every=5, friction=0.05)
-    before = _deviation_and_error(gen0, explored)
+    before = _deviation_and_error(gen0, explored)[0]
     chosen = sorted(np.argsort(before[:, 0])[::-1][:picked])
     ase_files.write(os.path.join(directory, "gen1.xyz"), cold + [_emt_labelled(explored[i]) for i in chosen])
     _train_members(os.path.join(directory, "gen1"), os.path.join(directory, "gen1.xyz"), steps[1], members,
                    init=os.path.join(directory, "gen0"))
     gen1 = get_calc(os.path.join(directory, "gen1"))
-    after = _deviation_and_error(gen1, explored)
-    held_frames = _copper_frames(1000, 20, seed + 2)
-    held = _deviation_and_error(gen1, held_frames)
-    held_atoms = _deviation_and_error(gen1, held_frames, per_atom=True)
+    after = _deviation_and_error(gen1, explored)[0]
+    held, held_atoms = _deviation_and_error(gen1, _copper_frames(1000, 20, seed + 2))
     return {"explored_deviation_gen0": float(before[:, 0].mean()), "explored_error_gen0": float(before[:, 1].mean()),
             "explored_deviation_gen1": float(after[:, 0].mean()), "explored_error_gen1": float(after[:, 1].mean()),
             "spearman": spearman(held[:, 0], held[:, 1]),
