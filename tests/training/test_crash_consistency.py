@@ -1,7 +1,7 @@
 """A run survives any crash: damaged files never block a resume, saves never destroy the last good
 state, a full disk stops cleanly, and SIGKILL at random moments (many times) loses nothing.
 
-The 2-rank case (rank 0 killed inside a save) is in test_parallel.py.
+The 2-rank case (rank 0 killed inside a save) is in tests/parallel/test_parallel_stops.py.
 """
 import json
 import logging

@@ -2,7 +2,7 @@
 process: the step is skipped and counted, logged with the batch's sizes, recorded in metrics.jsonl, not
 taken for a divergence; max_oom_skips in a row write the checkpoint and stop.  Every way a step is made:
 TensorFlow's whole step, the Numba engine's, a split step (accumulated batches), the Kalman filter's.
-Two ranks: tests/parallel/test_parallel.py."""
+Two ranks: tests/parallel/test_parallel_stops.py."""
 import pytest
 
 from pinn.io import load_ase, sparse_batch
