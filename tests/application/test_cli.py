@@ -24,7 +24,10 @@ def _run_file(directory, **changes):
     config = {"model_dir": "model", "network": {"name": "PiNet", "params": NET},
               "model": {"name": "dipole_model",
                         "params": {"use_charge": True, "learning_rate": 3e-3, "log_every_n_steps": 20,
-                                   "eval_every_n_steps": 20, "progress_bar": "off"}},
+                                   "eval_every_n_steps": 20, "progress_bar": "off",
+                                   # the command is tested here, not XLA (test_padded_training.py, the
+                                   # parallel union test): no compilation per batch size (~60 s here)
+                                   "jit": False}},
               "data": {"train": "water.xyz", "split": {"train": 8, "eval": 2}, "batch_size": 16},
               "train": {"max_epochs": 10}}
     for key, value in changes.items():

@@ -48,9 +48,10 @@ def test_train_then_md(alloy_xyz, tmp_path):
 
 def test_dipole_input_then_calculator(tmp_path):
     from pinn.demo import make_dipole_dataset
-    data = make_dipole_dataset(str(tmp_path / "water.xyz"), n_frames=120, seed=0)
-    log = _run([os.path.join(ROOT, "inputs", "train_dipole.py"), data, "model", "3"], tmp_path)
-    assert "validation: D_MAE" in log and "1 rank(s))" in log
+    # 32 training structures, batches of 16: 2 steps (each new batch size an XLA compilation, seconds each)
+    data = make_dipole_dataset(str(tmp_path / "water.xyz"), n_frames=40, seed=0)
+    log = _run([os.path.join(ROOT, "inputs", "train_dipole.py"), data, "model", "1"], tmp_path)
+    assert "validation: D_MAE" in log and "(step 2, 1 rank(s))" in log
     import ase.io
     from pinn import get_calc
     atoms = ase.io.read(data, 0)

@@ -2,7 +2,7 @@
 the layers' matrix products in the low precision (pinn.networks.layers), and mixed_float16's dynamic loss
 scale (pinn.training.loss_scale): an overflow (injected by PINN_TEST_OVERFLOW) skips exactly that step
 and halves the scale, finite steps grow it, a resumed run restores it.  Two ranks:
-tests/parallel/test_parallel.py."""
+tests/parallel/test_parallel_stops.py."""
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -41,13 +41,13 @@ def test_layers_multiply_in_the_low_precision_and_return_float32():
 @pytest.fixture(scope="module")
 def errors_after_training(alloy_xyz, tmp_path_factory):
     """Force and energy RMSE on the training frames after the same 40 steps in float32 and in each mixed
-    precision."""
+    precision (without XLA: its compilations per batch size took 60 of this fixture's 100 s)."""
     data = load_ase(alloy_xyz).take(60).cache()
     out = {}
     for precision in ("float32", "mixed_bfloat16", "mixed_float16"):
         model_dir = tmp_path_factory.mktemp(precision) / "model"
         out[precision + "_dir"] = model_dir
-        trainer = potential_model(_params(model_dir, precision, log_every_n_steps=10))
+        trainer = potential_model(_params(model_dir, precision, log_every_n_steps=10, jit=False))
         trainer.train(lambda: data.apply(sparse_batch(6)).repeat(), max_steps=40)
         assert all(v.dtype == tf.float32 for v in list(trainer.model.trainable_variables) + trainer.optimizer.variables[1:])
         out[precision] = trainer.evaluate(lambda: data.apply(sparse_batch(10)))
@@ -59,7 +59,8 @@ def test_mixed_precision_trains_within_a_factor_of_float32(errors_after_training
     """Forces within 1.25× and energies within 3× of float32's error after the same 40 steps, on both
     stacks (measured: TensorFlow 2.15 bf16 1.12×/1.44×, fp16 0.96×/0.99× (benchmarks/bench_mixed_precision.py);
     TensorFlow 2.21 bf16 1.15×/2.25×, fp16 1.01×/1.76×: the energy error after 40 steps moves with the
-    stack's arithmetic, the forces' does not)."""
+    stack's arithmetic, the forces' does not; this fixture's runs, without XLA, on TensorFlow 2.15: bf16
+    0.98×/1.66×, fp16 1.12×/0.62×)."""
     mine, reference = errors_after_training[precision], errors_after_training["float32"]
     assert mine["F_RMSE"] < 1.25 * reference["F_RMSE"], (mine, reference)
     assert mine["E_RMSE"] < 3.0 * reference["E_RMSE"], (mine, reference)
