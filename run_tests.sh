@@ -3,24 +3,20 @@
 # Two pytest-xdist workers, a test file each at a time (the launch tests first, tests/conftest.py);
 # extra arguments go to pytest, e.g.  ./run_tests.sh -k physics   or   ./run_tests.sh -n 0  (one process)
 # or   ./run_tests.sh tests/networks tests/application/test_cli.py   (those folders and files instead of all
-# of tests/). The launch tests (marked hpc: real horovodrun, mpirun and a private Slurm, 2 ranks each; about
-# 15 minutes) run on their own with -m hpc; the multi-node tests (emulated nodes: root, about 5 minutes) and
-# the Numba cache-state test (a cold compile, 3-4 minutes) run only when named:
-#   ./run_tests.sh -m hpc                               (.ci/run runs each of these as a leg of its own)
-#   ./run_tests.sh tests/parallel/test_multinode.py
+# of tests/). The launch tests (marked hpc: real horovodrun, mpirun and a private Slurm, 2 ranks each) are
+# part of the suite: they wait on their ranks much of the time, in which the other worker runs the rest
+# (as a leg of their own they made the whole 5 minutes longer); -m hpc runs only them, -m "not hpc" all but
+# them. The multi-node tests (emulated nodes: root, about 5 minutes) and the Numba cache-state test (a cold
+# compile, 3-4 minutes) run only when named:
+#   ./run_tests.sh tests/parallel/test_multinode.py     (.ci/run runs each as a leg of its own)
 #   ./run_tests.sh tests/engines/test_cache_state.py
 set -euo pipefail
 cd "$(dirname "$0")"
 . tools/env.sh
 export TF_CPP_MIN_LOG_LEVEL=${TF_CPP_MIN_LOG_LEVEL:-2}
-# the whole tests/ folder but the multi-node and cache-state tests, unless the arguments name test files or
-# folders; the launch tests only when the arguments name files or folders or give -m
+# the whole tests/ folder but the multi-node and cache-state tests, unless the arguments name test files or folders
 targets=(tests --ignore=tests/parallel/test_multinode.py --ignore=tests/engines/test_cache_state.py)
-select=(-m "not hpc")
 for arg in "$@"; do
-  case "$arg" in
-    tests|tests/*) targets=(); select=() ;;
-    -m|-m*) select=() ;;
-  esac
+  case "$arg" in tests|tests/*) targets=() ;; esac
 done
-python -m pytest -q -n 2 --dist loadfile "${targets[@]}" "${select[@]}" "$@"
+python -m pytest -q -n 2 --dist loadfile "${targets[@]}" "$@"
