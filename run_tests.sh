@@ -5,9 +5,9 @@
 # or   ./run_tests.sh tests/networks tests/application/test_cli.py   (those folders and files instead of all
 # of tests/). The launch tests (marked hpc: real horovodrun, mpirun and a private Slurm, 2 ranks each) are
 # part of the suite: they wait on their ranks much of the time, in which the other worker runs the rest
-# (as a leg of their own they made the whole 5 minutes longer); -m hpc runs only them, -m "not hpc" all but
-# them. The multi-node tests (emulated nodes: root, about 5 minutes) and the Numba cache-state test (a cold
-# compile, 3-4 minutes) run only when named:
+# (apart: 17:38 and 25:42, together before their trims 38:08; benchmarks/results/0.30.0-dev-suite-time.jsonl);
+# -m hpc runs only them, -m "not hpc" all but them. The multi-node tests (emulated nodes: root, about
+# 5 minutes) and the Numba cache-state test (a cold compile, 3-4 minutes) run only when named:
 #   ./run_tests.sh tests/parallel/test_multinode.py     (.ci/run runs each as a leg of its own)
 #   ./run_tests.sh tests/engines/test_cache_state.py
 set -euo pipefail

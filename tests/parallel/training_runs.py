@@ -1,7 +1,8 @@
 """Runs of tests/parallel/parallel_train.py under the launchers (test_parallel.py, test_parallel_stops.py).
 
-``LAUNCHERS``: each launcher's availability check and command line; ``run`` runs the script (one
-process or a launcher's ranks) and returns its output; ``load`` reads what a rank wrote.
+``LAUNCHERS``: each launcher's availability check and command line (``command_of``); ``run_training``
+runs the script (one process or a launcher's ranks) and returns its output; ``load_rank`` reads what a
+rank wrote.
 """
 import importlib.util
 import json

@@ -41,7 +41,8 @@ def test_layers_multiply_in_the_low_precision_and_return_float32():
 @pytest.fixture(scope="module")
 def errors_after_training(alloy_xyz, tmp_path_factory):
     """Force and energy RMSE on the training frames after the same 40 steps in float32 and in each mixed
-    precision (without XLA: its compilations per batch size took 60 of this fixture's 100 s)."""
+    precision (without XLA, whose compilations per batch size are not the subject: 104 s in the suite with
+    them, 63 s alone without)."""
     data = load_ase(alloy_xyz).take(60).cache()
     out = {}
     for precision in ("float32", "mixed_bfloat16", "mixed_float16"):
