@@ -96,21 +96,32 @@ class Adam(tf.Module):
 
     def apply_gradients(self, grads_and_vars):
         """One update of each variable with its gradient (a tensor of the variable's dtype), then
-        ``iterations`` + 1."""
+        ``iterations`` + 1.  The step's scalars (the rate, β's powers, α) are computed once per dtype, from
+        the same operations in the same order as per variable: the same bits, fewer operations to trace."""
+        scalars = {}
         for gradient, variable in grads_and_vars:
             m, v = self.slots(variable)
             dtype = variable.dtype
-            rate = tf.cast(self._learning_rate, dtype)
+            if dtype not in scalars:
+                scalars[dtype] = self._step_scalars(dtype)
+            rate, alpha, keep_1, keep_2, epsilon = scalars[dtype]
             if self.decays(variable):
                 variable.assign_sub(variable * tf.cast(self.weight_decay, dtype) * rate)
-            t = tf.cast(self._iterations + 1, dtype)
-            beta_1_power = tf.pow(tf.cast(self.beta_1, dtype), t)
-            beta_2_power = tf.pow(tf.cast(self.beta_2, dtype), t)
-            alpha = rate * tf.sqrt(1 - beta_2_power) / (1 - beta_1_power)
-            m.assign_add((gradient - m) * (1 - self.beta_1))
-            v.assign_add((tf.square(gradient) - v) * (1 - self.beta_2))
-            variable.assign_sub((m * alpha) / (tf.sqrt(v) + self.epsilon))
+            m.assign_add((gradient - m) * keep_1)
+            v.assign_add((tf.square(gradient) - v) * keep_2)
+            variable.assign_sub((m * alpha) / (tf.sqrt(v) + epsilon))
         self._iterations.assign_add(1)
+
+    def _step_scalars(self, dtype):
+        """(learning rate, α = lr · √(1 − β₂ᵗ) / (1 − β₁ᵗ), 1 − β₁, 1 − β₂, ε) of this update in ``dtype``
+        (the constants as a Python float becomes in an operation with a tensor of ``dtype``)."""
+        rate = tf.cast(self._learning_rate, dtype)
+        t = tf.cast(self._iterations + 1, dtype)
+        beta_1_power = tf.pow(tf.cast(self.beta_1, dtype), t)
+        beta_2_power = tf.pow(tf.cast(self.beta_2, dtype), t)
+        alpha = rate * tf.sqrt(1 - beta_2_power) / (1 - beta_1_power)
+        constants = [tf.constant(c, dtype) for c in (1 - self.beta_1, 1 - self.beta_2, self.epsilon)]
+        return (rate, alpha, *constants)
 
 
 def decayed_flags(variables, on):

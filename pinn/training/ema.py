@@ -31,9 +31,13 @@ class WeightAverage(tf.Module):
         self.updates.assign_add(1)
         n = tf.cast(self.updates, tf.float64)
         decay = self.decay_after(n, lambda a, b: tf.minimum(tf.constant(a, tf.float64), b))
+        factors = {}  # (d, 1 − d) once per dtype: the same bits as per variable, fewer operations to trace
         for average, v in zip(self.shadow, variables):
-            d = tf.cast(decay, v.dtype)
-            average.assign(d * average + (1.0 - d) * v)
+            if v.dtype not in factors:
+                d = tf.cast(decay, v.dtype)
+                factors[v.dtype] = d, 1.0 - d
+            d, rest = factors[v.dtype]
+            average.assign(d * average + rest * v)
 
     def decay_after(self, n, minimum=min):
         """The decay d of the n-th update (``n`` a float, or a float64 tensor with a TensorFlow ``minimum``):
