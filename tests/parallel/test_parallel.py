@@ -11,7 +11,7 @@ import os
 import numpy as np
 import pytest
 from launching import assert_each_rank_read_its_own_files
-from training_runs import CONTROLLER, EXCHANGE, load_rank, run_training
+from training_runs import CONTROLLER, EXCHANGE, LAUNCHERS, command_of, load_rank, run_training
 
 NAN_STEPS = ["--nan-steps", "7", "12", "13", "14"]  # one skip, then three in a row: a rollback to step 10
 
@@ -34,30 +34,25 @@ def _assert_ranks_match(ranks, reference, steps, rtol, atol, optimizer_rtol=None
             np.testing.assert_allclose(a, b, rtol=optimizer_rtol, atol=atol, err_msg="optimizer")
 
 
-#: the launcher whose union-batch runs are XLA-compiled (``jit: auto``, PiNet's default): it runs on both stacks
-#: (MPI alone); the other launchers and the mirrored backend train without XLA, against a reference without XLA
-#: (XLA compiles ~25 s a process on 2 cores, and what they test is their exchange, not XLA)
+#: the launcher of the XLA-compiled step on ranks (test_xla_compiled_step_on_two_ranks_equals_one_process): it runs
+#: on both stacks (MPI alone).  The union tests train without XLA, against a reference without it: XLA compiles
+#: ~25 s a process on 2 cores, each launch anew, and what they test is the launchers' exchange, not XLA (with XLA
+#: on every launch the mpirun-mpi4py union test took 299 s of the suite; benchmarks/results/0.30.0-dev-suite-time)
 XLA_LAUNCHER = "mpirun-mpi4py"
 
 
 @pytest.fixture(scope="module")
 def one_process(tmp_path_factory):
-    """The references: one process (parallel=True, alone) on the union batches, with XLA (``"auto"``) or
-    without (``"off"``), each run once when first asked for.  The 2-rank runs scale the learning rate
-    linearly (×2, decay twice as fast per step), so the reference is given 2× the rate and half the decay
-    step.  Returns ``reference(jit)`` → (rank 0's results, the output, the work directory)."""
-    made = {}
-
-    def reference(jit):
-        if jit not in made:
-            workdir = tmp_path_factory.mktemp(f"one-jit-{jit}")
-            run, output = run_training([], workdir, "one", "--steps", "20", "--lr", "2e-3", "--decay-step", "10",
-                               "--jit", jit, *NAN_STEPS)
-            assert run.returncode == 0, output[-4000:]
-            assert ("gradients by TensorFlow (XLA)" in output) == (jit == "auto"), output[-4000:]
-            made[jit] = load_rank(workdir, "one", 0), output, workdir
-        return made[jit]
-    return reference
+    """The reference: one process (parallel=True, alone) on the union batches without XLA, 20 steps with the NaN
+    steps.  The 2-rank runs scale the learning rate linearly (×2, decay twice as fast per step), so the
+    reference is given 2× the rate and half the decay step.  Returns (rank 0's results, the output, the work
+    directory)."""
+    workdir = tmp_path_factory.mktemp("one")
+    run, output = run_training([], workdir, "one", "--steps", "20", "--lr", "2e-3", "--decay-step", "10",
+                               "--jit", "off", *NAN_STEPS)
+    assert run.returncode == 0, output[-4000:]
+    assert "gradients by TensorFlow (XLA)" not in output, output[-4000:]
+    return load_rank(workdir, "one", 0), output, workdir
 
 
 def reference_dir(reference):
@@ -65,7 +60,7 @@ def reference_dir(reference):
 
 
 def test_one_process_asked_to_be_parallel_says_so(one_process):
-    result, output, _ = one_process("off")
+    result, output, _ = one_process
     assert result["size"] == 1
     assert "this is the only process: nothing runs in parallel" in output
 
@@ -77,10 +72,9 @@ def test_two_ranks_equal_one_process_on_the_union(launcher, one_process, tmp_pat
     ase.io.read), whatever the launcher: ASE's MPI-aware reading, which gave both ranks rank 0's
     frames under mpirun before 0.17.0, is off in a parallel world."""
     name, command = launcher
-    jit = "auto" if name == XLA_LAUNCHER else "off"
-    one = one_process(jit)
+    one = one_process
     reference = one[0]
-    common = ["--lr", "1e-3", "--decay-step", "20", "--jit", jit, *NAN_STEPS]
+    common = ["--lr", "1e-3", "--decay-step", "20", "--jit", "off", *NAN_STEPS]
     first, out1 = run_training(command, tmp_path, "two", "--steps", "10", *common)
     assert first.returncode == 0, out1[-4000:]
     second, out2 = run_training(command, tmp_path, "two", "--steps", "20", *common)
@@ -116,7 +110,7 @@ def test_two_ranks_equal_one_process_on_the_union(launcher, one_process, tmp_pat
     assert not any("params.yml" in w for w in ranks[0]["writes"])
     # what the log says
     assert CONTROLLER[name] in out1 and EXCHANGE[name] in out1 and "rank 1: host" in out1
-    assert ("gradients by TensorFlow (XLA)" in out1) == (jit == "auto")
+    assert "gradients by TensorFlow (XLA)" not in out1
     assert "ASE's file I/O is per rank" in out1
     assert "step 8: non-finite loss or gradient (from rank 1); update skipped on all ranks" in out1
     assert "restored" in out2 and "(step 10)" in out2
@@ -126,14 +120,38 @@ def test_two_ranks_equal_one_process_on_the_union(launcher, one_process, tmp_pat
     assert "step 20/20" in log and "pinn[rank 1]" not in log
 
 
+def test_xla_compiled_step_on_two_ranks_equals_one_process(tmp_path):
+    """PiNet's default step (``jit`` unset: XLA-compiled, on batches padded to buckets) on 2 ranks under
+    mpirun with MPI alone, 4 steps with a NaN on rank 1 at step 3: both ranks end bitwise equal to each other
+    and equal to one process on the union batches, compiled alike, to float32 rounding."""
+    available, _ = LAUNCHERS[XLA_LAUNCHER]
+    if not available():
+        pytest.skip(f"{XLA_LAUNCHER}: mpirun or mpi4py not installed")
+    args = ["--steps", "4", "--jit", "auto", "--nan-steps", "2"]
+    (tmp_path / "one").mkdir()
+    one, out_one = run_training([], tmp_path / "one", "one", "--lr", "2e-3", "--decay-step", "10", *args)
+    assert one.returncode == 0, out_one[-4000:]
+    two, out_two = run_training(command_of(XLA_LAUNCHER), tmp_path, "two", "--lr", "1e-3", "--decay-step", "20",
+                                *args)
+    assert two.returncode == 0, out_two[-4000:]
+    for out in (out_one, out_two):
+        assert "gradients by TensorFlow (XLA)" in out, out[-4000:]
+    assert CONTROLLER[XLA_LAUNCHER] in out_two and EXCHANGE[XLA_LAUNCHER] in out_two
+    assert "step 3: non-finite loss or gradient (from rank 1); update skipped on all ranks" in out_two
+    reference = load_rank(tmp_path / "one", "one", 0)
+    ranks = [load_rank(tmp_path, "two", r) for r in range(2)]
+    _assert_ranks_match(ranks, reference, 4, rtol=1e-5, atol=1e-6, optimizer_rtol=1e-4)
+    assert ranks[0]["lr"] == pytest.approx(reference["lr"], rel=1e-6)
+
+
 def test_mirrored_two_devices_equal_one_process_on_the_union(one_process, tmp_path):
     """``parallel_params.backend: mirrored``: one process, the CPU split into 2 logical devices, each
     device given one rank's part of every step (the same files, NaN steps and restart at step 10 as
     the ranks above): the weights, Adam's state and the average equal the 1-process run on the union
     batches to float32 rounding; the learning rate scales with the 2 devices; validation, the best
     checkpoint and the rollback are the same.  Without XLA, against the reference without it (XLA on
-    ranks: the union test above under mpirun-mpi4py)."""
-    one = one_process("off")
+    ranks: test_xla_compiled_step_on_two_ranks_equals_one_process)."""
+    one = one_process
     reference = one[0]
     common = ["--backend", "mirrored", "--lr", "1e-3", "--decay-step", "20", "--jit", "off", *NAN_STEPS]
     first, out1 = run_training([], tmp_path, "two", "--steps", "10", *common)
