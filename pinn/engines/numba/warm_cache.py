@@ -16,6 +16,12 @@ dispatcher goes on as usual and loads it from the cache.  Every process, with a 
 warm one, thus runs the same object code.  Only kernels called from Python need it: callees are
 compiled (and cached) in the child with the kernel that calls them.
 
+Processes that need the same kernel compiled take turns (a lock file per kernel beside its cache
+entries, ``<module>.<kernel>.compile-lock``, held with ``flock`` and released by the kernel's
+process when it ends, whatever the end): the ranks of a parallel run started on a cold cache, or
+two runs on one machine, compile each kernel once; the others wait (one log line says so) and
+then load it.  Without a lock file (a cache directory that cannot be written) each compiles.
+
 When the child fails, or the cache cannot be written, the kernel is compiled in the process as
 before and one log line (``logging.getLogger("pinn")``) says that results then depend on the
 compilation.  With ``NUMBA_DISABLE_JIT`` there are no dispatchers and nothing is hooked.
@@ -28,6 +34,7 @@ which loads from the cache what is there and costs a second only.
 NumPy and Numba only (no TensorFlow); :mod:`pinn.engines.numba.md_kernels` applies it to every
 kernel it makes (``_jit``).
 """
+import contextlib
 import logging
 import os
 import pickle
@@ -36,6 +43,11 @@ import sys
 import tempfile
 import threading
 import time
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not POSIX: no turns, each process compiles
+    fcntl = None
 
 try:
     import numba
@@ -147,7 +159,46 @@ def ensure_cached(dispatcher, args):
     with _lock:
         if sig in dispatcher.overloads or _in_cache(dispatcher, sig):
             return
-        compile_in_child(dispatcher, sig)
+        with compile_turn(dispatcher, sig):
+            if _in_cache(dispatcher, sig):  # compiled by the process whose turn it was
+                return
+            compile_in_child(dispatcher, sig)
+
+
+def compile_lock_path(dispatcher):
+    """The lock file of ``dispatcher``'s compilations: ``<module>.<kernel>.compile-lock`` in the
+    directory of its cache entries (None when Numba does not say where that is)."""
+    try:
+        directory = dispatcher._cache._cache_path
+    except Exception:  # pragma: no cover - Numba internals of another version
+        return None
+    py = dispatcher.py_func
+    return os.path.join(directory, "%s.%s.compile-lock" % (py.__module__, py.__name__))
+
+
+@contextlib.contextmanager
+def compile_turn(dispatcher, sig):
+    """Hold the kernel's compile lock (:func:`compile_lock_path`), waiting while another process
+    holds it (said once in the log).  No lock where the file cannot be made: then nothing is held."""
+    path = compile_lock_path(dispatcher) if fcntl is not None else None
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666) if path else None
+    except OSError:
+        fd = None
+    if fd is None:
+        yield
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log.info("waiting for another process compiling %s (%s)", _name(dispatcher, sig), path)
+            start = time.perf_counter()
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            log.info("%s: waited %.0f s", _name(dispatcher, sig), time.perf_counter() - start)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def _check_loaded(dispatcher, sig):
