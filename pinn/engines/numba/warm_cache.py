@@ -196,6 +196,9 @@ def compile_turn(dispatcher, sig):
             start = time.perf_counter()
             fcntl.flock(fd, fcntl.LOCK_EX)
             log.info("%s: waited %.0f s", _name(dispatcher, sig), time.perf_counter() - start)
+        except OSError as error:  # a file system without locks (some network mounts): no turns
+            _tell_once(("flock", path), "no compile turns for the Numba kernels (%s: %s): processes that "
+                       "start on a cold cache may compile the same kernel at once", path, error, level=logging.INFO)
         yield
     finally:
         os.close(fd)  # releases the lock
