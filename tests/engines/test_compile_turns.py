@@ -6,8 +6,6 @@ import subprocess
 import sys
 import time
 
-import numpy as np
-
 KERNEL_MODULE = '''
 import numba
 from pinn.engines.numba.warm_cache import install
@@ -81,4 +79,3 @@ def test_a_process_waits_while_another_compiles_the_kernel_then_loads_it(tmp_pat
     assert proc.returncode == 0, output
     assert "result 2.0" in output and "add_one (float64): waited" in output
     assert "compiling Numba kernels" not in output and "in this process" not in output, output
-    assert np.isfinite(float(output.split("result ", 1)[1].split()[0]))

@@ -179,7 +179,7 @@ def compile_lock_path(dispatcher):
 @contextlib.contextmanager
 def compile_turn(dispatcher, sig):
     """Hold the kernel's compile lock (:func:`compile_lock_path`), waiting while another process
-    holds it (said once in the log).  No lock where the file cannot be made: then nothing is held."""
+    holds it (the wait is logged).  No lock where the file cannot be made or locked: then nothing is held."""
     path = compile_lock_path(dispatcher) if fcntl is not None else None
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666) if path else None
