@@ -172,6 +172,7 @@ def pad_to_buckets(rc, element, num_parallel_calls=tf.data.AUTOTUNE, atomic_prop
     an XLA-compiled training step (``model.params.jit``).  ``atomic_props``: as for
     :func:`pad_tensors`.
     """
+    @tf.autograph.experimental.do_not_convert
     def pad(*parts):  # tf.data passes the parts of a tuple element as separate arguments
         if len(parts) == 1:
             return pad_tensors(parts[0], rc, element, atomic_props)

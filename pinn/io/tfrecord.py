@@ -214,6 +214,7 @@ def _parser(meta):
     """The function of a serialized record → dict of the tensors of ``meta``'s keys."""
     features = {key: tf.io.FixedLenFeature([], tf.string) for key in meta}
 
+    @tf.autograph.experimental.do_not_convert
     def parse(record):
         raw = tf.io.parse_single_example(record, features)
         out = {}

@@ -38,20 +38,21 @@ def prepared_input(input_fn, network, skip=0, pad=False, parts=1):
     if skip:
         dataset = dataset.skip(skip)
     if K.CELL not in spec or K.PBC not in spec:
-        dataset = dataset.map(with_cell_and_pbc, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        dataset = dataset.map(tf.autograph.experimental.do_not_convert(with_cell_and_pbc), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     if K.IND_2 not in spec:
         dataset = dataset.apply(add_neighbors(network.rc))
     if pad:
         # XLA drops assertions: unknown elements are refused here, in the pipeline, before padding
         index = network.element_index
 
+        @tf.autograph.experimental.do_not_convert
         def known_elements(batch):
             with tf.control_dependencies([index(batch[K.ELEMS])]):
                 return {**batch, K.ELEMS: tf.identity(batch[K.ELEMS])}
         dataset = dataset.map(known_elements)
     if parts > 1:
-        dataset = dataset.map(lambda batch: split_batch(batch, parts), num_parallel_calls=tf.data.AUTOTUNE,
-                              deterministic=True)
+        dataset = dataset.map(tf.autograph.experimental.do_not_convert(lambda batch: split_batch(batch, parts)),
+                              num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     if pad:
         dataset = dataset.apply(pad_to_buckets(network.rc, network.element_index.atom_types[0]))
     return dataset.prefetch(tf.data.AUTOTUNE)
