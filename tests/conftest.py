@@ -29,9 +29,11 @@ def trained_alloy_model(alloy_xyz, tmp_path_factory):
     model_dir = tmp_path_factory.mktemp("models") / "alloy"
     net = {"atom_types": [29, 79], "rc": 4.5, "depth": 2, "pp_nodes": [8], "pi_nodes": [8], "ii_nodes": [8],
            "out_nodes": [8]}
+    # e_dress fitted on one pass over the 120 frames (15 batches): the default 100 batches of this repeated input
+    # would fit the same offsets on copies of them, seconds more per model (so in every fixture and test file)
     params = {"model_dir": str(model_dir), "network": {"name": "PiNet", "params": net},
-              "model": {"params": {"use_force": True, "fit_e_dress": True, "learning_rate": 3e-3,
-                                   "f_loss_multiplier": 10.0, "log_every_n_steps": 1000}}}
+              "model": {"params": {"use_force": True, "fit_e_dress": True, "fit_e_dress_batches": 15,
+                                   "learning_rate": 3e-3, "f_loss_multiplier": 10.0, "log_every_n_steps": 1000}}}
     model = potential_model(params)
     model.train(lambda: load_ase(alloy_xyz).cache().repeat().shuffle(100, seed=0).apply(sparse_batch(8)), 300)
     return str(model_dir)
@@ -57,7 +59,8 @@ def ethanol_model(tmp_path_factory):
     root = tmp_path_factory.mktemp("ethanol")
     data = write_emt_molecules(root / "ethanol.xyz", "CH3CH2OH", 16)
     params = training_params(root / "model", small_net([1, 6, 8], pi_nodes=[8, 8]),
-                             {"use_force": True, "fit_e_dress": True}, log_every_n_steps=1000)
+                             {"use_force": True, "fit_e_dress": True, "fit_e_dress_batches": 4},
+                             log_every_n_steps=1000)
     params.update(precision="float64")
     potential_model(params).train(lambda: load_ase(data).repeat().apply(sparse_batch(4)), 2)
     return str(root / "model")

@@ -46,7 +46,8 @@ def train_alloy_member(model_dir, alloy_xyz, seed, steps=6, **net_changes):
     from pinn.io import load_ase, sparse_batch
     from pinn.models import potential_model
     params = training_params(model_dir, small_net([29, 79], **{"rc": 4.5, **net_changes}),
-                             {"use_force": True, "learning_rate": 1e-2, "fit_e_dress": True},
+                             {"use_force": True, "learning_rate": 1e-2, "fit_e_dress": True,
+                              "fit_e_dress_batches": 15},  # one pass over the 120 frames
                              log_every_n_steps=1000)
     params.update(seed=seed, precision="float64")
     potential_model(params).train(lambda: load_ase(alloy_xyz).repeat().shuffle(50, seed=seed).apply(sparse_batch(8)),

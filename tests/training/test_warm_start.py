@@ -11,7 +11,9 @@ from pinn.models import potential_model
 from settings import small_net, training_params
 
 NET = small_net([29, 79], pi_nodes=[8, 8])  # two PI layers: the numba training engine can run it
-DEFAULTS = {"use_force": True, "fit_e_dress": True, "learning_rate": 3e-3, "log_every_n_steps": 1000,
+#: e_dress fitted on one pass over the 40 frames (tests/conftest.py's trained_alloy_model says why)
+DEFAULTS = {"use_force": True, "fit_e_dress": True, "fit_e_dress_batches": 5, "learning_rate": 3e-3,
+            "log_every_n_steps": 1000,
             "progress_bar": "off"}
 
 
