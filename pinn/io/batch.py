@@ -52,8 +52,8 @@ def sparse_batch(batch_size, drop_remainder=False, num_parallel_calls=tf.data.AU
         _check_known_shapes(spec)
         extra_atomic = [key for key in atomic if isinstance(spec, dict) and key in spec and key not in K.ATOMIC_KEYS]
         if extra_atomic and K.ELEMS in spec:
-            dataset = dataset.map(tf.autograph.experimental.do_not_convert(_rows_per_atom_checked(extra_atomic)), num_parallel_calls=num_parallel_calls,
-                                  deterministic=True)
+            check = tf.autograph.experimental.do_not_convert(_rows_per_atom_checked(extra_atomic))
+            dataset = dataset.map(check, num_parallel_calls=num_parallel_calls, deterministic=True)
         if _paddable(spec, atomic):
             padding = {key: tf.constant(-1 if key in (K.ELEMS, K.IND_2) else 0, value.dtype)
                        if value.dtype != tf.bool else tf.constant(False) for key, value in spec.items()}
@@ -62,7 +62,9 @@ def sparse_batch(batch_size, drop_remainder=False, num_parallel_calls=tf.data.AU
         else:
             batched = dataset.ragged_batch(batch_size, drop_remainder=drop_remainder)
             flatten = lambda batch: _flatten_ragged(batch, atomic)  # noqa: E731
-        return batched.map(tf.autograph.experimental.do_not_convert(flatten), num_parallel_calls=num_parallel_calls, deterministic=True)
+        # pinn's maps branch on Python values only: AutoGraph's conversion (~1 s a process) is not needed
+        flatten = tf.autograph.experimental.do_not_convert(flatten)
+        return batched.map(flatten, num_parallel_calls=num_parallel_calls, deterministic=True)
     return transform
 
 

@@ -38,7 +38,8 @@ def prepared_input(input_fn, network, skip=0, pad=False, parts=1):
     if skip:
         dataset = dataset.skip(skip)
     if K.CELL not in spec or K.PBC not in spec:
-        dataset = dataset.map(tf.autograph.experimental.do_not_convert(with_cell_and_pbc), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        dataset = dataset.map(tf.autograph.experimental.do_not_convert(with_cell_and_pbc),
+                              num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     if K.IND_2 not in spec:
         dataset = dataset.apply(add_neighbors(network.rc))
     if pad:
