@@ -30,7 +30,7 @@ def trained_alloy_model(alloy_xyz, tmp_path_factory):
     net = {"atom_types": [29, 79], "rc": 4.5, "depth": 2, "pp_nodes": [8], "pi_nodes": [8], "ii_nodes": [8],
            "out_nodes": [8]}
     # e_dress fitted on one pass over the 120 frames (15 batches): the default 100 batches of this repeated input
-    # would fit the same offsets on copies of them, seconds more per model (so in every fixture and test file)
+    # fit the same offsets on copies of the frames, 3-4 s more per model; the test files that fit it do the same
     params = {"model_dir": str(model_dir), "network": {"name": "PiNet", "params": net},
               "model": {"params": {"use_force": True, "fit_e_dress": True, "fit_e_dress_batches": 15,
                                    "learning_rate": 3e-3, "f_loss_multiplier": 10.0, "log_every_n_steps": 1000}}}

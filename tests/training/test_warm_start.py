@@ -13,8 +13,7 @@ from settings import small_net, training_params
 NET = small_net([29, 79], pi_nodes=[8, 8])  # two PI layers: the numba training engine can run it
 #: e_dress fitted on one pass over the 40 frames (tests/conftest.py's trained_alloy_model says why)
 DEFAULTS = {"use_force": True, "fit_e_dress": True, "fit_e_dress_batches": 5, "learning_rate": 3e-3,
-            "log_every_n_steps": 1000,
-            "progress_bar": "off"}
+            "log_every_n_steps": 1000, "progress_bar": "off"}
 
 
 def _train_input(path, batch=8):
