@@ -112,6 +112,10 @@ class PiNNCalc(Calculator):
             from ase.data import chemical_symbols
             raise ValueError(f"atoms contain elements {sorted(chemical_symbols[z] for z in unknown)} "
                              f"that the model does not know (atom_types {sorted(self.atom_types)})")
+        if "qm" in atoms.arrays and not np.all(atoms.arrays["qm"]):
+            raise ValueError("these atoms are a QM/MM frame (MM atoms: 'qm' False), and this model has mechanical "
+                             "embedding: it would read the MM atoms as part of the QM region. Give it the QM region "
+                             "alone, atoms[atoms.arrays['qm']] (docs/qmmm.md)")
         pred = self._engine(atoms, self.neighbors)
         if not self.is_potential:
             self.results["dipole"] = pred["dipole"][0].astype(np.float64) * self._engine.d_unit

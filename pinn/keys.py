@@ -32,7 +32,15 @@ key               shape, dtype                  meaning
                                                 (``use_e_weight``), dimensionless
 ``f_weight``      [n_atoms] float               weight of the atom's force in the loss
                                                 (``use_f_weight``), dimensionless
+``qm``            [n_atoms] bool                QM/MM frames: True for an atom of the QM region,
+                                                False for an MM atom (docs/qmmm.md)
+``mm_charge``     [n_atoms] float               QM/MM frames: the point charge of an MM atom, e
+                                                (0 on the QM atoms)
+``qm_charge``     [] float (batch: [n])         QM/MM frames: the QM region's total charge, e
 ================  ============================  ==================================================
+
+A QM/MM frame's ``e_data`` is the QM region's energy in the field of the MM charges and its ``f_data``
+holds the forces on every atom (on the MM atoms the QM region's pull on their charges).
 """
 
 ELEMS = "elems"
@@ -52,25 +60,31 @@ DIST = "dist"
 REAL = "real"
 E_WEIGHT = "e_weight"
 F_WEIGHT = "f_weight"
+QM = "qm"
+MM_CHARGE = "mm_charge"
+QM_CHARGE = "qm_charge"
 
 #: keys with one row per atom (concatenated in a sparse batch)
-ATOMIC_KEYS = (ELEMS, COORD, F_DATA, Q_DATA, F_WEIGHT)
+ATOMIC_KEYS = (ELEMS, COORD, F_DATA, Q_DATA, F_WEIGHT, QM, MM_CHARGE)
 #: keys with one value per structure (stacked in a sparse batch)
-STRUCTURE_KEYS = (CELL, PBC, E_DATA, S_DATA, D_DATA, E_WEIGHT)
+STRUCTURE_KEYS = (CELL, PBC, E_DATA, S_DATA, D_DATA, E_WEIGHT, QM_CHARGE)
 #: keys with one row per neighbor pair (concatenated, indices offset)
 PAIR_KEYS = (IND_2, SHIFT)
 #: label keys a loader may provide
 LABEL_KEYS = (E_DATA, F_DATA, S_DATA, D_DATA, Q_DATA)
+#: the keys of a QM/MM frame's region and environment (inputs, not labels)
+QMMM_KEYS = (QM, MM_CHARGE, QM_CHARGE)
 
 #: per-structure shape (without the batch dimension) of every known key
 SHAPES = {
     ELEMS: (None,), COORD: (None, 3), CELL: (3, 3), PBC: (3,),
     E_DATA: (), F_DATA: (None, 3), S_DATA: (3, 3), D_DATA: (3,), Q_DATA: (None,),
     IND_2: (None, 2), SHIFT: (None, 3), E_WEIGHT: (), F_WEIGHT: (None,),
+    QM: (None,), MM_CHARGE: (None,), QM_CHARGE: (),
 }
 #: dtype names of every known key ("float" follows the dataset precision)
 DTYPES = {
-    ELEMS: "int32", PBC: "bool", IND_1: "int32", IND_2: "int32",
+    ELEMS: "int32", PBC: "bool", IND_1: "int32", IND_2: "int32", QM: "bool",
 }
 
 

@@ -238,12 +238,12 @@ def _flatten(parts, prefix=""):
 
 def _evaluate(args):
     from pinn.io import sparse_batch
-    from pinn.cli.runconfig import load_structures
+    from pinn.cli.runconfig import load_structures, region_for_model
     from pinn.training.inference import load_for_inference
     if not os.path.isdir(args.model_dir):
         raise FileNotFoundError(f"{args.model_dir}: no such model directory")
     model = load_for_inference(args.model_dir, checkpoint=None if args.checkpoint == "last" else args.checkpoint)
-    dataset = load_structures(args.data)
+    dataset = region_for_model(load_structures(args.data), ", ".join(args.data))
     metrics = model.evaluate(lambda: dataset.apply(sparse_batch(args.batch_size)))
     if args.json:
         print(json.dumps({**metrics, "checkpoint": model.checkpoint}))

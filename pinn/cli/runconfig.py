@@ -18,12 +18,15 @@ other :func:`pinn.io.load_mimic` option) instead of ``data.train``.  With
 ``parallel: true`` every rank takes its share: whole MiMiC runs through
 :func:`pinn.io.distribute_data`, other data by ``Dataset.shard``.
 """
+import logging
 import os
 
 import yaml
 
 from pinn.params import TOP_LEVEL
 from pinn.params.schema import Option, ParamsError, did_you_mean, non_negative, positive, validate_section
+
+log = logging.getLogger("pinn")
 
 DATA_PARAMS = {
     "train": Option((str, list, None), None, "training data: a file ASE reads, a TFRecord cache (.tfr) written by "
@@ -182,6 +185,20 @@ def load_structures(source, atom_types=None):
     return dataset
 
 
+def region_for_model(dataset, source, world=None):
+    """``dataset`` as a model with mechanical embedding takes it: QM/MM frames (``qm`` in the data) cut to
+    their QM region (:func:`pinn.io.qm_region`), said once in the log naming ``source``; other data as
+    they are."""
+    from pinn.io.qmmm import is_qmmm, qm_region
+    if dataset is None or not is_qmmm(dataset.element_spec):
+        return dataset
+    if world is None or world.is_chief:
+        log.info("%s: QM/MM frames: the model (mechanical embedding) sees each frame's QM region alone, "
+                 "against the region's energy in its environment; the MM atoms' forces are not learned "
+                 "(docs/qmmm.md)", source)
+    return dataset.apply(qm_region())
+
+
 def datasets(data, world, atom_types=None):
     """(train, eval or ``None``) datasets of structures for this rank; with ``atom_types``, checked to hold
     only those elements (:func:`check_elements`)."""
@@ -218,6 +235,8 @@ def datasets(data, world, atom_types=None):
         for part in (train, evaluation):
             if part is not None:
                 check_elements(part, atom_types, source)
+    train = region_for_model(train, "data", world)
+    evaluation = region_for_model(evaluation, "data (evaluation)", world)
     if sharded:
         train = train.shard(world.size, world.rank)
         evaluation = evaluation.shard(world.size, world.rank) if evaluation is not None else None

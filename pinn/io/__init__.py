@@ -39,6 +39,7 @@ _EXPORTS = {
     "with_cell_and_pbc": "pinn.io.batch",
     "load_tfrecord": "pinn.io.tfrecord", "write_tfrecord": "pinn.io.tfrecord",
     "load_ds": "pinn.io.formats",
+    "qm_region": "pinn.io.qmmm",
 }
 
 __all__ = sorted(_EXPORTS)

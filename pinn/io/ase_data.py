@@ -6,6 +6,7 @@ import numpy as np
 from pinn import keys as K
 from pinn.io import ase_files
 from pinn.io.base import DataError, Frame, check_structure, list_loader
+from pinn.io.qmmm import qmmm_arrays
 from pinn.io.splits import chosen_split
 
 
@@ -21,11 +22,12 @@ def atoms_to_structure(atoms, source="Atoms"):
     Returns:
         dict with ``elems``, ``coord`` (Å), ``cell`` (Å), ``pbc`` and, when
         available, ``e_data`` (eV), ``f_data`` (eV/Å), ``s_data`` (eV/Å³,
-        3x3, ASE sign convention).
+        3x3, ASE sign convention); for a QM/MM frame (a per-atom ``qm`` array)
+        also ``qm``, ``mm_charge`` (e) and ``qm_charge`` (e) (:mod:`pinn.io.qmmm`).
 
     Raises:
         DataError: naming ``source``: forces that are not one row of 3 per atom, a stress that is
-            neither 6 Voigt components nor 3x3.
+            neither 6 Voigt components nor 3x3, a QM/MM frame's region or charges that do not hold.
     """
     structure = {
         K.ELEMS: atoms.numbers,
@@ -54,6 +56,7 @@ def atoms_to_structure(atoms, source="Atoms"):
         structure[K.D_DATA] = results["dipole"]
     if "charges" in results:
         structure[K.Q_DATA] = results["charges"]
+    structure.update(qmmm_arrays(atoms, source))
     return structure
 
 
@@ -119,7 +122,9 @@ def load_ase(dataset, split=False, shuffle=True, seed=0, splits=None):
             list of such file names (the frames of every file, in order, e.g.
             this rank's share from :func:`pinn.io.distribute_data`), an
             ``Atoms`` or a list of ``Atoms``.  Labels (energy, forces, stress,
-            dipole, charges) come from the stored calculator results.
+            dipole, charges) come from the stored calculator results; QM/MM
+            frames (a per-atom ``qm`` array) bring their region and MM charges
+            (docs/qmmm.md).
         split: ``False`` for one dataset, or nested ratios such as
             ``{'train': 8, 'vali': 1, 'test': 1}`` (see :func:`pinn.io.split_items`).
         shuffle: shuffle frames before splitting.

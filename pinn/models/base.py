@@ -15,6 +15,7 @@ import copy
 
 import tensorflow as tf
 
+from pinn import keys as K
 from pinn.models.loss_weights import check_weight_schedule, piecewise_linear
 from pinn.params.schema import Option, ParamsError
 
@@ -142,6 +143,23 @@ class Model(tf.Module):
     def missing_labels(self, spec):
         """Enabled loss terms whose labels data with element spec ``spec`` lack."""
         return [t for t in self.loss_term_names() if self.LABELS[t] not in spec]
+
+    def check_frames(self, spec, what):
+        """Refuse QM/MM frames (data with ``qm``: QM and MM atoms in one structure): this model (mechanical
+        embedding) would count every MM atom as part of the region.
+
+        Args:
+            spec: the data's element spec (a dict).
+            what: the data, for the message (e.g. ``"training batches"``).
+
+        Raises:
+            ValueError: naming :func:`pinn.io.qm_region`, which keeps the QM region alone.
+        """
+        if K.QM in spec:
+            raise ValueError(f"the {what} are QM/MM frames (key {K.QM!r}: QM and MM atoms in one structure), and "
+                             "this model (mechanical embedding) would count every MM atom as part of the QM "
+                             "region: give it the region alone, dataset.apply(pinn.io.qm_region()) before "
+                             "add_neighbors (pinn train run files and pinn eval do this; docs/qmmm.md)")
 
 
 def check_atomic_outputs(network):

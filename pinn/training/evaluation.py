@@ -52,6 +52,7 @@ class Evaluator:
         """
         spec = dataset.element_spec
         model = self.model
+        model.check_frames(spec, "evaluation batches")
         outputs = model.eval_outputs(spec)
         missing = model.missing_labels(spec)
         terms = [t for t in model.loss_term_names() if t not in missing]  # loss over the labelled terms

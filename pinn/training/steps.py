@@ -106,6 +106,7 @@ class StepFunctions:
         self.dtype = model.dtype
         split = isinstance(spec, tuple)
         self.part_spec = part_spec = spec[0] if split else spec
+        model.check_frames(part_spec, "training batches")
         missing = model.missing_labels(part_spec)
         if missing:
             raise ValueError(f"the model trains on {missing} but the training data have no "
