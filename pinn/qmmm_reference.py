@@ -47,6 +47,16 @@ def _water_box(box_nm, seed, temperature_k, timestep_fs):
     return simulation, charges, numbers
 
 
+def _whole(positions, box, centre, oxygen):
+    """The water of ``oxygen`` (its atoms ``oxygen``..``oxygen + 2``) whole, at its minimum image from ``centre``
+    (Å): its three positions, and the distance of its oxygen from ``centre``."""
+    d = positions[oxygen] - centre
+    d -= box * np.round(d / box)
+    r = positions[oxygen:oxygen + 3] - positions[oxygen]
+    r -= box * np.round(r / box)
+    return centre + d + r, float(np.linalg.norm(d))
+
+
 def _cluster(positions, box, oxygens, qm_waters, radius):
     """The QM waters (``qm_waters`` oxygens' indices) and every other water whose oxygen lies within ``radius``
     Å of the first QM oxygen (minimum image), each molecule whole, around the first QM oxygen.
@@ -56,16 +66,12 @@ def _cluster(positions, box, oxygens, qm_waters, radius):
     indices, coords, qm = [], [], []
     ordered = list(qm_waters) + [o for o in oxygens if o not in qm_waters]
     for k, o in enumerate(ordered):
-        d = positions[o] - centre
-        d -= box * np.round(d / box)
-        if k >= len(qm_waters) and np.linalg.norm(d) >= radius:
+        placed, distance = _whole(positions, box, centre, o)
+        if k >= len(qm_waters) and distance >= radius:
             continue
-        for atom in (o, o + 1, o + 2):
-            r = positions[atom] - positions[o]
-            r -= box * np.round(r / box)
-            indices.append(atom)
-            coords.append(centre + d + r)
-            qm.append(k < len(qm_waters))
+        indices.extend((o, o + 1, o + 2))
+        coords.extend(placed)
+        qm.extend([k < len(qm_waters)] * 3)
     return np.array(indices), np.array(coords), np.array(qm)
 
 
@@ -170,3 +176,149 @@ def make_water_qmmm_dataset(path, n_frames=50, seed=0, **options):
     frames = water_qmmm_frames(n_frames, seed=seed, **options)
     ase_files.write(path, frames, format="extxyz")
     return path
+
+
+def _mm_part(topology, qm):
+    """An OpenMM context of the MM force field of a water cluster as MiMiC's GROMACS computes it (no cutoff,
+    flexible TIP3P): the QM atoms' charges zero, no Lennard-Jones between QM atoms, no bond or angle among QM
+    atoms only."""
+    import openmm
+    from openmm import app
+
+    system = app.ForceField("amber14/tip3p.xml").createSystem(topology, nonbondedMethod=app.NoCutoff,
+                                                              constraints=None, rigidWater=False)
+    qm_atoms = [int(i) for i in np.flatnonzero(qm)]
+    for force in system.getForces():
+        if isinstance(force, openmm.NonbondedForce):
+            for i in qm_atoms:
+                _, sigma, epsilon = force.getParticleParameters(i)
+                force.setParticleParameters(i, 0.0, sigma, epsilon)
+            for a, i in enumerate(qm_atoms):
+                for j in qm_atoms[a + 1:]:
+                    force.addException(i, j, 0.0, 1.0, 0.0, True)
+        elif isinstance(force, openmm.HarmonicBondForce):
+            for k in range(force.getNumBonds()):
+                i, j, length, stiffness = force.getBondParameters(k)
+                if qm[i] and qm[j]:
+                    force.setBondParameters(k, i, j, length, 0.0)
+        elif isinstance(force, openmm.HarmonicAngleForce):
+            for k in range(force.getNumAngles()):
+                i, j, m, angle, stiffness = force.getAngleParameters(k)
+                if qm[i] and qm[j] and qm[m]:
+                    force.setAngleParameters(k, i, j, m, angle, 0.0)
+    integrator = openmm.VerletIntegrator(0.001)
+    return openmm.Context(system, integrator, openmm.Platform.getPlatformByName("Reference"))
+
+
+def write_water_mimic_run(directory, n_frames=4, seed=0, qm_waters=2, radius=6.0, box_nm=2.2, stride_fs=100.0,
+                          equilibration_fs=500.0, temperature_k=300.0, timestep_fs=0.5, basis=DEFAULT_BASIS):
+    """Write a synthetic MiMiC run of a water cluster in MiMiC's files and units, with the QM region by PySCF in
+    the MM point charges and the MM part by OpenMM as MiMiC's GROMACS computes it: what ``load_mimic(...,
+    mm_energies=...)`` reads back as QM/MM frames (docs/qmmm.md).
+
+    The cluster (``qm_waters`` molecules and the waters within ``radius`` Å of the first, chosen in the first
+    frame and kept) is cut from flexible-water MD as :func:`water_qmmm_frames` does, non-periodic, in GROMACS's
+    atom order. Files: ``water.mpt`` (TIP3P types and charges), ``run.trr`` (double precision: positions, nm,
+    and the MM force field's forces, kJ mol⁻¹ nm⁻¹, at steps 1..n with time = step, as MiMiC writes),
+    ``ENERGIES`` (EKS = the region's energy + the MM energy, Hartree), ``FTRAJECTORY`` (the total forces,
+    Hartree/bohr, in CPMD's atom order: the QM atoms first, then the MM atoms by type, all shifted as CPMD
+    centres its box), ``cpmd.inp`` (``&MIMIC OVERLAPS``) and ``mm.xvg`` (GROMACS's ``Potential``, kJ/mol).
+
+    Args:
+        directory: where to write (made if missing).
+        n_frames: frames (MD steps 1..n_frames of the files).
+        seed: seed of the MD and of the choice of the QM waters.
+        qm_waters: molecules in the QM region.
+        radius: waters whose oxygen lies within this distance (Å) of the first QM oxygen in the first frame
+            form the MM part, kept for every frame.
+        box_nm: edge of the water box of the MD, nm.
+        stride_fs: MD time between frames, fs.
+        equilibration_fs: MD time before the cluster is chosen, fs.
+        temperature_k: temperature of the MD, K.
+        timestep_fs: MD time step, fs.
+        basis: PySCF's basis of the QM region (RHF).
+
+    Returns:
+        dict: the file paths (``mpt``, ``trr``, ``energies``, ``ftrajectory``, ``cpmd_input``, ``mm_energies``)
+        and the reference of every frame: ``qm`` ([n] bool, GROMACS order), ``charges`` ([n] e, the TIP3P
+        charges), ``energy`` ([n_frames] eV, the QM region's in the MM charges' field) and ``forces``
+        ([n_frames, n, 3] eV/Å, on every atom, GROMACS order).
+    """
+    import os
+
+    from ase.units import Bohr, Hartree
+    from openmm import app, unit
+
+    from pinn import units
+    from pinn.io.readers.cpmd import gromacs_to_cpmd_order, write_ftrajectory
+    from pinn.io.readers.energies import write_energies
+    from pinn.io.readers.mpt import write_mpt
+    from pinn.io.readers.trr import write_trr
+    from pinn.io.readers.xvg import write_xvg
+
+    os.makedirs(directory, exist_ok=True)
+    simulation, charges, numbers = _water_box(box_nm, seed, temperature_k, timestep_fs)
+    oxygens = np.flatnonzero(numbers == 8)
+    box = 10.0 * box_nm
+    simulation.step(int(round(equilibration_fs / timestep_fs)))
+    positions = simulation.context.getState(getPositions=True).getPositions(asNumpy=True).value_in_unit(unit.angstrom)
+    rng = np.random.default_rng(seed)
+    first = oxygens[rng.integers(len(oxygens))]
+    distances = np.array([_whole(positions, box, positions[first], o)[1] for o in oxygens])
+    region = set(oxygens[np.argsort(distances)[:qm_waters]].tolist())
+    kept = [o for o, d in zip(oxygens, distances) if d < radius or o in region]  # GROMACS order
+    atoms = np.array([a for o in kept for a in (o, o + 1, o + 2)])
+    qm = np.array([o in region for o in kept for _ in range(3)])
+    modeller = app.Modeller(simulation.topology, simulation.context.getState(getPositions=True).getPositions())
+    keep = set(int(o) // 3 for o in kept)
+    modeller.delete([r for r in modeller.topology.residues() if r.index not in keep])
+    mm_context = _mm_part(modeller.topology, qm)
+    steps_between = max(1, int(round(stride_fs / timestep_fs)))
+    trr_frames, eks, mm_energy, total_forces, reference_energy, reference_forces = [], [], [], [], [], []
+    for k in range(n_frames):
+        simulation.step(steps_between)
+        state = simulation.context.getState(getPositions=True)
+        full = state.getPositions(asNumpy=True).value_in_unit(unit.angstrom)
+        centre = full[min(region)]
+        coords = np.concatenate([_whole(full, box, centre, o)[0] for o in kept])
+        energy, forces = embedded_qm(numbers[atoms], coords, qm, charges[atoms], basis=basis)
+        mm_context.setPositions(coords * 0.1)
+        mm_state = mm_context.getState(getEnergy=True, getForces=True)
+        e_mm = mm_state.getPotentialEnergy().value_in_unit(unit.kilojoule_per_mole)
+        f_mm = mm_state.getForces(asNumpy=True).value_in_unit(unit.kilojoule_per_mole / unit.nanometer)
+        trr_frames.append({"step": k + 1, "time": float(k + 1), "x": coords * 0.1, "f": f_mm})
+        eks.append((energy + e_mm * units.KJ_PER_MOL) / Hartree)
+        mm_energy.append(e_mm)
+        total_forces.append(forces + f_mm * units.KJ_PER_MOL_NM)
+        reference_energy.append(energy)
+        reference_forces.append(forces)
+    n = len(atoms)
+    types = np.where(numbers[atoms] == 8, "OW", "HW")
+    table = {"number": [1, 2, 3], "type": ["OW", "HW", "HW"], "resid": [1, 1, 1], "resname": ["SOL"] * 3,
+             "name": ["OW", "HW1", "HW2"], "charge": [float(c) for c in charges[:3]], "element": ["O", "H", "H"],
+             "mass": [15.999, 1.008, 1.008]}
+    paths = {"mpt": write_mpt(os.path.join(directory, "water.mpt"), [("SOL", len(kept))], {"SOL": table}),
+             "trr": write_trr(os.path.join(directory, "run.trr"), trr_frames, double=True),
+             "energies": write_energies(os.path.join(directory, "ENERGIES"), np.arange(1, n_frames + 1), eks),
+             "mm_energies": write_xvg(os.path.join(directory, "mm.xvg"), np.arange(1, n_frames + 1),
+                                      {"Potential": mm_energy})}
+    qm_gromacs = np.flatnonzero(qm)
+    qm_cpmd_order = np.concatenate([qm_gromacs[numbers[atoms][qm_gromacs] == z] for z in (8, 1)])  # by species
+    overlaps = np.column_stack([qm_cpmd_order, np.arange(len(qm_cpmd_order))])
+    lines = ["&MIMIC", "PATHS", "1", os.path.abspath(directory), "BOX",
+             " ".join([f"{10 * box_nm / Bohr:.6f}"] * 3), "OVERLAPS", str(len(overlaps))]
+    lines += [f"2 {g + 1} 1 {c + 1}" for g, c in overlaps]
+    paths["cpmd_input"] = os.path.join(directory, "cpmd.inp")
+    with open(paths["cpmd_input"], "w") as f:
+        f.write("\n".join(lines + ["&END", ""]))
+    order = gromacs_to_cpmd_order(types, overlaps)  # order[gromacs atom] = its CPMD index
+    shift = np.array([3.0, -2.0, 1.5])  # CPMD centres the QM region in its box
+    cpmd_positions = np.zeros((n_frames, n, 3))
+    cpmd_forces = np.zeros((n_frames, n, 3))
+    for k, frame in enumerate(trr_frames):
+        cpmd_positions[k, order] = (frame["x"] * 10 + shift) / Bohr
+        cpmd_forces[k, order] = total_forces[k] / (Hartree / Bohr)
+    paths["ftrajectory"] = write_ftrajectory(os.path.join(directory, "FTRAJECTORY"), np.arange(1, n_frames + 1),
+                                             cpmd_positions, cpmd_forces)
+    return {**paths, "qm": qm, "charges": charges[atoms], "energy": np.array(reference_energy),
+            "forces": np.array(reference_forces)}

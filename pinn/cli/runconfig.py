@@ -103,6 +103,12 @@ def read_config(path):
     return _relative_to(config, base), _data_relative_to(data, base), train
 
 
+#: the file names of data.mimic (relative to the run file)
+MIMIC_FILES = ("mpt", "trr", "energies", "ftrajectory", "cpmd_input", "mm_energies")
+#: the data.mimic keys that may list one file per run, besides mpt, trr and energies
+MIMIC_RUN_FILES = ("ftrajectory", "cpmd_input", "mm_energies")
+
+
 def _check_mimic_keys(mimic, path):
     """data.mimic holds load_mimic's arguments, less split and seed (data.split, data.seed)."""
     import inspect
@@ -134,8 +140,7 @@ def _data_relative_to(data, base):
     for key in ("train", "eval"):
         data[key] = fix(data[key])
     if data["mimic"]:
-        data["mimic"] = {k: (fix(v) if k in ("mpt", "trr", "energies", "ftrajectory", "cpmd_input") else v)
-                         for k, v in data["mimic"].items()}
+        data["mimic"] = {k: (fix(v) if k in MIMIC_FILES else v) for k, v in data["mimic"].items()}
     return data
 
 
@@ -210,8 +215,12 @@ def datasets(data, world, atom_types=None):
         if missing:
             raise ParamsError(f"data.mimic: missing {missing}")
         files = [mimic.pop(k) for k in ("mpt", "trr", "energies")]
-        if world.is_parallel:
-            files = distribute_data(*files, rank=world.rank, size=world.size)
+        if world.is_parallel:  # whole runs per rank: every list with one entry per run goes along
+            n_runs = len(files[1]) if isinstance(files[1], list) else 1
+            per_run = [k for k in MIMIC_RUN_FILES if isinstance(mimic.get(k), list) and len(mimic[k]) == n_runs > 1]
+            shares = distribute_data(*files, *(mimic[k] for k in per_run), rank=world.rank, size=world.size)
+            files = shares[:3]
+            mimic.update(zip(per_run, shares[3:]))
         parts = load_mimic(*files, split=split or False, seed=data["seed"], **mimic)
         source = f"data.mimic ({', '.join(os.fspath(f) for f in files[1])})"
         sharded = False

@@ -40,7 +40,8 @@ FORCE_SOURCES = ("auto", "trr", "ftrajectory", "none")
 
 def load_mimic(mpt, trr, energies, split=False, shuffle=True, seed=0, *, splits=None, energy_column="EKS",
                nfi_offset=0, forces="auto", ftrajectory=None, cpmd_input=None, cpmd_order=None,
-               select=None, skip_incomplete=False, allow_truncated=False, position_tolerance=1e-3):
+               select=None, skip_incomplete=False, allow_truncated=False, position_tolerance=1e-3,
+               qm=None, mm_energies=None, qm_charge=0.0):
     """Datasets from MiMiC QM/MM runs.
 
     Args:
@@ -78,28 +79,47 @@ def load_mimic(mpt, trr, energies, split=False, shuffle=True, seed=0, *, splits=
             positions and mapped ``FTRAJECTORY`` positions (after removing
             CPMD's overall translation) before a frame is refused as a
             mismatched pair; ``None`` disables the check.
+        mm_energies: GROMACS's energy file(s) of the runs (``.edr`` or the
+            ``.xvg`` of ``gmx energy``), parallel to ``trr``: gives QM/MM frames
+            (docs/qmmm.md), whose energy is ``EKS`` minus GROMACS's potential
+            energy of the same step and whose forces are ``FTRAJECTORY`` minus
+            the trr forces (both needed, unless ``forces='none'``): the QM
+            region's energy and forces in the MM charges' field.
+        qm: the QM region of QM/MM frames, as ``select`` takes atoms; default
+            the GROMACS atoms of the ``&MIMIC OVERLAPS`` of ``cpmd_input``.
+        qm_charge: the QM region's total charge, e (CPMD's ``&SYSTEM CHARGE``).
 
     Returns:
         A ``tf.data.Dataset`` of structures, or a nested dict of them (with
         ``split``).  Each structure has ``elems``, ``coord`` (Å), ``cell``
         (Å), ``pbc``, ``e_data`` (eV) and, unless ``forces='none'``,
-        ``f_data`` (eV/Å), as float32.
+        ``f_data`` (eV/Å), as float32; QM/MM frames (``mm_energies``) also
+        ``qm``, ``mm_charge`` (the ``.mpt`` charges of the MM atoms, e) and
+        ``qm_charge`` (e).
 
     Raises:
         DataError: lists of different lengths, missing or malformed files,
             atom counts that differ between ``.mpt`` and trr, a frame without
             positions or forces, a run in which no frame has an energy line;
-            messages name the file and frame.
+            for QM/MM frames a source that is missing (the MM energies, the
+            ``FTRAJECTORY`` or trr forces, the QM region); messages name the
+            file and frame.
     """
-    runs = _runs(mpt, trr, energies, ftrajectory, cpmd_input)
+    runs = _runs(mpt, trr, energies, ftrajectory, cpmd_input, mm_energies)
     if forces not in FORCE_SOURCES:
         raise DataError(f"load_mimic: forces={forces!r}; allowed: {list(FORCE_SOURCES)}")
+    qmmm = mm_energies is not None
+    if qmmm:
+        forces = _qmmm_forces(forces, ftrajectory, energy_column, select)
+    elif qm is not None:
+        raise DataError("load_mimic: qm= makes QM/MM frames, whose energy is EKS minus GROMACS's MM energy: give "
+                        "mm_energies=<the runs' .edr or gmx energy .xvg>")
     trr_by_default = forces == "auto" and ftrajectory is None  # trr forces the caller did not ask for
     if forces == "auto":
         forces = "ftrajectory" if ftrajectory is not None else "trr"
     if forces == "ftrajectory" and ftrajectory is None:
         raise DataError("load_mimic: forces='ftrajectory' needs ftrajectory=<FTRAJECTORY file(s)>")
-    reader = _FrameReader(forces, position_tolerance)
+    reader = _FrameReader(forces, position_tolerance, qm_charge if qmmm else None)
     items, stats = [], _Skipped()
     topologies, energy_tables, selections = {}, {}, {}
     for run in runs:
@@ -117,14 +137,16 @@ def load_mimic(mpt, trr, energies, split=False, shuffle=True, seed=0, *, splits=
         atoms, elems = selections[run.mpt]
         order = None
         ftraj = None
-        if forces == "ftrajectory":
+        region = _qm_region(qm, run, topology) if qmmm else None
+        if forces in ("ftrajectory", "qmmm"):
             order = _cpmd_order(run, topology, cpmd_order)
             ftraj = FTrajectory(run.ftrajectory, topology.natoms)
         with TRRFile(run.trr, allow_truncated=allow_truncated) as trr:
             index = trr.index
-        run_id = reader.add_run(run, index, elems, atoms, order, ftraj)
-        items += _pair_frames(run, run_id, index, topology, table[energy_column] * units.HARTREE,
+        run_id = reader.add_run(run, index, elems, atoms, order, ftraj, region, topology)
+        paired = _pair_frames(run, run_id, index, topology, table[energy_column] * units.HARTREE,
                               table["NFI"], nfi_offset, forces, ftraj, skip_incomplete, stats)
+        items += _minus_mm_energies(run, index, paired, stats) if qmmm else paired
     _log_summary(runs, items, stats, forces, energy_column, select, trr_by_default)
     if not items:
         raise DataError("load_mimic: no frame could be paired with an energy in any run")
@@ -137,7 +159,7 @@ def load_mimic(mpt, trr, energies, split=False, shuffle=True, seed=0, *, splits=
 
 # -- inputs -------------------------------------------------------------------
 
-_Run = collections.namedtuple("_Run", "mpt trr energies ftrajectory cpmd_input")
+_Run = collections.namedtuple("_Run", "mpt trr energies ftrajectory cpmd_input mm_energies")
 
 
 def _as_list(value, what):
@@ -154,9 +176,10 @@ def _as_list(value, what):
     return values
 
 
-def _runs(mpt, trr, energies, ftrajectory, cpmd_input):
+def _runs(mpt, trr, energies, ftrajectory, cpmd_input, mm_energies):
     lists = {"mpt": _as_list(mpt, "mpt"), "trr": _as_list(trr, "trr"), "energies": _as_list(energies, "energies"),
-             "ftrajectory": _as_list(ftrajectory, "ftrajectory"), "cpmd_input": _as_list(cpmd_input, "cpmd_input")}
+             "ftrajectory": _as_list(ftrajectory, "ftrajectory"), "cpmd_input": _as_list(cpmd_input, "cpmd_input"),
+             "mm_energies": _as_list(mm_energies, "mm_energies")}
     n = len(lists["trr"])
     if lists["cpmd_input"] is not None and len(lists["cpmd_input"]) == 1:
         lists["cpmd_input"] = lists["cpmd_input"] * n  # one CPMD input for every run
@@ -202,6 +225,66 @@ def _selection(select, topology):
     return np.sort(atoms)
 
 
+def _qmmm_forces(forces, ftrajectory, energy_column, select):
+    """The force source of QM/MM frames: ``'qmmm'`` (FTRAJECTORY minus the trr's) or ``'none'``."""
+    if select is not None:
+        raise DataError("load_mimic: QM/MM frames (mm_energies=) keep every atom; select= cannot be combined with "
+                        "them (the region is qm=)")
+    if energy_column != "EKS":
+        raise DataError(f"load_mimic: QM/MM frames take EKS minus GROMACS's MM energy, not {energy_column!r}")
+    if forces == "none":
+        return "none"
+    if forces != "auto":
+        raise DataError(f"load_mimic: forces={forces!r}: the forces of QM/MM frames are FTRAJECTORY's minus the "
+                        "trr's (forces='auto'), or none (forces='none')")
+    if ftrajectory is None:
+        raise DataError("load_mimic: QM/MM frames need CPMD's total forces, ftrajectory=<FTRAJECTORY file(s)>, "
+                        "besides the trr's MM forces (or forces='none' for energies only)")
+    return "qmmm"
+
+
+def _qm_region(qm, run, topology):
+    """Bool mask (GROMACS order) of the QM atoms: ``qm`` as a selection, else the run's OVERLAPS."""
+    mask = np.zeros(topology.natoms, bool)
+    if qm is not None:
+        mask[_selection(qm, topology)] = True
+        return mask
+    if run.cpmd_input is None:
+        raise DataError("load_mimic: QM/MM frames need the QM region: qm=<selection> or cpmd_input=<CPMD input "
+                        "whose &MIMIC OVERLAPS list the QM atoms>")
+    overlaps = read_overlaps(run.cpmd_input)
+    if overlaps[:, 0].max() >= topology.natoms:
+        raise DataError(f"{run.cpmd_input}: OVERLAPS name GROMACS atom {int(overlaps[:, 0].max()) + 1}, but "
+                        f"{topology.path} has {topology.natoms} atoms")
+    mask[overlaps[:, 0]] = True
+    return mask
+
+
+def _minus_mm_energies(run, index, items, stats):
+    """``items`` whose energy (EKS) is given GROMACS's MM energy of the same frame subtracted (paired by the
+    trr frame's time, which GROMACS's energy file records alike); frames without one are counted and left
+    out."""
+    from pinn.io.mm_energies import read_mm_energies
+    times, energies = read_mm_energies(run.mm_energies)
+    order = np.argsort(times, kind="stable")
+    times, energies = times[order], energies[order]
+    paired = []
+    for item in items:
+        run_id, i, eks, step = item.payload
+        t = float(index["time"][i])
+        k = int(np.searchsorted(times, t))
+        near = [j for j in (k - 1, k) if 0 <= j < len(times) and abs(times[j] - t) <= 1e-6 * max(1.0, abs(t))]
+        if not near:
+            stats["no MM energy"] += 1
+            continue
+        paired.append(Frame(item.source, (run_id, i, eks - float(energies[near[-1]]), step)))
+    if items and not paired:
+        raise DataError(f"{run.mm_energies}: no MM energy at the time of any frame of {run.trr} (trr times "
+                        f"{float(index['time'].min())}..{float(index['time'].max())}, energy file "
+                        f"{float(times.min())}..{float(times.max())}); are these files from the same run?")
+    return paired
+
+
 def _cpmd_order(run, topology, explicit):
     if explicit is not None:
         order = np.asarray(explicit, dtype=np.int64).reshape(-1)
@@ -232,7 +315,7 @@ def _pair_frames(run, run_id, index, topology, energy_ev, nfi, nfi_offset, force
     keep = np.zeros(len(steps), bool)
     keep[last_occurrence(steps)[1]] = True
     stats["repeated step"] += int((~keep).sum())
-    needed = ["x"] + (["f"] if forces == "trr" else [])
+    needed = ["x"] + (["f"] if forces in ("trr", "qmmm") else [])
     for block in needed:
         missing = keep & (index[f"{block}_size"] == 0)
         if missing.any() and not skip_incomplete:
@@ -283,13 +366,15 @@ def _log_summary(runs, items, stats, forces, energy_column, select, trr_by_defau
                        "step 0, the initial configuration, never has one)")
     for key, text in (("no x", "without positions"), ("no f", "without forces"),
                       ("repeated step", "repeating a step (the later frame is used)"),
-                      ("no FTRAJECTORY step", "without an FTRAJECTORY step")):
+                      ("no FTRAJECTORY step", "without an FTRAJECTORY step"),
+                      ("no MM energy", "without a GROMACS energy")):
         if stats[key]:
             skipped.append(f"{stats[key]} {text}")
-    log.info("load_mimic: %d frames from %d run(s); energy %s (Hartree -> eV); forces: %s%s",
+    log.info("load_mimic: %d frames from %d run(s); energy %s (Hartree -> eV)%s; forces: %s%s",
              len(items), len(runs), energy_column,
+             " minus GROMACS's MM energy (QM/MM frames)" if runs[0].mm_energies is not None else "",
              {"trr": "trr (kJ/mol/nm -> eV/Å)", "ftrajectory": "FTRAJECTORY (Hartree/bohr -> eV/Å)",
-              "none": "not loaded"}[forces],
+              "qmmm": "FTRAJECTORY minus trr (the QM region's pull, eV/Å)", "none": "not loaded"}[forces],
              "; skipped " + ", ".join(skipped) if skipped else "")
     if forces == "trr" and trr_by_default:  # forces='trr' given explicitly: the caller has chosen them
         log.warning("load_mimic: trr forces of a MiMiC run are the GROMACS (MM force-field) forces only, "
@@ -307,14 +392,17 @@ class _FrameReader:
 
     MAX_OPEN = 16
 
-    def __init__(self, forces, position_tolerance):
+    def __init__(self, forces, position_tolerance, qm_charge=None):
         self.forces = forces
         self.position_tolerance = position_tolerance
+        self.qm_charge = qm_charge  # None: not QM/MM frames
         self.runs = []
         self.open = collections.OrderedDict()
 
-    def add_run(self, run, index, elems, atoms, order, ftraj):
-        self.runs.append((run, index, elems, atoms, order, ftraj))
+    def add_run(self, run, index, elems, atoms, order, ftraj, region=None, topology=None):
+        """Register a run; ``region`` (bool per atom, QM/MM frames) takes the MM charges from ``topology``."""
+        charges = None if region is None else np.where(region, 0.0, np.asarray(topology["charge"], dtype=float))
+        self.runs.append((run, index, elems, atoms, order, ftraj, region, charges))
         return len(self.runs) - 1
 
     def _trr(self, run_id):
@@ -329,8 +417,9 @@ class _FrameReader:
 
     def read(self, payload):
         run_id, i, energy, step = payload
-        run, _, elems, atoms, order, ftraj = self.runs[run_id]
-        frame = self._trr(run_id).read_frame(i, blocks=("box", "x", "f") if self.forces == "trr" else ("box", "x"))
+        run, _, elems, atoms, order, ftraj, region, charges = self.runs[run_id]
+        with_f = self.forces in ("trr", "qmmm")
+        frame = self._trr(run_id).read_frame(i, blocks=("box", "x", "f") if with_f else ("box", "x"))
         box = frame["box"] if frame["box"] is not None else np.zeros((3, 3))
         coord = frame["x"].astype(np.float64) * units.NM
         cell = box.astype(np.float64) * units.NM
@@ -339,10 +428,14 @@ class _FrameReader:
                      K.E_DATA: energy}
         if self.forces == "trr":
             structure[K.F_DATA] = frame["f"][atoms].astype(np.float64) * units.KJ_PER_MOL_NM
-        elif self.forces == "ftrajectory":
+        elif self.forces in ("ftrajectory", "qmmm"):
             positions, _, forces = ftraj.read(step)
             self._check_positions(run, i, step, positions[order] * units.BOHR, coord, cell, periodic)
             structure[K.F_DATA] = forces[order][atoms] * units.HARTREE_PER_BOHR
+            if self.forces == "qmmm":  # the QM region's forces: the total minus GROMACS's (MM force field)
+                structure[K.F_DATA] = structure[K.F_DATA] - frame["f"][atoms].astype(np.float64) * units.KJ_PER_MOL_NM
+        if region is not None:
+            structure.update({K.QM: region, K.MM_CHARGE: charges, K.QM_CHARGE: float(self.qm_charge)})
         return structure
 
     def _check_positions(self, run, i, step, cpmd, trr, cell, periodic):

@@ -219,3 +219,27 @@ class FTrajectory:
             raise DataError(f"{self.path}: step {step}: the atom lines are not 10 numbers each "
                             "(NFI x y z vx vy vz fx fy fz)") from None
         return table[:, 1:4], table[:, 4:7], table[:, 7:10]
+
+
+def write_ftrajectory(path, steps, positions, forces, velocities=None):
+    """Write a CPMD ``FTRAJECTORY`` file (the inverse of :class:`FTrajectory`): per step one line per atom,
+    ``NFI x y z vx vy vz fx fy fz``, atomic units, CPMD's atom order.
+
+    Args:
+        path: file to write (replaced).
+        steps: [n] the NFI values.
+        positions: [n, natoms, 3] bohr.
+        forces: [n, natoms, 3] Hartree/bohr.
+        velocities: [n, natoms, 3] atomic units (default zeros).
+
+    Returns:
+        ``path``.
+    """
+    positions = np.asarray(positions, dtype=np.float64)
+    forces = np.asarray(forces, dtype=np.float64)
+    velocities = np.zeros_like(positions) if velocities is None else np.asarray(velocities, dtype=np.float64)
+    with open(path, "w") as f:
+        for step, x, v, g in zip(steps, positions, velocities, forces):
+            for row in np.hstack([x, v, g]):
+                f.write(f"{int(step):10d}" + "".join(f"  {value:22.14E}" for value in row) + "\n")
+    return path

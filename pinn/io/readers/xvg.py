@@ -63,3 +63,26 @@ def read_xvg(path):
                         "the times")
     series = {legends.get(k, f"s{k}"): data[:, k + 1] for k in range(n_series)}
     return data[:, 0], series, y_label
+
+
+def write_xvg(path, times, series, y_label="(kJ/mol)", x_label="Time (ps)"):
+    """Write an ``.xvg`` file as ``gmx energy`` does (the inverse of :func:`read_xvg`).
+
+    Args:
+        path: file to write (replaced).
+        times: [n] the first column.
+        series: {legend: [n] values}, in column order.
+        y_label, x_label: the axes' labels.
+
+    Returns:
+        ``path``.
+    """
+    columns = [np.asarray(times, dtype=np.float64)] + [np.asarray(v, dtype=np.float64) for v in series.values()]
+    with open(path, "w") as f:
+        f.write(f'@    title "GROMACS Energies"\n@    xaxis  label "{x_label}"\n@    yaxis  label "{y_label}"\n'
+                "@TYPE xy\n")
+        for k, legend in enumerate(series):
+            f.write(f'@ s{k} legend "{legend}"\n')
+        for row in np.column_stack(columns):
+            f.write("".join(f"  {value:.12f}" for value in row) + "\n")
+    return path
