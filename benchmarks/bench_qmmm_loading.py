@@ -44,7 +44,8 @@ def write_frames(path, n_frames, n_mm, seed):
                       positions=np.vstack([qm + rng.normal(0, 0.05, qm.shape), mm]),
                       charges=np.concatenate([np.zeros(6), charges]))
         atoms.new_array("qm", np.arange(len(atoms)) < 6)
-        atoms.calc = SinglePointCalculator(atoms, energy=-4137.0 + rng.normal(), forces=rng.normal(size=(len(atoms), 3)))
+        atoms.calc = SinglePointCalculator(atoms, energy=-4137.0 + rng.normal(),
+                                           forces=rng.normal(size=(len(atoms), 3)))
         frames.append(atoms)
     ase_files.write(path, frames, format="extxyz")
     return len(frames[0])
