@@ -4,6 +4,8 @@
 - ``mechanical``: a PiNet of the QM atoms alone (what pinn's models do today);
 - ``charges``: the same plus the Coulomb energy of neutral QM atomic charges, predicted by the network from the
   QM geometry, with every MM charge (a fixed-charge embedding: no response to the field);
+- ``charges+polarizability``: the fixed charges plus induced dipoles, −½ α |E|² with the MM charges' field E
+  at each QM atom and a polarizability α ≥ 0 the network predicts per atom;
 - ``qeq``: the same network predicting each QM atom's electronegativity χ and hardness η (> 0), the QM
   charges minimising Σ χq + ½ηq² + q φ at the region's total charge (φ: the MM charges' potential at the
   atom), so that they respond to the field (charge-equilibration embedding).
@@ -25,6 +27,7 @@ import numpy as np
 from common import emit
 
 COULOMB = 14.399645  # eV Å / e²
+FORMS = ("mechanical", "charges", "charges+polarizability", "qeq")
 
 
 def _batches(frames, rc):
@@ -51,6 +54,7 @@ def main():
     ap.add_argument("--train", type=int, default=160)
     ap.add_argument("--steps", type=int, default=3000)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--forms", nargs="+", default=list(FORMS), choices=FORMS)
     args = ap.parse_args()
     import tensorflow as tf
     from pinn.io import ase_files
@@ -78,9 +82,16 @@ def main():
             return energy
         r = tf.norm(q_pos[:, None, :] - m_pos[None, :, :], axis=2)
         phi = COULOMB * tf.reduce_sum(t["m_charge"][None, :] / r, axis=1)  # eV/e at each QM atom
-        if form == "charges":
+        if form in ("charges", "charges+polarizability"):
             q = out[:, 1] - tf.reduce_mean(out[:, 1]) + t["charge"] / tf.cast(n, tf.float64)
-            return energy + tf.reduce_sum(q * phi)
+            energy += tf.reduce_sum(q * phi)
+            if form == "charges":
+                return energy
+            # induced dipoles: -1/2 α |E|², α ≥ 0 per QM atom (e² Å² / eV; water's 1.45 Å³ is 0.1)
+            d = q_pos[:, None, :] - m_pos[None, :, :]
+            field = COULOMB * tf.reduce_sum(t["m_charge"][None, :, None] * d / r[:, :, None] ** 3, axis=1)
+            alpha = tf.nn.softplus(out[:, 2]) * 0.1
+            return energy - 0.5 * tf.reduce_sum(alpha * tf.reduce_sum(field ** 2, axis=1))
         chi, eta = out[:, 1] * 5.0, tf.nn.softplus(out[:, 2]) * 10.0 + 1.0
         lam = (t["charge"] + tf.reduce_sum((chi + phi) / eta)) / tf.reduce_sum(1.0 / eta)
         q = (lam - chi - phi) / eta
@@ -105,11 +116,10 @@ def main():
         return energy, -tf.convert_to_tensor(g_qm), -g_mm
 
     train_t, test_t = [tensors_of(d) for d in train], [tensors_of(d) for d in test]
-    for form in ("mechanical", "charges", "qeq"):
+    for form in args.forms:
         tf.random.set_seed(args.seed)
         params = {"atom_types": [1, 8], "rc": 4.5, "depth": 3, "pp_nodes": [16], "pi_nodes": [16],
-                  "ii_nodes": [16, 16], "out_nodes": [16], "out_units": 1 if form == "mechanical" else
-                  (2 if form == "charges" else 3)}
+                  "ii_nodes": [16, 16], "out_nodes": [16], "out_units": {"mechanical": 1, "charges": 2}.get(form, 3)}
         net = PiNet(params, dtype="float64", seed=args.seed)
         optimizer = tf.keras.optimizers.Adam(tf.keras.optimizers.schedules.ExponentialDecay(3e-3, args.steps, 0.05))
 
