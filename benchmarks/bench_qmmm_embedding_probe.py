@@ -6,6 +6,8 @@
   QM geometry, with every MM charge (a fixed-charge embedding: no response to the field);
 - ``charges+polarizability``: the fixed charges plus induced dipoles, −½ α |E|² with the MM charges' field E
   at each QM atom and a polarizability α ≥ 0 the network predicts per atom;
+- ``neighbours+charges``: the fixed charges, and the MM atoms within the cutoff join the network's graph as
+  elements of their own (Z + 100; pairs QM–QM and QM–MM, never MM–MM), the energy summed over the QM atoms;
 - ``qeq``: the same network predicting each QM atom's electronegativity χ and hardness η (> 0), the QM
   charges minimising Σ χq + ½ηq² + q φ at the region's total charge (φ: the MM charges' potential at the
   atom), so that they respond to the field (charge-equilibration embedding).
@@ -27,7 +29,7 @@ import numpy as np
 from common import emit
 
 COULOMB = 14.399645  # eV Å / e²
-FORMS = ("mechanical", "charges", "charges+polarizability", "qeq")
+FORMS = ("mechanical", "charges", "charges+polarizability", "qeq", "neighbours+charges")
 
 
 def _batches(frames, rc):
@@ -39,11 +41,18 @@ def _batches(frames, rc):
         n = len(q_pos)
         pairs = np.array([(i, j) for i in range(n) for j in range(n)
                           if i != j and np.linalg.norm(q_pos[i] - q_pos[j]) < rc], dtype=np.int32).reshape(-1, 2)
-        near = np.min(np.linalg.norm(m_pos[:, None] - q_pos[None], axis=2), axis=1) < 5.0
+        to_qm = np.min(np.linalg.norm(m_pos[:, None] - q_pos[None], axis=2), axis=1)
+        near = to_qm < 5.0
+        mm_in = np.flatnonzero(to_qm < rc).astype(np.int32)  # MM atoms the network sees as neighbours
+        graph = np.vstack([q_pos, m_pos[mm_in]])
+        graph_pairs = np.array([(i, j) for i in range(len(graph)) for j in range(len(graph))
+                                if i != j and (i < n or j < n) and np.linalg.norm(graph[i] - graph[j]) < rc],
+                               dtype=np.int32).reshape(-1, 2)
         forces = atoms.get_forces()
         out.append(dict(elems=atoms.numbers[qm].astype(np.int32), q_pos=q_pos, m_pos=m_pos,
                         m_charge=atoms.get_initial_charges()[~qm], energy=atoms.get_potential_energy(),
-                        f_qm=forces[qm], f_mm=forces[~qm], pairs=pairs, near=near,
+                        f_qm=forces[qm], f_mm=forces[~qm], pairs=pairs, near=near, mm_in=mm_in,
+                        mm_elems=(100 + atoms.numbers[~qm][mm_in]).astype(np.int32), graph_pairs=graph_pairs,
                         charge=float(atoms.info.get("charge", 0))))
     return out
 
@@ -72,20 +81,24 @@ def main():
 
     def energy_of(net, form, t, q_pos, m_pos):
         n = tf.shape(t["elems"])[0]
-        pairs = t["pairs"]
-        diff = tf.gather(q_pos, pairs[:, 1]) - tf.gather(q_pos, pairs[:, 0])
-        tensors = {"elems": t["elems"], "ind_1": tf.zeros([n, 1], tf.int32), "ind_2": pairs, "diff": diff,
-                   "dist": tf.norm(diff, axis=1)}
-        out = net.atomic_outputs(tensors)
+        if form.startswith("neighbours"):  # the MM atoms within rc join the graph as elements of their own
+            positions = tf.concat([q_pos, tf.gather(m_pos, t["mm_in"])], axis=0)
+            elems, pairs = tf.concat([t["elems"], t["mm_elems"]], axis=0), t["graph_pairs"]
+        else:
+            positions, elems, pairs = q_pos, t["elems"], t["pairs"]
+        diff = tf.gather(positions, pairs[:, 1]) - tf.gather(positions, pairs[:, 0])
+        tensors = {"elems": elems, "ind_1": tf.zeros([tf.shape(elems)[0], 1], tf.int32), "ind_2": pairs,
+                   "diff": diff, "dist": tf.norm(diff, axis=1)}
+        out = net.atomic_outputs(tensors)[:n]  # the QM atoms' outputs
         energy = tf.reduce_sum(out[:, 0]) * e_scale
         if form == "mechanical":
             return energy
         r = tf.norm(q_pos[:, None, :] - m_pos[None, :, :], axis=2)
         phi = COULOMB * tf.reduce_sum(t["m_charge"][None, :] / r, axis=1)  # eV/e at each QM atom
-        if form in ("charges", "charges+polarizability"):
+        if form in ("charges", "charges+polarizability", "neighbours+charges"):
             q = out[:, 1] - tf.reduce_mean(out[:, 1]) + t["charge"] / tf.cast(n, tf.float64)
             energy += tf.reduce_sum(q * phi)
-            if form == "charges":
+            if form in ("charges", "neighbours+charges"):
                 return energy
             # induced dipoles: -1/2 α |E|², α ≥ 0 per QM atom (e² Å² / eV; water's 1.45 Å³ is 0.1)
             d = q_pos[:, None, :] - m_pos[None, :, :]
@@ -101,7 +114,9 @@ def main():
             "m_pos": tf.TensorSpec([None, 3], tf.float64), "m_charge": tf.TensorSpec([None], tf.float64),
             "pairs": tf.TensorSpec([None, 2], tf.int32), "e_rel": tf.TensorSpec([], tf.float64),
             "f_qm": tf.TensorSpec([None, 3], tf.float64), "f_mm": tf.TensorSpec([None, 3], tf.float64),
-            "near": tf.TensorSpec([None], tf.bool), "charge": tf.TensorSpec([], tf.float64)}
+            "near": tf.TensorSpec([None], tf.bool), "charge": tf.TensorSpec([], tf.float64),
+            "mm_in": tf.TensorSpec([None], tf.int32), "mm_elems": tf.TensorSpec([None], tf.int32),
+            "graph_pairs": tf.TensorSpec([None, 2], tf.int32)}
 
     def tensors_of(d):
         return {k: tf.constant(d[k], dtype=v.dtype) for k, v in spec.items()}
@@ -118,8 +133,10 @@ def main():
     train_t, test_t = [tensors_of(d) for d in train], [tensors_of(d) for d in test]
     for form in args.forms:
         tf.random.set_seed(args.seed)
-        params = {"atom_types": [1, 8], "rc": 4.5, "depth": 3, "pp_nodes": [16], "pi_nodes": [16],
-                  "ii_nodes": [16, 16], "out_nodes": [16], "out_units": {"mechanical": 1, "charges": 2}.get(form, 3)}
+        units = {"mechanical": 1, "charges": 2, "neighbours+charges": 2}.get(form, 3)
+        params = {"atom_types": [1, 8, 101, 108] if form.startswith("neighbours") else [1, 8], "rc": 4.5,
+                  "depth": 3, "pp_nodes": [16], "pi_nodes": [16], "ii_nodes": [16, 16], "out_nodes": [16],
+                  "out_units": units}
         net = PiNet(params, dtype="float64", seed=args.seed)
         optimizer = tf.keras.optimizers.Adam(tf.keras.optimizers.schedules.ExponentialDecay(3e-3, args.steps, 0.05))
 
