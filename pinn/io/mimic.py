@@ -10,7 +10,10 @@ See ``docs/mimic.md`` for the physics of what these files contain.  In short:
 - forces come from the ``.trr`` by default (kJ mol⁻¹ nm⁻¹ -> eV/Å), which in a
   MiMiC run are the MM force-field forces only, or from CPMD's ``FTRAJECTORY``
   (total QM/MM forces, Hartree/bohr -> eV/Å, mapped from CPMD to GROMACS atom
-  order), or are not loaded.
+  order), or are not loaded;
+- with ``mm_energies`` (GROMACS's energy file) the frames are QM/MM frames
+  (docs/qmmm.md): every atom, the QM region, the ``.mpt``'s MM charges, EKS
+  minus GROMACS's potential energy and ``FTRAJECTORY`` minus the trr forces.
 
 Everything that can be checked without reading coordinates is checked when
 :func:`load_mimic` is called (headers, atom counts, blocks present, pairing),
