@@ -13,21 +13,7 @@ work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 cd "$work"
 export GMX_MAXBACKUP=-1
-cat > topol.top <<'TOP'
-#define FLEXIBLE
-#include "amber03.ff/forcefield.itp"
-#include "amber03.ff/tip3p.itp"
-#include "amber03.ff/ions.itp"
-
-[ system ]
-NaCl in water
-
-[ molecules ]
-NA 1
-CL 1
-TOP
-printf 'NaCl\n    2\n%5d%-5s%5s%5d%8.3f%8.3f%8.3f\n%5d%-5s%5s%5d%8.3f%8.3f%8.3f\n   1.00000   1.00000   1.00000\n' \
-  1 NA NA 1 0.0 0.0 0.0  2 CL CL 2 0.35 0.0 0.0 > ions.gro
+. "$here/nacl_system.sh"   # topol.top and ions.gro: the Na+ Cl- pair of both fixture scripts
 gmx_d -quiet editconf -f ions.gro -o box.gro -bt cubic -d 0.6 >>gmx.log 2>&1 || { tail -30 gmx.log >&2; exit 1; }
 gmx_d -quiet solvate -cp box.gro -cs spc216.gro -p topol.top -o conf.gro >>gmx.log 2>&1 || { tail -30 gmx.log >&2; exit 1; }
 cat > md.mdp <<MDP
