@@ -71,3 +71,28 @@ def write_emt_molecules(path, formula, n_frames, scale=0.05):
         frames.append(atoms)
     write(str(path), frames)
     return str(path)
+
+
+def qmmm_frame(seed):
+    """A QM/MM frame in pinn's convention (docs/qmmm.md): 1 to 3 QM water molecules (pinn.demo's distorted
+    clusters) among 6 to 14 MM atoms (O, H, Na: Na is no element of a water network) 4 to 7 Å from the region's
+    centre with point charges in [−0.8, 0.8] e, the region's charge 0 (even seeds) or −1, open; energy and
+    forces on every atom drawn at random (for mechanisms, not physics)."""
+    import numpy as np
+    from ase import Atoms
+    from ase.calculators.singlepoint import SinglePointCalculator
+    from pinn.demo import water_dipole_frames
+    rng = np.random.RandomState(seed)
+    region = water_dipole_frames(1, seed=seed, max_molecules=3)[0]
+    n_mm = 6 + seed % 9
+    directions = rng.randn(n_mm, 3)
+    mm_positions = directions / np.linalg.norm(directions, axis=1)[:, None] * rng.uniform(4.0, 7.0, (n_mm, 1))
+    atoms = Atoms(numbers=list(region.numbers) + list(rng.choice([1, 8, 11], n_mm)),
+                  positions=np.vstack([region.positions - region.positions.mean(axis=0), mm_positions]))
+    qm = np.arange(len(atoms)) < len(region)
+    atoms.arrays["qm"] = qm
+    atoms.set_initial_charges(np.where(qm, 0.0, rng.uniform(-0.8, 0.8, len(atoms))))
+    atoms.info["charge"] = -float(seed % 2)
+    atoms.calc = SinglePointCalculator(atoms, energy=-3.0 * len(region) + 0.2 * rng.randn(),
+                                       forces=0.3 * rng.randn(len(atoms), 3))
+    return atoms

@@ -158,12 +158,14 @@ def check_elements(dataset, atom_types, source):
         DataError: naming ``source``, the unknown elements and ``network.params.atom_types``.
     """
     import numpy as np
+    import tensorflow as tf
     from ase.data import chemical_symbols
 
     from pinn import keys as K
     from pinn.io.errors import DataError
     seen = set()
-    for elems in dataset.map(lambda structure: structure[K.ELEMS]).as_numpy_iterator():
+    qm = K.QM in dataset.element_spec  # QM/MM frames: the network sees the QM atoms alone
+    for elems in dataset.map(lambda s: tf.boolean_mask(s[K.ELEMS], s[K.QM]) if qm else s[K.ELEMS]).as_numpy_iterator():
         seen.update(np.unique(elems).tolist())
     unknown = sorted(seen - set(int(z) for z in atom_types))
     if unknown:
@@ -190,12 +192,12 @@ def load_structures(source, atom_types=None):
     return dataset
 
 
-def region_for_model(dataset, source, world=None):
-    """``dataset`` as a model with mechanical embedding takes it: QM/MM frames (``qm`` in the data) cut to
-    their QM region (:func:`pinn.io.qm_region`), said once in the log naming ``source``; other data as
-    they are."""
+def region_for_model(dataset, source, world=None, embedding="mechanical"):
+    """``dataset`` as the model takes it: for a model with mechanical embedding, QM/MM frames (``qm`` in the
+    data) cut to their QM region (:func:`pinn.io.qm_region`), said once in the log naming ``source``; other
+    data, and any data for a model with another ``embedding`` (``model.params.embedding``), as they are."""
     from pinn.io.qmmm import is_qmmm, qm_region
-    if dataset is None or not is_qmmm(dataset.element_spec):
+    if dataset is None or not is_qmmm(dataset.element_spec) or embedding != "mechanical":
         return dataset
     if world is None or world.is_chief:
         log.info("%s: QM/MM frames: the model (mechanical embedding) sees each frame's QM region alone, "
@@ -204,9 +206,10 @@ def region_for_model(dataset, source, world=None):
     return dataset.apply(qm_region())
 
 
-def datasets(data, world, atom_types=None):
+def datasets(data, world, atom_types=None, embedding="mechanical"):
     """(train, eval or ``None``) datasets of structures for this rank; with ``atom_types``, checked to hold
-    only those elements (:func:`check_elements`)."""
+    only those elements (:func:`check_elements`); QM/MM frames as a model of ``embedding`` takes them
+    (:func:`region_for_model`)."""
     from pinn.io import distribute_data, load_ase, load_mimic
     split = data["split"]
     if data["mimic"] is not None:
@@ -244,23 +247,24 @@ def datasets(data, world, atom_types=None):
         for part in (train, evaluation):
             if part is not None:
                 check_elements(part, atom_types, source)
-    train = region_for_model(train, "data", world)
-    evaluation = region_for_model(evaluation, "data (evaluation)", world)
+    train = region_for_model(train, "data", world, embedding)
+    evaluation = region_for_model(evaluation, "data (evaluation)", world, embedding)
     if sharded:
         train = train.shard(world.size, world.rank)
         evaluation = evaluation.shard(world.size, world.rank) if evaluation is not None else None
     return train, evaluation
 
 
-def input_fns(data, train_section, world, rc, atom_types=None, member=0):
+def input_fns(data, train_section, world, rc, atom_types=None, member=0, embedding="mechanical"):
     """(train_fn, eval_fn or ``None``): input functions of sparse batches for :meth:`Trainer.train`.
 
     The training structures get their neighbor lists (cutoff ``rc``, Å) before the cache, so
     each list is computed once, not at every epoch.  ``member``: a committee member's number; the
-    members share the split and shuffle the training data each in their own order.
+    members share the split and shuffle the training data each in their own order.  ``embedding``: the
+    model's (``model.params.embedding``; QM/MM frames are cut to their region for a mechanical one).
     """
     from pinn.io import add_neighbors, sparse_batch
-    train, evaluation = datasets(data, world, atom_types)
+    train, evaluation = datasets(data, world, atom_types, embedding)
     size, buffer, seed = data["batch_size"], data["shuffle_buffer"], data["seed"]
     by_epochs = train_section["max_epochs"] is not None
 
@@ -317,7 +321,7 @@ def run_training(path, model_dir=None, max_steps=None, init_model=None, member=N
     model = get_model(params)  # starts Horovod first when parallel
     try:
         train_fn, eval_fn = input_fns(data, train_section, model.world, model.rc, model.network.atom_types,
-                                      member=member or 0)
+                                      member=member or 0, embedding=model.params["model"]["params"]["embedding"])
         model.train(train_fn, max_steps=train_section["max_steps"], max_epochs=train_section["max_epochs"],
                     eval_fn=eval_fn)
         if eval_fn is None:

@@ -281,14 +281,15 @@ def batch_pairs(tensors, rc):
     or a ``tf.data`` map).
 
     The pairs are those of :func:`pinn.io.neighbors.neighbor_list`, found structure by structure
-    with cell lists in NumPy (``tf.numpy_function``); ``diff`` and ``dist`` come from
+    with cell lists in NumPy (``tf.numpy_function``), among the QM atoms of QM/MM frames (``qm``, as
+    :func:`add_neighbors`); ``diff`` and ``dist`` come from
     :func:`pair_geometry`, so gradients reach ``coord`` and ``cell``.
 
     Args:
         tensors: dict with ``ind_1`` [n_atoms, 1] (atoms of a structure contiguous, in structure
             order, as :func:`sparse_batch` makes them), ``coord`` [n_atoms, 3] (Å), and optionally
             ``cell`` [n_struct, 3, 3] (Å; [3, 3] for a batch of one) and ``pbc`` [n_struct, 3]
-            (see :func:`with_cell_and_pbc` for their absence).
+            (see :func:`with_cell_and_pbc` for their absence), ``qm`` [n_atoms] bool (QM/MM frames).
         rc: cutoff radius, Å.
 
     Returns:
@@ -306,11 +307,12 @@ def batch_pairs(tensors, rc):
     geometry = with_cell_and_pbc(geometry)
     rc = float(rc)
 
-    def pairs(c, cell, pbc, i1):
-        ind_2, shift = batch_neighbor_list(c, cell, pbc, i1, rc)
+    def pairs(c, cell, pbc, i1, qm):
+        ind_2, shift = _among(qm, lambda c, i: batch_neighbor_list(c, cell, pbc, i, rc), c, i1)
         return ind_2.astype("int32"), shift.astype(c.dtype)
 
-    ind_2, shift = tf.numpy_function(pairs, [coord, geometry[K.CELL], geometry[K.PBC], ind_1],
+    qm = tf.reshape(tensors[K.QM], [-1]) if K.QM in tensors else tf.ones(tf.shape(coord)[:1], tf.bool)
+    ind_2, shift = tf.numpy_function(pairs, [coord, geometry[K.CELL], geometry[K.PBC], ind_1, qm],
                                      (tf.int32, coord.dtype), stateful=False)
     geometry[K.IND_2] = tf.ensure_shape(ind_2, (None, 2))
     geometry[K.SHIFT] = tf.ensure_shape(shift, (None, 3))
@@ -324,7 +326,9 @@ def add_neighbors(rc, num_parallel_calls=tf.data.AUTOTUNE):
     Works on single structures (apply it before ``.cache()`` to compute every
     list once) and on sparse batches (what models do when the input has no
     list yet).  The list is computed in NumPy by :func:`pinn.io.neighbors.neighbor_list`.
-    Structures without ``cell`` or ``pbc`` get them as :func:`with_cell_and_pbc` says.
+    Structures without ``cell`` or ``pbc`` get them as :func:`with_cell_and_pbc` says.  In QM/MM frames
+    (``qm`` in the data, :mod:`pinn.io.qmmm`) the pairs are those among the QM atoms: the network sees the QM
+    region, the MM atoms act through their charges (:mod:`pinn.models.embedding`).
     """
     rc = float(rc)
 
@@ -335,11 +339,13 @@ def add_neighbors(rc, num_parallel_calls=tf.data.AUTOTUNE):
         batched = K.IND_1 in structure
         if batched:
             args = [coord, structure[K.CELL], structure[K.PBC], structure[K.IND_1]]
-            fn = lambda c, cell, pbc, ind_1: _as_types(batch_neighbor_list(c, cell, pbc, ind_1, rc), c.dtype)
+            fn = lambda c, cell, pbc, ind_1, qm: _as_types(
+                _among(qm, lambda c, i: batch_neighbor_list(c, cell, pbc, i, rc), c, ind_1), c.dtype)
         else:
             args = [coord, structure[K.CELL], structure[K.PBC]]
-            fn = lambda c, cell, pbc: _as_types(neighbor_list(c, cell, pbc, rc), c.dtype)
-        ind_2, shift = tf.numpy_function(fn, args, (tf.int32, coord.dtype), stateful=False)
+            fn = lambda c, cell, pbc, qm: _as_types(_among(qm, lambda c: neighbor_list(c, cell, pbc, rc), c), c.dtype)
+        qm = structure[K.QM] if K.QM in structure else tf.ones(tf.shape(coord)[:1], tf.bool)
+        ind_2, shift = tf.numpy_function(fn, args + [qm], (tf.int32, coord.dtype), stateful=False)
         out = dict(structure)
         out[K.IND_2] = tf.ensure_shape(ind_2, (None, 2))
         out[K.SHIFT] = tf.ensure_shape(shift, (None, 3))
@@ -349,6 +355,17 @@ def add_neighbors(rc, num_parallel_calls=tf.data.AUTOTUNE):
         return dataset_holding_callbacks(
             lambda: dataset.map(pairs, num_parallel_calls=num_parallel_calls, deterministic=True))
     return transform
+
+
+def _among(qm, neighbors, coord, *atomic):
+    """``neighbors(coord, *atomic)`` (a ``(ind_2, shift)`` function) over the atoms where ``qm`` [n_atoms] is
+    true, with the indices of ``coord``: a QM/MM frame's network sees its QM atoms alone."""
+    qm = np.asarray(qm, bool).reshape(-1)
+    if qm.all():
+        return neighbors(coord, *atomic)
+    index = np.flatnonzero(qm)
+    ind_2, shift = neighbors(coord[index], *(np.asarray(a)[index] for a in atomic))
+    return index[ind_2], shift
 
 
 def _as_types(result, float_dtype):

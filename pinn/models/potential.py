@@ -14,6 +14,10 @@ Forces and stress come from one backward pass through the pair vectors
 - σ = (1/V) Σ_p diff_p ⊗ g_p                        (= (1/V) ∂E/∂ε, eV/Å³, ASE's sign)
 
 which holds because the networks see positions only through ``diff``.
+
+With ``embedding: electrostatic`` the model takes QM/MM frames (:mod:`pinn.io.qmmm`): the energy is the
+QM region's in the field of the MM point charges, the forces −∂E/∂r on every atom (no stress; see
+:mod:`pinn.models.embedding`).
 """
 import logging
 
@@ -23,10 +27,12 @@ import tensorflow as tf
 from pinn import keys as K
 from pinn.io.batch import add_neighbors, pair_geometry, with_cell_and_pbc  # pair_geometry: also its old home
 from pinn.models.base import Model, abs_sq_count, cast_floats, check_atomic_outputs
+from pinn.models.embedding import conserved_charges, embedding_energy, qm_atoms_view, qm_mask
 from pinn.models.energy_offsets import fit_offsets
 from pinn.models.loss_weights import atom_weights, drawn, structure_weights
-from pinn.models.potential_params import ALIASES, PARAMS
+from pinn.models.potential_params import ALIASES, PARAMS, check_embedding
 from pinn.networks.layers import atomic_number, scatter_sum
+from pinn.params.schema import ParamsError
 
 def atoms_per_structure(tensors, n_struct, dtype):
     """[n_struct] number of atoms of each structure of a batch (as ``dtype``)."""
@@ -80,10 +86,17 @@ class PotentialModel(Model):
                    "l2": "l2_loss_multiplier"}
     LABELS = {"energy": K.E_DATA, "forces": K.F_DATA, "stress": K.S_DATA, "l2": K.E_DATA}
     ALIASES = ALIASES
+    #: cross-field checks of resolved params (:func:`pinn.params.resolve` calls it)
+    check_params = staticmethod(check_embedding)
 
     def __init__(self, network, params, atom_types, dtype=tf.float32, name="potential"):
         super().__init__(params, name=name)
         check_atomic_outputs(network)
+        self.embedding = self.params["embedding"]
+        if self.embedding != "mechanical" and network.params.get("out_units") != 2:
+            raise ParamsError(f"network.params.out_units: model.params.embedding {self.embedding!r} reads two "
+                              "outputs per atom (energy, charge); the network has "
+                              f"{network.params.get('out_units', 'no out_units')}")
         self.network = network
         self.dtype = dtype
         self.atom_types = [int(z) for z in atom_types]
@@ -103,6 +116,26 @@ class PotentialModel(Model):
         atomic = atomic + tf.gather(self.e_dress, idx)
         return scatter_sum(atomic, tensors[K.IND_1][:, 0], n_struct)
 
+    @property
+    def jit_compatible(self):
+        """Whether XLA can compile this model's step: not with an embedding (its QM–MM pairs are per batch)."""
+        return self.embedding == "mechanical"
+
+    def check_frames(self, spec, what):
+        """QM/MM frames (``qm`` in ``spec``): refused with mechanical embedding (:meth:`Model.check_frames`),
+        taken with electrostatic embedding."""
+        if self.embedding == "mechanical":
+            super().check_frames(spec, what)
+
+    def dress_energy(self, tensors, n_struct, dtype=tf.float64):
+        """[n_struct] Σ e_dress over each structure's atoms (its QM atoms with an embedding), eV, as ``dtype``."""
+        elems, structure = tensors[K.ELEMS], tensors[K.IND_1][:, 0]
+        if self.embedding != "mechanical":
+            qm = qm_mask(tensors)
+            elems, structure = tf.boolean_mask(elems, qm), tf.boolean_mask(structure, qm)
+        dress = tf.gather(tf.cast(self.e_dress, dtype), self.network.element_index(elems))
+        return scatter_sum(dress, structure, n_struct)
+
     def upstream_metric_scales(self):
         """Upstream PiNN reports E, E_PER_ATOM, F and S errors × ``e_scale`` (its training units)."""
         scale = self.params["e_scale"]
@@ -119,11 +152,18 @@ class PotentialModel(Model):
         Returns:
             dict with ``energy`` [n_struct] (eV), and ``forces`` [n_atoms, 3]
             (eV/Å), ``stress`` [n_struct, 3, 3] (eV/Å³; zero for open
-            structures) when asked for.
+            structures) when asked for.  With ``embedding: electrostatic`` (QM/MM batches with ``qm``,
+            ``mm_charge``, ``qm_charge``): ``energy``, ``forces`` on every atom and ``charges`` [n_atoms] (e),
+            no stress (asking for it raises ValueError).
         """
         tensors = with_cell_and_pbc(tensors)
         n_struct = tf.shape(tensors[K.CELL])[0]
         tensors = cast_floats(tensors, self.dtype)
+        if self.embedding != "mechanical":
+            if stress:
+                raise ValueError(f"stress: the model with embedding {self.embedding!r} gives energy and forces "
+                                 "of a QM region in its MM environment, no stress (predict with stress=False)")
+            return self._predict_embedded(tensors, n_struct, forces)
         with tf.GradientTape(watch_accessed_variables=False) as tape:
             geo = pair_geometry(tensors)
             tape.watch(geo[K.DIFF])
@@ -134,6 +174,38 @@ class PotentialModel(Model):
             return out
         g = tape.gradient(energy, geo[K.DIFF], unconnected_gradients=tf.UnconnectedGradients.ZERO)
         out.update(forces_and_stress(tensors, geo[K.DIFF], g, n_struct, forces, stress))
+        return out
+
+    def _predict_embedded(self, tensors, n_struct, forces):
+        """:meth:`predict` with electrostatic embedding: the QM atoms' network energy and the Coulomb energy of
+        their conserved charges with the MM charges (:mod:`pinn.models.embedding`); forces −∂E/∂r on every
+        atom, from one backward pass to the positions.
+
+        Returns:
+            dict with ``energy`` [n_struct] (eV), ``charges`` [n_atoms] (e: the QM atoms' predicted charges,
+            the MM atoms' own) and, when asked for, ``forces`` [n_atoms, 3] (eV/Å).
+        """
+        qm = qm_mask(tensors)
+        coord = tf.reshape(tensors[K.COORD], [-1, 3])
+        with tf.GradientTape(watch_accessed_variables=False) as tape:
+            tape.watch(coord)
+            geo = pair_geometry({**tensors, K.COORD: coord})
+            view, qm_index = qm_atoms_view(geo, qm)
+            outputs = self.network.atomic_outputs(view)
+            structure = view[K.IND_1][:, 0]
+            atomic = outputs[:, 0] / self.params["e_scale"] + tf.gather(
+                self.e_dress, self.network.element_index(view[K.ELEMS]))
+            energy = scatter_sum(atomic, structure, n_struct)
+            region_charge = tensors[K.QM_CHARGE] if K.QM_CHARGE in tensors else tf.zeros([n_struct], self.dtype)
+            charges = conserved_charges(outputs[:, 1], structure, n_struct, region_charge)
+            if K.MM_CHARGE in tensors:
+                energy = energy + embedding_energy(tensors, coord, charges, qm, n_struct,
+                                                   self.params["embedding_damping"])
+        mm_charge = tf.cast(tensors[K.MM_CHARGE], self.dtype) if K.MM_CHARGE in tensors else tf.zeros_like(coord[:, 0])
+        out = {"energy": energy, "charges": tf.where(qm, tf.scatter_nd(qm_index[:, None], charges, tf.shape(qm)),
+                                                     mm_charge)}
+        if forces:
+            out["forces"] = -tape.gradient(energy, coord, unconnected_gradients=tf.UnconnectedGradients.ZERO)
         return out
 
     def enabled_terms(self):
@@ -147,7 +219,7 @@ class PotentialModel(Model):
 
     def eval_outputs(self, spec):
         """Keyword arguments of :meth:`predict` when evaluating data with element spec ``spec``."""
-        return {"forces": K.F_DATA in spec, "stress": K.S_DATA in spec}
+        return {"forces": K.F_DATA in spec, "stress": K.S_DATA in spec and self.embedding == "mechanical"}
 
     def metric_keys(self, spec, outputs):
         """Error metrics (``E``, ``F``, ``S``) available for data ``spec`` and predict options ``outputs``."""
@@ -193,10 +265,7 @@ class PotentialModel(Model):
         real = structure_weights(tensors, dtype)
         masks = {"energy": real}
         if p["max_energy"] is not False and K.E_DATA in tensors:
-            n_struct = tf.shape(tensors[K.CELL])[0]
-            dress = scatter_sum(tf.gather(tf.cast(self.e_dress, tf.float64),
-                                          self.network.element_index(tensors[K.ELEMS])),
-                                tensors[K.IND_1][:, 0], n_struct)
+            dress = self.dress_energy(tensors, tf.shape(tensors[K.CELL])[0])
             excess = tf.abs(tf.cast(tensors[K.E_DATA], tf.float64) - dress) * p["e_scale"] > p["max_energy"]
             masks["energy"] = tf.where(excess, tf.zeros_like(real), real)
         if p["use_force"]:
@@ -364,7 +433,17 @@ class PotentialModel(Model):
         Returns:
             dict atomic number → offset (eV).
         """
+        if self.embedding != "mechanical":  # the offsets are the QM atoms'
+            batches = [region_atoms(b) for b in batches]
         solution = fit_offsets(batches, self.atom_types, reduce)
         self.e_dress.assign(solution)
         self.dress_fitted.assign(True)
         return {z: float(x) for z, x in zip(self.atom_types, solution)}
+
+
+def region_atoms(batch):
+    """A NumPy batch with ``elems`` and ``ind_1`` of its QM atoms only (all atoms where it has no ``qm``)."""
+    if K.QM not in batch:
+        return batch
+    qm = np.asarray(batch[K.QM], bool).reshape(-1)
+    return {**batch, K.ELEMS: np.asarray(batch[K.ELEMS])[qm], K.IND_1: np.asarray(batch[K.IND_1])[qm]}

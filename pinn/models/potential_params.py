@@ -1,6 +1,6 @@
 """The options of the potential model (:mod:`pinn.models.potential`): upstream PiNN's keys and meanings."""
 from pinn.models.base import COMMON_PARAMS
-from pinn.params.schema import Option, false_or_positive, non_negative, positive
+from pinn.params.schema import Option, ParamsError, false_or_positive, non_negative, positive
 
 PARAMS = {
     "use_force": Option(bool, False, "train on forces as well as energies"),
@@ -37,8 +37,44 @@ PARAMS = {
     "fit_e_dress_batches": Option(int, 100, "number of training batches (per rank; per device with backend "
                                   "mirrored) used to fit e_dress",
                                   check=positive),
+    "embedding": Option(str, "mechanical", "how the QM region of QM/MM frames (docs/qmmm.md) meets its MM "
+                        "environment: 'mechanical' (the network sees the QM atoms alone; QM/MM frames are cut to "
+                        "their region) or 'electrostatic' (the energy in the field of the MM point charges: the "
+                        "network's atomic charges, conserved, times the MM charges' Coulomb potential; forces on "
+                        "QM and MM atoms; network.params.out_units 2)", choices=("mechanical", "electrostatic")),
+    "embedding_damping": Option(float, 0.0, "with embedding 'electrostatic': r_d (Å) of MiMiC's smeared Coulomb "
+                                "kernel (r_d⁴ − r⁴)/(r_d⁵ − r⁵) between QM charges and MM charges; 0: bare 1/r",
+                                check=non_negative),
     **COMMON_PARAMS,
 }
 
 #: upstream PiNN's other names of potential-model keys (PiNN 1.x / 2.x code) → the documented one
 ALIASES = {"max_force": "max_force_comp", "use_f_weights": "use_f_weight"}
+
+
+def check_embedding(params):
+    """Refuse what an ``embedding`` other than mechanical cannot follow (resolved ``params``).
+
+    Raises:
+        ParamsError: naming ``network.params.out_units`` (two outputs per atom: energy and charge),
+            ``model.params.use_stress`` (no stress of a region in its environment) or ``model.params.jit``
+            (the QM–MM pairs vary per batch); ``model.params.embedding_damping`` set without an embedding.
+    """
+    mp, network = params["model"]["params"], params["network"]
+    if mp["embedding"] == "mechanical":
+        if mp["embedding_damping"]:
+            raise ParamsError("model.params.embedding_damping: damps the Coulomb energy of an electrostatic "
+                              "embedding; embedding is mechanical")
+        return
+    where = f"model.params.embedding {mp['embedding']!r}"
+    units = network["params"].get("out_units")
+    if units != 2:
+        raise ParamsError(f"network.params.out_units: {where} reads two outputs per atom (energy, charge); set "
+                          f"out_units: 2" + ("" if units is not None else
+                                             f" (the {network['name']} network has none: use PiNet or PiNet2)"))
+    if mp["use_stress"]:
+        raise ParamsError(f"model.params.use_stress: {where} gives a QM region's energy and forces in its MM "
+                          "environment, no stress")
+    if mp["jit"]:
+        raise ParamsError(f"model.params.jit: {where}: XLA cannot compile the step (the QM–MM pairs vary from "
+                          "batch to batch); leave jit unset or false")

@@ -108,6 +108,9 @@ def resolve(params):
                                                model_schema(model["name"]), "model.params")}
     out["parallel_params"] = validate_section(out["parallel_params"], PARALLEL_PARAMS, "parallel_params")
     _set_model_extras(out, MODELS[model["name"]])
+    model_check = getattr(MODELS[model["name"]], "check_params", None)
+    if model_check is not None:
+        model_check(out)
     check_training(out)
     return ResolvedParams(out)
 

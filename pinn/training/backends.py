@@ -55,7 +55,7 @@ def choose_backend(params, model, world):
                                                      or mp["batch_parts"] not in (None, 1))):
             threads = tf.config.threading.get_intra_op_parallelism_threads() if world.is_parallel else 0
             return NumbaBackend(model, threads or None)
-    jit = _jit_setting(params, model.network)
+    jit = _jit_setting(params, model)
     if jit:
         _count_xla_model(world)
     return TensorFlowBackend(jit, _parts_setting(mp, jit, world))
@@ -88,15 +88,15 @@ def _kalman_backend(mp, choice, world):
     return TensorFlowBackend(False, _parts_setting(mp, False, world))
 
 
-def _jit_setting(params, network):
-    """Whether the TensorFlow step is XLA-compiled (``model.params.jit``; default: if the model and the
-    network can be; a ``jit: true`` they cannot follow is refused when the params are resolved)."""
-    from pinn.models.registry import MODELS
+def _jit_setting(params, model):
+    """Whether the TensorFlow step is XLA-compiled (``model.params.jit``; default: if the model, with its
+    settings, and its network can be; a ``jit: true`` they cannot follow is refused when the params are
+    resolved)."""
     requested = params["model"]["params"]["jit"]
     if requested is not None:
         return requested
-    return bool(getattr(MODELS[params["model"]["name"]], "JIT_COMPATIBLE", True)
-                and getattr(network, "JIT_COMPATIBLE", False))
+    return bool(getattr(model, "JIT_COMPATIBLE", True) and getattr(model, "jit_compatible", True)
+                and getattr(model.network, "JIT_COMPATIBLE", False))
 
 
 def _parts_setting(mp, jit, world):

@@ -271,7 +271,7 @@ def test_md17_pinet2_yml_trains_unchanged(tmp_path, monkeypatch):
     # the TensorFlow step without XLA, as for upstream's qm9-pinet.yml in test_upstream_behaviours.py (compiling a
     # 64-wide, depth-5 network costs ~25 s on 2 cores; the compiled PiNet2 is tested above through padding)
     import pinn.training.backends
-    monkeypatch.setattr(pinn.training.backends, "_jit_setting", lambda params, network: False)
+    monkeypatch.setattr(pinn.training.backends, "_jit_setting", lambda params, model: False)
     assert main(["train", "-d", "model", "-t", "train.yml", "-e", "eval.yml", "-b", "4", "--train-steps", "2",
                  "params.yml"]) == 0
     assert (tmp_path / "model" / "ckpt-2.index").exists()

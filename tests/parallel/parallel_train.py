@@ -71,6 +71,9 @@ parser.add_argument("--model", choices=("potential_model", "AD_BC_R_dipole_model
                     help="AD_BC_R_dipole_model: on PiNet2 with out_extra {p3: 1, i1: 1, i3: 1} (atomic dipoles and bond "
                     "charges), trained on QEq water clusters (pinn.demo) instead of EMT cells; pol_acks2_model: "
                     "on PiNet2, the same clusters with a polarizability tensor, in QM7b files read by load_qm7b")
+parser.add_argument("--embedding", choices=("mechanical", "electrostatic"), default="mechanical",
+                    help="model.params.embedding of the potential model; electrostatic: on QM/MM frames (1 to 3 QM "
+                    "water molecules among charged MM atoms, pinn's convention), without stress")
 args = parser.parse_args()
 
 MODEL_DIR = os.path.abspath(args.model_dir or os.path.join(args.workdir, "model"))
@@ -100,6 +103,7 @@ from ase.calculators.emt import EMT  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/: launching.py
 from launching import checksum  # noqa: E402
+from settings import qmmm_frame  # noqa: E402
 from pinn import keys as K  # noqa: E402
 from pinn.io import ase_files, distribute_data, load_ase, load_qm7b  # noqa: E402
 from pinn.io.batch import batch_from_atoms  # noqa: E402
@@ -155,6 +159,10 @@ if DIPOLE:  # water (H, O); the magnitude loss and the bond charges' regularisat
                       "s_loss_multiplier")
     params["model"] = {"name": args.model, "params": {k: v for k, v in params["model"]["params"].items()
                                                       if k not in potential_only}}
+QMMM = args.embedding != "mechanical"
+if QMMM:  # the QM water's energy and charge; no stress of a region in its environment
+    params["network"]["params"].update(atom_types=[1, 8], out_units=2)
+    params["model"]["params"].update(embedding=args.embedding, use_stress=False)
 MIRRORED = args.backend == "mirrored"
 if MIRRORED:  # the CPU as 2 devices, before TensorFlow starts
     tf.config.set_logical_device_configuration(tf.config.list_physical_devices("CPU")[0],
@@ -168,7 +176,7 @@ with open(os.path.join(args.workdir, f"{args.tag}.rank{rank}.pid"), "w") as f:
 #: frames per data file (unequal lengths; each frame has 4, 8 or 12 atoms, or 1 to 3 water molecules)
 TRAIN_FRAMES, VALI_FRAMES = (7, 3, 5, 4), (5, 3)
 DATA_DIR = os.path.abspath(args.data_dir or os.path.join(
-    args.workdir, "data-qm7b" if POLARIZABILITY else "data-water" if DIPOLE else "data-cuau"))
+    args.workdir, "data-qm7b" if POLARIZABILITY else "data-water" if DIPOLE else "data-qmmm" if QMMM else "data-cuau"))
 
 
 def structure(seed):
@@ -210,7 +218,7 @@ def data_files():
     """(train files, validation files) in DATA_DIR: extended XYZ written by rank 0 where missing (through
     pinn.io.ase_files, like a user's script; QM7b text for the polarizability model), then read by every
     rank."""
-    make = water if DIPOLE else structure
+    make = water if DIPOLE else qmmm_frame if QMMM else structure
     files = {}
     for kind, lengths, first_seed in (("train", TRAIN_FRAMES, 0), ("vali", VALI_FRAMES, 10 ** 6)):
         seeds = first_seed + np.cumsum((0,) + lengths)
@@ -239,6 +247,9 @@ def frames_of(files):
         return out
     for s in load_ase(files, shuffle=False).as_numpy_iterator():
         atoms = Atoms(numbers=s[K.ELEMS], positions=s[K.COORD], cell=s[K.CELL], pbc=s[K.PBC])
+        if QMMM:
+            out.append((atoms, s[K.E_DATA], s[K.F_DATA], s[K.QM], s[K.MM_CHARGE], s[K.QM_CHARGE]))
+            continue
         out.append((atoms, s[K.D_DATA]) if DIPOLE else (atoms, s[K.E_DATA], s[K.F_DATA], s[K.S_DATA]))
     return out
 
@@ -270,7 +281,12 @@ def batch(structures, nan=False, scale=1.0):
         return out
     out[K.E_DATA] = scale * np.array([s[1] for s in structures], np.float32)
     out[K.F_DATA] = scale * np.concatenate([s[2] for s in structures]).astype(np.float32)
-    out[K.S_DATA] = scale * np.stack([s[3] for s in structures]).astype(np.float32)
+    if QMMM:  # the model takes the pairs among the QM atoms of batch_from_atoms' list
+        out[K.QM] = np.concatenate([s[3] for s in structures])
+        out[K.MM_CHARGE] = np.concatenate([s[4] for s in structures]).astype(np.float32)
+        out[K.QM_CHARGE] = np.array([s[5] for s in structures], np.float32)
+    else:
+        out[K.S_DATA] = scale * np.stack([s[3] for s in structures]).astype(np.float32)
     if nan:
         out[K.E_DATA][-1] = np.nan
     return out

@@ -231,6 +231,28 @@ def test_numba_engine_two_ranks_equal_one_process(one_launcher, tmp_path):
         assert ranks[0]["metrics"][key] == pytest.approx(value, rel=1e-5), key
 
 
+def test_electrostatic_embedding_two_ranks_equal_one_process(one_launcher, tmp_path):
+    """A potential model with electrostatic embedding (model.params.embedding) on QM/MM frames in extended XYZ
+    (the QM waters' network, their conserved charges in the MM charges' potential, forces on QM and MM atoms):
+    6 float64 steps on unequal union batches with validation at step 5; both ranks end equal to each other and
+    to one process on the union."""
+    name, command = one_launcher
+    args = ["--steps", "6", "--embedding", "electrostatic", "--precision", "float64", "--jit", "off"]
+    (tmp_path / "one").mkdir()
+    one, out_one = run_training([], tmp_path / "one", "one", "--lr", "2e-3", "--decay-step", "10", *args)
+    assert one.returncode == 0, out_one[-4000:]
+    two, out_two = run_training(command, tmp_path, "two", "--lr", "1e-3", "--decay-step", "20", *args)
+    assert two.returncode == 0, out_two[-4000:]
+    assert CONTROLLER[name] in out_two and "step 6/6" in out_two
+    assert "since model.params.embedding 'electrostatic'" in out_one
+    reference = load_rank(tmp_path / "one", "one", 0)
+    ranks = [load_rank(tmp_path, "two", r) for r in range(2)]
+    _assert_ranks_match(ranks, reference, 6, rtol=1e-10, atol=1e-12, optimizer_rtol=1e-9)
+    assert ranks[0]["metrics"] == ranks[1]["metrics"]
+    for key in ("E_RMSE", "F_RMSE"):
+        assert ranks[0]["metrics"][key] == pytest.approx(reference["metrics"][key], rel=1e-10), key
+
+
 #: (network, model, precision) of the union-batch check beyond PiNet's potential: PiNet2's vector features and
 #: p3 (atomic dipoles) with the bond charges of its pair head in a dipole model on QEq water clusters.  One
 #: launch covers PiNet2's variables and the dipole family's loss on ranks; a PiNet2 potential on ranks

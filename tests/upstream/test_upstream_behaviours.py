@@ -353,7 +353,7 @@ def test_qm9_pinet_yml_trains_unchanged(qm9_folder, monkeypatch, capsys):
     # the TensorFlow step without XLA: compiling this PiNet (depth 5, 64 wide) takes ~25 s more on 2 cores, and the
     # test is about the file; the compiled step is tested in test_training.py
     import pinn.training.backends
-    monkeypatch.setattr(pinn.training.backends, "_jit_setting", lambda params, network: False)
+    monkeypatch.setattr(pinn.training.backends, "_jit_setting", lambda params, model: False)
     # the file trains on forces (use_force: true): the QM9 molecules with EMT forces (mols.xyz, converted)
     assert main(["train", "-d", "model", "-t", "train.yml", "-e", "eval.yml", "-b", "4", "--train-steps", "2",
                  "qm9-pinet.yml"]) == 0

@@ -1,0 +1,203 @@
+"""The potential model with electrostatic embedding (model.params.embedding, pinn.models.embedding) on QM/MM frames
+read from extended XYZ as users write them: forces on QM and MM atoms are −∇E (central differences), the energy
+is invariant under rotating and translating QM and MM atoms together and under moving an MM atom by a lattice
+vector, the QM charges sum to the region's charge, the MM atoms act through their charges alone, the damped
+kernel is MiMiC's, settings it cannot follow are refused naming the key, and `pinn train` / `pinn eval` take
+such files."""
+import json
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import yaml
+from ase import Atoms
+from settings import qmmm_frame
+
+from pinn import keys as K
+from pinn.io import add_neighbors, ase_files, load_ase, sparse_batch
+from pinn.models.embedding import COULOMB, coulomb_kernel
+from pinn.models.registry import build_model
+from pinn.params import ParamsError, resolve
+
+RC = 4.0
+NETWORK = {"name": "PiNet", "params": {"atom_types": [1, 8], "rc": RC, "depth": 2, "pp_nodes": [8],
+                                       "pi_nodes": [8], "ii_nodes": [8], "out_nodes": [8], "out_units": 2}}
+
+
+def params_of(**model_params):
+    return {"model_dir": "unused", "precision": "float64", "network": NETWORK,
+            "model": {"name": "potential_model",
+                      "params": {"embedding": "electrostatic", "use_force": True, **model_params}}}
+
+
+@pytest.fixture(scope="module")
+def frames_file(tmp_path_factory):
+    """Six QM/MM frames on disk; the third is put in a periodic 15 Å box."""
+    frames = [qmmm_frame(seed) for seed in range(6)]
+    frames[2].set_cell(np.eye(3) * 15.0)
+    frames[2].pbc = True
+    path = tmp_path_factory.mktemp("qmmm") / "frames.xyz"
+    ase_files.write(str(path), frames, format="extxyz")
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def model():
+    return build_model(resolve(params_of(embedding_damping=0.0)))
+
+
+def batch_of(path, size=6):
+    dataset = load_ase(path, shuffle=False).apply(add_neighbors(RC)).apply(sparse_batch(size))
+    batch = next(iter(dataset))
+    return {k: tf.cast(v, tf.float64) if v.dtype == tf.float32 else v for k, v in batch.items()}
+
+
+def energies(model, batch, coord):
+    return model.predict({**batch, K.COORD: tf.constant(coord)}, forces=False, stress=False)["energy"].numpy()
+
+
+def test_forces_on_qm_and_mm_atoms_are_minus_the_gradient(model, frames_file):
+    """Central differences of the energy match the forces on QM atoms and on MM atoms, in open and periodic
+    frames, and the MM atoms feel forces (the QM charges' pull)."""
+    batch = batch_of(frames_file)
+    pred = model.predict(batch, stress=False)
+    forces = pred["forces"].numpy()
+    coord = batch[K.COORD].numpy()
+    qm, structure = batch[K.QM].numpy(), batch[K.IND_1].numpy()[:, 0]
+    atoms = [int(np.flatnonzero(qm & (structure == s))[0]) for s in (0, 2)]
+    atoms += [int(np.flatnonzero(~qm & (structure == s))[1]) for s in (0, 2)]
+    h = 1e-5
+    for atom in atoms:
+        for axis in range(3):
+            shifted = []
+            for sign in (1, -1):
+                moved = coord.copy()
+                moved[atom, axis] += sign * h
+                shifted.append(energies(model, batch, moved)[structure[atom]])
+            assert -(shifted[0] - shifted[1]) / (2 * h) == pytest.approx(forces[atom, axis], abs=1e-7, rel=1e-6)
+    assert np.abs(forces[~qm]).max() > 1e-3
+
+
+def test_energy_is_invariant_under_rotation_translation_and_lattice_shifts(model, frames_file):
+    """Rotating and translating all atoms of the frames together leaves the energies and rotates the forces; in
+    the periodic frame, an MM atom moved by a lattice vector leaves the energy (minimum image)."""
+    batch = batch_of(frames_file)
+    pred = model.predict(batch, stress=False)
+    rotation = np.linalg.qr(np.random.default_rng(1).normal(size=(3, 3)))[0]
+    coord = batch[K.COORD].numpy()
+    moved = coord @ rotation.T + np.array([1.3, -2.1, 0.7])
+    periodic = batch[K.PBC].numpy().any(axis=1)
+    cell = batch[K.CELL].numpy().copy()
+    cell[periodic] = cell[periodic] @ rotation.T
+    turned = model.predict({**batch, K.COORD: tf.constant(moved), K.CELL: tf.constant(cell)}, stress=False)
+    np.testing.assert_allclose(turned["energy"].numpy(), pred["energy"].numpy(), rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(turned["forces"].numpy(), pred["forces"].numpy() @ rotation.T, atol=1e-9)
+    structure, qm = batch[K.IND_1].numpy()[:, 0], batch[K.QM].numpy()
+    mm_atom = int(np.flatnonzero(~qm & (structure == 2))[0])
+    shifted = coord.copy()
+    shifted[mm_atom] += batch[K.CELL].numpy()[2, 1] * 1.0 + batch[K.CELL].numpy()[2, 0] * -1.0
+    assert energies(model, batch, shifted)[2] == pytest.approx(pred["energy"].numpy()[2], abs=1e-10)
+    assert np.abs(pred["forces"].numpy()).max() > 0
+
+
+def test_charges_sum_to_the_region_charge(model, frames_file):
+    """The QM atoms' charges sum to each region's charge (0 or −1 e); the MM atoms keep theirs."""
+    batch = batch_of(frames_file)
+    charges = model.predict(batch, forces=False, stress=False)["charges"].numpy()
+    qm, structure = batch[K.QM].numpy(), batch[K.IND_1].numpy()[:, 0]
+    for s, total in enumerate(batch[K.QM_CHARGE].numpy()):
+        assert charges[qm & (structure == s)].sum() == pytest.approx(total, abs=1e-12)
+        assert np.ptp(charges[qm & (structure == s)]) > 1e-4  # not spread evenly: the network's
+    np.testing.assert_array_equal(charges[~qm], batch[K.MM_CHARGE].numpy()[~qm])
+
+
+def test_mm_atoms_act_through_their_charges_alone(model, frames_file):
+    """The network sees the QM atoms only: an MM sodium (no element of the network) moved next to the region
+    changes nothing once the MM charges are zero, and then the energy is the network's energy of the region
+    alone; the Coulomb term is k_e Σ q_QM Q_MM / r."""
+    batch = batch_of(frames_file)
+    neutral = {**batch, K.MM_CHARGE: tf.zeros_like(batch[K.MM_CHARGE])}
+    coord = batch[K.COORD].numpy()
+    qm, structure, elems = batch[K.QM].numpy(), batch[K.IND_1].numpy()[:, 0], batch[K.ELEMS].numpy()
+    sodium = int(np.flatnonzero(~qm & (elems == 11))[0])
+    s = structure[sodium]
+    moved = coord.copy()
+    moved[sodium] = coord[np.flatnonzero(qm & (structure == s))[0]] + [1.5, 0, 0]
+    before = energies(model, neutral, coord)
+    after = energies(model, neutral, moved)
+    assert after[s] == pytest.approx(before[s], abs=1e-12)
+    region = load_ase(frames_file, shuffle=False).skip(int(s)).take(1)
+    from pinn.io import qm_region
+    alone = next(iter(region.apply(qm_region()).apply(add_neighbors(RC)).apply(sparse_batch(1))))
+    alone = {k: tf.cast(v, tf.float64) if v.dtype == tf.float32 else v for k, v in alone.items()}
+    assert model.predict(alone, forces=False, stress=False)["energy"].numpy()[0] == pytest.approx(before[s], abs=1e-10)
+    charges = model.predict(batch, forces=False, stress=False)["charges"].numpy()
+    mm = ~qm & (structure == s)
+    r = np.linalg.norm(coord[mm][None] - coord[qm & (structure == s)][:, None], axis=2)
+    coulomb = COULOMB * np.sum(charges[qm & (structure == s)][:, None] * charges[mm][None] / r)
+    assert energies(model, batch, coord)[s] - before[s] == pytest.approx(coulomb, abs=1e-9)
+
+
+def test_damped_kernel_is_mimics():
+    """(r_d⁴ − r⁴)/(r_d⁵ − r⁵): 1/r_d at 0, finite and continuous at r_d (4/(5 r_d)), → 1/r far away."""
+    r_d = 1.2
+    r = tf.constant([0.0, 0.5, 1.2, 1.2 + 1e-7, 2.0, 30.0], tf.float64)
+    v = coulomb_kernel(r, r_d).numpy()
+    x = np.array([0.5, 2.0])
+    np.testing.assert_allclose(v[[1, 4]], (r_d ** 4 - x ** 4) / (r_d ** 5 - x ** 5), rtol=1e-12)
+    assert v[0] == pytest.approx(1 / r_d) and v[2] == pytest.approx(4 / (5 * r_d), rel=1e-12)
+    assert v[3] == pytest.approx(v[2], rel=1e-6) and v[5] == pytest.approx(1 / 30.0, rel=0.05)
+    np.testing.assert_allclose(coulomb_kernel(r[1:], 0.0).numpy(), 1 / r.numpy()[1:])
+
+
+@pytest.mark.parametrize("change, key", [
+    ({"network": {**NETWORK, "params": {**NETWORK["params"], "out_units": 1}}}, "network.params.out_units"),
+    ({"network": {"name": "LJ", "params": {"rc": 3.0}}}, "network.params.out_units"),
+    ({"use_stress": True}, "model.params.use_stress"),
+    ({"jit": True}, "model.params.jit"),
+    ({"engine": "numba"}, "model.params.engine"),
+    ({"embedding": "mechanical", "embedding_damping": 1.0}, "model.params.embedding_damping"),
+    ({"embedding": "polarisable"}, "model.params.embedding"),
+])
+def test_settings_it_cannot_follow_are_refused(change, key, tmp_path):
+    params = params_of()
+    if "network" in change:
+        params["network"] = change["network"]
+    else:
+        params["model"]["params"].update(change)
+    params["model_dir"] = str(tmp_path / "model")
+    with pytest.raises(ParamsError, match=key.replace(".", r"\.")):
+        from pinn.models import get_model
+        get_model(params)
+
+
+def test_pinn_train_and_eval_take_qmmm_extxyz(frames_file, tmp_path, caplog, capsys):
+    """The user's path: a run file on the extended XYZ file trains an electrostatic model (its log says why the
+    TensorFlow engine, and cuts no frame to its QM region), `pinn eval` evaluates energies and the forces on
+    every atom."""
+    from pinn.cli import main
+    run = {"model_dir": str(tmp_path / "model"), "network": NETWORK,
+           "model": {"name": "potential_model", "params": {"embedding": "electrostatic", "use_force": True,
+                                                           "fit_e_dress": True, "fit_e_dress_batches": 1,
+                                                           "log_every_n_steps": 2, "eval_every_n_steps": 4}},
+           "data": {"train": frames_file, "split": {"train": 4, "eval": 2}, "batch_size": 2},
+           "train": {"max_steps": 4}}
+    (tmp_path / "run.yml").write_text(yaml.safe_dump(run))
+    caplog.set_level("INFO", logger="pinn")
+    assert main(["train", str(tmp_path / "run.yml")]) == 0
+    assert "since model.params.embedding 'electrostatic'" in caplog.text
+    assert "sees each frame's QM region alone" not in caplog.text
+    capsys.readouterr()
+    assert main(["eval", str(tmp_path / "model"), frames_file, "--json"]) == 0
+    metrics = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert np.isfinite(metrics["F_RMSE"]) and np.isfinite(metrics["E_RMSE"])
+
+
+def test_gas_phase_frames_are_a_region_without_environment(model):
+    """Frames without ``qm``: every atom is QM, no Coulomb term, charges conserved at 0."""
+    atoms = Atoms("OH2", positions=[[0, 0, 0], [0.96, 0, 0], [-0.24, 0.93, 0]])
+    from pinn.io.batch import batch_from_atoms
+    batch = {k: tf.constant(v) for k, v in batch_from_atoms([atoms], RC, "float64").items()}
+    pred = model.predict(batch, stress=False)
+    assert pred["charges"].numpy().sum() == pytest.approx(0, abs=1e-12)
+    assert np.abs(pred["forces"].numpy().sum(axis=0)).max() < 1e-10
