@@ -74,15 +74,18 @@ def test_energies_only_and_what_is_missing_is_named(run, tmp_path):
         load_mimic(*_files(run), forces="none", cpmd_input=run["cpmd_input"], mm_energies=str(shifted))
 
 
-def test_pinn_train_on_the_run_through_a_run_file(run, tmp_path):
-    """`pinn train` with data.mimic naming the MM energies: the frames are QM/MM, and today's (mechanical) model
-    trains on their QM regions."""
+@pytest.mark.parametrize("embedding", ["mechanical", "electrostatic"])
+def test_pinn_train_on_the_run_through_a_run_file(run, tmp_path, embedding):
+    """`pinn train` with data.mimic naming the MM energies: the frames are QM/MM; a mechanical model trains on their
+    QM regions (said in the log), an electrostatic one on the whole frames, forces on QM and MM atoms."""
     import yaml
     from pinn.cli import main
     network = {"name": "PiNet", "params": {"atom_types": [1, 8], "rc": 4.0, "depth": 1, "pp_nodes": [4],
-                                           "pi_nodes": [4], "ii_nodes": [4], "out_nodes": [4]}}
+                                           "pi_nodes": [4], "ii_nodes": [4], "out_nodes": [4],
+                                           "out_units": 1 if embedding == "mechanical" else 2}}
     config = {"model_dir": "model", "network": network,
-              "model": {"name": "potential_model", "params": {"progress_bar": "off", "jit": False}},
+              "model": {"name": "potential_model", "params": {"progress_bar": "off", "jit": False,
+                                                             "embedding": embedding, "use_force": True}},
               "data": {"mimic": {"mpt": run["mpt"], "trr": run["trr"], "energies": run["energies"],
                                  "ftrajectory": run["ftrajectory"], "cpmd_input": run["cpmd_input"],
                                  "mm_energies": run["mm_energies"]},
@@ -91,3 +94,5 @@ def test_pinn_train_on_the_run_through_a_run_file(run, tmp_path):
     (tmp_path / "run.yml").write_text(yaml.safe_dump(config))
     assert main(["train", str(tmp_path / "run.yml")]) == 0
     assert (tmp_path / "model" / "ckpt-2.index").exists()
+    log = (tmp_path / "model" / "train.log").read_text()
+    assert ("sees each frame's QM region alone" in log) == (embedding == "mechanical")
