@@ -139,7 +139,7 @@ class PotentialModel(Model):
     def upstream_metric_scales(self):
         """Upstream PiNN reports E, E_PER_ATOM, F and S errors × ``e_scale`` (its training units)."""
         scale = self.params["e_scale"]
-        return {"E": scale, "E_PER_ATOM": scale, "F": scale, "S": scale}
+        return {"E": scale, "E_PER_ATOM": scale, "F": scale, "F_QM": scale, "S": scale}
 
     def predict(self, tensors, forces=True, stress=True):
         """Energy, forces and stress of a sparse batch.
@@ -222,10 +222,13 @@ class PotentialModel(Model):
         return {"forces": K.F_DATA in spec, "stress": K.S_DATA in spec and self.embedding == "mechanical"}
 
     def metric_keys(self, spec, outputs):
-        """Error metrics (``E``, ``F``, ``S``) available for data ``spec`` and predict options ``outputs``."""
+        """Error metrics (``E``, ``F``, ``S``) available for data ``spec`` and predict options ``outputs``; with an
+        embedding, on QM/MM data, ``F_QM``: the forces on the QM atoms alone (``F`` counts every atom)."""
         keys = ["E"] if K.E_DATA in spec else []
         if outputs["forces"] and K.F_DATA in spec:
             keys.append("F")
+            if self.embedding != "mechanical" and K.QM in spec:
+                keys.append("F_QM")
         if outputs["stress"] and K.S_DATA in spec:
             keys.append("S")
         return keys
@@ -246,9 +249,14 @@ class PotentialModel(Model):
 
         Returns:
             dict term → count (float64 scalar): structures for ``energy``, force components for
-            ``forces``, 9 × periodic structures for ``stress``, 1 for ``l2`` (see :meth:`loss_sums`).
+            ``forces`` (with an embedding, the QM atoms' components: the MM atoms' errors add to the sum
+            without diluting the QM atoms' share), 9 × periodic structures for ``stress``, 1 for ``l2`` (see
+            :meth:`loss_sums`).
         """
-        counts = {t: tf.reduce_sum(m) for t, m in self.loss_masks(tensors, tf.float64).items()}
+        masks = self.loss_masks(tensors, tf.float64)
+        counts = {t: tf.reduce_sum(m) for t, m in masks.items()}
+        if self.embedding != "mechanical" and "forces" in masks:  # the MM atoms' errors add, uncounted
+            counts["forces"] = tf.reduce_sum(masks["forces"] * tf.repeat(tf.cast(qm_mask(tensors), tf.float64), 3))
         if self.params["use_l2"]:
             counts["l2"] = tf.constant(1.0, tf.float64)
         return counts
@@ -343,7 +351,8 @@ class PotentialModel(Model):
 
     def error_sums(self, tensors, pred):
         """Sums for MAE/RMSE metrics: dict metric → (Σ|err|, Σerr², count) for E, F, S when labels exist
-        (padding left out), and E_PER_ATOM with ``log_e_per_atom`` or ``use_e_per_atom``."""
+        (padding left out), E_PER_ATOM with ``log_e_per_atom`` or ``use_e_per_atom``, and F_QM (the QM atoms'
+        forces) with an embedding on QM/MM data."""
         dtype = pred["energy"].dtype
         out = {}
         if K.E_DATA in tensors:
@@ -355,6 +364,9 @@ class PotentialModel(Model):
                                                  structure_weights(tensors, dtype))
         if K.F_DATA in tensors and "forces" in pred:
             out["F"] = abs_sq_count(pred["forces"] - tf.cast(tensors[K.F_DATA], dtype), atom_weights(tensors, dtype))
+            if self.embedding != "mechanical" and K.QM in tensors:
+                out["F_QM"] = abs_sq_count(pred["forces"] - tf.cast(tensors[K.F_DATA], dtype),
+                                           atom_weights(tensors, dtype) * tf.cast(tensors[K.QM], dtype))
         if K.S_DATA in tensors and "stress" in pred:
             out["S"] = abs_sq_count(pred["stress"] - tf.cast(tensors[K.S_DATA], dtype),
                                     self._stress_weights(tensors, dtype))

@@ -28,12 +28,13 @@ import numpy as np
 from pinn.files.durable import append_line, replacing
 
 #: unit of each quantity whose errors are logged
-UNITS = {"E": "eV", "E_PER_ATOM": "eV/atom", "F": "eV/Å", "S": "eV/Å³", "D": "e·Å", "Q": "e",
+UNITS = {"E": "eV", "E_PER_ATOM": "eV/atom", "F": "eV/Å", "F_QM": "eV/Å", "S": "eV/Å³", "D": "e·Å", "Q": "e",
          # the polarizability models (pinn.models.polarizability): bohr³ per atom with p_unit 1, Hartree
          "alpha_per_atom": "bohr³/atom", "alpha_per_atom_diag": "bohr³/atom", "alpha_per_atom_offdiag": "bohr³/atom",
          "egap": "Hartree"}
 #: names of the quantities, for tables and plots
-NAMES = {"E": "energy", "E_PER_ATOM": "energy per atom", "F": "forces", "S": "stress", "D": "dipole",
+NAMES = {"E": "energy", "E_PER_ATOM": "energy per atom", "F": "forces", "F_QM": "forces on the QM atoms",
+         "S": "stress", "D": "dipole",
          "Q": "charges", "alpha_per_atom": "polarizability per atom",
          "alpha_per_atom_diag": "isotropic polarizability per atom",
          "alpha_per_atom_offdiag": "anisotropic polarizability per atom", "egap": "HOMO–LUMO gap"}

@@ -111,6 +111,19 @@ def test_charges_sum_to_the_region_charge(model, frames_file):
     np.testing.assert_array_equal(charges[~qm], batch[K.MM_CHARGE].numpy()[~qm])
 
 
+def test_force_loss_counts_the_qm_atoms(model, frames_file):
+    """The force loss sums the errors of every atom over the QM atoms' components (the MM atoms' small pulls do
+    not dilute the QM atoms' share); F_QM measures the QM atoms alone."""
+    batch = batch_of(frames_file)
+    pred = model.predict(batch, stress=False)
+    qm = batch[K.QM].numpy()
+    assert model.loss_counts(batch)["forces"].numpy() == 3 * qm.sum()
+    err = pred["forces"].numpy() - batch[K.F_DATA].numpy()
+    assert model.loss_sums(batch, pred)["forces"].numpy() == pytest.approx(np.sum(err ** 2), rel=1e-12)
+    abs_sum, sq_sum, count = (x.numpy() for x in model.error_sums(batch, pred)["F_QM"])
+    assert count == 3 * qm.sum() and sq_sum == pytest.approx(np.sum(err[qm] ** 2), rel=1e-12)
+
+
 def test_mm_atoms_act_through_their_charges_alone(model, frames_file):
     """The network sees the QM atoms only: an MM sodium (no element of the network) moved next to the region
     changes nothing once the MM charges are zero, and then the energy is the network's energy of the region
@@ -190,7 +203,7 @@ def test_pinn_train_and_eval_take_qmmm_extxyz(frames_file, tmp_path, capsys):
     capsys.readouterr()
     assert main(["eval", str(tmp_path / "model"), frames_file, "--json"]) == 0
     metrics = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert np.isfinite(metrics["F_RMSE"]) and np.isfinite(metrics["E_RMSE"])
+    assert np.isfinite(metrics["F_RMSE"]) and np.isfinite(metrics["E_RMSE"]) and np.isfinite(metrics["F_QM_RMSE"])
 
 
 def test_gas_phase_frames_are_a_region_without_environment(model):
