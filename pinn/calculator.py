@@ -69,7 +69,14 @@ class PiNNCalc(Calculator):
         self.jit = getattr(self._engine, "jit", False)
         self.rc = self._engine.rc
         self.is_potential = self._engine.is_potential
-        gives = ["energy", "free_energy", "forces", "stress"] if self.is_potential else self._engine.dipole_outputs
+        #: a potential model's embedding of QM/MM frames (docs/qmmm.md)
+        self.embedding = getattr(self._engine, "embedding", "mechanical")
+        if not self.is_potential:
+            gives = self._engine.dipole_outputs
+        elif self.embedding == "mechanical":
+            gives = ["energy", "free_energy", "forces", "stress"]
+        else:  # a QM region in its MM environment: no stress; the QM atoms' charges
+            gives = ["energy", "free_energy", "forces", "charges"]
         if properties is not None:
             properties = [properties] if isinstance(properties, str) else list(properties)
             unknown = [p for p in properties if p not in gives]
@@ -107,12 +114,17 @@ class PiNNCalc(Calculator):
         atoms = self.atoms
         if "stress" in properties and not atoms.pbc.any():
             raise PropertyNotImplementedError("stress needs a periodic cell")
-        unknown = set(atoms.numbers.tolist()) - self.atom_types
+        region = np.ones(len(atoms), bool)
+        if self.embedding != "mechanical" and "qm" in atoms.arrays:
+            from pinn.io.qmmm import qmmm_arrays
+            region = qmmm_arrays(atoms, "atoms")["qm"]
+        unknown = set(atoms.numbers[region].tolist()) - self.atom_types
         if unknown:
             from ase.data import chemical_symbols
             raise ValueError(f"atoms contain elements {sorted(chemical_symbols[z] for z in unknown)} "
-                             f"that the model does not know (atom_types {sorted(self.atom_types)})")
-        if "qm" in atoms.arrays and not np.all(atoms.arrays["qm"]):
+                             f"that the model does not know (atom_types {sorted(self.atom_types)})"
+                             + (" in their QM region" if not region.all() else ""))
+        if self.embedding == "mechanical" and "qm" in atoms.arrays and not np.all(atoms.arrays["qm"]):
             raise ValueError("these atoms are a QM/MM frame (MM atoms: 'qm' False), and this model has mechanical "
                              "embedding: it would read the MM atoms as part of the QM region. Give it the QM region "
                              "alone, atoms[atoms.arrays['qm']] (docs/qmmm.md)")
@@ -126,6 +138,9 @@ class PiNNCalc(Calculator):
         self.results["energy"] = energy
         self.results["free_energy"] = energy
         self.results["forces"] = pred["forces"].astype(np.float64) * self.e_unit
+        if self.embedding != "mechanical":
+            self.results["charges"] = pred["charges"].astype(np.float64)
+            return
         if atoms.pbc.any():
             self.results["stress"] = full_3x3_to_voigt_6_stress(pred["stress"][0].astype(np.float64)) \
                 * self.e_unit
@@ -194,6 +209,7 @@ class _TensorFlowEngine:
         self.dipole_outputs = ["dipole", "charges"] if getattr(model.model, "has_charges", True) else ["dipole"]
         self.d_unit = 1.0 if self.is_potential else float(model.model.params.get("d_unit", 1.0))
         self.oxidation = bool(getattr(model.model, "OXIDATION", False))
+        self.embedding = getattr(model.model, "embedding", "mechanical")
         self.atom_types = model.atom_types
         dtype = model.dtype
         spec = {K.ELEMS: tf.TensorSpec([None], tf.int32), K.COORD: tf.TensorSpec([None, 3], dtype),
@@ -202,14 +218,23 @@ class _TensorFlowEngine:
                 K.SHIFT: tf.TensorSpec([None, 3], dtype)}
         if self.oxidation:
             spec["oxidation"] = tf.TensorSpec([None], dtype)
+        if self.embedding != "mechanical":
+            spec.update({K.QM: tf.TensorSpec([None], tf.bool), K.MM_CHARGE: tf.TensorSpec([None], dtype),
+                         K.QM_CHARGE: tf.TensorSpec([None], dtype)})
+            if jit:
+                raise ValueError(f"get_calc: jit=True; XLA cannot compile the model with embedding "
+                                 f"{self.embedding!r} (its QM–MM pairs vary); leave jit unset")
         self._np_dtype = dtype.as_numpy_dtype
         network = model.model.network
-        self.jit = bool(getattr(network, "JIT_COMPATIBLE", False)) if jit is None else bool(jit)
+        self.jit = (bool(getattr(network, "JIT_COMPATIBLE", False)) and self.embedding == "mechanical"
+                    if jit is None else bool(jit))
         self._pad_element = int(self.atom_types[0])
         # the concrete function, traced here once: calling it skips tf.function's argument
         # binding and signature matching, about a third of a small molecule's step
-        self._function = tf.function(lambda tensors: model.model.predict(tensors), input_signature=[spec],
-                                     jit_compile=self.jit, autograph=False)
+        stress = self.is_potential and self.embedding == "mechanical"
+        predict = (lambda tensors: model.model.predict(tensors, stress=False)) if self.is_potential and not stress \
+            else model.model.predict
+        self._function = tf.function(predict, input_signature=[spec], jit_compile=self.jit, autograph=False)
         self._predict = self._function.get_concrete_function()
         # its flat call on tensors made here skips the binding of a dict of NumPy arrays to the
         # signature as well (0.4-0.55 ms of a 2.6 ms PiNet2 step of ethanol); a TensorFlow without
@@ -232,6 +257,8 @@ class _TensorFlowEngine:
         from pinn.io.batch import batch_from_atoms
         from pinn.io.padding import pad_batch, unpad
         with self.handle.averaged_weights():
+            if self.embedding != "mechanical":
+                return self._run(self._qmmm_batch(atoms, neighbors))
             batch = batch_from_atoms(atoms, self.rc, self._np_dtype, neighbors=neighbors)
             if self.oxidation:
                 batch["oxidation"] = atoms.get_initial_charges().astype(self._np_dtype)
@@ -242,6 +269,27 @@ class _TensorFlowEngine:
                 extra = len(padded["elems"]) - len(batch["elems"])
                 padded["oxidation"] = np.concatenate([batch["oxidation"], np.zeros(extra, self._np_dtype)])
             return unpad(self._run(padded), sizes)
+
+
+    def _qmmm_batch(self, atoms, neighbors):
+        """The batch of a QM/MM frame in pinn's convention (:mod:`pinn.io.qmmm`; Atoms without ``qm``: a QM
+        region alone) with the pairs among its QM atoms."""
+        from pinn import keys as K
+        from pinn.io.batch import batch_from_atoms
+        from pinn.io.qmmm import qmmm_arrays
+        arrays = qmmm_arrays(atoms, "atoms") or {K.QM: np.ones(len(atoms), bool), K.MM_CHARGE: np.zeros(len(atoms)),
+                                                 K.QM_CHARGE: float(atoms.info.get("charge", 0))}
+        region = np.flatnonzero(arrays[K.QM])
+
+        def region_pairs(coord, cell, pbc):
+            ind_2, shift = neighbors(coord[region], cell, pbc)
+            return region[ind_2], shift
+
+        batch = batch_from_atoms(atoms, self.rc, self._np_dtype, neighbors=region_pairs)
+        batch[K.QM] = np.asarray(arrays[K.QM], bool)
+        batch[K.MM_CHARGE] = np.asarray(arrays[K.MM_CHARGE], self._np_dtype)
+        batch[K.QM_CHARGE] = np.array([arrays[K.QM_CHARGE]], self._np_dtype)
+        return batch
 
 
 ENGINES = ("auto", "numba", "tensorflow")

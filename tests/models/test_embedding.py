@@ -184,26 +184,67 @@ def test_settings_it_cannot_follow_are_refused(change, key, tmp_path):
         get_model(params)
 
 
-def test_pinn_train_and_eval_take_qmmm_extxyz(frames_file, tmp_path, capsys):
-    """The user's path: a run file on the extended XYZ file trains an electrostatic model (its log says why the
-    TensorFlow engine, and cuts no frame to its QM region), `pinn eval` evaluates energies and the forces on
-    every atom."""
+@pytest.fixture(scope="module")
+def trained(frames_file, tmp_path_factory):
+    """A model directory trained by `pinn train` on the extended XYZ file (4 steps), and its train.log."""
     from pinn.cli import main
-    run = {"model_dir": str(tmp_path / "model"), "network": NETWORK,
+    workdir = tmp_path_factory.mktemp("trained")
+    run = {"model_dir": str(workdir / "model"), "network": NETWORK, "precision": "float64",
            "model": {"name": "potential_model", "params": {"embedding": "electrostatic", "use_force": True,
                                                            "fit_e_dress": True, "fit_e_dress_batches": 1,
                                                            "log_every_n_steps": 2, "eval_every_n_steps": 4}},
            "data": {"train": frames_file, "split": {"train": 4, "eval": 2}, "batch_size": 2},
            "train": {"max_steps": 4}}
-    (tmp_path / "run.yml").write_text(yaml.safe_dump(run))
-    assert main(["train", str(tmp_path / "run.yml")]) == 0
-    log = (tmp_path / "model" / "train.log").read_text()
+    (workdir / "run.yml").write_text(yaml.safe_dump(run))
+    assert main(["train", str(workdir / "run.yml")]) == 0
+    return str(workdir / "model"), (workdir / "model" / "train.log").read_text()
+
+
+def test_pinn_train_and_eval_take_qmmm_extxyz(trained, frames_file, capsys):
+    """The user's path: a run file on the extended XYZ file trains an electrostatic model (its log says why the
+    TensorFlow engine, and cuts no frame to its QM region), `pinn eval` evaluates energies and the forces on
+    every atom and on the QM atoms."""
+    from pinn.cli import main
+    model_dir, log = trained
     assert "since model.params.embedding 'electrostatic'" in log
     assert "sees each frame's QM region alone" not in log
     capsys.readouterr()
-    assert main(["eval", str(tmp_path / "model"), frames_file, "--json"]) == 0
+    assert main(["eval", model_dir, frames_file, "--json"]) == 0
     metrics = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert np.isfinite(metrics["F_RMSE"]) and np.isfinite(metrics["E_RMSE"]) and np.isfinite(metrics["F_QM_RMSE"])
+
+
+def test_get_calc_on_qmmm_atoms(trained, frames_file):
+    """get_calc of the model directory on a QM/MM frame read with ASE: the batch's energy, forces on every atom
+    and charges (on the TensorFlow engine, the numba one refused naming the embedding); its forces are −∇E;
+    no stress; a sodium in the MM part is no element the model must know."""
+    import pinn
+    from pinn.training.inference import load_for_inference
+    model_dir, _ = trained
+    atoms = ase_files.read(frames_file, index=1)
+    assert 11 in atoms.numbers[~atoms.arrays["qm"]]
+    calc = pinn.get_calc(model_dir)
+    assert calc.engine == "tensorflow" and "stress" not in calc.implemented_properties
+    with pytest.raises(ValueError, match="embedding 'electrostatic'"):
+        pinn.get_calc(model_dir, engine="numba")
+    atoms.calc = calc
+    energy, forces, charges = atoms.get_potential_energy(), atoms.get_forces(), atoms.get_charges()
+    handle = load_for_inference(model_dir)
+    frame = next(iter(load_ase(frames_file, shuffle=False).skip(1).apply(add_neighbors(RC)).apply(sparse_batch(1))))
+    with handle.averaged_weights():
+        pred = handle.model.predict({k: tf.cast(v, tf.float64) if v.dtype == tf.float32 else v
+                                     for k, v in frame.items()}, stress=False)
+    assert energy == pytest.approx(float(pred["energy"].numpy()[0]), abs=1e-6)
+    np.testing.assert_allclose(forces, pred["forces"].numpy(), atol=1e-5)
+    assert charges[atoms.arrays["qm"]].sum() == pytest.approx(atoms.info.get("charge", 0), abs=1e-9)
+    mm_atom = int(np.flatnonzero(~atoms.arrays["qm"])[2])
+    h, shifted = 1e-4, []
+    for sign in (1, -1):
+        moved = atoms.copy()
+        moved.calc = calc
+        moved.positions[mm_atom, 1] += sign * h
+        shifted.append(moved.get_potential_energy())
+    assert -(shifted[0] - shifted[1]) / (2 * h) == pytest.approx(forces[mm_atom, 1], abs=1e-6)
 
 
 def test_gas_phase_frames_are_a_region_without_environment(model):
