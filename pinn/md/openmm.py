@@ -27,12 +27,10 @@ import logging
 
 import numpy as np
 
-log = logging.getLogger("pinn")
+from pinn.md.openmm_computation import ANGSTROM_PER_NM, KJ_PER_MOL_PER_EV, EmbeddedComputation, PinnComputation
 
-#: kJ/mol per eV (CODATA 2018, as ASE's units)
-KJ_PER_MOL_PER_EV = 96.48533212331002
-#: Å per nm
-ANGSTROM_PER_NM = 10.0
+log = logging.getLogger("pinn")
+__all__ = ["pinn_force", "create_mixed_system", "KJ_PER_MOL_PER_EV", "ANGSTROM_PER_NM"]
 
 
 def pinn_force(model, numbers, particles=None, periodic=False, force_group=None, **calc_options):
@@ -47,33 +45,24 @@ def pinn_force(model, numbers, particles=None, periodic=False, force_group=None,
         calc_options: passed on to :func:`pinn.get_calc`.
 
     Returns:
-        ``openmm.PythonForce``; its computation keeps the calculator as ``force_computation.calc``.
+        ``openmm.PythonForce`` of a :class:`pinn.md.openmm_computation.PinnComputation`, which OpenMM keeps
+        pickled: the system is saved (``XmlSerializer``, ``copy.deepcopy``, ``pickle``) when ``model`` is a
+        model directory or file, and refuses to be, naming the model, otherwise.
 
     Raises:
         ValueError: ``numbers`` and ``particles`` of different lengths.
     """
-    import openmm
-    from ase import Atoms
-    from ase.calculators.calculator import Calculator
-
-    from pinn.calculator import get_calc
     numbers = np.asarray(numbers, int)
     if particles is not None and len(particles) != len(numbers):
         raise ValueError(f"pinn_force: {len(numbers)} atomic numbers for {len(particles)} particles")
-    calc = model if isinstance(model, Calculator) else get_calc(model, **calc_options)
-    atoms = Atoms(numbers=numbers, pbc=periodic)
-    atoms.calc = calc
+    computation = PinnComputation(model, numbers, periodic, calc_options)
+    computation.calc  # made now: a bad model fails here, not at the first step
+    return _python_force(computation, particles, periodic, force_group)
 
-    def compute(state):
-        atoms.positions = state.getPositions(asNumpy=True)._value * ANGSTROM_PER_NM
-        if periodic:
-            atoms.cell = state.getPeriodicBoxVectors(asNumpy=True)._value * ANGSTROM_PER_NM
-        energy = atoms.get_potential_energy() * KJ_PER_MOL_PER_EV
-        forces = atoms.get_forces() * (KJ_PER_MOL_PER_EV * ANGSTROM_PER_NM)
-        return energy, forces
 
-    compute.calc = calc
-    force = openmm.PythonForce(compute)
+def _python_force(computation, particles, periodic, force_group):
+    import openmm
+    force = openmm.PythonForce(computation)
     force.setName("pinn")
     force.setUsesPeriodicBoundaryConditions(bool(periodic))
     if particles is not None:
@@ -83,24 +72,41 @@ def pinn_force(model, numbers, particles=None, periodic=False, force_group=None,
     return force
 
 
-def create_mixed_system(system, topology, ml_atoms, model, force_group=1, **calc_options):
+def create_mixed_system(system, topology, ml_atoms, model, force_group=1, embedding="mechanical", qm_charge=None,
+                        cutoff=None, switch_width=0.1, **calc_options):
     """An ML/MM system: ``system`` with the ML region's MM terms removed and a pinn force on it.
 
     Args:
         system: the MM ``openmm.System`` (e.g. of ``GromacsTopFile.createSystem``); not changed.
-        topology: its ``openmm.app.Topology`` (the ML atoms' elements).
+        topology: its ``openmm.app.Topology`` (the ML atoms' elements, the residues).
         ml_atoms: the indices of the ML region's atoms.
-        model: what :func:`pinn.get_calc` takes, or an ASE calculator.
+        model: a model directory or model file (the system can then be saved), or what :func:`pinn.get_calc`
+            takes, or an ASE calculator.
         force_group: the pinn force's group (its energy alone: ``getState(groups={force_group})``).
+        embedding: ``'mechanical'`` (the module's description) or ``'electrostatic'``: the region's charges
+            are the model's (a potential model with ``embedding: electrostatic``): they are zero in the
+            ``NonbondedForce`` and in its exceptions with region atoms (Lennard-Jones kept), and the pinn force
+            acts on the region and on the MM atoms whose charges it sees
+            (:mod:`pinn.md.openmm_computation`).
+        qm_charge: the region's charge (e) with electrostatic embedding; ``None``: the sum of the force field's
+            charges of the region, rounded to an integer.
+        cutoff: nm, in a periodic system with electrostatic embedding: the MM residues whose centre lies within
+            it of the region's centre are seen; ``None``: the ``NonbondedForce``'s cutoff.
+        switch_width: nm, the width of the shell below ``cutoff`` where a residue's charges are switched off.
         calc_options: passed on to :func:`pinn.get_calc`.
 
     Returns:
         a new ``openmm.System``.
 
     Raises:
-        ValueError: an ML atom without an element, an index out of range, or no ML atoms.
+        ValueError: an ML atom without an element, an index out of range, or no ML atoms; an unknown
+            ``embedding``, or one the model does not have; with electrostatic embedding, a bond between the
+            region and the MM atoms (the region must be whole molecules) or a system without
+            ``NonbondedForce``.
     """
     import openmm
+    if embedding not in ("mechanical", "electrostatic"):
+        raise ValueError(f"create_mixed_system: embedding must be 'mechanical' or 'electrostatic', got {embedding!r}")
     ml = sorted({int(i) for i in ml_atoms})
     if not ml:
         raise ValueError("create_mixed_system: no ML atoms")
@@ -118,20 +124,88 @@ def create_mixed_system(system, topology, ml_atoms, model, force_group=1, **calc
         if i in inside and j in inside:
             new.removeConstraint(k)
             removed["constraints"] += 1
+    nonbonded = None
     for force in new.getForces():
         name = type(force).__name__
         if name == "NonbondedForce":
             _exclude_pairs(force, ml)
+            nonbonded = force
         else:
             count = _remove_bonded(force, inside)
             if count:
                 removed[name] = count
-    new.addForce(pinn_force(model, [atoms[i].element.atomic_number for i in ml], ml,
-                            periodic=system.usesPeriodicBoundaryConditions(), force_group=force_group,
-                            **calc_options))
-    log.info("ML/MM system: %d ML atoms of %d; removed inside the ML region: %s; ML-ML nonbonded pairs excluded",
-             len(ml), system.getNumParticles(), ", ".join(f"{n} {k}" for k, n in removed.items()))
+    periodic = system.usesPeriodicBoundaryConditions()
+    if embedding == "mechanical":
+        computation = PinnComputation(model, [atoms[i].element.atomic_number for i in ml], periodic, calc_options)
+        particles = ml
+        described = "ML-ML nonbonded pairs excluded"
+    else:
+        computation, particles, described = _electrostatic(new, nonbonded, topology, ml, model, qm_charge, cutoff,
+                                                           switch_width, calc_options)
+    _check_model_embedding(computation.calc, embedding)
+    new.addForce(_python_force(computation, particles, periodic, force_group))
+    log.info("ML/MM system: %d ML atoms of %d (%s embedding); removed inside the ML region: %s; %s", len(ml),
+             system.getNumParticles(), embedding, ", ".join(f"{n} {k}" for k, n in removed.items()), described)
     return new
+
+
+def _check_model_embedding(calc, embedding):
+    has = getattr(calc, "embedding", "mechanical")
+    if has != embedding:
+        raise ValueError(f"create_mixed_system: embedding={embedding!r}, but the model's embedding is {has!r} "
+                         "(model.params.embedding)")
+
+
+def _electrostatic(system, nonbonded, topology, ml, model, qm_charge, cutoff, switch_width, calc_options):
+    """The region's charges moved from ``nonbonded`` (of ``system``, changed) to an
+    :class:`~pinn.md.openmm_computation.EmbeddedComputation`: (computation, its particles, a log phrase)."""
+    from openmm import unit
+    if nonbonded is None:
+        raise ValueError("create_mixed_system: embedding='electrostatic' takes the MM charges from the system's "
+                         "NonbondedForce, and it has none")
+    inside = set(ml)
+    crossing = [(a.index, b.index) for a, b in topology.bonds() if (a.index in inside) != (b.index in inside)]
+    if crossing:
+        raise ValueError(f"create_mixed_system: embedding='electrostatic' needs a region of whole molecules; bonds "
+                         f"{crossing[:3]} join it to MM atoms")
+    n = system.getNumParticles()
+    charges = np.array([nonbonded.getParticleParameters(i)[0].value_in_unit(unit.elementary_charge)
+                        for i in range(n)])
+    region_charge = float(np.round(charges[ml].sum())) if qm_charge is None else float(qm_charge)
+    for i in ml:
+        _, sigma, epsilon = nonbonded.getParticleParameters(i)
+        nonbonded.setParticleParameters(i, 0.0, sigma, epsilon)
+    for k in range(nonbonded.getNumExceptions()):
+        i, j, _, sigma, epsilon = nonbonded.getExceptionParameters(k)
+        if i in inside or j in inside:
+            nonbonded.setExceptionParameters(k, i, j, 0.0, sigma, epsilon)
+    periodic = system.usesPeriodicBoundaryConditions()
+    qm = np.zeros(n, bool)
+    qm[ml] = True
+    particles = np.arange(n) if periodic else np.flatnonzero(qm | (charges != 0))
+    atoms = list(topology.atoms())
+    numbers = [atoms[i].element.atomic_number if atoms[i].element is not None else 0 for i in particles]
+    residues = [atoms[i].residue.index for i in particles]
+    cut = nonbonded.getCutoffDistance().value_in_unit(unit.nanometer) if cutoff is None else float(
+        cutoff.value_in_unit(unit.nanometer) if hasattr(cutoff, "value_in_unit") else cutoff)
+    width = float(switch_width.value_in_unit(unit.nanometer) if hasattr(switch_width, "value_in_unit")
+                  else switch_width)
+    computation = EmbeddedComputation(model, numbers, qm[particles], charges[particles], residues, region_charge,
+                                      periodic, cut * ANGSTROM_PER_NM, width * ANGSTROM_PER_NM, 0.0, calc_options)
+    computation.damping = _model_damping(computation.calc)
+    if periodic:
+        described = (f"the model sees the MM residues within {cut:g} nm of the region's centre, switched off over "
+                     f"the last {width:g} nm")
+    else:
+        described = f"the model sees all {len(particles) - len(ml)} charged MM atoms"
+    return computation, particles, described + f"; region charge {region_charge:g} e"
+
+
+def _model_damping(calc):
+    """``model.params.embedding_damping`` of the calculator's model (Å)."""
+    handle = getattr(calc, "handle", None)
+    params = getattr(getattr(handle, "model", None), "params", {}) if handle is not None else {}
+    return float(params.get("embedding_damping", 0.0))
 
 
 def _exclude_pairs(force, ml):
@@ -149,6 +223,22 @@ def _exclude_pairs(force, ml):
                 force.setExceptionParameters(k, i, j, 0.0, 1.0, 0.0)
 
 
+def _remove_cmap(force, inside):
+    """Point the CMAP torsions whose 8 atoms all lie in ``inside`` to a map of zeros (added once); returns how
+    many."""
+    zero_map = None
+    count = 0
+    for k in range(force.getNumTorsions()):
+        _, *indices = force.getTorsionParameters(k)
+        if not all(i in inside for i in indices):
+            continue
+        if zero_map is None:
+            zero_map = force.addMap(2, [0.0] * 4)
+        force.setTorsionParameters(k, zero_map, *indices)
+        count += 1
+    return count
+
+
 #: bonded forces: (their count method, their parameters method, atoms per term)
 _BONDED = {
     "HarmonicBondForce": ("getNumBonds", "getBondParameters", 2),
@@ -163,12 +253,7 @@ def _remove_bonded(force, inside):
     remove a term, so it is set to zero strength (its atoms and periodicity kept)."""
     name = type(force).__name__
     if name == "CMAPTorsionForce":
-        for k in range(force.getNumTorsions()):
-            _, *indices = force.getTorsionParameters(k)
-            if all(i in inside for i in indices):
-                raise ValueError("create_mixed_system: a CMAP torsion lies inside the ML region; OpenMM cannot "
-                                 "switch one off (choose an ML region without CMAP terms)")
-        return 0
+        return _remove_cmap(force, inside)
     if name not in _BONDED:
         return 0
     number, getter, n_atoms = _BONDED[name]

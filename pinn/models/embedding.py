@@ -122,11 +122,12 @@ def minimum_image(vectors, structure, cell, pbc):
 
 
 def coulomb_kernel(r, damping):
-    """v(r) (1/Å): 1/r, or for ``damping`` r_d > 0 the smeared (r_d⁴ − r⁴)/(r_d⁵ − r⁵), written without the
-    0/0 at r = r_d as (r_d³ + r_d² r + r_d r² + r³) / (r_d⁴ + r_d³ r + r_d² r² + r_d r³ + r⁴)."""
+    """v(r) (1/Å) of distances ``r`` (a tensor or a NumPy array, Å): 1/r, or for ``damping`` r_d > 0 the smeared
+    (r_d⁴ − r⁴)/(r_d⁵ − r⁵), written without the 0/0 at r = r_d as
+    (r_d³ + r_d² r + r_d r² + r³) / (r_d⁴ + r_d³ r + r_d² r² + r_d r³ + r⁴)."""
     if not damping:
         return 1.0 / r
-    a = tf.constant(damping, r.dtype)
+    a = float(damping)  # a Python number takes the dtype of r
     return (a ** 3 + a * a * r + a * r * r + r ** 3) / (a ** 4 + a ** 3 * r + a * a * r * r + a * r ** 3 + r ** 4)
 
 

@@ -1,0 +1,205 @@
+"""What a pinn force computes in OpenMM (``openmm.PythonForce``): picklable, so a system holding one is saved by
+``XmlSerializer``, ``copy.deepcopy`` and ``pickle`` (the model travels as its path; the calculator is made again
+where the computation first runs).
+
+- :class:`PinnComputation`: the potential of the force's particles (mechanical embedding).
+- :class:`EmbeddedComputation`: a QM region in the field of the MM charges (``embedding: electrostatic``). The
+  model sees one open QM/MM frame per step, built from OpenMM's positions:
+
+  * the QM atoms, made whole around the first (minimum images) and centred on their mean position c;
+  * in a system without periodic box (NoCutoff): every MM atom with a charge, at its position;
+  * in a periodic system (PME, Ewald, CutoffPeriodic): every MM residue whose centre (the mean of its atoms,
+    the residue made whole) lies within ``cutoff`` of c in the minimum image, whole, at that image; the
+    residue's charges scaled by a switch S(d) of the distance d of its centre to c, 1 up to
+    ``cutoff − switch_width`` and 0 at ``cutoff`` (S = 1 − 10x³ + 15x⁴ − 6x⁵, x the place in the switching
+    shell: continuous with its first and second derivatives), so the energy and forces are smooth as residues
+    come and go.  The forces of the switch, −∂E/∂d · ∂d/∂r, come from the potential φ_m of the QM charges at
+    each MM atom (∂E/∂Q_m = φ_m): −Σ_{m∈residue} φ_m Q_m S'(d) û / n_residue on the residue's atoms and the
+    opposite, shared, on the QM atoms.
+
+Energies eV → kJ/mol, forces eV/Å → kJ/mol/nm, positions nm → Å.
+"""
+import os
+
+import numpy as np
+
+#: kJ/mol per eV (CODATA 2018, as ASE's units)
+KJ_PER_MOL_PER_EV = 96.48533212331002
+#: Å per nm
+ANGSTROM_PER_NM = 10.0
+
+
+class PinnComputation:
+    """The energy and forces of a pinn potential on a force's particles (see the module).
+
+    Args:
+        model: a model directory or model file (saved with the system), or what :func:`pinn.get_calc` takes
+            (a model in memory, an ASE calculator: not saved).
+        numbers: the particles' atomic numbers, in the force's order.
+        periodic: whether OpenMM passes a periodic box.
+        calc_options: keyword arguments of :func:`pinn.get_calc`.
+    """
+
+    def __init__(self, model, numbers, periodic=False, calc_options=None):
+        self.model = model
+        self.numbers = np.asarray(numbers, int)
+        self.periodic = bool(periodic)
+        self.calc_options = dict(calc_options or {})
+        self._calc = None
+        self._atoms = None
+
+    @property
+    def calc(self):
+        """The ASE calculator, made on first use."""
+        if self._calc is None:
+            from ase.calculators.calculator import Calculator
+
+            from pinn.calculator import get_calc
+            self._calc = self.model if isinstance(self.model, Calculator) else get_calc(self.model,
+                                                                                          **self.calc_options)
+        return self._calc
+
+    def __getstate__(self):
+        if not isinstance(self.model, (str, os.PathLike)):
+            import logging
+            import pickle
+            message = (f"a pinn force of a {type(self.model).__name__} cannot be saved with the system "
+                       "(XmlSerializer, copy.deepcopy, pickle): build it from the model directory or model file")
+            logging.getLogger("pinn").error("%s", message)  # OpenMM's serializer replaces the exception's message
+            raise pickle.PicklingError(message)
+        state = dict(self.__dict__)
+        state["model"] = os.fspath(self.model)
+        state["_calc"] = state["_atoms"] = None
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+
+    def _box(self, state):
+        return state.getPeriodicBoxVectors(asNumpy=True)._value * ANGSTROM_PER_NM
+
+    def __call__(self, state):
+        """OpenMM's call: (energy kJ/mol, forces [n, 3] kJ/mol/nm) at ``state``'s positions."""
+        from ase import Atoms
+        if self._atoms is None:
+            self._atoms = Atoms(numbers=self.numbers, pbc=self.periodic)
+            self._atoms.calc = self.calc
+        atoms = self._atoms
+        atoms.positions = state.getPositions(asNumpy=True)._value * ANGSTROM_PER_NM
+        if self.periodic:
+            atoms.cell = self._box(state)
+        energy = atoms.get_potential_energy() * KJ_PER_MOL_PER_EV
+        return energy, atoms.get_forces() * (KJ_PER_MOL_PER_EV * ANGSTROM_PER_NM)
+
+
+class EmbeddedComputation(PinnComputation):
+    """A QM region in the MM charges' field (see the module): the force's particles are the QM atoms and the
+    MM atoms that may carry charge into it.
+
+    Args:
+        model: as :class:`PinnComputation`; a potential model with ``embedding: electrostatic``.
+        numbers: the particles' atomic numbers.
+        qm: [n] bool, the QM particles.
+        charges: [n] the MM particles' charges (e; the QM entries are ignored).
+        residues: [n] int, each particle's residue (the groups the periodic cut keeps whole).
+        qm_charge: the QM region's charge (e).
+        periodic: whether the system is periodic (then ``cutoff`` applies).
+        cutoff: Å, the distance of a residue's centre from the region's centre where its charges are gone.
+        switch_width: Å, the width of the switching shell below ``cutoff``.
+        damping: r_d of the model's Coulomb kernel (Å; ``model.params.embedding_damping``).
+        calc_options: keyword arguments of :func:`pinn.get_calc`.
+    """
+
+    def __init__(self, model, numbers, qm, charges, residues, qm_charge=0.0, periodic=False, cutoff=None,
+                 switch_width=1.0, damping=0.0, calc_options=None):
+        super().__init__(model, numbers, periodic, calc_options)
+        self.qm = np.asarray(qm, bool)
+        self.charges = np.where(self.qm, 0.0, np.asarray(charges, float))
+        self.residues = np.unique(np.asarray(residues), return_inverse=True)[1]
+        self.qm_charge = float(qm_charge)
+        self.cutoff = cutoff
+        self.switch_width = float(switch_width)
+        self.damping = float(damping)
+        if periodic and not (cutoff and 0 < switch_width < cutoff):
+            raise ValueError(f"the periodic embedding needs 0 < switch_width < cutoff (Å), got {switch_width!r} and "
+                             f"{cutoff!r}")
+
+    def __call__(self, state):
+        from ase import Atoms
+        positions = state.getPositions(asNumpy=True)._value * ANGSTROM_PER_NM
+        box = self._box(state) if self.periodic else None
+        qm_index = np.flatnonzero(self.qm)
+        region = positions[qm_index]
+        if box is not None:
+            heights = abs(np.linalg.det(box)) / np.linalg.norm(np.cross(box[[1, 2, 0]], box[[2, 0, 1]]), axis=1)
+            if self.cutoff > heights.min() / 2:
+                raise ValueError(f"the embedding's cutoff {self.cutoff / ANGSTROM_PER_NM:g} nm exceeds half the box "
+                                 f"({heights.min() / 2 / ANGSTROM_PER_NM:g} nm): residues would be cut by the box")
+            region = region[0] + _minimum_image(region - region[0], box)
+        centre = region.mean(axis=0)
+        if box is None:
+            mm_index = np.flatnonzero(~self.qm & (self.charges != 0))
+            mm_positions, scale, dscale, unit, residue_of = positions[mm_index], 1.0, None, None, None
+        else:
+            mm_index, mm_positions, scale, dscale, unit, residue_of = self._residues_near(positions, box, centre)
+        index = np.concatenate([qm_index, mm_index])
+        atoms = Atoms(numbers=self.numbers[index], positions=np.vstack([region, mm_positions]))
+        n_qm = len(qm_index)
+        qm = np.arange(len(index)) < n_qm
+        atoms.arrays["qm"] = qm
+        mm_charges = self.charges[mm_index] * scale
+        atoms.set_initial_charges(np.concatenate([np.zeros(n_qm), mm_charges]))
+        atoms.info["charge"] = self.qm_charge
+        atoms.calc = self.calc
+        energy = atoms.get_potential_energy()
+        forces = np.zeros((len(self.numbers), 3))
+        forces[index] = atoms.get_forces()
+        if dscale is not None and len(mm_index):
+            potential = _potential(atoms.get_charges()[:n_qm], region, mm_positions, self.damping)  # eV/e
+            pull = np.bincount(residue_of, potential * self.charges[mm_index] * dscale, minlength=len(unit))
+            per_residue = pull[:, None] * unit  # ∂E/∂c_residue (eV/Å)
+            counts = np.bincount(residue_of, minlength=len(unit))
+            forces[mm_index] -= (per_residue / np.maximum(counts, 1)[:, None])[residue_of]
+            forces[qm_index] += per_residue.sum(axis=0) / n_qm
+        return energy * KJ_PER_MOL_PER_EV, forces * (KJ_PER_MOL_PER_EV * ANGSTROM_PER_NM)
+
+    def _residues_near(self, positions, box, centre):
+        """The MM residues within the cutoff of ``centre``, whole, at their minimum image: (atom indices,
+        positions, switch S per atom, S'(d) per atom (1/Å), unit vectors [n_residues, 3] from ``centre`` to
+        each residue's centre, each atom's place among those residues)."""
+        mm = ~self.qm
+        index = np.flatnonzero(mm)
+        residue = self.residues[index]
+        order = np.argsort(residue, kind="stable")
+        index, residue = index[order], residue[order]
+        first = np.r_[0, np.flatnonzero(np.diff(residue)) + 1]
+        anchor = np.repeat(positions[index[first]], np.diff(np.r_[first, len(index)]), axis=0)
+        whole = anchor + _minimum_image(positions[index] - anchor, box)
+        place = np.repeat(np.arange(len(first)), np.diff(np.r_[first, len(index)]))
+        counts = np.bincount(place)
+        centres = np.stack([np.bincount(place, whole[:, k]) for k in range(3)], axis=1) / counts[:, None]
+        offset = _minimum_image(centres - centre, box)
+        shifted = whole + (centre + offset - centres)[place]
+        distance = np.linalg.norm(offset, axis=1)
+        near = distance < self.cutoff
+        x = np.clip((distance - (self.cutoff - self.switch_width)) / self.switch_width, 0.0, 1.0)
+        switch = 1 - 10 * x ** 3 + 15 * x ** 4 - 6 * x ** 5
+        dswitch = (-30 * x ** 2 + 60 * x ** 3 - 30 * x ** 4) / self.switch_width
+        keep = near[place]  # whole residues: their centres move with every atom
+        kept_residues, residue_of = np.unique(place[keep], return_inverse=True)
+        unit = offset[kept_residues] / np.maximum(distance[kept_residues], 1e-12)[:, None]
+        return (index[keep], shifted[keep], switch[place[keep]], dswitch[place[keep]], unit, residue_of)
+
+
+def _minimum_image(vectors, box):
+    """Vectors (Å) in the minimum image of a box (rows a, b, c; OpenMM's reduced form)."""
+    fractional = vectors @ np.linalg.inv(box)
+    return vectors - np.round(fractional) @ box
+
+
+def _potential(qm_charges, qm_positions, mm_positions, damping):
+    """φ at each MM position (eV/e) of the QM charges, with the model's Coulomb kernel
+    (:func:`pinn.models.embedding.coulomb_kernel`)."""
+    from pinn.models.embedding import COULOMB, coulomb_kernel
+    r = np.linalg.norm(mm_positions[:, None, :] - qm_positions[None, :, :], axis=2)
+    return COULOMB * coulomb_kernel(r, damping) @ qm_charges

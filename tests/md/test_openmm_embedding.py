@@ -1,0 +1,190 @@
+"""OpenMM with electrostatic embedding (create_mixed_system(..., embedding="electrostatic")) on flexible TIP3P water
+built by OpenMM itself, one water the QM region: its charges leave the NonbondedForce for the model, which sees
+every charged MM atom (NoCutoff; the force equals get_calc on that QM/MM frame) or the MM waters within the cutoff,
+switched off smoothly (PME; forces equal finite differences, also in the switching shell); NVE conserves the
+energy; the mixed system is saved and restored (XmlSerializer, deepcopy, pickle) and refuses to be for a model in
+memory; a CMAP torsion inside the region is switched off."""
+import copy
+import pickle
+
+import numpy as np
+import pytest
+import yaml
+
+openmm = pytest.importorskip("openmm", reason="OpenMM is not installed (pip install 'pinn[md]' or openmm)")
+from openmm import app, unit  # noqa: E402
+from settings import qmmm_frame  # noqa: E402
+
+from pinn.io import ase_files  # noqa: E402
+
+EV = 96.48533212331002  # kJ/mol
+BOX_NM, CUTOFF_NM = 2.0, 0.9
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    """An electrostatic PiNet (float64) trained 2 steps by `pinn train` on synthetic QM/MM frames."""
+    from pinn.cli import main
+    workdir = tmp_path_factory.mktemp("es-model")
+    ase_files.write(str(workdir / "frames.xyz"), [qmmm_frame(seed) for seed in range(4)], format="extxyz")
+    run = {"model_dir": str(workdir / "model"), "precision": "float64",
+           "network": {"name": "PiNet", "params": {"atom_types": [1, 8], "rc": 4.0, "depth": 2, "pp_nodes": [8],
+                                                   "pi_nodes": [8], "ii_nodes": [8], "out_nodes": [8],
+                                                   "out_units": 2}},
+           "model": {"name": "potential_model", "params": {"embedding": "electrostatic", "use_force": True,
+                                                           "embedding_damping": 1.0}},
+           "data": {"train": str(workdir / "frames.xyz"), "batch_size": 2}, "train": {"max_steps": 2}}
+    (workdir / "run.yml").write_text(yaml.safe_dump(run))
+    assert main(["train", str(workdir / "run.yml")]) == 0
+    return str(workdir / "model")
+
+
+def water(method):
+    """(topology, system, positions) of flexible TIP3P water in a 2 nm box (``method``: app.PME or app.NoCutoff)."""
+    forcefield = app.ForceField("amber14/tip3p.xml")
+    modeller = app.Modeller(app.Topology(), [])
+    modeller.addSolvent(forcefield, model="tip3p", boxSize=openmm.Vec3(BOX_NM, BOX_NM, BOX_NM) * unit.nanometer)
+    options = {"nonbondedCutoff": CUTOFF_NM * unit.nanometer} if method is app.PME else {}
+    system = forcefield.createSystem(modeller.topology, nonbondedMethod=method, constraints=None, rigidWater=False,
+                                     **options)
+    return modeller.topology, system, modeller.positions
+
+
+def context_of(system, positions):
+    context = openmm.Context(system, openmm.VerletIntegrator(0.00025), openmm.Platform.getPlatformByName("Reference"))
+    context.setPositions(positions)
+    return context
+
+
+def pinn_state(context, forces=False):
+    state = context.getState(getEnergy=True, getForces=forces, groups={1})
+    energy = state.getPotentialEnergy().value_in_unit(unit.kilojoule_per_mole)
+    return (energy, state.getForces(asNumpy=True).value_in_unit(unit.kilojoule_per_mole / unit.nanometer)) \
+        if forces else energy
+
+
+def test_no_cutoff_force_is_the_calculators_on_the_qmmm_frame(model_dir):
+    """NoCutoff: the QM water's charges are 0 in the NonbondedForce (its LJ kept), and the pinn force is get_calc's
+    energy and forces of the QM/MM frame of every atom (qm, the force field's MM charges, region charge 0)."""
+    from ase import Atoms
+
+    import pinn
+    from pinn.md.openmm import create_mixed_system
+    topology, mm, positions = water(app.NoCutoff)
+    qm = [0, 1, 2]
+    system = create_mixed_system(mm, topology, qm, model_dir, embedding="electrostatic")
+    nonbonded = next(f for f in system.getForces() if isinstance(f, openmm.NonbondedForce))
+    original = next(f for f in mm.getForces() if isinstance(f, openmm.NonbondedForce))
+    for i in qm:
+        charge, sigma, epsilon = nonbonded.getParticleParameters(i)
+        assert charge.value_in_unit(unit.elementary_charge) == 0 and sigma == original.getParticleParameters(i)[1]
+    energy, forces = pinn_state(context_of(system, positions), forces=True)
+    xyz = np.array(positions.value_in_unit(unit.angstrom))
+    atoms = Atoms(numbers=[a.element.atomic_number for a in topology.atoms()], positions=xyz)
+    atoms.arrays["qm"] = np.arange(len(atoms)) < 3
+    atoms.set_initial_charges([original.getParticleParameters(i)[0].value_in_unit(unit.elementary_charge)
+                               for i in range(len(atoms))])
+    atoms.calc = pinn.get_calc(model_dir)
+    assert energy == pytest.approx(atoms.get_potential_energy() * EV, rel=1e-9)
+    np.testing.assert_allclose(forces, atoms.get_forces() * EV * 10, rtol=1e-6, atol=1e-5)
+    assert np.abs(forces[3:]).max() > 0  # the QM charges pull on the MM waters
+
+
+@pytest.fixture(scope="module")
+def pme_system(model_dir):
+    from pinn.md.openmm import create_mixed_system
+    topology, mm, positions = water(app.PME)
+    return create_mixed_system(mm, topology, [0, 1, 2], model_dir, embedding="electrostatic"), positions, topology
+
+
+def test_pme_forces_are_minus_the_gradient_also_in_the_switching_shell(pme_system):
+    """PME: the model sees the waters whose centre lies within 0.9 nm of the QM water's centre, switched off over
+    the last 0.1 nm; the forces on a QM atom, on an atom of a water in the switching shell and on one beyond the
+    cutoff are central differences of the energy."""
+    system, positions, topology = pme_system
+    xyz = np.array(positions.value_in_unit(unit.nanometer))
+    box = BOX_NM
+    centre = xyz[:3].mean(axis=0)
+    centres = xyz.reshape(-1, 3, 3).mean(axis=1)
+    offset = centres - centre
+    distance = np.linalg.norm(offset - box * np.round(offset / box), axis=1)
+    shell = int(np.flatnonzero((distance > CUTOFF_NM - 0.1) & (distance < CUTOFF_NM))[0])
+    beyond = int(np.flatnonzero(distance > CUTOFF_NM + 0.05)[0])
+    context = context_of(system, positions)
+    _, forces = pinn_state(context, forces=True)
+    h = 1e-5  # nm
+    for atom in (1, 3 * shell, 3 * shell + 2, 3 * beyond):
+        for axis in range(3):
+            shifted = []
+            for sign in (1, -1):
+                moved = xyz.copy()
+                moved[atom, axis] += sign * h
+                context.setPositions(moved)
+                shifted.append(pinn_state(context))
+            assert -(shifted[0] - shifted[1]) / (2 * h) == pytest.approx(forces[atom, axis], abs=2e-3, rel=1e-5)
+    assert np.abs(forces[3 * shell:3 * shell + 3]).max() > 0 and np.abs(forces[3 * beyond]).max() == 0
+
+
+def test_nve_conserves_the_energy(pme_system):
+    """200 steps of 0.25 fs of the ML/MM water (PME, the QM water by the model): the total energy stays within
+    1e-3 of the kinetic energy."""
+    system, positions, _ = pme_system
+    integrator = openmm.VerletIntegrator(0.00025)
+    context = openmm.Context(system, integrator, openmm.Platform.getPlatformByName("CPU"))
+    context.setPositions(positions)
+    context.setVelocitiesToTemperature(300, 3)
+    totals = []
+    for _ in range(20):
+        integrator.step(10)
+        state = context.getState(getEnergy=True)
+        totals.append((state.getPotentialEnergy() + state.getKineticEnergy()).value_in_unit(unit.kilojoule_per_mole))
+    kinetic = state.getKineticEnergy().value_in_unit(unit.kilojoule_per_mole)
+    print(f"ML/MM NVE (electrostatic embedding, PME), 200 steps of 0.25 fs: drift {max(totals) - min(totals):.4f} "
+          f"kJ/mol, kinetic {kinetic:.0f} kJ/mol")
+    assert max(totals) - min(totals) < 1e-3 * kinetic
+
+
+def test_the_mixed_system_is_saved_and_restored(pme_system, model_dir):
+    """XmlSerializer, copy.deepcopy and pickle keep the pinn force (the model by its directory): the same energy;
+    the saved system goes into create_mixed_system again; a force of a model in memory refuses to be saved,
+    naming what to pass."""
+    import pinn
+    from pinn.md.openmm import create_mixed_system, pinn_force
+    from pinn.md.openmm_computation import PinnComputation
+    system, positions, topology = pme_system
+    energy = pinn_state(context_of(system, positions))
+    restored = openmm.XmlSerializer.deserialize(openmm.XmlSerializer.serialize(system))
+    for copied in (restored, copy.deepcopy(system), pickle.loads(pickle.dumps(system))):
+        assert pinn_state(context_of(copied, positions)) == pytest.approx(energy, rel=1e-12)
+    mechanical_mm = water(app.NoCutoff)[1]
+    with pytest.raises(ValueError, match="model's embedding is 'electrostatic'"):
+        create_mixed_system(mechanical_mm, topology, [0, 1, 2], model_dir)
+    in_memory = openmm.System()
+    for _ in range(3):
+        in_memory.addParticle(1.0)
+    calc = pinn.get_calc(model_dir)
+    in_memory.addForce(pinn_force(calc, [8, 1, 1]))
+    with pytest.raises(Exception, match="PythonForce"):  # OpenMM's message; pinn's is in the log and here:
+        openmm.XmlSerializer.serialize(in_memory)
+    with pytest.raises(pickle.PicklingError, match="build it from the model directory or model file"):
+        pickle.dumps(PinnComputation(calc, [8, 1, 1]))
+
+
+def test_cmap_inside_the_region_is_switched_off(model_dir):
+    """A CMAP torsion whose atoms all lie in the region points to a map of zeros; one reaching outside is kept."""
+    from pinn.md.openmm import create_mixed_system
+    topology, mm, positions = water(app.NoCutoff)
+    cmap = openmm.CMAPTorsionForce()
+    level = cmap.addMap(4, list(np.linspace(1.0, 5.0, 16)))
+    cmap.addTorsion(level, 0, 1, 2, 3, 1, 2, 3, 4)  # atoms 0-4: QM region below
+    cmap.addTorsion(level, 3, 4, 5, 6, 4, 5, 6, 7)  # reaches outside
+    cmap.setForceGroup(2)
+    mm.addForce(cmap)
+    system = create_mixed_system(mm, topology, [0, 1, 2, 3, 4, 5], model_dir, embedding="electrostatic")
+    context = context_of(system, positions)
+    before = context_of(mm, positions)
+    kept = context.getState(getEnergy=True, groups={2}).getPotentialEnergy().value_in_unit(unit.kilojoule_per_mole)
+    total = before.getState(getEnergy=True, groups={2}).getPotentialEnergy().value_in_unit(unit.kilojoule_per_mole)
+    forces = [f for f in system.getForces() if isinstance(f, openmm.CMAPTorsionForce)][0]
+    assert forces.getTorsionParameters(0)[0] != level and forces.getTorsionParameters(1)[0] == level
+    assert 0 < kept < total
