@@ -56,9 +56,18 @@ def energies(model, batch, coord):
     return model.predict({**batch, K.COORD: tf.constant(coord)}, forces=False, stress=False)["energy"].numpy()
 
 
-def test_forces_on_qm_and_mm_atoms_are_minus_the_gradient(model, frames_file):
+@pytest.fixture(scope="module")
+def pinet2_model():
+    network = {"name": "PiNet2", "params": {**NETWORK["params"], "rank": 3}}
+    return build_model(resolve({**params_of(embedding_damping=1.0), "network": network}))
+
+
+@pytest.mark.parametrize("which", ["PiNet", "PiNet2, damped"])
+def test_forces_on_qm_and_mm_atoms_are_minus_the_gradient(which, model, pinet2_model, frames_file):
     """Central differences of the energy match the forces on QM atoms and on MM atoms, in open and periodic
-    frames, and the MM atoms feel forces (the QM charges' pull)."""
+    frames, and the MM atoms feel forces (the QM charges' pull): PiNet with the bare kernel, PiNet2 (vector
+    features) with MiMiC's damped one."""
+    model = model if which == "PiNet" else pinet2_model
     batch = batch_of(frames_file)
     pred = model.predict(batch, stress=False)
     forces = pred["forces"].numpy()
