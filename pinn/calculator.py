@@ -38,6 +38,7 @@ from ase.stress import full_3x3_to_voigt_6_stress
 
 from pinn.committee import CommitteeCalc, changed_since, is_committee_directory, member_directories
 from pinn.files.model_file import is_model_file
+from pinn.io.qmmm_atoms import network_atoms
 from pinn.io.neighbors import VerletNeighbors
 
 log = logging.getLogger(__name__)
@@ -114,20 +115,7 @@ class PiNNCalc(Calculator):
         atoms = self.atoms
         if "stress" in properties and not atoms.pbc.any():
             raise PropertyNotImplementedError("stress needs a periodic cell")
-        region = np.ones(len(atoms), bool)
-        if self.embedding != "mechanical" and "qm" in atoms.arrays:
-            from pinn.io.qmmm import qmmm_arrays
-            region = qmmm_arrays(atoms, "atoms")["qm"]
-        unknown = set(atoms.numbers[region].tolist()) - self.atom_types
-        if unknown:
-            from ase.data import chemical_symbols
-            raise ValueError(f"atoms contain elements {sorted(chemical_symbols[z] for z in unknown)} "
-                             f"that the model does not know (atom_types {sorted(self.atom_types)})"
-                             + (" in their QM region" if not region.all() else ""))
-        if self.embedding == "mechanical" and "qm" in atoms.arrays and not np.all(atoms.arrays["qm"]):
-            raise ValueError("these atoms are a QM/MM frame (MM atoms: 'qm' False), and this model has mechanical "
-                             "embedding: it would read the MM atoms as part of the QM region. Give it the QM region "
-                             "alone, atoms[atoms.arrays['qm']] (docs/qmmm.md)")
+        network_atoms(atoms, self.embedding, self.atom_types, "the model")
         pred = self._engine(atoms, self.neighbors)
         if not self.is_potential:
             self.results["dipole"] = pred["dipole"][0].astype(np.float64) * self._engine.d_unit
@@ -276,7 +264,7 @@ class _TensorFlowEngine:
         region alone) with the pairs among its QM atoms."""
         from pinn import keys as K
         from pinn.io.batch import batch_from_atoms
-        from pinn.io.qmmm import qmmm_arrays
+        from pinn.io.qmmm_atoms import qmmm_arrays
         arrays = qmmm_arrays(atoms, "atoms") or {K.QM: np.ones(len(atoms), bool), K.MM_CHARGE: np.zeros(len(atoms)),
                                                  K.QM_CHARGE: float(atoms.info.get("charge", 0))}
         region = np.flatnonzero(arrays[K.QM])

@@ -29,6 +29,8 @@ import numpy as np
 from ase.calculators.calculator import Calculator, PropertyNotImplementedError, all_changes
 from ase.stress import full_3x3_to_voigt_6_stress
 
+from pinn.io.qmmm_atoms import network_atoms
+
 log = logging.getLogger(__name__)
 
 #: a committee directory holds its members as ``member-0``, ``member-1``, …
@@ -164,6 +166,11 @@ class CommitteeCalc(Calculator):
         if not_potential:
             raise ValueError(f"get_calc: a committee is of potential models; {not_potential[0]} is a dipole model")
         check_same_kind([(n, m.rc, m.atom_types) for n, m in zip(self.names, self.members)])
+        embeddings = {m.embedding for m in self.members}
+        if len(embeddings) > 1:
+            raise ValueError(f"get_calc: the committee's members differ in model.params.embedding ({sorted(embeddings)})")
+        #: the members' embedding of QM/MM frames
+        self.embedding = embeddings.pop()
         self.rc, self.atom_types = self.members[0].rc, self.members[0].atom_types
         self.e_units = np.array([m.e_unit for m in self.members])
         self.engine = "numba" if all(m.engine == "numba" for m in self.members) else "mixed" \
@@ -199,7 +206,7 @@ class CommitteeCalc(Calculator):
             preds = [self.members[k]._engine(atoms, self.neighbors) for k in members]
             out = {"energy": np.array([float(p["energy"][0]) for p in preds]),
                    "forces": np.stack([np.asarray(p["forces"], np.float64) for p in preds])}
-            if atoms.pbc.any():
+            if atoms.pbc.any() and all("stress" in p for p in preds):
                 out["stress"] = np.stack([np.asarray(p["stress"][0], np.float64) for p in preds])
         scale = self.e_units[list(members)]
         result = {"energy": out["energy"] * scale, "forces": out["forces"] * scale[:, None, None]}
@@ -212,11 +219,9 @@ class CommitteeCalc(Calculator):
         atoms = self.atoms
         if "stress" in properties and not atoms.pbc.any():
             raise PropertyNotImplementedError("stress needs a periodic cell")
-        unknown = set(atoms.numbers.tolist()) - set(self.atom_types)
-        if unknown:
-            from ase.data import chemical_symbols
-            raise ValueError(f"atoms contain elements {sorted(chemical_symbols[z] for z in unknown)} "
-                             f"that the committee does not know (atom_types {sorted(self.atom_types)})")
+        if "stress" in properties and self.embedding != "mechanical":
+            raise PropertyNotImplementedError(f"a model with embedding {self.embedding!r} gives no stress")
+        network_atoms(atoms, self.embedding, self.atom_types, "the committee")
         if system_changes:
             self.calculations += 1
             self._first = None

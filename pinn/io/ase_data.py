@@ -6,7 +6,7 @@ import numpy as np
 from pinn import keys as K
 from pinn.io import ase_files
 from pinn.io.base import DataError, Frame, check_structure, list_loader
-from pinn.io.qmmm import qmmm_arrays
+from pinn.io.qmmm_atoms import qmmm_arrays
 from pinn.io.splits import chosen_split
 
 

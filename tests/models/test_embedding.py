@@ -264,3 +264,31 @@ def test_gas_phase_frames_are_a_region_without_environment(model):
     pred = model.predict(batch, stress=False)
     assert pred["charges"].numpy().sum() == pytest.approx(0, abs=1e-12)
     assert np.abs(pred["forces"].numpy().sum(axis=0)).max() < 1e-10
+
+
+def test_model_file_committee_and_devi_on_qmmm_frames(trained, frames_file, tmp_path):
+    """`pinn export` writes the electrostatic model to a file (it runs on TensorFlow) that predicts what its
+    directory does; a committee of two copies gives their energy and forces on every atom and a deviation per
+    atom, and `pinn devi` writes one line per QM/MM frame of the file."""
+    import shutil
+
+    import pinn
+    from pinn.cli import main
+    model_dir, _ = trained
+    assert main(["export", model_dir, "-o", str(tmp_path / "es.pinn")]) == 0
+    atoms = ase_files.read(frames_file, index=3)
+    direct, from_file = atoms.copy(), atoms.copy()
+    direct.calc, from_file.calc = pinn.get_calc(model_dir), pinn.get_calc(str(tmp_path / "es.pinn"))
+    assert from_file.calc.engine == "tensorflow"
+    assert from_file.get_potential_energy() == pytest.approx(direct.get_potential_energy(), abs=1e-9)
+    np.testing.assert_allclose(from_file.get_forces(), direct.get_forces(), atol=1e-9)
+    for k in range(2):  # a committee of two copies: the members agree
+        shutil.copytree(model_dir, tmp_path / "committee" / f"member-{k}", ignore=shutil.ignore_patterns(".pinn.lock"))
+    atoms.calc = members = pinn.get_calc(str(tmp_path / "committee"))
+    assert atoms.get_potential_energy() == pytest.approx(direct.get_potential_energy(), abs=1e-9)
+    np.testing.assert_allclose(atoms.get_forces(), direct.get_forces(), atol=1e-9)
+    deviation = members.get_property("forces_deviation", atoms)
+    assert deviation.shape == (len(atoms),) and np.abs(deviation).max() < 1e-9
+    assert main(["devi", str(tmp_path / "committee"), frames_file, "-o", str(tmp_path / "devi.out")]) == 0
+    rows = np.loadtxt(tmp_path / "devi.out")
+    assert rows.shape == (6, 8) and np.all(np.isfinite(rows))
