@@ -205,7 +205,7 @@ def _selection(select, topology):
         names = [names] if isinstance(names, str) else list(names)
         atoms = np.flatnonzero(np.isin(topology["resname"], names))
         what = f"residue names {names}"
-    elif isinstance(select, tuple) and len(select) == 2 and isinstance(select[1], str):
+    elif isinstance(select, (tuple, list)) and len(select) == 2 and isinstance(select[1], str):  # YAML: a list
         groups = read_ndx(select[0])
         if select[1] not in groups:
             raise DataError(f"{select[0]}: no group [ {select[1]} ]; groups: {list(groups)}")

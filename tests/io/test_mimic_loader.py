@@ -152,7 +152,9 @@ def test_several_runs(tmp_path):
 
 def test_selection(acetone_run):
     trr, ener, frames, _ = acetone_run
-    for select in ((os.path.join(MIMIC, "index.ndx"), "QMatoms"), {"resname": "ACT"}, list(range(10))):
+    # the group as a tuple, or as the list a YAML run file gives
+    for select in ((os.path.join(MIMIC, "index.ndx"), "QMatoms"), [os.path.join(MIMIC, "index.ndx"), "QMatoms"],
+                   {"resname": "ACT"}, list(range(10))):
         item = _items(load_mimic(ACETONE_MPT, trr, ener, shuffle=False, select=select))[0]
         assert item[K.ELEMS].tolist() == [6, 6, 6, 8] + [1] * 6
         np.testing.assert_allclose(item[K.COORD], frames[1]["x"][:10] * 10, rtol=1e-6)
