@@ -219,9 +219,10 @@ class _TensorFlowEngine:
         self._pad_element = int(self.atom_types[0])
         # the concrete function, traced here once: calling it skips tf.function's argument
         # binding and signature matching, about a third of a small molecule's step
-        stress = self.is_potential and self.embedding == "mechanical"
-        predict = (lambda tensors: model.model.predict(tensors, stress=False)) if self.is_potential and not stress \
-            else model.model.predict
+        if self.is_potential and self.embedding != "mechanical":  # a region in its environment: no stress
+            predict = lambda tensors: model.model.predict(tensors, stress=False)  # noqa: E731
+        else:
+            predict = lambda tensors: model.model.predict(tensors)  # noqa: E731
         self._function = tf.function(predict, input_signature=[spec], jit_compile=self.jit, autograph=False)
         self._predict = self._function.get_concrete_function()
         # its flat call on tensors made here skips the binding of a dict of NumPy arrays to the

@@ -244,7 +244,7 @@ def _evaluate(args):
         raise FileNotFoundError(f"{args.model_dir}: no such model directory")
     model = load_for_inference(args.model_dir, checkpoint=None if args.checkpoint == "last" else args.checkpoint)
     dataset = region_for_model(load_structures(args.data), ", ".join(args.data),
-                               embedding=model.params["model"]["params"]["embedding"])
+                               embedding=model.params["model"]["params"].get("embedding", "mechanical"))
     metrics = model.evaluate(lambda: dataset.apply(sparse_batch(args.batch_size)))
     if args.json:
         print(json.dumps({**metrics, "checkpoint": model.checkpoint}))

@@ -320,8 +320,9 @@ def run_training(path, model_dir=None, max_steps=None, init_model=None, member=N
         model_section["params"] = {**(model_section.get("params") or {}), "init_model": init_model}
     model = get_model(params)  # starts Horovod first when parallel
     try:
+        embedding = model.params["model"]["params"].get("embedding", "mechanical")  # potential models have one
         train_fn, eval_fn = input_fns(data, train_section, model.world, model.rc, model.network.atom_types,
-                                      member=member or 0, embedding=model.params["model"]["params"]["embedding"])
+                                      member=member or 0, embedding=embedding)
         model.train(train_fn, max_steps=train_section["max_steps"], max_epochs=train_section["max_epochs"],
                     eval_fn=eval_fn)
         if eval_fn is None:
