@@ -72,6 +72,8 @@ class PiNNCalc(Calculator):
         self.is_potential = self._engine.is_potential
         #: a potential model's embedding of QM/MM frames (docs/qmmm.md)
         self.embedding = getattr(self._engine, "embedding", "mechanical")
+        #: its ``embedding_damping`` (Å)
+        self.embedding_damping = float(getattr(self._engine, "damping", 0.0))
         if not self.is_potential:
             gives = self._engine.dipole_outputs
         elif self.embedding == "mechanical":
@@ -150,22 +152,45 @@ class _NumbaEngine:
             self.handle = None
             self.fast = FastPiNet(model)
             self.e_unit = float(model.get("e_unit", 1.0))
+            options = model
         else:
             self.handle = model
             with model.averaged_weights():
                 self.fast = FastPiNet(model)
             self.weights_step = model.step
             self.e_unit = model.e_unit
+            options = model.model.params
         self.rc = self.fast.rc
         self.atom_types = self.fast.atom_types
+        #: the model's embedding of QM/MM frames; an electrostatic one runs through FastEmbeddedPiNet
+        self.embedding = str(options.get("embedding", "mechanical"))
+        self.damping = float(options.get("embedding_damping", 0.0))
+        self.embedded = None
+        if self.embedding != "mechanical":
+            from pinn.engines.embedded import FastEmbeddedPiNet
+            self.embedded = FastEmbeddedPiNet(self.fast, self.damping)
 
     def __call__(self, atoms, neighbors):
-        """``energy`` [1], ``forces`` [n, 3], ``stress`` [1, 3, 3] of ``atoms`` (model units, NumPy)."""
+        """``energy`` [1], ``forces`` [n, 3], ``stress`` [1, 3, 3] of ``atoms`` (model units, NumPy); with an
+        electrostatic embedding ``energy``, ``forces`` on every atom and ``charges`` of the QM/MM frame."""
         self._sync_weights()
+        if self.embedded is not None:
+            return self._qmmm(atoms, neighbors)
         first, second, offsets = neighbors.candidates(atoms.positions, atoms.cell[:], atoms.pbc)
         out = self.fast(atoms.numbers, atoms.positions, first, second, offsets, atoms.cell[:], atoms.pbc)
         return {"energy": np.array([out["energy"]]), "forces": out["forces"],
                 "stress": out.get("stress", np.zeros((3, 3)))[None]}
+
+    def _qmmm(self, atoms, neighbors):
+        from pinn import keys as K
+        from pinn.io.qmmm_atoms import qmmm_arrays
+        arrays = qmmm_arrays(atoms, "atoms") or {K.QM: np.ones(len(atoms), bool), K.MM_CHARGE: np.zeros(len(atoms)),
+                                                 K.QM_CHARGE: float(atoms.info.get("charge", 0))}
+        region = np.flatnonzero(arrays[K.QM])
+        first, second, offsets = neighbors.candidates(atoms.positions[region], atoms.cell[:], atoms.pbc)
+        out = self.embedded(atoms.numbers, atoms.positions, arrays[K.QM], arrays[K.MM_CHARGE], arrays[K.QM_CHARGE],
+                            first, second, offsets, atoms.cell[:], atoms.pbc)
+        return {"energy": np.array([out["energy"]]), "forces": out["forces"], "charges": out["charges"]}
 
     def _sync_weights(self):
         """The engine copies the weights: copy them again if the model has trained since (a model
@@ -198,6 +223,7 @@ class _TensorFlowEngine:
         self.d_unit = 1.0 if self.is_potential else float(model.model.params.get("d_unit", 1.0))
         self.oxidation = bool(getattr(model.model, "OXIDATION", False))
         self.embedding = getattr(model.model, "embedding", "mechanical")
+        self.damping = float(model.model.params.get("embedding_damping", 0.0))
         self.atom_types = model.atom_types
         dtype = model.dtype
         spec = {K.ELEMS: tf.TensorSpec([None], tf.int32), K.COORD: tf.TensorSpec([None, 3], dtype),
@@ -394,7 +420,8 @@ def get_calc(model, checkpoint=None, jit=None, skin=0.5, engine="auto", *, check
     handle = load_for_inference(model, checkpoint)
     calc = PiNNCalc(handle, jit=jit, skin=skin, engine=engine, **options)
     if calc.engine == "numba":
-        exported.save_engine_weights(calc._engine.fast.arrays, calc._engine.e_unit, model, handle.checkpoint)
+        exported.save_engine_weights(calc._engine.fast.arrays, calc._engine.e_unit, model, handle.checkpoint,
+                                     calc._engine.embedding, calc._engine.damping)
     return calc
 
 

@@ -175,8 +175,9 @@ class CommitteeCalc(Calculator):
         self.e_units = np.array([m.e_unit for m in self.members])
         self.engine = "numba" if all(m.engine == "numba" for m in self.members) else "mixed" \
             if any(m.engine == "numba" for m in self.members) else "tensorflow"
+        # one neighbor search for all members' networks; an embedding runs member by member
         self._fast = FastCommittee([m._engine.fast for m in self.members], self.names) \
-            if self.engine == "numba" else None
+            if self.engine == "numba" and self.embedding == "mechanical" else None
         self.neighbors = VerletNeighbors(self.rc, skin)
         self.calculations = 0  # structures calculated
         self.committee_evaluations = 0  # of them, those on which every member was evaluated

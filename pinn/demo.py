@@ -18,6 +18,7 @@ import os
 import numpy as np
 
 from pinn.io import ase_files
+from pinn.units import COULOMB  # eV·Å/e²
 
 
 @ase_files.per_process()  # ASE's Langevin and velocity distribution broadcast their random numbers over MPI's world
@@ -140,8 +141,6 @@ def make_mimic_demo(directory, n_runs=8, n_frames=40, seed=0, stride=10):
 
 #: charge-equilibration parameters (Rappé & Goddard 1991): electronegativity χ and hardness J, eV
 QEQ = {1: (4.528, 13.890), 6: (5.343, 10.126), 8: (8.741, 13.364)}
-#: Coulomb constant, eV·Å/e²
-COULOMB = 14.399645
 #: width of the shielded Coulomb interaction 1/sqrt(r² + a²) of the demo's charge model, Å
 QEQ_SHIELDING = 2.0
 

@@ -25,3 +25,5 @@ GPA = _ase.GPa
 BAR = _ase.bar
 #: 1 debye in e·Å
 DEBYE = _ase.Debye
+#: Coulomb's constant e²/(4πε₀) in eV·Å/e² (the value pinn's electrostatics use: 14.399645)
+COULOMB = 14.399645

@@ -89,7 +89,8 @@ def load_engine_weights(model_dir, checkpoint=None):
 
     Returns:
         dict of NumPy arrays (:data:`pinn.engines.spec.ARRAY_KEYS`, plus ``e_unit`` (eV per energy
-        unit of the data) and ``source``, the file's path), or ``None`` when there is no
+        unit of the data), ``embedding`` and ``embedding_damping`` where stored, and ``source``, the file's
+        path), or ``None`` when there is no
         checkpoint, no file, or the file is stale or unreadable (the reason is logged).
     """
     from pinn.engines.spec import ARRAY_KEYS
@@ -107,6 +108,8 @@ def load_engine_weights(model_dir, checkpoint=None):
                          path, ", ".join(changed), ckpt)
                 return None
             arrays = {key: data[key] for key in ARRAY_KEYS + ("e_unit",)}
+            if "embedding" in data.files:  # written before 0.30: mechanical
+                arrays.update(embedding=str(data["embedding"]), embedding_damping=float(data["embedding_damping"]))
     except FileNotFoundError:
         return None
     except Exception as err:  # noqa: BLE001 - a damaged zip raises BadZipFile, EOFError, ValueError, …
@@ -117,7 +120,7 @@ def load_engine_weights(model_dir, checkpoint=None):
     return arrays
 
 
-def save_engine_weights(arrays, e_unit, model_dir, ckpt):
+def save_engine_weights(arrays, e_unit, model_dir, ckpt, embedding="mechanical", damping=0.0):
     """Write the engine weights of checkpoint ``ckpt`` of ``model_dir`` (atomically).
 
     Args:
@@ -126,6 +129,8 @@ def save_engine_weights(arrays, e_unit, model_dir, ckpt):
         e_unit: the model's ``e_unit`` (eV per energy unit of the data).
         model_dir: the model directory (its ``params.yml`` is part of the file's identity).
         ckpt: the checkpoint's path prefix.
+        embedding: the model's ``model.params.embedding`` (stored beside the arrays).
+        damping: its ``embedding_damping`` (Å).
 
     Returns:
         the file's path, or ``None`` when it was not written (logged; the calculator then keeps
@@ -142,7 +147,8 @@ def save_engine_weights(arrays, e_unit, model_dir, ckpt):
     try:
         source = _source(model_dir, ckpt)
         with replacing(path, "wb") as f:
-            np.savez(f, **arrays, e_unit=np.float64(e_unit), **source)
+            np.savez(f, **arrays, e_unit=np.float64(e_unit), embedding=np.str_(embedding),
+                     embedding_damping=np.float64(damping), **source)
     except OSError as err:
         log.info("%s: not written (%s); the next run loads the weights with TensorFlow again", path, err)
         return None

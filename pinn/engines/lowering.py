@@ -76,9 +76,9 @@ def refusal(model, purpose="md"):
     potential = potential_of(model)
     if potential is None:
         return f"{engine} runs potential models with a PiNet network only"
-    if potential.params["embedding"] != "mechanical":
+    if potential.params["embedding"] != "mechanical" and purpose == "training":
         return (f"model.params.embedding {potential.params['embedding']!r}: {engine} implements the QM region "
-                "alone (the electrostatic embedding runs in TensorFlow)")
+                "alone (the electrostatic embedding trains in TensorFlow)")
     if type(potential.network) is not PiNet:  # exactly PiNet: the kernels implement its equations only
         return (f"{engine} runs potential models with a PiNet network only, not "
                 f"{type(potential.network).__name__} (which runs in TensorFlow)")

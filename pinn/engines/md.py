@@ -11,6 +11,7 @@ import numpy as np
 from pinn.engines.lowering import capability, pinet_arrays, potential_of
 from pinn.engines.numba.md_kernels import (PARALLEL_MIN_PAIRS, TILE, _evaluate, _evaluate_serial, _forces_virial,
                                            available, find_pairs, numba)
+from pinn.engines.numba.layout import BLOCK_UNITS
 from pinn.engines.spec import ARRAY_KEYS
 from pinn.io.geometry import refuse_coincident
 
@@ -74,6 +75,9 @@ class FastPiNet:
         self._e_dress = a["e_dress"]
         self._zpair_rows, self._zatom_cols, self._n_first = (int(v) for v in a["workspace"])
         self._max_width = int(self._codes_array[4])
+        units = self._layers[self._blocks[0, BLOCK_UNITS], 0]
+        #: outputs per atom (2: an electrostatic embedding's energy and charge)
+        self.outputs = int(self._table[units, 2])
         self._capacity = (0, 0)
 
     @property
@@ -105,9 +109,11 @@ class FastPiNet:
         self._pb = np.zeros((depth, n_atoms, self._n_first), dt)
         self._buf = np.zeros((self.threads, 2 * n_atoms, self._max_width), dt)
         self._atomic = np.zeros(n_atoms, dt)
+        self._charge = np.zeros(n_atoms, dt)
+        self._charge_seed = np.zeros(n_atoms, dt)
         self._capacity = (n_atoms, n_cand)
 
-    def __call__(self, numbers, coord, cand_i, cand_j, cand_offset, cell=None, pbc=None):
+    def __call__(self, numbers, coord, cand_i, cand_j, cand_offset, cell=None, pbc=None, charge_seed=None):
         """Energy, forces and stress of one structure.
 
         Args:
@@ -117,11 +123,15 @@ class FastPiNet:
                 shift · cell in Å), a superset of the pairs within the cutoff, e.g. a Verlet list;
                 pairs at or beyond ``rc`` are dropped here.
             cell, pbc: the cell (rows a, b, c, Å) and periodicity; the stress needs a periodic cell.
+            charge_seed: for a network of two outputs per atom (an electrostatic embedding): [n_atoms]
+                ∂E/∂q̃ of each atom's second output (eV/e), which the energy, forces and virial then include as
+                Σ_a charge_seed_a q̃_a (see :class:`pinn.engines.embedded.FastEmbeddedPiNet`).
 
         Returns:
             dict with ``energy`` (float, eV, e_dress included), ``forces`` [n_atoms, 3] (eV/Å)
             and ``virial`` [3, 3] (eV, Σ_pairs diff ⊗ ∂E/∂diff) and, for a periodic cell,
-            ``stress`` [3, 3] (eV/Å³, virial / volume, ASE's sign), all float64 NumPy.
+            ``stress`` [3, 3] (eV/Å³, virial / volume, ASE's sign), all float64 NumPy; with two outputs per
+            atom also ``charges_raw`` [n_atoms] (e), the second output.
 
         Raises:
             ValueError: two atoms closer than :data:`pinn.io.geometry.MIN_DISTANCE` (by the distances of
@@ -135,7 +145,8 @@ class FastPiNet:
         refuse_coincident(self._pair_i[:n_pairs], self._pair_j[:n_pairs], self._dist[:n_pairs], coord)
         self.last_pairs = n_pairs  # the pairs within the cutoff, first in _pair_i, _pair_j, _diff, _dist
         self.calls += 1  # which call found them (a committee checks that they are still its own)
-        return self._on_pairs(types, n_pairs, self._pair_i, self._pair_j, self._diff, self._dist, cell, pbc)
+        return self._on_pairs(types, n_pairs, self._pair_i, self._pair_j, self._diff, self._dist, cell, pbc,
+                              charge_seed)
 
     def pairs(self):
         """The pairs within the cutoff of the last call: ``(pair_i, pair_j, diff, dist)`` (int32, int32,
@@ -174,14 +185,20 @@ class FastPiNet:
             raise ValueError(f"FastPiNet: elements {unknown} are not in the model's atom_types {known}")
         return types
 
-    def _on_pairs(self, types, n_pairs, pair_i, pair_j, diff, dist_f64, cell, pbc):
+    def _on_pairs(self, types, n_pairs, pair_i, pair_j, diff, dist_f64, cell, pbc, charge_seed=None):
         n_atoms = len(types)
+        two = self.outputs == 2
+        if two:
+            if charge_seed is None:
+                raise ValueError("FastPiNet: a network of two outputs per atom (electrostatic embedding) needs "
+                                 "charge_seed")
+            self._charge_seed[:] = charge_seed
         dist = self._dist_dt
         dist[:n_pairs] = dist_f64[:n_pairs]
         args = (types, n_pairs, pair_i, pair_j, dist, self._flat, self._table, self._layers,
                 self._blocks, self._codes_array, self._scal)
         work = (self._basis, self._dbasis, self._zpair, self._zatom, self._pa, self._pb, self._buf,
-                self._grad_r, self._atomic)
+                self._grad_r, self._atomic, self._charge_seed, self._charge)
         if self.threads > 1 and n_pairs >= PARALLEL_MIN_PAIRS:
             previous = numba.get_num_threads()
             numba.set_num_threads(self.threads)
@@ -196,6 +213,8 @@ class FastPiNet:
         _forces_virial(n_pairs, pair_i, pair_j, diff, dist_f64, self._grad_r, forces, virial)
         energy = float(np.sum(self._atomic[:n_atoms], dtype=np.float64)) + float(np.sum(self._e_dress[types]))
         out = {"energy": energy, "forces": forces, "virial": virial}
+        if two:
+            out["charges_raw"] = self._charge.astype(np.float64)
         if pbc is not None and np.any(pbc):
             cell = np.asarray(cell, np.float64)
             volume = abs(np.dot(cell[0], np.cross(cell[1], cell[2])))

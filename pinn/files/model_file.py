@@ -133,7 +133,10 @@ class ModelFile:
         weights = {key[len(prefix):]: value for key, value in self._arrays.items() if key.startswith(prefix)}
         if not weights:
             return None
-        return {**weights, "e_unit": self.members[k]["e_unit"], "source": f"{self.path} ({self.members[k]['name']})"}
+        options = self.members[k]["params"].get("model", {}).get("params", {})
+        return {**weights, "e_unit": self.members[k]["e_unit"], "source": f"{self.path} ({self.members[k]['name']})",
+                "embedding": options.get("embedding", "mechanical"),
+                "embedding_damping": float(options.get("embedding_damping", 0.0))}
 
     def variables(self, k):
         """Member ``k``'s variable values by their path in the model (dict of arrays)."""

@@ -203,9 +203,7 @@ def _electrostatic(system, nonbonded, topology, ml, model, qm_charge, cutoff, sw
 
 def _model_damping(calc):
     """``model.params.embedding_damping`` of the calculator's model (Å)."""
-    handle = getattr(calc, "handle", None)
-    params = getattr(getattr(handle, "model", None), "params", {}) if handle is not None else {}
-    return float(params.get("embedding_damping", 0.0))
+    return float(getattr(calc, "embedding_damping", 0.0))
 
 
 def _exclude_pairs(force, ml):

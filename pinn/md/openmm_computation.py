@@ -199,7 +199,8 @@ def _minimum_image(vectors, box):
 
 def _potential(qm_charges, qm_positions, mm_positions, damping):
     """φ at each MM position (eV/e) of the QM charges, with the model's Coulomb kernel
-    (:func:`pinn.models.embedding.coulomb_kernel`)."""
-    from pinn.models.embedding import COULOMB, coulomb_kernel
+    (:func:`pinn.engines.embedded.kernel_and_slope`)."""
+    from pinn.engines.embedded import kernel_and_slope
+    from pinn.units import COULOMB
     r = np.linalg.norm(mm_positions[:, None, :] - qm_positions[None, :, :], axis=2)
-    return COULOMB * coulomb_kernel(r, damping) @ qm_charges
+    return COULOMB * kernel_and_slope(r, damping)[0] @ qm_charges

@@ -25,9 +25,7 @@ import tensorflow as tf
 
 from pinn import keys as K
 from pinn.networks.layers import scatter_sum
-
-#: Coulomb's constant, eV Å / e²
-COULOMB = 14.399645
+from pinn.units import COULOMB  # eV Å / e²
 
 
 def qm_mask(tensors):

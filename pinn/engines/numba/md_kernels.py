@@ -627,8 +627,10 @@ def contraction_adjoint(gi, kernel, flat, boff, h, e, n_h, n_pi, u, gh, ge):
 # ------------------------------------------------------------------ the whole evaluation
 @_jit(parallel=True)
 def _evaluate(types, n_pairs, pair_i, pair_j, dist, flat, table, layers, blocks, codes, scal, n_chunks,
-              basis, dbasis, zpair, zatom, pa, pb, buf, grad_r, atomic):
-    """Atomic energies and dE/d dist per pair of one structure.
+              basis, dbasis, zpair, zatom, pa, pb, buf, grad_r, atomic, charge_seed, charge):
+    """Atomic energies and dE/d dist per pair of one structure (and, for a network of two outputs per atom, its
+    second output: the atomic charges of an electrostatic embedding, whose energy's derivative by each the
+    backward pass takes from ``charge_seed``).
 
     Args:
         types: [n_atoms] int64 indices into atom_types.
@@ -641,6 +643,8 @@ def _evaluate(types, n_pairs, pair_i, pair_j, dist, flat, table, layers, blocks,
             the per-atom arrays are features by atoms, but for pa and pb (atoms by features).
         grad_r: [>= n_pairs] output, dE/d dist (eV/Å).
         atomic: [n_atoms] output, e_scale × the network's atomic energy (eV, no e_dress).
+        charge_seed: [n_atoms] ∂E/∂(second output) of each atom (eV/e); read only for two outputs.
+        charge: [n_atoms] output, the second output (e); written only for two outputs.
     """
     n_atoms = types.shape[0]
     depth = blocks.shape[0]
@@ -653,9 +657,12 @@ def _evaluate(types, n_pairs, pair_i, pair_j, dist, flat, table, layers, blocks,
         radial_basis_tile(tile, n_pairs, dist, codes, scal, basis[tile], dbasis[tile])
     # properties, features by atoms: one-hot element types for the first block
     prop = np.zeros((blocks[0, BLOCK_WIDTH_IN], n_atoms), zpair.dtype)
+    two = layers.shape[0] > 0 and _tensor(flat, table, layers[blocks[0, BLOCK_UNITS], 0]).shape[1] > 1
     for a in range(n_atoms):
         prop[types[a], a] = 1.0
         atomic[a] = 0.0
+        if two:
+            charge[a] = 0.0
     for d in range(depth):
         blk = blocks[d]
         x = _atoms_stack(prop, flat, table, layers, blk[BLOCK_PP], blk[BLOCK_N_PP], zatom[d], 0, act)
@@ -700,6 +707,10 @@ def _evaluate(types, n_pairs, pair_i, pair_j, dist, flat, table, layers, blocks,
             wk = units[k, 0] * e_scale
             for a in range(n_atoms):
                 atomic[a] += wk * y[k, a]
+            if two:
+                uk = units[k, 1]
+                for a in range(n_atoms):
+                    charge[a] += uk * y[k, a]
         # residual update: prop_{d+1} = prop_d R + new (R = identity when the widths agree)
         nxt = np.empty((n_new, n_atoms), zpair.dtype)
         if blk[BLOCK_RESIDUAL] >= 0:
@@ -727,6 +738,10 @@ def _evaluate(types, n_pairs, pair_i, pair_j, dist, flat, table, layers, blocks,
             wk = units[k, 0] * e_scale
             for a in range(n_atoms):
                 gy[k, a] = wk
+            if two:
+                uk = units[k, 1]
+                for a in range(n_atoms):
+                    gy[k, a] += uk * charge_seed[a]
         gy = _atoms_stack_back(gy, flat, table, layers, blk[BLOCK_OUT], blk[BLOCK_N_OUT], zatom[d], blk[BLOCK_Z_OUT], act)
         gnew = np.empty((n_atoms, n_new), zpair.dtype)  # atom-major, for the pair tiles
         for a in range(n_atoms):
