@@ -43,7 +43,8 @@ def run(system, positions, velocities, steps, timestep_fs):
         for _ in range(steps // 40):
             integrator.step(10)
             state = context.getState(getEnergy=True)
-            totals.append((state.getPotentialEnergy() + state.getKineticEnergy()).value_in_unit(unit.kilojoule_per_mole))
+            total = state.getPotentialEnergy() + state.getKineticEnergy()
+            totals.append(total.value_in_unit(unit.kilojoule_per_mole))
         blocks.append((time.perf_counter() - start) / (steps // 4))
     return 1000 * float(np.median(blocks)), np.array(totals), state.getKineticEnergy().value_in_unit(
         unit.kilojoule_per_mole)
@@ -67,13 +68,16 @@ def main():
     positions, velocities = state.getPositions(), state.getVelocities()
     topology, mm = simulation.topology, simulation.system
     qm = region(topology, positions.value_in_unit(unit.nanometer), args.box)
-    systems = {"mm": mm}
+    import pinn
+    systems, engines = {"mm": mm}, {"mm": None}
     for embedding in ("mechanical", "electrostatic"):
         model = os.path.join(args.workdir, embedding)
         systems[embedding] = create_mixed_system(mm, topology, qm, model, embedding=embedding)
+        engines[embedding] = pinn.get_calc(model).engine  # the engine the pinn force's calculator takes
     for name, system in systems.items():
         ms, totals, kinetic = run(system, positions, velocities, args.steps, args.timestep_fs)
-        emit(benchmark="qmmm_md", system=name, atoms=mm.getNumParticles(), qm_atoms=0 if name == "mm" else len(qm),
+        emit(benchmark="qmmm_md", system=name, engine=engines[name], atoms=mm.getNumParticles(),
+             qm_atoms=0 if name == "mm" else len(qm),
              box_nm=args.box, steps=args.steps, timestep_fs=args.timestep_fs, ms_per_step=round(ms, 2),
              nve_drift_kj_mol=round(float(totals.max() - totals.min()), 3), kinetic_kj_mol=round(kinetic, 1),
              python=sys.version.split()[0])

@@ -168,7 +168,8 @@ class CommitteeCalc(Calculator):
         check_same_kind([(n, m.rc, m.atom_types) for n, m in zip(self.names, self.members)])
         embeddings = {m.embedding for m in self.members}
         if len(embeddings) > 1:
-            raise ValueError(f"get_calc: the committee's members differ in model.params.embedding ({sorted(embeddings)})")
+            raise ValueError(f"get_calc: the committee's members differ in model.params.embedding "
+                             f"({sorted(embeddings)})")
         #: the members' embedding of QM/MM frames
         self.embedding = embeddings.pop()
         self.rc, self.atom_types = self.members[0].rc, self.members[0].atom_types
