@@ -124,8 +124,9 @@ class FastPiNet:
                 pairs at or beyond ``rc`` are dropped here.
             cell, pbc: the cell (rows a, b, c, Å) and periodicity; the stress needs a periodic cell.
             charge_seed: for a network of two outputs per atom (an electrostatic embedding): [n_atoms]
-                ∂E/∂q̃ of each atom's second output (eV/e), which the energy, forces and virial then include as
-                Σ_a charge_seed_a q̃_a (see :class:`pinn.engines.embedded.FastEmbeddedPiNet`).
+                ∂E/∂q̃ of each atom's second output (eV/e), whose term Σ_a charge_seed_a q̃_a the forces and
+                virial then include, not the energy (the caller adds the Coulomb energy:
+                :class:`pinn.engines.embedded.FastEmbeddedPiNet`); ``None``: 0 (the second output unused).
 
         Returns:
             dict with ``energy`` (float, eV, e_dress included), ``forces`` [n_atoms, 3] (eV/Å)
@@ -188,11 +189,8 @@ class FastPiNet:
     def _on_pairs(self, types, n_pairs, pair_i, pair_j, diff, dist_f64, cell, pbc, charge_seed=None):
         n_atoms = len(types)
         two = self.outputs == 2
-        if two:
-            if charge_seed is None:
-                raise ValueError("FastPiNet: a network of two outputs per atom (electrostatic embedding) needs "
-                                 "charge_seed")
-            self._charge_seed[:] = charge_seed
+        if two:  # no seed: the second output does not enter the energy (a mechanical model's second output)
+            self._charge_seed[:] = 0.0 if charge_seed is None else charge_seed
         dist = self._dist_dt
         dist[:n_pairs] = dist_f64[:n_pairs]
         args = (types, n_pairs, pair_i, pair_j, dist, self._flat, self._table, self._layers,

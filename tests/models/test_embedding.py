@@ -295,3 +295,21 @@ def test_model_file_committee_and_devi_on_qmmm_frames(trained, frames_file, tmp_
     assert main(["devi", str(tmp_path / "committee"), frames_file, "-o", str(tmp_path / "devi.out")]) == 0
     rows = np.loadtxt(tmp_path / "devi.out")
     assert rows.shape == (6, 8) and np.all(np.isfinite(rows))
+
+
+def test_a_mechanical_model_with_two_outputs_runs_on_both_engines(tmp_path):
+    """A mechanical potential whose network has two outputs per atom (the second unused) gives the same energy and
+    forces on the numba engine as on TensorFlow: the numba engine's second output enters nothing unseeded."""
+    import pinn
+    from pinn.models import get_model
+    params = params_of(embedding="mechanical")
+    params["model_dir"] = str(tmp_path / "model")
+    model = get_model(params)
+    atoms = qmmm_frame(2)[:6]
+    del atoms.arrays["qm"]
+    results = {}
+    for engine in ("numba", "tensorflow"):
+        atoms.calc = pinn.get_calc(model, engine=engine)
+        results[engine] = (atoms.get_potential_energy(), atoms.get_forces())
+    assert results["numba"][0] == pytest.approx(results["tensorflow"][0], abs=1e-10)
+    np.testing.assert_allclose(results["numba"][1], results["tensorflow"][1], atol=1e-10)
