@@ -19,6 +19,7 @@ from pinn.io import ase_files  # noqa: E402
 
 EV = 96.48533212331002  # kJ/mol
 BOX_NM, CUTOFF_NM = 2.0, 0.9
+PLATFORM = "CPU"
 
 
 @pytest.fixture(scope="module")
@@ -125,23 +126,37 @@ def test_pme_forces_are_minus_the_gradient_also_in_the_switching_shell(pme_syste
     assert np.abs(forces[3 * shell:3 * shell + 3]).max() > 0 and np.abs(forces[3 * beyond]).max() == 0
 
 
-def test_nve_conserves_the_energy(pme_system):
-    """200 steps of 0.25 fs of the ML/MM water (PME, the QM water by the model): the total energy stays within
-    1e-3 of the kinetic energy."""
-    system, positions, _ = pme_system
+def nve_drift(system, positions, velocities):
+    """(max − min of the total energy over 200 Verlet steps of 0.25 fs, the last kinetic energy), kJ/mol."""
     integrator = openmm.VerletIntegrator(0.00025)
-    context = openmm.Context(system, integrator, openmm.Platform.getPlatformByName("CPU"))
+    context = openmm.Context(system, integrator, openmm.Platform.getPlatformByName(PLATFORM))
     context.setPositions(positions)
-    context.setVelocitiesToTemperature(300, 3)
+    context.setVelocities(velocities)
     totals = []
     for _ in range(20):
         integrator.step(10)
         state = context.getState(getEnergy=True)
-        totals.append((state.getPotentialEnergy() + state.getKineticEnergy()).value_in_unit(unit.kilojoule_per_mole))
-    kinetic = state.getKineticEnergy().value_in_unit(unit.kilojoule_per_mole)
-    print(f"ML/MM NVE (electrostatic embedding, PME), 200 steps of 0.25 fs: drift {max(totals) - min(totals):.4f} "
-          f"kJ/mol, kinetic {kinetic:.0f} kJ/mol")
-    assert max(totals) - min(totals) < 1e-3 * kinetic
+        total = state.getPotentialEnergy() + state.getKineticEnergy()
+        totals.append(total.value_in_unit(unit.kilojoule_per_mole))
+    return max(totals) - min(totals), state.getKineticEnergy().value_in_unit(unit.kilojoule_per_mole)
+
+
+def test_nve_conserves_the_energy(pme_system):
+    """200 steps of 0.25 fs from a minimised box at 300 K: the ML/MM water (PME, the QM water by the model) keeps
+    its total energy as well as the MM water alone does from the same state (the Verlet fluctuation of flexible
+    water, ~0.3 % of the kinetic energy; a force that is not −∇E, or one that jumps, would add to it)."""
+    system, _, _ = pme_system
+    _, mm, positions = water(app.PME)
+    context = context_of(mm, positions)
+    openmm.LocalEnergyMinimizer.minimize(context, 10.0, 200)
+    context.setVelocitiesToTemperature(300, 3)
+    state = context.getState(getPositions=True, getVelocities=True)
+    start = state.getPositions(), state.getVelocities()
+    drift_mm, _ = nve_drift(mm, *start)
+    drift, kinetic = nve_drift(system, *start)
+    print(f"NVE, 200 steps of 0.25 fs: drift {drift:.4f} kJ/mol with the model (electrostatic embedding, PME), "
+          f"{drift_mm:.4f} for the MM water alone; kinetic {kinetic:.0f} kJ/mol")
+    assert drift < 1.5 * drift_mm + 0.5
 
 
 def test_the_mixed_system_is_saved_and_restored(pme_system, model_dir):
