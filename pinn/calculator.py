@@ -183,9 +183,8 @@ class _NumbaEngine:
 
     def _qmmm(self, atoms, neighbors):
         from pinn import keys as K
-        from pinn.io.qmmm_atoms import qmmm_arrays
-        arrays = qmmm_arrays(atoms, "atoms") or {K.QM: np.ones(len(atoms), bool), K.MM_CHARGE: np.zeros(len(atoms)),
-                                                 K.QM_CHARGE: float(atoms.info.get("charge", 0))}
+        from pinn.io.qmmm_atoms import region_arrays
+        arrays = region_arrays(atoms)
         region = np.flatnonzero(arrays[K.QM])
         first, second, offsets = neighbors.candidates(atoms.positions[region], atoms.cell[:], atoms.pbc)
         out = self.embedded(atoms.numbers, atoms.positions, arrays[K.QM], arrays[K.MM_CHARGE], arrays[K.QM_CHARGE],
@@ -291,9 +290,8 @@ class _TensorFlowEngine:
         region alone) with the pairs among its QM atoms."""
         from pinn import keys as K
         from pinn.io.batch import batch_from_atoms
-        from pinn.io.qmmm_atoms import qmmm_arrays
-        arrays = qmmm_arrays(atoms, "atoms") or {K.QM: np.ones(len(atoms), bool), K.MM_CHARGE: np.zeros(len(atoms)),
-                                                 K.QM_CHARGE: float(atoms.info.get("charge", 0))}
+        from pinn.io.qmmm_atoms import region_arrays
+        arrays = region_arrays(atoms)
         region = np.flatnonzero(arrays[K.QM])
 
         def region_pairs(coord, cell, pbc):

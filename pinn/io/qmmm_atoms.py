@@ -50,6 +50,13 @@ def qmmm_arrays(atoms, source):
     return {K.QM: qm, K.MM_CHARGE: np.where(qm, 0.0, charges), K.QM_CHARGE: region_charge}
 
 
+def region_arrays(atoms):
+    """:func:`qmmm_arrays` of an ``ase.Atoms`` (errors name ``"atoms"``), or for Atoms without ``qm`` those of a QM
+    region without environment: every atom QM, no MM charge, the region's charge ``info["charge"]`` (0)."""
+    return qmmm_arrays(atoms, "atoms") or {K.QM: np.ones(len(atoms), bool), K.MM_CHARGE: np.zeros(len(atoms)),
+                                           K.QM_CHARGE: float(atoms.info.get("charge", 0))}
+
+
 def network_atoms(atoms, embedding, atom_types, who):
     """The atoms of an ``ase.Atoms`` a model's network sees, checked: every atom for mechanical embedding (and
     Atoms with MM atoms refused), the QM region (``qm``; every atom without it) for an electrostatic one.

@@ -123,6 +123,13 @@ class EmbeddedComputation(PinnComputation):
         if periodic and not (cutoff and 0 < switch_width < cutoff):
             raise ValueError(f"the periodic embedding needs 0 < switch_width < cutoff (Å), got {switch_width!r} and "
                              f"{cutoff!r}")
+        # the MM atoms grouped by residue, once: their indices in residue order, each one's residue among them,
+        # each residue's first atom and atom count
+        mm = np.flatnonzero(~self.qm)
+        self._mm_by_residue = mm[np.argsort(self.residues[mm], kind="stable")]
+        _, self._residue_place, self._residue_size = np.unique(self.residues[self._mm_by_residue],
+                                                               return_inverse=True, return_counts=True)
+        self._residue_first = np.r_[0, np.cumsum(self._residue_size)[:-1]].astype(int)
 
     def __call__(self, state):
         from ase import Atoms
@@ -167,16 +174,9 @@ class EmbeddedComputation(PinnComputation):
         """The MM residues within the cutoff of ``centre``, whole, at their minimum image: (atom indices,
         positions, switch S per atom, S'(d) per atom (1/Å), unit vectors [n_residues, 3] from ``centre`` to
         each residue's centre, each atom's place among those residues)."""
-        mm = ~self.qm
-        index = np.flatnonzero(mm)
-        residue = self.residues[index]
-        order = np.argsort(residue, kind="stable")
-        index, residue = index[order], residue[order]
-        first = np.r_[0, np.flatnonzero(np.diff(residue)) + 1]
-        anchor = np.repeat(positions[index[first]], np.diff(np.r_[first, len(index)]), axis=0)
+        index, place, counts = self._mm_by_residue, self._residue_place, self._residue_size
+        anchor = positions[index[self._residue_first]][place]
         whole = anchor + _minimum_image(positions[index] - anchor, box)
-        place = np.repeat(np.arange(len(first)), np.diff(np.r_[first, len(index)]))
-        counts = np.bincount(place)
         centres = np.stack([np.bincount(place, whole[:, k]) for k in range(3)], axis=1) / counts[:, None]
         offset = _minimum_image(centres - centre, box)
         shifted = whole + (centre + offset - centres)[place]

@@ -231,22 +231,27 @@ def test_numba_engine_two_ranks_equal_one_process(one_launcher, tmp_path):
         assert ranks[0]["metrics"][key] == pytest.approx(value, rel=1e-5), key
 
 
-def test_electrostatic_embedding_two_ranks_equal_one_process(one_launcher, tmp_path):
-    """A potential model with electrostatic embedding (model.params.embedding) on QM/MM frames in extended XYZ
-    (the QM waters' network, their conserved charges in the MM charges' potential, forces on QM and MM atoms):
-    6 float64 steps on unequal union batches with validation at step 5; both ranks end equal to each other and
-    to one process on the union."""
-    name, command = one_launcher
-    args = ["--steps", "6", "--embedding", "electrostatic", "--precision", "float64", "--jit", "off"]
+def _six_steps_on_one_and_two(launcher, tmp_path, args):
+    """parallel_train.py with ``args`` (6 steps) in one process (lr 2e-3) and on the launcher's 2 ranks (lr 1e-3,
+    scaled ×2), both run to the end: (output of one, output of two, the one process's record, the ranks')."""
+    name, command = launcher
     (tmp_path / "one").mkdir()
     one, out_one = run_training([], tmp_path / "one", "one", "--lr", "2e-3", "--decay-step", "10", *args)
     assert one.returncode == 0, out_one[-4000:]
     two, out_two = run_training(command, tmp_path, "two", "--lr", "1e-3", "--decay-step", "20", *args)
     assert two.returncode == 0, out_two[-4000:]
     assert CONTROLLER[name] in out_two and "step 6/6" in out_two
+    return out_one, out_two, load_rank(tmp_path / "one", "one", 0), [load_rank(tmp_path, "two", r) for r in range(2)]
+
+
+def test_electrostatic_embedding_two_ranks_equal_one_process(one_launcher, tmp_path):
+    """A potential model with electrostatic embedding (model.params.embedding) on QM/MM frames in extended XYZ
+    (the QM waters' network, their conserved charges in the MM charges' potential, forces on QM and MM atoms):
+    6 float64 steps on unequal union batches with validation at step 5; both ranks end equal to each other and
+    to one process on the union."""
+    args = ["--steps", "6", "--embedding", "electrostatic", "--precision", "float64", "--jit", "off"]
+    out_one, _, reference, ranks = _six_steps_on_one_and_two(one_launcher, tmp_path, args)
     assert "since model.params.embedding 'electrostatic'" in out_one
-    reference = load_rank(tmp_path / "one", "one", 0)
-    ranks = [load_rank(tmp_path, "two", r) for r in range(2)]
     _assert_ranks_match(ranks, reference, 6, rtol=1e-10, atol=1e-12, optimizer_rtol=1e-9)
     assert ranks[0]["metrics"] == ranks[1]["metrics"]
     for key in ("E_RMSE", "F_RMSE"):
@@ -271,18 +276,10 @@ def test_pinet2_two_ranks_equal_one_process(one_launcher, tmp_path, case):
     and equal to one process on the union.  The dipole model runs in float64 and is held to 1e-10: in
     float32 its 6 Adam steps grow the rounding of the sums' order from 2e-7 (1 step) to 1.4e-5 relative
     in the validation D_MAE, in float64 the runs agree to 2e-14 (measured)."""
-    name, command = one_launcher
     network, model, precision = case
     rtol, atol = (1e-5, 1e-6) if precision == "float32" else (1e-10, 1e-12)
     args = ["--steps", "6", "--arch", network, "--model", model, "--precision", precision, "--jit", "off"]
-    (tmp_path / "one").mkdir()
-    one, out_one = run_training([], tmp_path / "one", "one", "--lr", "2e-3", "--decay-step", "10", *args)
-    assert one.returncode == 0, out_one[-4000:]
-    two, out_two = run_training(command, tmp_path, "two", "--lr", "1e-3", "--decay-step", "20", *args)
-    assert two.returncode == 0, out_two[-4000:]
-    assert CONTROLLER[name] in out_two and "step 6/6" in out_two
-    reference = load_rank(tmp_path / "one", "one", 0)
-    ranks = [load_rank(tmp_path, "two", r) for r in range(2)]
+    _, _, reference, ranks = _six_steps_on_one_and_two(one_launcher, tmp_path, args)
     _assert_ranks_match(ranks, reference, 6, rtol=rtol, atol=atol, optimizer_rtol=10 * rtol)
     assert ranks[0]["lr"] == pytest.approx(reference["lr"], rel=1e-6)
     assert ranks[0]["metrics"] == ranks[1]["metrics"]
