@@ -85,7 +85,7 @@ def _acetone_water():
 
 
 def _thermal(atoms, temperature=300):
-    from pinn.engines.velocities import thermalize
+    from pinn.md.velocities import thermalize
     thermalize(atoms, temperature, rng=np.random.RandomState(0))
 
 

@@ -26,7 +26,7 @@ from ase.md.verlet import VelocityVerlet
 
 from common import DATA, emit, peak_rss_mb
 
-from pinn.engines.velocities import thermalize
+from pinn.md.velocities import thermalize
 
 SYSTEMS = {"ethanol": ("ethanol", lambda: molecule("CH3CH2OH"), 500),
            "cu108": ("cu108", lambda: bulk("Cu", "fcc", a=3.61, cubic=True) * (3, 3, 3), 800),

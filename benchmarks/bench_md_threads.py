@@ -49,7 +49,7 @@ def measure(name, steps):
     import numba
     from ase import units
     from ase.build import bulk
-    from pinn.engines.velocities import thermalize
+    from pinn.md.velocities import thermalize
     from ase.md.verlet import VelocityVerlet
 
     import pinn

@@ -90,7 +90,7 @@ def _make(name, n_frames):
     from ase.calculators.singlepoint import SinglePointCalculator
     from ase.md.langevin import Langevin
     from ase.md.velocitydistribution import Stationary, ZeroRotation
-    from pinn.engines.velocities import thermalize
+    from pinn.md.velocities import thermalize
     if name == "cu108":
         from ase.calculators.emt import EMT
         atoms, calc = bulk("Cu", "fcc", a=3.61, cubic=True) * (3, 3, 3), EMT()

@@ -21,7 +21,7 @@ quiet_tensorflow()  # before TensorFlow is imported: its start-up messages only 
 
 import pinn  # noqa: E402
 from pinn.io import ase_files  # noqa: E402  (ase.io.read of this process's file, also under MPI)
-from pinn.engines.velocities import thermalize  # noqa: E402
+from pinn.md.velocities import thermalize  # noqa: E402
 
 model_dir = sys.argv[1] if len(sys.argv) > 1 else "demo/model"
 n_steps = int(sys.argv[2]) if len(sys.argv) > 2 else 500

@@ -18,7 +18,7 @@ quiet_tensorflow()  # before TensorFlow is imported: its start-up messages only 
 
 from pinn.io import add_neighbors, load_ase, sparse_batch  # noqa: E402
 from pinn.models import dipole_model  # noqa: E402
-from pinn.parallel.ranks import launcher_size  # noqa: E402
+from pinn.runtime.ranks import launcher_size  # noqa: E402
 
 data_file = sys.argv[1] if len(sys.argv) > 1 else "demo/water-dipole.xyz"
 model_dir = sys.argv[2] if len(sys.argv) > 2 else "demo/dipole-model"

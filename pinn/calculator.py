@@ -38,8 +38,8 @@ from ase.stress import full_3x3_to_voigt_6_stress
 
 from pinn.committee import CommitteeCalc, changed_since, is_committee_directory, member_directories
 from pinn.files.model_file import is_model_file
-from pinn.io.qmmm_atoms import network_atoms
 from pinn.io.neighbors import VerletNeighbors
+from pinn.io.qmmm_atoms import network_atoms
 
 log = logging.getLogger(__name__)
 
@@ -47,10 +47,10 @@ log = logging.getLogger(__name__)
 class PiNNCalc(Calculator):
     """ASE calculator wrapping a trained model (see :func:`get_calc` for the arguments).
 
-    ``model`` is a :class:`pinn.training.inference.InferenceHandle` (or a
-    :class:`pinn.training.trainer.Trainer`, whose handle is taken), or the engine weights of a
-    PiNet potential (the dict of :func:`pinn.engines.exported.load_engine_weights`), which run on
-    the Numba engine without TensorFlow.
+    ``model`` is a :class:`pinn.models.inference.InferenceHandle` (or a
+    :class:`pinn.training.trainer.Trainer`, whose handle :func:`pinn.models.inference.handle_of` takes),
+    or the engine weights of a PiNet potential (the dict of
+    :func:`pinn.engines.exported.load_engine_weights`), which run on the Numba engine without TensorFlow.
     """
 
     implemented_properties = ["energy", "free_energy", "forces", "stress", "dipole", "charges"]
@@ -62,7 +62,8 @@ class PiNNCalc(Calculator):
         if isinstance(model, dict):
             self._engine = _NumbaEngine(model, engine=engine)
         else:
-            model = model.inference() if hasattr(model, "inference") else model
+            from pinn.models.inference import InferenceHandle, handle_of  # TensorFlow
+            model = model if isinstance(model, InferenceHandle) else handle_of(model)
             self.handle = model
             chosen = _choose_engine(model, engine)
             self._engine = _NumbaEngine(model) if chosen == "numba" else _TensorFlowEngine(model, jit)
@@ -212,7 +213,7 @@ class _TensorFlowEngine:
     def __init__(self, model, jit=None):
         import tensorflow as tf
         from pinn import keys as K
-        from pinn.models.potential import PotentialModel
+        from pinn.physics.potential import PotentialModel
         self.handle = model
         self.rc = model.rc
         self.is_potential = isinstance(model.model, PotentialModel)
@@ -382,7 +383,7 @@ def get_calc(model, checkpoint=None, jit=None, skin=0.5, engine="auto", *, check
                              "(checkpoint_path= is upstream PiNN's name); pass one of them")
         checkpoint = checkpoint_path
     if isinstance(model, dict) and "network" in model:
-        from pinn.training.inference import model_of_params
+        from pinn.models.inference import model_of_params
         model = model_of_params(model, checkpoint)
     options = dict(to_eV=to_eV, properties=properties, atoms=atoms, label=label, directory=directory)
     is_directory = isinstance(model, (str, bytes)) or hasattr(model, "__fspath__")
@@ -414,7 +415,7 @@ def get_calc(model, checkpoint=None, jit=None, skin=0.5, engine="auto", *, check
         if weights is not None:
             log.info("%s: weights from %s (no TensorFlow)", model, weights["source"])
             return PiNNCalc(weights, skin=skin, engine=engine, **options)
-    from pinn.training.inference import load_for_inference
+    from pinn.models.inference import load_for_inference
     handle = load_for_inference(model, checkpoint)
     calc = PiNNCalc(handle, jit=jit, skin=skin, engine=engine, **options)
     if calc.engine == "numba":
@@ -437,7 +438,7 @@ def _calc_of_model_file(path, checkpoint, jit, skin, engine, drive, options):
         weights = model_file.engine_weights(k)
         if weights is not None and engine != "tensorflow" and lowering.available():
             return PiNNCalc(weights, skin=skin, engine=engine, **extra)
-        from pinn.training.inference import handle_of_values  # TensorFlow
+        from pinn.models.inference import handle_of_values  # TensorFlow
         info = model_file.members[k]
         handle = handle_of_values(info["params"], model_file.variables(k), f"{os.fspath(path)} ({info['name']})",
                                   info["step"], info["averaged"])

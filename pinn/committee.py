@@ -125,9 +125,9 @@ def deviations(energies, forces, n_atoms=None, virials=None):
 class CommitteeCalc(Calculator):
     """ASE calculator of a committee of potentials: the members' mean, and their deviation in ``results``.
 
-    Made by :func:`pinn.get_calc` from a list of model directories or a directory of members.  On the Numba engine the members share one neighbor search
-    (:class:`pinn.engines.committee.FastCommittee`); otherwise each member runs its own engine on a
-    shared Verlet list.
+    Made by :func:`pinn.get_calc` from a list of model directories or a directory of members.  On the
+    Numba engine the members share one neighbor search (:class:`pinn.engines.committee.FastCommittee`);
+    otherwise each member runs its own engine on a shared Verlet list.
 
     Args:
         members: one :class:`pinn.calculator.PiNNCalc` per member (potential models of the same
@@ -161,7 +161,8 @@ class CommitteeCalc(Calculator):
         if drive not in DRIVES:
             raise ValueError(f"get_calc: drive must be one of {DRIVES}, got {drive!r}")
         self.drive = drive
-        self.members, self.names = list(members), list(names)
+        self.members = list(members)
+        self.names = list(names)
         not_potential = [n for n, m in zip(self.names, self.members) if not m.is_potential]
         if not_potential:
             raise ValueError(f"get_calc: a committee is of potential models; {not_potential[0]} is a dipole model")
@@ -172,7 +173,8 @@ class CommitteeCalc(Calculator):
                              f"({sorted(embeddings)})")
         #: the members' embedding of QM/MM frames
         self.embedding = embeddings.pop()
-        self.rc, self.atom_types = self.members[0].rc, self.members[0].atom_types
+        self.rc = self.members[0].rc
+        self.atom_types = self.members[0].atom_types
         self.e_units = np.array([m.e_unit for m in self.members])
         self.engine = "numba" if all(m.engine == "numba" for m in self.members) else "mixed" \
             if any(m.engine == "numba" for m in self.members) else "tensorflow"
@@ -249,7 +251,8 @@ class CommitteeCalc(Calculator):
         """The deviations and every member's prediction in ``results`` (and, ``mean``, the members' mean
         as energy, forces and stress), from all members' ``pred``."""
         self.committee_evaluations += 1
-        energies, forces = pred["energy"], pred["forces"]
+        energies = pred["energy"]
+        forces = pred["forces"]
         m = len(energies)
         energy = float(energies.sum() / m)
         mean_forces = forces.sum(axis=0) / m
@@ -274,7 +277,8 @@ def changed_since(old, new, properties):
         if name in ("cell", "pbc"):
             same = np.array_equal(getattr(old, name), getattr(new, name))
         else:
-            a, b = old.arrays.get(name), new.arrays.get(name)
+            a = old.arrays.get(name)
+            b = new.arrays.get(name)
             same = (a is None and b is None) or (a is not None and b is not None and np.array_equal(a, b))
         if not same:
             changed.append(name)

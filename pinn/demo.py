@@ -29,7 +29,7 @@ def alloy_frames(n_frames=400, seed=0, size=2, frames_per_trajectory=20, stride=
     from ase.calculators.emt import EMT
     from ase.calculators.singlepoint import SinglePointCalculator
     from ase.md.langevin import Langevin
-    from pinn.engines.velocities import thermalize
+    from pinn.md.velocities import thermalize
 
     rng = np.random.RandomState(seed)
     frames = []
@@ -97,7 +97,7 @@ def make_mimic_demo(directory, n_runs=8, n_frames=40, seed=0, stride=10):
     from ase.build import bulk
     from ase.calculators.lj import LennardJones
     from ase.md.langevin import Langevin
-    from pinn.engines.velocities import thermalize
+    from pinn.md.velocities import thermalize
 
     from pinn import units
     from pinn.io.readers.energies import write_energies
@@ -118,7 +118,11 @@ def make_mimic_demo(directory, n_runs=8, n_frames=40, seed=0, stride=10):
         md = Langevin(atoms, 2.0 * ase_units.fs, temperature_K=temperature, friction=0.01 / ase_units.fs,
                       fixcm=False, rng=rng)
         md.run(100)  # equilibration
-        frames, nfi, eks, temps, kin = [], [], [], [], []
+        frames = []
+        nfi = []
+        eks = []
+        temps = []
+        kin = []
         for step in range(1, n_frames * stride + 1):
             md.run(1)
             nfi.append(step)
@@ -212,7 +216,7 @@ def _copper_frames(temperature, n, seed, calc=None, every=10, friction=0.02):
     from ase.build import bulk
     from ase.calculators.emt import EMT
     from ase.md.langevin import Langevin
-    from pinn.engines.velocities import thermalize
+    from pinn.md.velocities import thermalize
 
     atoms = bulk("Cu", "fcc", a=3.61, cubic=True) * (2, 2, 2)
     atoms.calc = calc if calc is not None else EMT()
@@ -258,7 +262,8 @@ def _deviation_and_error(calc, frames):
         ([n_frames, 2], [n_frames * n_atoms, 2]): per frame, the max over atoms of the deviation and of
         the error (the largest component); per atom, its deviation and the norm of its force error.
     """
-    per_frame, per_atom = [], []
+    per_frame = []
+    per_atom = []
     for frame in frames:
         atoms = frame.copy()
         atoms.calc = calc

@@ -28,13 +28,12 @@ MOVED = {
     "pinn.io.cpmd": "pinn.io.readers.cpmd",
     "pinn.exported": "pinn.engines.exported",
     "pinn.host_optimizer": "pinn.engines.host_optimizer",
-    "pinn.verlet_filter": "pinn.engines.numba.verlet_filter",
+    "pinn.verlet_filter": "pinn.io.verlet_filter",
     "pinn.report": "pinn.cli.report",
     "pinn.runconfig": "pinn.cli.runconfig",
     # pinn 0.19: the numba training engine's module named for what it computes
     "pinn.engines.training": "pinn.engines.gradients",
     # pinn 0.19: params, their schema and upstream's sections in one package
-    "pinn.schema": "pinn.params.schema",
     "pinn.upstream_params": "pinn.params.upstream",
     # pinn 0.19: readers named for the files they read, apart from the loaders' (upstream's) names
     "pinn.io.readers.qm9": "pinn.io.readers.qm9_xyz",
@@ -45,15 +44,30 @@ MOVED = {
     # pinn 0.20: at most eight modules directly in pinn/ (process settings together; MD set-up with the engines)
     "pinn.logs": "pinn.runtime.logs",
     "pinn.lazy": "pinn.runtime.lazy",
-    "pinn.velocities": "pinn.engines.velocities",
+    "pinn.velocities": "pinn.md.velocities",
+    # pinn 0.30: folders that are layers (docs/architecture.md)
+    "pinn.params.schema": "pinn.schema",
+    "pinn.parallel.ranks": "pinn.runtime.ranks",
+    "pinn.engines.numba.verlet_filter": "pinn.io.verlet_filter",
+    "pinn.engines.velocities": "pinn.md.velocities",
+    "pinn.training.options": "pinn.params.training_options",
+    "pinn.training.inference": "pinn.models.inference",
 }
 
+#: pinn 0.30: the Model classes below training (pinn.physics); pinn.models keeps upstream's model functions
+PHYSICS = ("base", "potential", "potential_params", "dipole", "dipole_params", "dipole_variants", "polarizability",
+           "polarizability_params", "response_kernels", "embedding", "energy_offsets", "loss_weights", "registry")
+MOVED.update({f"pinn.models.{name}": f"pinn.physics.{name}" for name in PHYSICS})
 
 #: the version that moved a module, where it is not 0.10
-MOVED_IN = {name: "0.19" for name in ("pinn.engines.training", "pinn.schema", "pinn.upstream_params",
+MOVED_IN = {name: "0.19" for name in ("pinn.engines.training", "pinn.upstream_params",
                                       "pinn.io.readers.qm9", "pinn.io.readers.runner", "pinn.io.readers.deepmd",
                                       "pinn.io.readers.cp2k", "pinn.io.readers.qm7b")}
 MOVED_IN.update({name: "0.20" for name in ("pinn.logs", "pinn.lazy", "pinn.velocities")})
+MOVED_IN.update({name: "0.30" for name in ("pinn.params.schema", "pinn.parallel.ranks",
+                                           "pinn.engines.numba.verlet_filter", "pinn.engines.velocities",
+                                           "pinn.training.options", "pinn.training.inference")})
+MOVED_IN.update({f"pinn.models.{name}": "0.30" for name in PHYSICS})
 
 
 class _MovedFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):

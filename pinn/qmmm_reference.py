@@ -63,7 +63,9 @@ def _cluster(positions, box, oxygens, qm_waters, radius):
 
     Returns (atom indices into ``positions``, their positions in Å, bool mask of the QM atoms)."""
     centre = positions[qm_waters[0]]
-    indices, coords, qm = [], [], []
+    indices = []
+    coords = []
+    qm = []
     ordered = list(qm_waters) + [o for o in oxygens if o not in qm_waters]
     for k, o in enumerate(ordered):
         placed, distance = _whole(positions, box, centre, o)
@@ -274,7 +276,12 @@ def write_water_mimic_run(directory, n_frames=4, seed=0, qm_waters=2, radius=6.0
     modeller.delete([r for r in modeller.topology.residues() if r.index not in keep])
     mm_context = _mm_part(modeller.topology, qm)
     steps_between = max(1, int(round(stride_fs / timestep_fs)))
-    trr_frames, eks, mm_energy, total_forces, reference_energy, reference_forces = [], [], [], [], [], []
+    trr_frames = []
+    eks = []
+    mm_energy = []
+    total_forces = []
+    reference_energy = []
+    reference_forces = []
     for k in range(n_frames):
         simulation.step(steps_between)
         state = simulation.context.getState(getPositions=True)

@@ -4,9 +4,9 @@ import tensorflow as tf
 from ase.build import bulk, molecule
 
 from pinn.io.batch import batch_from_atoms
-from pinn.models.potential import PotentialModel
 from pinn.networks import get_network
 from pinn.params import resolve
+from pinn.physics.potential import PotentialModel
 
 
 def make_model(network, net_params, precision="float64", seed=1):

@@ -33,8 +33,8 @@ def training_params(model_dir, net, defaults, network="PiNet", model="potential_
 def model_of(model, net, network="PiNet", precision="float64", seed=0, **options):
     """The model ``model`` on the network ``net`` (resolved params, one process), with ``options`` as its
     ``model.params``."""
-    from pinn.models.registry import build_model
     from pinn.params import resolve
+    from pinn.physics.registry import build_model
     return build_model(resolve({"model_dir": "unused", "precision": precision, "seed": seed,
                                 "network": {"name": network, "params": net},
                                 "model": {"name": model, "params": options}}))

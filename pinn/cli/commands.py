@@ -17,9 +17,9 @@ import sys
 import traceback
 
 from pinn.cli import devi, export, ipi
+from pinn.cli.arguments import positive_int
 from pinn.cli.errors import error_line
 from pinn.cli.train_command import metrics_table, train, train_arguments, train_options
-from pinn.cli.arguments import positive_int
 
 EXIT_ERROR = 1
 #: what `pinn convert -f` takes (pinn.io.formats.LOADERS, without importing the loaders)
@@ -119,7 +119,8 @@ def _parser():
     devi.add_parser(commands, common)
     export.add_parser(commands, common)
     ipi.add_parser(commands, common)
-    commands.add_parser("version", parents=[common], help="the installed pinn version (as upstream PiNN's `pinn version`)")
+    commands.add_parser("version", parents=[common],
+                        help="the installed pinn version (as upstream PiNN's `pinn version`)")
     return parser
 
 
@@ -237,9 +238,9 @@ def _flatten(parts, prefix=""):
 
 
 def _evaluate(args):
-    from pinn.io import sparse_batch
     from pinn.cli.runconfig import load_structures, region_for_model
-    from pinn.training.inference import load_for_inference
+    from pinn.io import sparse_batch
+    from pinn.models.inference import load_for_inference
     if not os.path.isdir(args.model_dir):
         raise FileNotFoundError(f"{args.model_dir}: no such model directory")
     model = load_for_inference(args.model_dir, checkpoint=None if args.checkpoint == "last" else args.checkpoint)

@@ -2,9 +2,9 @@
 
 ``pinn devi MEMBERS... TRAJECTORY [-o model_devi.out] [--select LO:HI [--max N] [--selected FILE]]``
 
-One line per frame::
+One line per frame under the header (each name right-aligned in DeePMD-kit's column widths)::
 
-    #       step         max_devi_v         min_devi_v         avg_devi_v         max_devi_f         min_devi_f         avg_devi_f             devi_e
+    # step max_devi_v min_devi_v avg_devi_v max_devi_f min_devi_f avg_devi_f devi_e
 
 with the figures of :func:`pinn.committee.deviations` (forces in eV/Å; virial and energy per
 atom, eV; the virial columns are 0 for a structure without a periodic cell), so scripts written
@@ -102,11 +102,15 @@ def run(args):
                     checkpoint=None if args.checkpoint == "last" else args.checkpoint)
     if not isinstance(calc, CommitteeCalc) or calc.size < 2:
         raise ValueError(f"{members[0]}: a deviation needs a committee of two or more members")
-    rows, chosen, started, shown = [], [], time.monotonic(), time.monotonic()
+    rows = []
+    chosen = []
+    started = time.monotonic()
+    shown = time.monotonic()
     for step, time_ps, atoms in _frames(args, trajectory):
         atoms.calc = calc
         atoms.get_forces()
-        res, n = calc.results, len(atoms)
+        res = calc.results
+        n = len(atoms)
         virials = None
         if "member_stresses" in res:
             volume = atoms.get_volume()

@@ -32,7 +32,8 @@ def export_model(spec, path, checkpoint=None):
     from pinn.files.model_file import write_model_file
     committee = isinstance(spec, (list, tuple)) or is_committee_directory(spec)
     directories = member_directories(spec) if committee else [os.fspath(spec)]
-    members, arrays = [], {}
+    members = []
+    arrays = {}
     for k, directory in enumerate(directories):
         info, member_arrays = _member(directory, checkpoint)
         members.append(info)
@@ -48,7 +49,7 @@ def _member(directory, checkpoint):
     import numpy as np
 
     from pinn.engines.lowering import capability
-    from pinn.training.inference import load_for_inference, variable_values
+    from pinn.models.inference import load_for_inference, variable_values
     handle = load_for_inference(directory, checkpoint)
     params = dict(handle.params)
     params.pop("model_dir", None)

@@ -29,7 +29,8 @@ def models_table(root, keyword=None):
     if not found:
         where = f" whose path contains {keyword!r}" if keyword is not None else ""
         raise ValueError(f"{root}: no model directory (with a params.yml){where}")
-    rows, quantities = [], []
+    rows = []
+    quantities = []
     for name, folder in found:
         records = read_metrics(folder) if os.path.exists(os.path.join(folder, "metrics.jsonl")) else []
         evals = [r for r in records if r.get("kind") == "eval"]

@@ -181,7 +181,8 @@ def parity_sets(predictions):
             continue
         ref = np.asarray(predictions[f"{name}_ref"], dtype=float)
         pred = np.asarray(predictions[f"{name}_pred"], dtype=float)
-        label, unit = (f"{name} components" if ref.ndim > 1 else name), UNITS[q]
+        label = f"{name} components" if ref.ndim > 1 else name
+        unit = UNITS[q]
         if q == "E" and "n_atoms" in predictions:
             scale = 1e3 / np.asarray(predictions["n_atoms"], dtype=float)
             ref, pred, label, unit = ref * scale, pred * scale, "energy per atom", f"m{UNITS['E']}/atom"

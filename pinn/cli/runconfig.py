@@ -24,7 +24,7 @@ import os
 import yaml
 
 from pinn.params import TOP_LEVEL
-from pinn.params.schema import Option, ParamsError, did_you_mean, non_negative, positive, validate_section
+from pinn.schema import Option, ParamsError, did_you_mean, non_negative, positive, validate_section
 
 log = logging.getLogger("pinn")
 
@@ -83,7 +83,8 @@ def read_config(path):
             sections[name] = validate_section(config.pop(name, None), schema, name)
         except ParamsError as err:
             raise ParamsError(f"{path}: {err}") from None
-    data, train = sections["data"], sections["train"]
+    data = sections["data"]
+    train = sections["train"]
     if (data["train"] is None) == (data["mimic"] is None):
         raise ParamsError(f"{path}: data: give either data.train (files) or data.mimic (MiMiC files)")
     split = data["split"]
@@ -242,7 +243,8 @@ def datasets(data, world, atom_types=None, embedding="mechanical"):
         sharded = world.is_parallel
     if not isinstance(parts, dict):
         parts = {"train": parts}
-    train, evaluation = parts["train"], parts.get("eval")
+    train = parts["train"]
+    evaluation = parts.get("eval")
     if atom_types is not None and source is not None:
         for part in (train, evaluation):
             if part is not None:
@@ -265,7 +267,9 @@ def input_fns(data, train_section, world, rc, atom_types=None, member=0, embeddi
     """
     from pinn.io import add_neighbors, sparse_batch
     train, evaluation = datasets(data, world, atom_types, embedding)
-    size, buffer, seed = data["batch_size"], data["shuffle_buffer"], data["seed"]
+    size = data["batch_size"]
+    buffer = data["shuffle_buffer"]
+    seed = data["seed"]
     by_epochs = train_section["max_epochs"] is not None
 
     def train_fn():

@@ -14,7 +14,8 @@ def train_arguments(parser):
     parser.add_argument("--max-steps", type=positive_int, help="override train.max_steps of a run file (the "
                         "same as --train-steps)")
     parser.add_argument("--init-model", metavar="DIR", help="warm start: begin from this model directory's weights "
-                        "(model.params.init_model); with --committee, a directory of members: member K from its member-K")
+                        "(model.params.init_model); with --committee, a directory of members: member K from its "
+                        "member-K")
     parser.add_argument("--committee", type=positive_int, metavar="N", help="train a committee of N members into "
                         "MODEL_DIR/member-K, seeds seed+K and their own data order (a run file)")
     parser.add_argument("--member", type=int, metavar="K", help="with --committee: train member K alone (one task "
@@ -80,7 +81,8 @@ def train(args):
             print(metrics_table(metrics))
         return 0
     if args.member is not None and not 0 <= args.member < args.committee:
-        raise ValueError(f"--member {args.member}: a committee of {args.committee} has members 0 to {args.committee - 1}")
+        raise ValueError(f"--member {args.member}: a committee of {args.committee} has members 0 to "
+                         f"{args.committee - 1}")
     for k in range(args.committee) if args.member is None else [args.member]:
         model, metrics = run_training(path, model_dir=args.model_dir, max_steps=args.max_steps,
                                       init_model=args.init_model, member=k)

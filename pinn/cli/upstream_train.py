@@ -37,7 +37,7 @@ import shutil
 import tempfile
 
 from pinn.cli.arguments import non_negative_int, positive_int
-from pinn.params.schema import ParamsError
+from pinn.schema import ParamsError
 
 log = logging.getLogger("pinn")
 
@@ -217,7 +217,8 @@ def initial_params(params, batches):
     model = dict(params.get("model") or {})
     options = dict(model.get("params") or {})
     if model.get("name", "potential_model") == "potential_model":
-        rows, energies = [], []
+        rows = []
+        energies = []
         for b in batches.as_numpy_iterator():
             n = len(b[K.E_DATA])
             counts = np.zeros((n, 119))
@@ -262,7 +263,8 @@ def _fingerprint_range(params, batches):
         fp = network.fingerprints(pair_geometry(b)).numpy()
         low = fp.min(0) if low is None else np.minimum(low, fp.min(0))
         high = fp.max(0) if high is None else np.maximum(high, fp.max(0))
-    out, start = [], 0
+    out = []
+    start = 0
     for sf in network.params["sf_spec"]:
         width = len(sf["eta"])
         lo, hi = low[start:start + width], high[start:start + width]

@@ -11,7 +11,7 @@ The kernels run PiNet only (its blocks, activations, cutoffs and radial bases); 
   (:class:`~pinn.engines.gradients.TrainingEngine`);
 - :mod:`pinn.engines.host_optimizer`: the update of a one-process numba step on the host;
 - :mod:`pinn.engines.exported`: the lowered weights in a NumPy file beside a checkpoint;
-- :mod:`pinn.engines.velocities`: thermal velocities for the start of an MD run (ASE, any model);
+- :mod:`pinn.md.velocities`: thermal velocities for the start of an MD run (ASE, any model);
 - :mod:`pinn.engines.numba`: the kernels themselves (NumPy and Numba only), and the layout of the
   arrays they read, with named columns and codes (:mod:`pinn.engines.numba.layout`).
 

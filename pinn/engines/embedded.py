@@ -1,8 +1,8 @@
 """The electrostatic embedding on the Numba engine (MD): a QM region's PiNet energy and charges from
 :class:`pinn.engines.md.FastPiNet`, the Coulomb energy of those charges with the MM charges in NumPy.
 
-What :meth:`pinn.models.potential.PotentialModel.predict` computes with ``embedding: electrostatic``
-(:mod:`pinn.models.embedding`), for one QM/MM structure:
+What :meth:`pinn.physics.potential.PotentialModel.predict` computes with ``embedding: electrostatic``
+(:mod:`pinn.physics.embedding`), for one QM/MM structure:
 
     E = E_net(QM) + Σ_a q_a φ_a,   φ_a = k_e Σ_m Q_m v(|r_m − r_a|),   q = q̃ − mean(q̃) + Q_region / n_QM
 
@@ -16,7 +16,7 @@ from pinn.units import COULOMB
 
 
 def kernel_and_slope(r, damping):
-    """(v(r), dv/dr) of :func:`pinn.models.embedding.coulomb_kernel` (1/Å, 1/Å²)."""
+    """(v(r), dv/dr) of :func:`pinn.physics.embedding.coulomb_kernel` (1/Å, 1/Å²)."""
     if not damping:
         return 1.0 / r, -1.0 / (r * r)
     a = float(damping)
@@ -61,7 +61,8 @@ class FastEmbeddedPiNet:
         """
         coord = np.asarray(coord, np.float64)
         qm = np.asarray(qm, bool)
-        qm_index, mm_index = np.flatnonzero(qm), np.flatnonzero(~qm)
+        qm_index = np.flatnonzero(qm)
+        mm_index = np.flatnonzero(~qm)
         charges_mm = np.asarray(mm_charge, np.float64)[mm_index]
         vectors = coord[mm_index][None, :, :] - coord[qm_index][:, None, :]  # [n_qm, n_mm, 3], QM → MM
         if pbc is not None and np.any(pbc):

@@ -19,7 +19,7 @@ from pinn.engines.numba.train_kernels import (_distance_tangents, _energies_forc
 
 
 def _penalty_and_slope(err, loss_type, delta):
-    """The penalty of each error and its derivative (see :meth:`pinn.models.base.Model.penalty`)."""
+    """The penalty of each error and its derivative (see :meth:`pinn.physics.base.Model.penalty`)."""
     if loss_type == "mse":
         return err * err, 2.0 * err
     size = np.abs(err)
@@ -32,7 +32,7 @@ class TrainingEngine:
     """The loss of a PiNet potential and its gradient with respect to the weights, in Numba kernels.
 
     Args:
-        model: a :class:`~pinn.models.potential.PotentialModel` with a PiNet network that
+        model: a :class:`~pinn.physics.potential.PotentialModel` with a PiNet network that
             :func:`pinn.engines.lowering.capability` accepts for ``'training'``.
         threads: threads of its parallel loops (default: Numba's, i.e. the CPU cores; at most
             ``NUMBA_NUM_THREADS``); a rank of a parallel run gets its share of the cores.
@@ -47,7 +47,8 @@ class TrainingEngine:
             raise ValueError(answer.reason)
         self.model = model
         self.variables = list(model.trainable_variables)
-        arrays, sources = answer.spec.arrays(), answer.spec.sources()
+        arrays = answer.spec.arrays()
+        sources = answer.spec.sources()
         self.threads = int(threads or numba.config.NUMBA_NUM_THREADS)
         if not 1 <= self.threads <= numba.config.NUMBA_NUM_THREADS:
             raise ValueError(f"threads must be in 1..{numba.config.NUMBA_NUM_THREADS} (NUMBA_NUM_THREADS), "
@@ -72,11 +73,16 @@ class TrainingEngine:
         self.flat = arrays["flat"].copy()
         self.dtype = self.flat.dtype
         self.rc = float(arrays["scal"][0])
-        self.table, self.layers, self.blocks = a["table"], a["layers"], a["blocks"]
-        self.codes, self.scal, self.type_of = a["codes"], a["scal"], a["type_of"]
+        self.table = a["table"]
+        self.layers = a["layers"]
+        self.blocks = a["blocks"]
+        self.codes = a["codes"]
+        self.scal = a["scal"]
+        self.type_of = a["type_of"]
         width = int(self.codes[CODE_WIDTH])
-        self.atom_rows = max(b[BLOCK_WIDTH_IN] + sum(self.layers[b[BLOCK_PP]:b[BLOCK_PP] + b[BLOCK_N_PP], 3]) + b[BLOCK_WIDTH_OUT]
-                             + sum(self.layers[b[BLOCK_OUT]:b[BLOCK_OUT] + b[BLOCK_N_OUT], 3]) for b in self.blocks)
+        self.atom_rows = max(b[BLOCK_WIDTH_IN] + sum(self.layers[b[BLOCK_PP]:b[BLOCK_PP] + b[BLOCK_N_PP], 3])
+                             + b[BLOCK_WIDTH_OUT] + sum(self.layers[b[BLOCK_OUT]:b[BLOCK_OUT] + b[BLOCK_N_OUT], 3])
+                             for b in self.blocks)
         self.pair_rows = max(sum(self.layers[b[BLOCK_PI]:b[BLOCK_PI] + b[BLOCK_N_PI] - 1, 3])
                              + self.layers[b[BLOCK_PI] + b[BLOCK_N_PI] - 1, 3] // int(self.codes[CODE_N_BASIS])
                              + sum(self.layers[b[BLOCK_II]:b[BLOCK_II] + b[BLOCK_N_II], 3]) for b in self.blocks)
@@ -100,7 +106,7 @@ class TrainingEngine:
 
     def loss_counts(self, batch, terms):
         """The values each loss term of one NumPy batch counts (padding not counted), as
-        :meth:`pinn.models.potential.PotentialModel.loss_counts` counts them."""
+        :meth:`pinn.physics.potential.PotentialModel.loss_counts` counts them."""
         struct = np.asarray(batch[K.IND_1])[:, 0]
         real = np.asarray(batch[K.REAL], np.float64) if K.REAL in batch else np.ones(len(batch[K.CELL]))
         counts = {"energy": float(np.sum(real))}
@@ -111,7 +117,8 @@ class TrainingEngine:
     def _workspace(self, n_atoms, n_cand):
         """Arrays for ``n_atoms`` atoms and up to ``n_cand`` pairs, kept between calls (made anew when the
         atom count changes or the pairs outgrow them)."""
-        depth, dt = len(self.blocks), self.dtype
+        depth = len(self.blocks)
+        dt = self.dtype
         if self._shape is None or self._shape[0] != n_atoms:
             # per-atom values, tangents and adjoints: each thread's run of atoms (_chunk_atoms), features by atoms
             columns = (n_atoms + self.threads - 1) // self.threads
@@ -126,10 +133,14 @@ class TrainingEngine:
             self._shape = (n_atoms, 0)
         if n_cand > self._shape[1]:
             n_cand = max(n_cand, int(1.25 * self._shape[1]))
-            self.pair_i, self.pair_j = np.zeros(n_cand, np.int32), np.zeros(n_cand, np.int32)
-            self.diff, self.dist, self.offset = np.zeros((n_cand, 3)), np.ones(n_cand), np.zeros((n_cand, 3))
+            self.pair_i = np.zeros(n_cand, np.int32)
+            self.pair_j = np.zeros(n_cand, np.int32)
+            self.diff = np.zeros((n_cand, 3))
+            self.dist = np.ones(n_cand)
+            self.offset = np.zeros((n_cand, 3))
             self.rdot = np.zeros(n_cand, dt)
-            self.dist_dt, self.grad_r = np.ones(n_cand, dt), np.zeros(n_cand, dt)
+            self.dist_dt = np.ones(n_cand, dt)
+            self.grad_r = np.zeros(n_cand, dt)
             # the tile arrays as flat buffers, viewed per call with that call's tiling (_tiles)
             slots = pair_slots(n_cand, self.threads)
             self._basis_buf, self._dbasis_buf = (np.zeros(int(self.codes[CODE_N_BASIS]) * slots, dt) for _ in range(2))
@@ -140,7 +151,8 @@ class TrainingEngine:
         """Views of the tile arrays for ``n_pairs`` pairs in :func:`balanced_tiles`:
         basis, dbasis [n_tiles, n_basis, tile] and keep, tang, adj [depth, n_tiles, rows, tile]."""
         tile, n_tiles = balanced_tiles(n_pairs, self.threads)
-        n_basis, depth = int(self.codes[CODE_N_BASIS]), len(self.blocks)
+        n_basis = int(self.codes[CODE_N_BASIS])
+        depth = len(self.blocks)
         basis, dbasis = (b[:n_tiles * n_basis * tile].reshape(n_tiles, n_basis, tile)
                          for b in (self._basis_buf, self._dbasis_buf))
         keep, tang, adj = (b[:depth * n_tiles * self.pair_rows * tile].reshape(depth, n_tiles, self.pair_rows, tile)
@@ -156,7 +168,7 @@ class TrainingEngine:
                 the forces are trained; ``real`` in a padded batch).
             weights: dict loss term → weight.
             counts: dict loss term → the number of values the loss is normalised by (all ranks'
-                and parts', see :meth:`~pinn.models.potential.PotentialModel.loss_counts`).
+                and parts', see :meth:`~pinn.physics.potential.PotentialModel.loss_counts`).
             e_dress: per-element energy offsets (eV, in atom_types order; default: the model's).
 
         Returns:
@@ -218,7 +230,8 @@ class TrainingEngine:
 
         e_err = energy - np.asarray(batch[K.E_DATA], np.float64)
         errors = {"E": _abs_sq_count(e_err, real)}
-        sums, loss = {}, 0.0
+        sums = {}
+        loss = 0.0
         unit = float(p["e_scale"])  # the loss is computed on errors in training units (eV × e_scale)
         per_atom = unit
         if p["use_e_per_atom"]:
@@ -259,7 +272,7 @@ class TrainingEngine:
 
 
 def _abs_sq_count(err, weights):
-    """(Σ w|err|, Σ w err², Σ w over all values), w per row (:func:`pinn.models.base.abs_sq_count`)."""
+    """(Σ w|err|, Σ w err², Σ w over all values), w per row (:func:`pinn.physics.base.abs_sq_count`)."""
     w = np.broadcast_to(weights.reshape((-1,) + (1,) * (err.ndim - 1)), err.shape)
     return float(np.sum(w * np.abs(err))), float(np.sum(w * err * err)), float(np.sum(w))
 

@@ -69,7 +69,8 @@ class HostOptimizer:
         self.ahead = False  # the vectors are newer than the variables
         starts = np.cumsum([0] + self.sizes)
         self.frozen = self._indices(starts, frozen)  # flat indices of the frozen weights
-        self.decayed = self._indices(starts, [optimizer.decays(v) for v in self.variables])  # ... and of those weight decay shrinks
+        # ... and of those weight decay shrinks
+        self.decayed = self._indices(starts, [optimizer.decays(v) for v in self.variables])
 
     @staticmethod
     def _indices(starts, flags):

@@ -45,9 +45,9 @@ class Capability:
 
 
 def potential_of(model):
-    """The :class:`~pinn.models.potential.PotentialModel` of ``model`` (a Trainer, an inference handle,
+    """The :class:`~pinn.physics.potential.PotentialModel` of ``model`` (a Trainer, an inference handle,
     or the model itself), else ``None``."""
-    from pinn.models.potential import PotentialModel
+    from pinn.physics.potential import PotentialModel
     model = model if isinstance(model, PotentialModel) else getattr(model, "model", None)
     return model if isinstance(model, PotentialModel) else None
 
@@ -127,7 +127,7 @@ def lower(model):
     """A PiNet potential's settings and current weights as a :class:`~pinn.engines.spec.PiNetSpec`.
 
     Args:
-        model: a :class:`~pinn.models.potential.PotentialModel` with a PiNet network (see
+        model: a :class:`~pinn.physics.potential.PotentialModel` with a PiNet network (see
             :func:`capability`, which checks that first).
 
     Returns:

@@ -9,9 +9,9 @@ potentials on CPUs (:mod:`pinn.calculator`).
 import numpy as np
 
 from pinn.engines.lowering import capability, pinet_arrays, potential_of
+from pinn.engines.numba.layout import BLOCK_UNITS
 from pinn.engines.numba.md_kernels import (PARALLEL_MIN_PAIRS, TILE, _evaluate, _evaluate_serial, _forces_virial,
                                            available, find_pairs, numba)
-from pinn.engines.numba.layout import BLOCK_UNITS
 from pinn.engines.spec import ARRAY_KEYS
 from pinn.io.geometry import refuse_coincident
 
@@ -23,7 +23,7 @@ class FastPiNet:
 
     Args:
         model: a PiNet potential that :func:`pinn.engines.lowering.capability` accepts for
-            ``'md'``: a :class:`~pinn.models.potential.PotentialModel`, the
+            ``'md'``: a :class:`~pinn.physics.potential.PotentialModel`, the
             :class:`pinn.training.trainer.Trainer` holding one or its inference handle; its
             current weights are copied (the calculator copies them inside
             ``averaged_weights()``); call :meth:`load_weights` after they change.  Or the
@@ -39,12 +39,14 @@ class FastPiNet:
     def __init__(self, model, threads=None):
         if not available():
             raise ImportError("the fast PiNet engine needs Numba (pip install numba)")
-        arrays, self.model = model, None
+        arrays = model
+        self.model = None
         if not isinstance(model, dict):
             answer = capability(model, "md")
             if not answer:
                 raise ValueError(answer.reason)
-            arrays, self.model = answer.spec.arrays(), potential_of(model)
+            arrays = answer.spec.arrays()
+            self.model = potential_of(model)
         self.threads = int(threads or numba.config.NUMBA_NUM_THREADS)
         if not 1 <= self.threads <= numba.config.NUMBA_NUM_THREADS:
             raise ValueError(f"threads must be in 1..{numba.config.NUMBA_NUM_THREADS} (NUMBA_NUM_THREADS), "
@@ -70,8 +72,13 @@ class FastPiNet:
             raise ValueError(f"FastPiNet: weights must be float32 or float64, not {self.dtype}")
         self.rc = float(a["scal"][0])
         self.n_basis = int(a["codes"][3])
-        self._flat, self._table, self._layers, self._blocks = a["flat"], a["table"], a["layers"], a["blocks"]
-        self._codes_array, self._scal, self._type_of = a["codes"], a["scal"], a["type_of"]
+        self._flat = a["flat"]
+        self._table = a["table"]
+        self._layers = a["layers"]
+        self._blocks = a["blocks"]
+        self._codes_array = a["codes"]
+        self._scal = a["scal"]
+        self._type_of = a["type_of"]
         self._e_dress = a["e_dress"]
         self._zpair_rows, self._zatom_cols, self._n_first = (int(v) for v in a["workspace"])
         self._max_width = int(self._codes_array[4])
@@ -94,7 +101,8 @@ class FastPiNet:
         n_cand = max(n_cand, int(1.25 * self._capacity[1]) if n_atoms == self._capacity[0] else 0, 1)
         tile = min(TILE, 16 * ((n_cand + 15) // 16))  # a small molecule: one tile of its own size
         n_tiles = (n_cand + tile - 1) // tile
-        depth, dt = len(self._blocks), self.dtype
+        depth = len(self._blocks)
+        dt = self.dtype
         self._pair_i = np.zeros(n_cand, np.int32)
         self._pair_j = np.zeros(n_cand, np.int32)
         self._diff = np.zeros((n_cand, 3))

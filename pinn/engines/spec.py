@@ -148,7 +148,9 @@ class PiNetSpec:
             index, -1 for unknown), ``e_dress`` (eV), ``workspace`` (scratch sizes).
         """
         dtype = np.dtype(self.dtype)
-        tensors, layers, blocks = [], [], []
+        tensors = []
+        layers = []
+        blocks = []
         offset = 0
 
         def tensor(value):
@@ -170,7 +172,8 @@ class PiNetSpec:
             row = [0] * 13
             for first, count, group in ((BLOCK_PP, BLOCK_N_PP, block.pp), (BLOCK_PI, BLOCK_N_PI, block.pi),
                                         (BLOCK_II, BLOCK_N_II, block.ii), (BLOCK_OUT, BLOCK_N_OUT, block.out)):
-                row[first], row[count] = len(layers), len(group)
+                row[first] = len(layers)
+                row[count] = len(group)
                 for spec in group:
                     layer(spec)
             row[BLOCK_UNITS] = layer(block.units)

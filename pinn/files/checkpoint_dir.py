@@ -75,7 +75,8 @@ def read_state(directory):
         text = raw.decode()
     except UnicodeDecodeError:
         raise StateFileError(f"{path}: not text") from None
-    latest, kept = None, []
+    latest = None
+    kept = []
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip() or _NUMBER_LINE.match(line):
             continue
@@ -150,7 +151,8 @@ def candidates(directory):
     try:
         state = read_state(directory)
     except StateFileError as err:
-        state, problem = None, str(err)
+        state = None
+        problem = str(err)
     if state is not None:
         latest, kept = state
         paths.update(p for p in kept if os.path.exists(p + ".index"))

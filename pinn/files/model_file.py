@@ -16,8 +16,8 @@ format alone (NumPy and JSON):
 
 A PiNet potential loads and runs from the file on the Numba engine without importing
 TensorFlow; other models (BPNN, PiNet2, LJ, dipole models) are rebuilt with TensorFlow from the
-params and take the variables' values (:func:`pinn.training.inference.handle_of_values`).  A committee (a list of model directories, or a
-directory of ``member-K/``) exports to one file of several members.
+params and take the variables' values (:func:`pinn.models.inference.handle_of_values`).  A committee
+(a list of model directories, or a directory of ``member-K/``) exports to one file of several members.
 
 The container is a NumPy ``.npz`` (a zip archive, no pickles, arrays stored uncompressed).  A
 file of a newer format version is refused with both versions named; a damaged one (not a zip, a
@@ -115,7 +115,9 @@ class ModelFile:
     """
 
     def __init__(self, path, header, arrays):
-        self.path, self.header, self._arrays = path, header, arrays
+        self.path = path
+        self.header = header
+        self._arrays = arrays
 
     @property
     def members(self):

@@ -19,10 +19,10 @@ import os
 import numpy as np
 
 from pinn import keys as K
-from pinn.units import HARTREE
 from pinn.io.base import DataError, Frame, ItemReader
-from pinn.io.splits import chosen_split, split_items
 from pinn.io.readers.text import atomic_number
+from pinn.io.splits import chosen_split, split_items
+from pinn.units import HARTREE
 
 
 def _h5py():
@@ -105,7 +105,8 @@ def _checked(path, name, group):
     if "species" not in group and "atomic_numbers" not in group:
         raise DataError(f"{where}: no 'species' (or 'atomic_numbers') dataset")
     n_atoms = len(_elements(group, where))
-    coordinates, energies = group["coordinates"], group["energies"]
+    coordinates = group["coordinates"]
+    energies = group["energies"]
     if coordinates.ndim != 3 or coordinates.shape[1:] != (n_atoms, 3):
         raise DataError(f"{where}: 'coordinates' has shape {coordinates.shape}, expected [n_conformers, {n_atoms}, 3]")
     if energies.shape != coordinates.shape[:1]:

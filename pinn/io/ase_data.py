@@ -76,7 +76,8 @@ def _read_atoms(dataset):
         if not is_path[i] and not isinstance(item, Atoms):
             raise DataError(f"item {i} of the list is a {type(item).__name__}, not a file name or ase.Atoms")
     if any(is_path) and not all(is_path):
-        first_path, first_atoms = is_path.index(True), is_path.index(False)
+        first_path = is_path.index(True)
+        first_atoms = is_path.index(False)
         raise DataError(f"load_ase: the list mixes file names and Atoms (item {first_path} is a file name, "
                         f"item {first_atoms} an Atoms); give a list of file names or a list of Atoms")
     if items and all(is_path):  # e.g. what distribute_data returns: the frames of every file, in order

@@ -171,9 +171,11 @@ def declared_spec(pbc=None, force=None, stress=None, ds_spec=None):
 def _spec_entry(key, entry):
     """(shape tuple, dtype name or 'float') of one ``ds_spec`` entry."""
     if isinstance(entry, tf.TensorSpec):
-        shape, dtype = entry.shape.as_list(), entry.dtype
+        shape = entry.shape.as_list()
+        dtype = entry.dtype
     elif isinstance(entry, dict) and "dtype" in entry and "shape" in entry:
-        shape, dtype = entry["shape"], entry["dtype"]
+        shape = entry["shape"]
+        dtype = entry["dtype"]
     else:
         raise TypeError(f"list_loader: ds_spec[{key!r}] must be {{'dtype': ..., 'shape': [...]}} or a "
                         f"tf.TensorSpec, got {entry!r}")

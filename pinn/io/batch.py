@@ -328,7 +328,7 @@ def add_neighbors(rc, num_parallel_calls=tf.data.AUTOTUNE):
     list yet).  The list is computed in NumPy by :func:`pinn.io.neighbors.neighbor_list`.
     Structures without ``cell`` or ``pbc`` get them as :func:`with_cell_and_pbc` says.  In QM/MM frames
     (``qm`` in the data, :mod:`pinn.io.qmmm`) the pairs are those among the QM atoms: the network sees the QM
-    region, the MM atoms act through their charges (:mod:`pinn.models.embedding`).
+    region, the MM atoms act through their charges (:mod:`pinn.physics.embedding`).
     """
     rc = float(rc)
 
@@ -391,7 +391,13 @@ def batch_from_atoms(atoms_list, rc, float_dtype="float32", neighbors=None):
     """
     if hasattr(atoms_list, "positions"):
         atoms_list = [atoms_list]
-    elems, coord, cell, pbc, ind_1, ind_2, shift = [], [], [], [], [], [], []
+    elems = []
+    coord = []
+    cell = []
+    pbc = []
+    ind_1 = []
+    ind_2 = []
+    shift = []
     offset = 0
     for s, atoms in enumerate(atoms_list):
         if neighbors is None:

@@ -6,9 +6,9 @@ import numpy as np
 
 from pinn import keys as K
 from pinn.io.base import DataError, Frame, ItemReader
+from pinn.io.readers.cp2k_files import (read_cell_file, read_cp2k_forces, read_cp2k_stress, read_xyz_frame,
+                                        scan_cp2k_output, scan_xyz)
 from pinn.io.splits import chosen_split, split_items
-from pinn.io.readers.cp2k_files import (read_cell_file, read_cp2k_forces, read_cp2k_stress, read_xyz_frame, scan_cp2k_output,
-                                  scan_xyz)
 
 #: what each of upstream PiNN's ``keys`` reads, and from which entry of ``files``
 SOURCES = {"coord": "coord", "energy": "out", "force": "out", "stress": "out", "cell_dat": "cell_dat"}
@@ -24,8 +24,8 @@ def load_cp2k(files, keys=None, split=False, shuffle=True, seed=0, splits=None):
     | ``coord`` | ``files['coord']``: the xyz trajectory (``PROJECT-pos-1.xyz``) | ``elems``, ``coord`` (Å) |
     | ``energy`` | ``files['out']``: the output log, ``ENERGY| Total FORCE_EVAL`` | ``e_data`` (Hartree → eV) |
     | ``force`` | ``files['out']``: its force blocks (``&PRINT / &FORCES``) | ``f_data`` (Hartree/bohr → eV/Å) |
-    | ``stress`` | ``files['out']``: its stress blocks (``&PRINT / &STRESS_TENSOR``) | ``s_data`` (GPa or bar → eV/Å³, sign flipped to ASE's) |
-    | ``cell_dat`` | ``files['cell_dat']``: the ``.cell`` file, or a [3, 3] (or [n_frames, 3, 3]) array, Å | ``cell``, ``pbc`` (periodic) |
+    | ``stress`` | ``files['out']``: its ``&STRESS_TENSOR`` blocks | ``s_data`` (GPa or bar → eV/Å³, ASE's sign) |
+    | ``cell_dat`` | ``files['cell_dat']``: a ``.cell`` file, or [3, 3] or [n_frames, 3, 3], Å | ``cell``, ``pbc`` |
 
     The i-th frame takes the i-th entry of every source; each source must have as many
     entries as the trajectory has frames (print every quantity at the same frequency).
@@ -52,7 +52,8 @@ def load_cp2k(files, keys=None, split=False, shuffle=True, seed=0, splits=None):
     if not runs or not all(isinstance(run, dict) for run in runs):
         raise DataError(f"load_cp2k: files must be a dict {{'out': ..., 'coord': ..., 'cell_dat': ...}} or a list of "
                         f"them, got {files!r}")
-    items, sources = [], []
+    items = []
+    sources = []
     for r, run in enumerate(runs):
         run_keys = _keys(run, keys)
         source = _index_run(run, run_keys)
@@ -64,10 +65,12 @@ def load_cp2k(files, keys=None, split=False, shuffle=True, seed=0, splits=None):
 
     def read_cp2k_frame(item):
         r, i = item.payload
-        source, run = sources[r], runs[r]
+        source = sources[r]
+        run = runs[r]
         out = {}
         structure = read_xyz_frame(os.fspath(run["coord"]), *source["coord"][i])
-        out[K.ELEMS], out[K.COORD] = structure["elems"], structure["coord"]
+        out[K.ELEMS] = structure["elems"]
+        out[K.COORD] = structure["coord"]
         if "energy" in source:
             out[K.E_DATA] = source["energy"][i][0]
         if "force" in source:
@@ -75,7 +78,8 @@ def load_cp2k(files, keys=None, split=False, shuffle=True, seed=0, splits=None):
         if "stress" in source:
             out[K.S_DATA] = read_cp2k_stress(os.fspath(run["out"]), *source["stress"][i])
         if "cell_dat" in source:
-            out[K.CELL], out[K.PBC] = source["cell_dat"][i], np.ones(3, bool)
+            out[K.CELL] = source["cell_dat"][i]
+            out[K.PBC] = np.ones(3, bool)
         return out
 
     return ItemReader(read_cp2k_frame, "load_cp2k").datasets(split_items(items, split, shuffle=shuffle, seed=seed))

@@ -6,8 +6,8 @@ import numpy as np
 
 from pinn import keys as K
 from pinn.io.base import DataError, Frame, ItemReader
-from pinn.io.splits import chosen_split, split_items
 from pinn.io.readers.deepmd_system import DeepmdSystem
+from pinn.io.splits import chosen_split, split_items
 
 
 def load_deepmd(systems, type_map=None, pbc=True, shuffle=True, seed=0, splits=None, *, split=False):
@@ -55,7 +55,8 @@ def load_deepmd(systems, type_map=None, pbc=True, shuffle=True, seed=0, splits=N
         frame = loaded[s].read(k, i)
         out = {K.ELEMS: frame["elems"], K.COORD: frame["coord"]}
         if "cell" in frame:
-            out[K.CELL], out[K.PBC] = frame["cell"], np.ones(3, bool)
+            out[K.CELL] = frame["cell"]
+            out[K.PBC] = np.ones(3, bool)
         for key, name in ((K.E_DATA, "energy"), (K.F_DATA, "forces"), (K.S_DATA, "stress")):
             if name in frame:
                 out[key] = frame[name]

@@ -4,8 +4,8 @@ import os
 
 import numpy as np
 
-from pinn.parallel.ranks import launcher_rank
 from pinn.io.errors import DataError
+from pinn.runtime.ranks import launcher_rank
 
 log = logging.getLogger(__name__)
 

@@ -29,9 +29,9 @@ import numpy as np
 from pinn import keys as K
 from pinn import units
 from pinn.io.base import Frame, list_loader
+from pinn.io.errors import DataError
 from pinn.io.readers.cpmd import FTrajectory, gromacs_to_cpmd_order, read_overlaps
 from pinn.io.readers.energies import last_occurrence, read_energies
-from pinn.io.errors import DataError
 from pinn.io.readers.mpt import read_mpt
 from pinn.io.readers.ndx import read_ndx
 from pinn.io.readers.trr import TRRFile
@@ -123,8 +123,11 @@ def load_mimic(mpt, trr, energies, split=False, shuffle=True, seed=0, *, splits=
     if forces == "ftrajectory" and ftrajectory is None:
         raise DataError("load_mimic: forces='ftrajectory' needs ftrajectory=<FTRAJECTORY file(s)>")
     reader = _FrameReader(forces, position_tolerance, qm_charge if qmmm else None)
-    items, stats = [], _Skipped()
-    topologies, energy_tables, selections = {}, {}, {}
+    items = []
+    stats = _Skipped()
+    topologies = {}
+    energy_tables = {}
+    selections = {}
     for run in runs:
         if run.mpt not in topologies:
             topologies[run.mpt] = read_mpt(run.mpt)

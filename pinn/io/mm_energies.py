@@ -53,7 +53,8 @@ def read_mm_energies(path):
             raise DataError(f"{path}: pyedr could not read it: {type(err).__name__}: {err}") from err
         if POTENTIAL not in terms:
             raise DataError(f"{path}: no {POTENTIAL!r} term (it has {sorted(terms)})")
-        times, energies = np.asarray(terms["Time"], dtype=float), np.asarray(terms[POTENTIAL], dtype=float)
+        times = np.asarray(terms["Time"], dtype=float)
+        energies = np.asarray(terms[POTENTIAL], dtype=float)
     else:
         raise DataError(f"{path}: MM energies come from a GROMACS .edr or the .xvg of gmx energy")
     bad = np.flatnonzero(~np.isfinite(energies))

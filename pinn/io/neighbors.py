@@ -3,8 +3,9 @@
 Pure NumPy, vectorised (no per-atom Python loops), so it can run inside the
 ``tf.data`` pipeline through :func:`tf.numpy_function` and in the ASE
 calculator; only the per-step filter of a large Verlet list (:class:`VerletNeighbors`)
-runs in a compiled Numba loop (:mod:`pinn.engines.numba.verlet_filter`) when Numba is installed.
-Distances themselves are computed in TensorFlow from the pair indices and integer image shifts, so forces and stress stay differentiable.
+runs in a compiled Numba loop (:mod:`pinn.io.verlet_filter`) when Numba is installed.
+Distances themselves are computed in TensorFlow from the pair indices and integer image shifts,
+so forces and stress stay differentiable.
 
 A pair (i, j, S) means atom j in the periodic image ``S`` (integer multiples of
 the lattice vectors a, b, c) lies within ``rc`` of atom i:
@@ -23,7 +24,7 @@ from pinn.io.geometry import (MIN_DISTANCE, coincident_problem, complete_lattice
 #: below this many candidate pairs the O(N^2) search beats binning
 _BRUTE_FORCE_PAIRS = 40000
 #: a Verlet list of at least this many pairs is filtered by the compiled loop of
-#: :mod:`pinn.engines.numba.verlet_filter` (below it NumPy takes well under a millisecond, and Numba is not
+#: :mod:`pinn.io.verlet_filter` (below it NumPy takes well under a millisecond, and Numba is not
 #: imported)
 COMPILED_FILTER_MIN_PAIRS = 20000
 
@@ -138,7 +139,9 @@ def _pairs_cell_list(centers, points, rc):
     starts = np.searchsorted(sorted_bins, np.arange(n_flat), side="left")
     ends = np.searchsorted(sorted_bins, np.arange(n_flat), side="right")
     center_bin3 = np.floor((centers - origin) / rc).astype(int)
-    all_i, all_p, all_d2 = [], [], []
+    all_i = []
+    all_p = []
+    all_d2 = []
     for offset in np.stack(np.meshgrid(*[[-1, 0, 1]] * 3, indexing="ij"), -1).reshape(-1, 3):
         nb3 = center_bin3 + offset
         valid = np.all((nb3 >= 0) & (nb3 < n_bins), axis=1)
@@ -176,7 +179,8 @@ def batch_neighbor_list(coord, cell, pbc, ind_1, rc):
     ind_1 = np.asarray(ind_1).reshape(-1)
     n_struct = len(cell)
     bounds = np.searchsorted(ind_1, np.arange(n_struct + 1))
-    pairs, shifts = [], []
+    pairs = []
+    shifts = []
     for s in range(n_struct):
         lo, hi = bounds[s], bounds[s + 1]
         try:
@@ -201,7 +205,7 @@ class VerletNeighbors:
     holds exactly the pairs a fresh :func:`neighbor_list` would give (in the same order; a
     pair within float64 rounding of ``rc`` may fall either way, as the two compute its
     distance in different orders).  A list of ``COMPILED_FILTER_MIN_PAIRS`` pairs or more is
-    filtered by the compiled loop of :mod:`pinn.engines.numba.verlet_filter`, with the result of
+    filtered by the compiled loop of :mod:`pinn.io.verlet_filter`, with the result of
     :func:`close_pairs_numpy`.
 
     Args:
@@ -217,7 +221,8 @@ class VerletNeighbors:
             raise ValueError(f"cutoff radius must be positive, got {rc}")
         if not skin >= 0:
             raise ValueError(f"skin must be non-negative, got {skin}")
-        self.rc, self.skin = float(rc), float(skin)
+        self.rc = float(rc)
+        self.skin = float(skin)
         self.builds = 0
         self._ref = None  # (coord, cell, pbc) at the last build
         self._pairs = None  # (ind_2, shift) within rc + skin
@@ -262,7 +267,8 @@ class VerletNeighbors:
         """Refuse two atoms at one place among the pairs that could have come that close since the build:
         each atom moved less than skin/2, so a pair came closer by less than the skin."""
         if len(self._near):
-            first, second = self._first[self._near], self._second[self._near]
+            first = self._first[self._near]
+            second = self._second[self._near]
             diff = coord[second] - coord[first] + self._offsets[self._near]
             refuse_coincident(first, second, np.sqrt(np.einsum("ij,ij->i", diff, diff)), coord)
 
@@ -279,7 +285,7 @@ class VerletNeighbors:
             return self._pairs
         ind_2, shift = self._pairs
         if len(ind_2) >= COMPILED_FILTER_MIN_PAIRS:
-            from pinn.engines.numba import verlet_filter
+            from pinn.io import verlet_filter
             if verlet_filter.available():
                 return verlet_filter.close_pairs(coord, ind_2, shift, self._offsets, self.rc * self.rc)
         return close_pairs_numpy(coord, ind_2, shift, self._offsets, self.rc * self.rc)
@@ -299,7 +305,7 @@ class VerletNeighbors:
 
 def close_pairs_numpy(coord, ind_2, shift, offsets, rc2):
     """``(ind_2, shift)`` of the listed pairs with squared distance below ``rc2`` (Å²), in list
-    order: the Verlet list's per-step filter in NumPy (:func:`pinn.engines.numba.verlet_filter.close_pairs`
+    order: the Verlet list's per-step filter in NumPy (:func:`pinn.io.verlet_filter.close_pairs`
     is its compiled twin and gives the same arrays).
 
     Args:

@@ -15,7 +15,7 @@ atoms are cut off by :func:`unpad`.
 
 Training batches are padded in the ``tf.data`` pipeline by :func:`pad_to_buckets`, labels
 included; their ``real`` key marks the padding structure, and the models leave it (and its
-atoms) out of every loss sum, count and error metric (:mod:`pinn.models.loss_weights`).
+atoms) out of every loss sum, count and error metric (:mod:`pinn.physics.loss_weights`).
 """
 import math
 
@@ -31,7 +31,8 @@ _PER_OCTAVE = 8
 
 
 def _bucket_table(largest=2 ** 31):
-    sizes, k = [], 0
+    sizes = []
+    k = 0
     while not sizes or sizes[-1] < largest:
         size = 8 * math.ceil(_SMALLEST * 2 ** (k / _PER_OCTAVE) / 8)
         if not sizes or size > sizes[-1]:
@@ -64,7 +65,9 @@ def pad_batch(batch, rc, element):
         ``bucket_size(n_atoms + 1)`` atoms and ``bucket_size(n_pairs)`` pairs in all, and
         ``sizes = (n_struct, n_atoms)`` of the real part for :func:`unpad`.
     """
-    n_struct, n_atoms, n_pairs = len(batch[K.CELL]), len(batch[K.ELEMS]), len(batch[K.IND_2])
+    n_struct = len(batch[K.CELL])
+    n_atoms = len(batch[K.ELEMS])
+    n_pairs = len(batch[K.IND_2])
     extra_atoms = bucket_size(n_atoms + 1) - n_atoms
     extra_pairs = bucket_size(max(n_pairs, 1)) - n_pairs
     float_dtype = batch[K.COORD].dtype

@@ -5,8 +5,8 @@ import numpy as np
 
 from pinn import keys as K
 from pinn.io.base import DataError, Frame, ItemReader
-from pinn.io.splits import chosen_split, split_items
 from pinn.io.readers.runner_data import UNITS, read_runner_frame, scan_runner
+from pinn.io.splits import chosen_split, split_items
 
 #: upstream PiNN's weights, given with ``weights=True``: key → (shape, dtype)
 WEIGHTS = {"e_weight": ((), "float"), "f_weights": ((None, 3), "float")}
@@ -52,12 +52,14 @@ def load_runner(flist, split=False, shuffle=True, seed=0, splits=None, *, units=
         frame = read_runner_frame(*item.payload, file_units=units)
         out = {K.ELEMS: frame["elems"], K.COORD: frame["coord"]}
         if frame["cell"] is not None:
-            out[K.CELL], out[K.PBC] = frame["cell"], np.ones(3, bool)
+            out[K.CELL] = frame["cell"]
+            out[K.PBC] = np.ones(3, bool)
         for key, name in ((K.E_DATA, "energy"), (K.F_DATA, "forces"), (K.Q_DATA, "charges"), (K.S_DATA, "stress")):
             if frame[name] is not None:
                 out[key] = frame[name]
         if weights:
-            out["e_weight"], out["f_weights"] = frame["energy_weight"], frame["force_weights"]
+            out["e_weight"] = frame["energy_weight"]
+            out["f_weights"] = frame["force_weights"]
         return out
 
     reader = ItemReader(read_runner_structure, "load_runner", extra=WEIGHTS if weights else None)

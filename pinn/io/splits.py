@@ -58,7 +58,8 @@ def _split(items, split, path):
     left = len(items) - sum(sizes.values())
     for name in sorted(exact, key=lambda n: sizes[n] - exact[n])[:left]:
         sizes[name] += 1
-    out, start = {}, 0
+    out = {}
+    start = 0
     for name, value in split.items():
         chunk = items[start:start + sizes[name]]
         start += sizes[name]

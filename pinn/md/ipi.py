@@ -108,7 +108,8 @@ def serve_ipi(model, structure, unixsocket=None, host="localhost", port=None, ti
     where = f"unix socket /tmp/ipi_{unixsocket}" if unixsocket is not None else f"{host}:{port}"
     log.info("i-PI client: %s on %s", type(calc).__name__, where)
     client = SocketClient(host=host, port=port, unixsocket=unixsocket, timeout=timeout)
-    started, calls = time.perf_counter(), 0
+    started = time.perf_counter()
+    calls = 0
     try:
         for _ in client.irun(atoms, use_stress=bool(atoms.pbc.all())):
             calls += 1

@@ -45,7 +45,9 @@ class PinnDriver(Dummy_driver):
             raise ValueError("pinn's i-PI driver needs <parameters>{model: MODEL, structure: FILE}</parameters> "
                              "(pinn ipi MODEL --structure FILE --ffdirect NAME prints them)")
         self.model = model.split(";") if isinstance(model, str) and ";" in model else model
-        self.structure, self.engine, self.drive = structure, engine, drive
+        self.structure = structure
+        self.engine = engine
+        self.drive = drive
         self.pbc = _boolean("pbc", pbc)
         super().__init__(*args, **kwargs)
 

@@ -80,10 +80,13 @@ class PinnFix:
         unknown = [e for e in elements if e not in atomic_numbers]
         if unknown:
             raise ValueError(f"attach: elements {unknown} are not element symbols")
-        self.lmp, self.calc, self.fix_id = lmp, calc, fix_id
+        self.lmp = lmp
+        self.calc = calc
+        self.fix_id = fix_id
         self.type_numbers = np.array([0] + [atomic_numbers[e] for e in elements])  # LAMMPS types count from 1
         self.atoms = Atoms()
-        self.calls, self.error = 0, None
+        self.calls = 0
+        self.error = None
 
     def box(self):
         """LAMMPS's box as a cell (rows a, b, c in Å) and its periodicity."""

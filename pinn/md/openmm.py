@@ -258,7 +258,8 @@ def _remove_bonded(force, inside):
     count = 0
     for k in range(getattr(force, number)()):
         params = list(getattr(force, getter)(k))
-        indices, rest = params[:n_atoms], params[n_atoms:]
+        indices = params[:n_atoms]
+        rest = params[n_atoms:]
         if not all(i in inside for i in indices):
             continue
         if name == "HarmonicBondForce":

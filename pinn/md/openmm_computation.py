@@ -146,7 +146,11 @@ class EmbeddedComputation(PinnComputation):
         centre = region.mean(axis=0)
         if box is None:
             mm_index = np.flatnonzero(~self.qm & (self.charges != 0))
-            mm_positions, scale, dscale, unit, residue_of = positions[mm_index], 1.0, None, None, None
+            mm_positions = positions[mm_index]
+            scale = 1.0
+            dscale = None
+            unit = None
+            residue_of = None
         else:
             mm_index, mm_positions, scale, dscale, unit, residue_of = self._residues_near(positions, box, centre)
         index = np.concatenate([qm_index, mm_index])
@@ -174,7 +178,9 @@ class EmbeddedComputation(PinnComputation):
         """The MM residues within the cutoff of ``centre``, whole, at their minimum image: (atom indices,
         positions, switch S per atom, S'(d) per atom (1/Å), unit vectors [n_residues, 3] from ``centre`` to
         each residue's centre, each atom's place among those residues)."""
-        index, place, counts = self._mm_by_residue, self._residue_place, self._residue_size
+        index = self._mm_by_residue
+        place = self._residue_place
+        counts = self._residue_size
         anchor = positions[index[self._residue_first]][place]
         whole = anchor + _minimum_image(positions[index] - anchor, box)
         centres = np.stack([np.bincount(place, whole[:, k]) for k in range(3)], axis=1) / counts[:, None]

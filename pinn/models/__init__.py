@@ -5,7 +5,7 @@ model object with the estimator-like API ``train(input_fn, max_steps)``,
 ``evaluate(input_fn)``, ``predict(input_fn)``; ``get_model(params)`` builds the
 model that ``params['model']['name']`` names, upstream PiNN 2.x's dipole models
 (``AC_dipole_model``, ``BC_R_dipole_model``, ``AD_dipole_model``, …; see
-:mod:`pinn.models.dipole_variants`) included; ``load_for_inference(model_dir)`` restores a
+:mod:`pinn.physics.dipole_variants`) included; ``load_for_inference(model_dir)`` restores a
 trained model for evaluation, prediction and MD without building a Trainer.
 
 The params are resolved once, here (:func:`pinn.params.resolve`, cross-field checks
@@ -17,9 +17,9 @@ import os
 
 from pinn.runtime.lazy import lazy_exports
 
-_EXPORTS = {"PotentialModel": "pinn.models.potential", "DipoleModel": "pinn.models.dipole",
-            "MODELS": "pinn.models.registry", "build_model": "pinn.models.registry",
-            "load_for_inference": "pinn.training.inference"}
+_EXPORTS = {"PotentialModel": "pinn.physics.potential", "DipoleModel": "pinn.physics.dipole",
+            "MODELS": "pinn.physics.registry", "build_model": "pinn.physics.registry",
+            "load_for_inference": "pinn.models.inference"}
 
 
 def potential_model(params, world=None):
@@ -118,7 +118,7 @@ def _with_model_name(params, expected):
 
 
 def _model_class(params):
-    from pinn.models.registry import MODELS
+    from pinn.physics.registry import MODELS
     return MODELS[params["model"]["name"]]
 
 

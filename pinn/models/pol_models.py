@@ -1,6 +1,6 @@
 """Upstream PiNN 2.x's module name of its polarizability models (``from pinn.models import pol_models``):
-pinn's are in :mod:`pinn.models.polarizability`, by the same model names."""
-from pinn.models.polarizability import (ACKS2IsoModel, ACKS2Model, EEMIsoModel, EEMModel, EtaInvIsoModel,  # noqa: F401
+pinn's are in :mod:`pinn.physics.polarizability`, by the same model names."""
+from pinn.physics.polarizability import (ACKS2IsoModel, ACKS2Model, EEMIsoModel, EEMModel, EtaInvIsoModel,  # noqa: F401
                                         EtaInvModel, LocalChiIsoModel, LocalChiModel, LocalIsoModel, LocalModel,
                                         POLARIZABILITY_MODELS)
 

@@ -24,7 +24,7 @@ import tensorflow as tf
 from pinn import keys as K
 from pinn.io.batch import batch_pairs, pair_geometry, with_cell_and_pbc
 from pinn.networks.layers import computing_in
-from pinn.params.schema import validate_section
+from pinn.schema import validate_section
 
 
 class Network(tf.Module):
@@ -42,12 +42,12 @@ class Network(tf.Module):
             where they differ from pinn's).
 
     Raises:
-        pinn.params.schema.ParamsError: an unknown or ill-typed argument, named.
+        pinn.schema.ParamsError: an unknown or ill-typed argument, named.
         TypeError: more positional arguments than upstream's constructor takes, or an argument
             given twice.
     """
 
-    #: the network's options (:class:`pinn.params.schema.Option` by key)
+    #: the network's options (:class:`pinn.schema.Option` by key)
     PARAMS = {}
     #: upstream's constructor arguments, in its order (for positional use)
     UPSTREAM_ARGS = ()
@@ -156,7 +156,8 @@ class Network(tf.Module):
         if self.out_extra:
             outputs, extras = self.call_with_extras(tensors)
         else:
-            outputs, extras = self.atomic_outputs(tensors), None
+            outputs = self.atomic_outputs(tensors)
+            extras = None
         if outputs.shape.rank == 2 and outputs.shape[1] == 1:
             outputs = outputs[:, 0]
         return outputs if extras is None else (outputs, extras)

@@ -26,7 +26,7 @@ from pinn import keys as K
 from pinn.networks.base import Network
 from pinn.networks.layers import (ACTIVATIONS, CUTOFFS, POOLS, Dense, ElementIndex, FeedForward, atomic_number,
                                   cutoff)
-from pinn.params.schema import Option, ParamsError, positive, positive_int_list
+from pinn.schema import Option, ParamsError, positive, positive_int_list
 
 
 def _check_sf_spec(spec):
@@ -48,7 +48,8 @@ def _check_ranges(value):
         if not (isinstance(pair, (list, tuple)) and len(pair) == 2):
             return f"entry {n} must be [min, max]"
         try:
-            low, high = np.asarray(pair[0], float), np.asarray(pair[1], float)
+            low = np.asarray(pair[0], float)
+            high = np.asarray(pair[1], float)
         except (TypeError, ValueError):
             return f"entry {n} must be [min, max] of numbers or of lists of numbers"
         if low.shape != high.shape or low.ndim > 1 or not np.all(high > low):
@@ -181,23 +182,30 @@ class BPNN(Network):
     def symmetry_functions(self, tensors):
         """For each ``sf_spec`` entry, the list of its functions, each [n_atoms] (zero where the entry
         does not centre on the atom's element), unscaled."""
-        elems, ind_2, diff, dist = (tensors[K.ELEMS], tensors[K.IND_2], tensors[K.DIFF], tensors[K.DIST])
+        elems = tensors[K.ELEMS]
+        ind_2 = tensors[K.IND_2]
+        diff = tensors[K.DIFF]
+        dist = tensors[K.DIST]
         n_atoms = tf.shape(elems)[0]
         ctype = self.params["cutoff_type"]
         fc = cutoff(dist, self.rc, ctype)
-        e_i, e_j = tf.gather(elems, ind_2[:, 0]), tf.gather(elems, ind_2[:, 1])
+        e_i = tf.gather(elems, ind_2[:, 0])
+        e_j = tf.gather(elems, ind_2[:, 1])
         need_triplets = any(sf["type"] != "G2" for sf in self.params["sf_spec"])
         if need_triplets:
             p_ij, p_ik = triplets(ind_2, n_atoms)
-            d_ij, d_ik = tf.gather(diff, p_ij), tf.gather(diff, p_ik)
-            r_ij, r_ik = tf.gather(dist, p_ij), tf.gather(dist, p_ik)
+            d_ij = tf.gather(diff, p_ij)
+            d_ik = tf.gather(diff, p_ik)
+            r_ij = tf.gather(dist, p_ij)
+            r_ik = tf.gather(dist, p_ik)
             r_jk = tf.norm(d_ik - d_ij, axis=1)
             cos = tf.reduce_sum(d_ij * d_ik, axis=1) / (r_ij * r_ik)
             fc2 = tf.gather(fc, p_ij) * tf.gather(fc, p_ik)
             fc3 = fc2 * cutoff(r_jk, self.rc, ctype)
             r2 = r_ij ** 2 + r_ik ** 2 + r_jk ** 2
             t_i = tf.gather(e_i, p_ij)
-            t_j, t_k = tf.gather(e_j, p_ij), tf.gather(e_j, p_ik)
+            t_j = tf.gather(e_j, p_ij)
+            t_k = tf.gather(e_j, p_ik)
             centre = tf.gather(ind_2[:, 0], p_ij)
         entries = []
         for sf in self.params["sf_spec"]:

@@ -39,14 +39,17 @@ def p5_to_matrix(p5):
     xx = d / _SQRT2 - e / _SQRT6
     yy = -d / _SQRT2 - e / _SQRT6
     zz = 2 * e / _SQRT6
-    xy, xz, yz = a / _SQRT2, b / _SQRT2, c / _SQRT2
+    xy = a / _SQRT2
+    xz = b / _SQRT2
+    yz = c / _SQRT2
     return tf.stack([tf.stack([xx, xy, xz], 1), tf.stack([xy, yy, yz], 1), tf.stack([xz, yz, zz], 1)], 1)
 
 
 def mix_channels(x, layer):
     """x [n, m, C] times a layer's kernel [C, D] over the channel axis, in the layer's compute dtype:
     [n, m, D] (components never mix)."""
-    shape, kernel = tf.shape(x), layer.kernel
+    shape = tf.shape(x)
+    kernel = layer.kernel
     flat = mixed_matmul(tf.reshape(x, [-1, x.shape[-1]]), kernel, layer.compute_dtype)
     return tf.reshape(flat, [shape[0], shape[1], kernel.shape[-1]])
 
@@ -80,7 +83,8 @@ class _WeightedStyle(tf.Module):
         self.weighted = bool(weighted)
         if self.weighted:
             rng = np.random.RandomState(seed)
-            self.wi, self.wj = _ChannelMix(rng, name="wi"), _ChannelMix(rng, name="wj")
+            self.wi = _ChannelMix(rng, name="wi")
+            self.wj = _ChannelMix(rng, name="wj")
 
 
 class PIXLayer(_WeightedStyle):

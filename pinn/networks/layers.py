@@ -10,7 +10,7 @@ import contextvars
 import numpy as np
 import tensorflow as tf
 
-from pinn.params.schema import ParamsError
+from pinn.schema import ParamsError
 
 #: the top-level ``precision`` key: the dtype of the weights (and of everything but the layers' matrix
 #: products), and the dtype those products are computed in (``None``: the weights')
@@ -255,7 +255,9 @@ class PairInteraction(tf.Module):
 
     def __init__(self, n_in, nodes, n_basis, rng, act="tanh", dtype=tf.float32, name=None):
         super().__init__(name=name)
-        self.n_in, self.n_out, self.n_basis = n_in, nodes[-1], n_basis
+        self.n_in = n_in
+        self.n_out = nodes[-1]
+        self.n_basis = n_basis
         self.hidden = FeedForward(2 * n_in, nodes[:-1], rng, act, dtype=dtype, name="hidden")
         self.last = Dense(self.hidden.n_out, self.n_out * n_basis, rng, dtype=dtype, name="last")
 

@@ -10,7 +10,7 @@ from ase.data import chemical_symbols
 from pinn import keys as K
 from pinn.networks.base import Network
 from pinn.networks.layers import ElementIndex
-from pinn.params.schema import Option, positive, positive_int_list
+from pinn.schema import Option, positive, positive_int_list
 
 PARAMS = {
     "atom_types": Option((list, None), None, "atomic numbers accepted (all share one epsilon and sigma); "

@@ -20,7 +20,7 @@ from pinn import keys as K
 from pinn.networks.base import Network
 from pinn.networks.layers import (ACTIVATIONS, CUTOFFS, POOLS, Dense, ElementIndex, FeedForward, atom_type_list,
                                   check_centers, cutoff, mixed_matmul, radial_basis, scatter_sum)
-from pinn.params.schema import Option, positive, positive_int_list
+from pinn.schema import Option, positive, positive_int_list
 
 def _numbers(value):
     if not value or not all(isinstance(c, (int, float)) and not isinstance(c, bool) for c in value):
@@ -132,7 +132,9 @@ class PiNet(Network):
         self.atom_types = [int(z) for z in params["atom_types"]]
         self.element_index = ElementIndex(self.atom_types)
         self.n_types = len(params["atom_types"])
-        self.blocks, self.outputs, self.residual = [], [], []
+        self.blocks = []
+        self.outputs = []
+        self.residual = []
         n_prop = self.n_types
         for d in range(params["depth"]):
             block = GCBlock(n_prop, params, rng, dtype, name=f"gc_{d}")
@@ -180,7 +182,8 @@ class PiNet(Network):
                              self.rc, self.params["gamma"], self.params["center"])
         ind_2 = tensors[K.IND_2]
         n_atoms = tf.shape(prop)[0]
-        output, kept = 0.0, [] if keep else None
+        output = 0.0
+        kept = [] if keep else None
         for block, (out_ff, out_units), residual in zip(self.blocks, self.outputs, self.residual):
             inter = block.interactions(prop, ind_2, basis)
             new_prop = scatter_sum(inter, ind_2[:, 0], n_atoms)

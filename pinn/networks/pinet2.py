@@ -72,7 +72,7 @@ from pinn.networks.layers import (POOLS, Dense, ElementIndex, FeedForward, PairI
                                   cutoff,
                                   radial_basis, scatter_sum)
 from pinn.networks.pinet import PARAMS as PINET_PARAMS
-from pinn.params.schema import Option, ParamsError
+from pinn.schema import Option, ParamsError
 
 #: keys of ``out_extra`` and the smallest rank that has them
 EXTRA_RANKS = {"p1": 1, "p3": 3, "p5": 5, "i1": 1, "i3": 3, "i5": 5, "dotted_p3": 3, "dotted_p5": 5}
@@ -117,7 +117,8 @@ class EquivariantPath(tf.Module):
 
     def __init__(self, n_inter, n_out, weighted, first, rng, dtype, name=None):
         super().__init__(name=name)
-        self.first, self.weighted = first, weighted
+        self.first = first
+        self.weighted = weighted
         if weighted and not first:
             self.pair_i = Dense(n_inter, n_inter, rng, use_bias=False, dtype=dtype, name="pair_i")
             self.pair_j = Dense(n_inter, n_inter, rng, use_bias=False, dtype=dtype, name="pair_j")
@@ -243,7 +244,9 @@ class PiNet2(Network):
         self.atom_types = [int(z) for z in p["atom_types"]]
         self.element_index = ElementIndex(self.atom_types)
         self.n_types = len(self.atom_types)
-        self.blocks, self.outputs, self.residual = [], [], []
+        self.blocks = []
+        self.outputs = []
+        self.residual = []
         self.extra_heads = {key: [] for key in sorted(self.out_extra)}
         n_prop = self.n_types
         for d in range(p["depth"]):
@@ -336,5 +339,6 @@ class PiNet2(Network):
         return self._forward(tensors, True)
 
     def atomic_outputs(self, tensors):
-        """Atomic outputs [n_atoms, out_units] (pooled per structure with ``out_pool``); see :meth:`call_with_extras`."""
+        """Atomic outputs [n_atoms, out_units] (pooled per structure with ``out_pool``); see
+        :meth:`call_with_extras`."""
         return self._forward(tensors, False)[0]

@@ -12,7 +12,8 @@ class HorovodHost:
     library = "Horovod"
 
     def __init__(self, hvd, tf):
-        self._hvd, self._tf = hvd, tf
+        self._hvd = hvd
+        self._tf = tf
 
     def allreduce_sum(self, array):
         """Sum over ranks of ``array`` (float64)."""

@@ -17,8 +17,8 @@ something for ranks are refused (:func:`check`), as are the Numba engine and the
 """
 import logging
 
-from pinn.params.schema import ParamsError
 from pinn.parallel.serial import SerialWorld
+from pinn.schema import ParamsError
 
 log = logging.getLogger("pinn")
 
@@ -113,7 +113,7 @@ def open_mirrored_world(options):
     Raises:
         RuntimeError: the launcher started several processes (backend 'mirrored' is one process).
     """
-    from pinn.parallel.ranks import launcher_size
+    from pinn.runtime.ranks import launcher_size
     if launcher_size() > 1:
         raise RuntimeError(f"parallel_params.backend is 'mirrored' (one process on all local devices) but the launcher "
                            f"started {launcher_size()} processes: start one (python script.py), or use backend auto, "

@@ -32,7 +32,9 @@ POLL_S = 5e-5
 #: larger sums go through the MPI library's reduce and broadcast trees
 HUB_BYTES = 8 * 2 ** 20
 
-_TO_ROOT, _FROM_ROOT = 71, 72  # message tags of the point-to-point sum
+# message tags of the point-to-point sum
+_TO_ROOT = 71
+_FROM_ROOT = 72
 
 #: environment variables that MPI launchers set in every process they start
 _MPI_LAUNCHER_VARS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS", "MV2_COMM_WORLD_SIZE")

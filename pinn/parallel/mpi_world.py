@@ -16,7 +16,7 @@ import numpy as np
 
 from pinn.parallel.mpi_host import MpiHost
 from pinn.parallel.process import HostWorld, broadcast_through_host, exit_after_uncaught_exceptions, pin_devices
-from pinn.parallel.ranks import launcher_size
+from pinn.runtime.ranks import launcher_size
 
 log = logging.getLogger("pinn")
 
@@ -57,7 +57,8 @@ class MpiWorld(HostWorld):
         def reduce(*arrays):
             flat = np.concatenate([np.asarray(a, wire).ravel() for a in arrays])
             total = self.host.allreduce_sum(flat, dtype=wire)
-            out, start = [], 0
+            out = []
+            start = 0
             for a in arrays:
                 out.append(total[start:start + a.size].reshape(a.shape).astype(a.dtype))
                 start += a.size
@@ -82,8 +83,9 @@ def open_mpi_world(options):
     exit at an uncaught exception, the rank map.
 
     Raises:
-        RuntimeError: ``host_exchange`` names Horovod's or TCP's, mpi4py is not installed, or the launcher started N processes but MPI sees one
-            (a launcher of another MPI than mpi4py's, or ``srun`` without ``--mpi=pmix``).
+        RuntimeError: ``host_exchange`` names Horovod's or TCP's, mpi4py is not installed, or the launcher
+            started N processes but MPI sees one (a launcher of another MPI than mpi4py's, or ``srun``
+            without ``--mpi=pmix``).
     """
     if options["host_exchange"] not in ("auto", "mpi"):
         raise RuntimeError(f"parallel_params.host_exchange is {options['host_exchange']!r}, which needs Horovod; "

@@ -1,7 +1,7 @@
 """What every parallel world does, whichever library joins the ranks: pin its process to its GPU or
-its share of the CPU cores, make ASE's file I/O this rank's own, end it at an uncaught exception, broadcast variables as one message of
-bytes through the host exchange (:mod:`pinn.parallel.mpi_host`, :mod:`pinn.parallel.tcp_host`), and
-the host collectives and the log summary (:class:`HostWorld`)."""
+its share of the CPU cores, make ASE's file I/O this rank's own, end it at an uncaught exception,
+broadcast variables as one message of bytes through the host exchange (:mod:`pinn.parallel.mpi_host`,
+:mod:`pinn.parallel.tcp_host`), and the host collectives and the log summary (:class:`HostWorld`)."""
 import contextlib
 import logging
 import os

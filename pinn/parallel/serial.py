@@ -7,7 +7,7 @@ identity and this process writes everything.  The other worlds (:mod:`pinn.paral
 import numpy as np
 
 from pinn.parallel.process import World
-from pinn.params.schema import Option, non_negative, positive
+from pinn.schema import Option, non_negative, positive
 
 #: options of ``params['parallel_params']`` (used when ``params['parallel']`` is true)
 PARAMS = {
@@ -27,8 +27,8 @@ PARAMS = {
     "fusion_threshold_mb": Option((float, None), None, "Horovod's tensor fusion buffer in MB "
                                   "(HOROVOD_FUSION_THRESHOLD; None: Horovod's default, 128 MB)", check=non_negative),
     "cycle_time_ms": Option((float, None), None, "Horovod's cycle time in ms (HOROVOD_CYCLE_TIME; None: "
-                            "100 ms when the host exchange is mpi or tcp, since Horovod then carries nothing after the start; "
-                            "else Horovod's default)", check=positive),
+                            "100 ms when the host exchange is mpi or tcp, since Horovod then carries nothing "
+                            "after the start; else Horovod's default)", check=positive),
     "host_exchange": Option(str, "auto", "what carries the one exchange of a training step (gradients, "
                             "loss counts, statistics, flags) and the metrics: 'mpi' (mpi4py, for jobs started "
                             "by mpirun or srun), 'tcp' (sockets to rank 0, for horovodrun --gloo), 'horovod' "
@@ -47,7 +47,10 @@ PARAMS = {
 class SerialWorld(World):
     """One process: reductions are the identity, and this process writes everything."""
 
-    rank, size, local_rank, local_size = 0, 1, 0, 1
+    rank = 0
+    size = 1
+    local_rank = 0
+    local_size = 1
     is_chief = True
     is_parallel = False
     options = {key: option.default for key, option in PARAMS.items()}

@@ -117,7 +117,8 @@ class TcpHost:
         if root is None:
             raise ConnectionError(f"rank {rank}: rank 0 could not open a socket for the host exchange"
                                   + (f" ({failure})" if failure is not None else ""))
-        address, secret = tuple(root[:2]), bytes(root[2])
+        address = tuple(root[:2])
+        secret = bytes(root[2])
         try:
             if rank == 0:
                 self._accept_ranks(listener, secret)
@@ -229,7 +230,8 @@ class TcpHost:
         return target
 
     def _exactly(self, connection, buffer, what):
-        view, got = memoryview(buffer), 0
+        view = memoryview(buffer)
+        got = 0
         while got < len(view):
             n = connection.recv_into(view[got:])
             if n == 0:
@@ -248,7 +250,8 @@ class TcpHost:
         if self.rank != 0:
             self._send(self.peers[0], array)
             return self._receive(self.peers[0], "the sum from rank 0", np.empty_like(array))
-        total, part = array.copy(), np.empty_like(array)
+        total = array.copy()
+        part = np.empty_like(array)
         for peer in range(1, self.size):
             total += self._receive(self.peers[peer], f"rank {peer}'s array", part)
         for peer in range(1, self.size):

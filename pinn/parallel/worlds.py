@@ -17,7 +17,7 @@ object with one interface and four implementations:
   local device, through TensorFlow's ``MirroredStrategy``.
 
 :func:`init` makes the world once per process and returns it (``world = pinn.parallel.init(params)``);
-callers pass it on.  :func:`pinn.parallel.ranks.launcher_rank` reports the (rank, size) that the
+callers pass it on.  :func:`pinn.runtime.ranks.launcher_rank` reports the (rank, size) that the
 launcher announced, without importing either, for :func:`pinn.io.distribute_data` before a world.
 """
 import importlib.util
@@ -26,13 +26,13 @@ import os
 import socket
 import sys
 
-from pinn.runtime.logs import setup_logging
 from pinn.parallel import mpi_host, tcp_host
 from pinn.parallel.horovod_host import HorovodHost
 from pinn.parallel.process import (HostWorld, broadcast_through_host, exit_after_uncaught_exceptions,
                                    make_ase_io_per_rank, pin_devices)
-from pinn.parallel.ranks import launcher_size
 from pinn.parallel.serial import PARAMS, SerialWorld  # noqa: F401 (imported from here by scripts)
+from pinn.runtime.logs import setup_logging
+from pinn.runtime.ranks import launcher_size
 
 log = logging.getLogger("pinn")
 
@@ -43,7 +43,8 @@ class HorovodWorld(HostWorld, SerialWorld):
 
     def __init__(self, hvd, options):
         import tensorflow as tf
-        self._hvd, self._tf = hvd, tf
+        self._hvd = hvd
+        self._tf = tf
         self.options = dict(options)
         self.rank, self.size = hvd.rank(), hvd.size()
         self.local_rank, self.local_size = hvd.local_rank(), hvd.local_size()
@@ -59,7 +60,8 @@ class HorovodWorld(HostWorld, SerialWorld):
         gradients), floating tensors travel with the configured compression
         (fp16 halves the bytes; the sum comes back in the original dtype).
         """
-        tf, hvd = self._tf, self._hvd
+        tf = self._tf
+        hvd = self._hvd
         tensors = [tf.convert_to_tensor(t) for t in tensors]
         compression = self._compression if compress else hvd.Compression.none
         return hvd.grouped_allreduce(tensors, op=hvd.Sum, compression=compression)
@@ -73,7 +75,8 @@ class HorovodWorld(HostWorld, SerialWorld):
         Raises:
             RuntimeError: the ranks' variables differ in size (they do not build the same model).
         """
-        tf, hvd = self._tf, self._hvd
+        tf = self._tf
+        hvd = self._hvd
         if hasattr(self.host, "broadcast_bytes"):
             broadcast_through_host(self.host, self.rank, variables)
             return
@@ -219,7 +222,7 @@ def init(params=None):
         return SerialWorld()
     if _WORLD is not None:
         return _WORLD
-    from pinn.params.schema import validate_section
+    from pinn.schema import validate_section
     options = validate_section((params or {}).get("parallel_params"), PARAMS, "parallel_params")
     if options["backend"] == "mirrored":
         from pinn.parallel.mirrored import open_mirrored_world
@@ -272,8 +275,8 @@ def _start_horovod(options):
                 log.debug("Horovod is not installed: parallel training on MPI alone")
             else:  # a broken build: say so, rather than send the user after mpi4py
                 log.warning("Horovod is installed but does not import (%s: %s): parallel training goes on without "
-                            "it (MPI alone where mpi4py is installed). Rebuild Horovod against this TensorFlow (docs/install.md), "
-                            "or set parallel_params.backend: mpi to use MPI alone on purpose",
+                            "it (MPI alone where mpi4py is installed). Rebuild Horovod against this TensorFlow "
+                            "(docs/install.md), or set parallel_params.backend: mpi to use MPI alone on purpose",
                             type(err).__name__, str(err).splitlines()[0] if str(err) else "")
             return None
         raise RuntimeError(f"parallel_params.backend is 'horovod' but Horovod does not import: {err}; "

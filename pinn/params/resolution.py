@@ -13,8 +13,8 @@ import os
 import yaml
 
 from pinn.files.durable import replacing
-from pinn.params.schema import REQUIRED, Option, ParamsError, describe, did_you_mean, validate_section
 from pinn.params.upstream import convert_optimizer
+from pinn.schema import REQUIRED, Option, ParamsError, describe, did_you_mean, validate_section
 
 log = logging.getLogger("pinn")
 
@@ -82,12 +82,12 @@ def resolve(params):
 
     Raises:
         ParamsError: naming the first bad key, or the key of a setting that contradicts another
-            (:func:`pinn.training.options.check`).
+            (:func:`pinn.params.training_options.check`).
     """
-    from pinn.models.registry import MODELS
-    from pinn.models.registry import NOT_YET as NOT_YET_MODELS
     from pinn.parallel.worlds import PARAMS as PARALLEL_PARAMS
-    from pinn.training.options import check as check_training
+    from pinn.params.training_options import check as check_training
+    from pinn.physics.registry import MODELS
+    from pinn.physics.registry import NOT_YET as NOT_YET_MODELS
 
     if isinstance(params, ResolvedParams):
         return params
@@ -183,7 +183,8 @@ def _refuse_not_yet(params, not_yet_models):
     """One error naming every part of upstream PiNN 2.x's that pinn has not yet (a network, a model),
     so that a file like upstream's ``pinet2-dipole.yml`` is told everything it lacks at once."""
     from pinn.networks import NOT_YET as NOT_YET_NETWORKS
-    network, model = params.get("network"), params.get("model")
+    network = params.get("network")
+    model = params.get("model")
     network = network.get("name") if isinstance(network, dict) else None
     model = model.get("name") if isinstance(model, dict) else None
     missing = []
@@ -240,10 +241,10 @@ def network_params(spec):
 def model_schema(name):
     """The options of ``model.params`` for the model ``name``: the model's own
     (``MODELS[name].PARAMS``: its physics and loss) and the training loop's
-    (:data:`pinn.training.options.TRAINING_PARAMS`), as upstream PiNN keeps both in
+    (:data:`pinn.params.training_options.TRAINING_PARAMS`), as upstream PiNN keeps both in
     ``model_params``."""
-    from pinn.models.registry import MODELS
-    from pinn.training.options import TRAINING_PARAMS
+    from pinn.params.training_options import TRAINING_PARAMS
+    from pinn.physics.registry import MODELS
     return {**MODELS[name].PARAMS, **TRAINING_PARAMS}
 
 

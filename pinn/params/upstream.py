@@ -34,7 +34,7 @@ betas, an unknown key of any optimizer) is refused with the key named, never dro
 """
 import logging
 
-from pinn.params.schema import ParamsError
+from pinn.schema import ParamsError
 
 log = logging.getLogger("pinn")
 
@@ -48,8 +48,8 @@ _IGNORABLE = ("name", "ema_overwrite_frequency", "jit_compile", "is_legacy_optim
 _WRAPPER = ("module", "registered_name")
 #: what the section sets in model.params (each may then not be set there too)
 KEYS = ("optimizer", "learning_rate", "lr_schedule", "decay_step", "decay_rate", "lr_cosine_steps", "lr_min_factor",
-        "lr_warmup_steps", "max_grad_norm", "ema_decay", "weight_decay", "weight_decay_on", "ekf_max_learning_rate", "ekf_epsilon", "ekf_q_0",
-        "ekf_q_min", "ekf_q_tau", "ekf_solve_dtype")
+        "lr_warmup_steps", "max_grad_norm", "ema_decay", "weight_decay", "weight_decay_on", "ekf_max_learning_rate",
+        "ekf_epsilon", "ekf_q_0", "ekf_q_min", "ekf_q_tau", "ekf_solve_dtype")
 #: upstream's config keys of its Kalman filters (pinn/optimizers/ekf.py, gekf.py) → model.params keys
 _KALMAN_CONFIG = {
     "EKF": {"max_learning_rate": "ekf_max_learning_rate", "epsilon": "ekf_epsilon", "q_0": "ekf_q_0",
@@ -189,7 +189,9 @@ def _adam_settings(config, weight_decay=0.0):
             raise ParamsError(f"{where}: unknown Adam option; allowed: learning_rate, global_clipnorm, use_ema, "
                               f"ema_momentum, weight_decay, {', '.join(_FIXED)}")
     if "learning_rate" not in settings:
-        settings["learning_rate"], settings["lr_schedule"] = 0.001, "constant"  # Keras Adam's default
+        # Keras Adam's default
+        settings["learning_rate"] = 0.001
+        settings["lr_schedule"] = "constant"
     return settings
 
 
@@ -198,7 +200,8 @@ def _rate_settings(value, where):
     if not isinstance(value, dict):
         return {"learning_rate": _positive(value, where), "lr_schedule": "constant"}
     unknown = sorted(set(value) - {"class_name", "config", *_WRAPPER})
-    name, config = value.get("class_name"), value.get("config") or {}
+    name = value.get("class_name")
+    config = value.get("config") or {}
     if unknown or not isinstance(config, dict):
         raise ParamsError(f"{where}: expected a number or {{'class_name': ..., 'config': {{...}}}}, got {value!r}")
     allowed = {"ExponentialDecay": ("initial_learning_rate", "decay_steps", "decay_rate", "staircase", "name"),

@@ -41,7 +41,9 @@ class Adam(tf.Module):
     def __init__(self, variables, learning_rate=1e-3, beta_1=0.9, beta_2=0.999, epsilon=1e-7, weight_decay=0.0,
                  decayed=None, name="Adam"):
         super().__init__(name=name)
-        self.beta_1, self.beta_2, self.epsilon = float(beta_1), float(beta_2), float(epsilon)
+        self.beta_1 = float(beta_1)
+        self.beta_2 = float(beta_2)
+        self.epsilon = float(epsilon)
         variables = list(variables)
         if weight_decay < 0:
             raise ValueError(f"Adam: weight_decay {weight_decay} must be ≥ 0")

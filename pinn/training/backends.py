@@ -18,9 +18,9 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from pinn.params.schema import ParamsError
+from pinn.params.training_options import KALMAN_NAMES
+from pinn.schema import ParamsError
 from pinn.training.loss_scale import injected_factor
-from pinn.training.options import KALMAN_NAMES
 
 log = logging.getLogger("pinn")
 
@@ -121,7 +121,8 @@ class TensorFlowBackend:
     name = "tensorflow"
 
     def __init__(self, jit, parts):
-        self.jit, self.parts = jit, parts
+        self.jit = jit
+        self.parts = parts
 
     def describe(self):
         """The backend, for the log line at the start of training."""
@@ -133,8 +134,11 @@ class TensorFlowBackend:
         Args:
             loss: the step's :class:`~pinn.training.steps.StepLoss`.
         """
-        from pinn.models.loss_weights import structure_weights
-        model, variables, terms, dtype = loss.model, loss.variables, loss.terms, loss.dtype
+        from pinn.physics.loss_weights import structure_weights
+        model = loss.model
+        variables = loss.variables
+        terms = loss.terms
+        dtype = loss.dtype
 
         scale = loss.loss_scale  # mixed_float16: the loss × S, the gradients ÷ S (pinn.training.loss_scale)
 
@@ -194,7 +198,8 @@ class NumbaBackend(TensorFlowBackend):
 
     def part_gradients(self, loss):
         from pinn.engines.gradients import tensorflow_gradients
-        engine, terms = self.engine, loss.terms
+        engine = self.engine
+        terms = loss.terms
 
         def part_gradients(batch, global_counts):
             weights = loss.weights_at(loss.step)
@@ -238,14 +243,16 @@ class HostSteps:
 
     def __init__(self, engine, loss, update):
         from pinn.engines.host_optimizer import HostOptimizer
-        self.engine, self.loss = engine, loss
+        self.engine = engine
+        self.loss = loss
         self._converted = {}  # id(batch) -> (batch, its NumPy arrays): batches counted before their step
         self.host = HostOptimizer(loss.variables, update.optimizer, update.ema, update.max_grad_norm, update.frozen)
         self.one_hot_rank = loss.one_hot_rank.numpy()
         self.fixed_weights = None if loss.model.params["loss_weight_schedule"] else \
             {t: float(w) for t, w in loss.model.loss_weights(0.0).items()}
         block = self.RATE_BLOCK
-        learning_rate, lr_factor = update.learning_rate, update.lr_factor
+        learning_rate = update.learning_rate
+        lr_factor = update.lr_factor
 
         @tf.function(input_signature=[tf.TensorSpec([], tf.int64)], autograph=False)
         def rates_from(start):
@@ -288,7 +295,8 @@ class HostSteps:
     def _call(self, batch, counts):
         """The engine on one batch (tensors) at the current step; ``counts``: the loss counts per term
         (``None``: this batch's own)."""
-        loss, engine = self.loss, self.engine
+        loss = self.loss
+        engine = self.engine
         arrays = self._arrays(batch, keep=False)
         weights = self.fixed_weights or {t: float(w) for t, w in loss.weights_at(self.state["step"]).items()}
         counts = engine.loss_counts(arrays, loss.terms) if counts is None else counts

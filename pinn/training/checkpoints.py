@@ -39,8 +39,9 @@ import tensorflow as tf
 from pinn.files import checkpoint_dir as ckdir
 from pinn.files.durable import existing_dir, fsync_dir, fsync_file, recover_dir, replace_dir, write_atomic
 from pinn.params import ParamsError, read_params, write_params
-from pinn.training.checkpoint_files import (SAVE_FAILED_EXIT_CODE, CheckpointDamaged, CheckpointWriteFailed,  # noqa: F401
-                                            NoIntactCheckpoint, first_line, stop_when_disk_full, verify_files)
+from pinn.training.checkpoint_files import (  # noqa: F401
+    SAVE_FAILED_EXIT_CODE, CheckpointDamaged, CheckpointWriteFailed, NoIntactCheckpoint, first_line,
+    stop_when_disk_full, verify_files)
 
 log = logging.getLogger("pinn")
 

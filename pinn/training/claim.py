@@ -91,7 +91,9 @@ def claim_model_dir(params, world, owner):
             raise the same type, pointing at rank 0's error.
     """
     model_dir = params["model_dir"]
-    lock, error, notes = None, None, []
+    lock = None
+    error = None
+    notes = []
     if world.is_chief:
         try:
             lock = lock_model_dir(model_dir)

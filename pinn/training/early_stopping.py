@@ -20,7 +20,9 @@ class EarlyStopping:
     """
 
     def __init__(self, metric, patience, min_delta):
-        self.metric, self.patience, self.min_delta = metric, patience, min_delta
+        self.metric = metric
+        self.patience = patience
+        self.min_delta = min_delta
         self.best = tf.Variable(np.inf, dtype=tf.float64, trainable=False, name="best_metric")
         self.since_best = tf.Variable(0, dtype=tf.int64, trainable=False, name="evals_since_best")
 

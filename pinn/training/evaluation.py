@@ -27,7 +27,9 @@ class Evaluator:
     """
 
     def __init__(self, model, world, weights):
-        self.model, self.world, self.weights = model, world, weights
+        self.model = model
+        self.world = world
+        self.weights = weights
         self._traced = {}
 
     def _function(self, kind, spec, make):

@@ -54,11 +54,15 @@ class FusedExchange:
     """
 
     def __init__(self, steps, k, check_every):
-        self.k, self.check_every = k, max(1, int(check_every))
-        self.steps, self.world = steps, steps.world
-        steps, size = self.steps, self.world.size
+        self.k = k
+        self.check_every = max(1, int(check_every))
+        self.steps = steps
+        self.world = steps.world
+        steps = self.steps
+        size = self.world.size
         self.n_grad = sum(v.shape.num_elements() for v in steps.variables)
-        self.n_stats, self.n_terms = steps.n_stats, len(steps.terms)
+        self.n_stats = steps.n_stats
+        self.n_terms = len(steps.terms)
         # where each part starts in the buffer
         self.at_stats = self.n_grad
         self.at_counts = self.at_stats + self.n_stats
@@ -102,14 +106,16 @@ class FusedExchange:
             WeightsDiffer: at a checked step, the ranks' weights differ.
         """
         t0 = time.perf_counter()
-        batches, size = self.batches, self.world.size
+        batches = self.batches
+        size = self.world.size
         self.out_of_memory = None
         try:
             inject(self.world.rank, step + 1)
             grad, stats = self.steps.flat_gradient(batches, self.counts)
         except OOM_ERRORS as err:  # a zero gradient and this rank's flag: every rank skips the update
             self.out_of_memory = report(err, batches, self.world.rank, step + 1)
-            grad, stats = np.zeros(self.n_grad), skipped_stats(self.n_stats, self.world.rank, size)
+            grad = np.zeros(self.n_grad)
+            stats = skipped_stats(self.n_stats, self.world.rank, size)
         following = take(iterator, self.k)
         buffer = np.zeros(self.length)
         buffer[:self.at_stats] = grad
@@ -128,12 +134,14 @@ class FusedExchange:
             if np.any(sums != sums[0]):
                 raise WeightsDiffer(f"step {step + 1}: the weights differ between ranks (checksums "
                                     f"{', '.join(f'{c:.17g}' for c in sums)}); they must stay bitwise equal")
-        grad, stats = summed[:self.at_stats], summed[self.at_stats:self.at_counts]
+        grad = summed[:self.at_stats]
+        stats = summed[self.at_stats:self.at_counts]
         finite = bool(np.isfinite(grad).all() and np.isfinite(stats[:2]).all() and stats[-size:].sum() == 0)
         overflow = bool(overflow_ranks(stats[-size:]).size)  # mixed_float16: the loss scale halves
         applied = self.steps.apply_flat(grad, finite, overflow)
         t3 = time.perf_counter()
-        self.batches, self.counts = following, summed[self.at_counts:self.at_flags]
+        self.batches = following
+        self.counts = summed[self.at_counts:self.at_flags]
         phases = np.array([t1 - t0, t2 - t1, t3 - t2])
         return (batches, applied, stats, phases, bool(summed[self.at_flags] > 0),
                 bool(summed[self.at_flags + 1] > 0))

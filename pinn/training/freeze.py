@@ -19,7 +19,7 @@ import fnmatch
 import numpy as np
 import tensorflow as tf
 
-from pinn.params.schema import ParamsError
+from pinn.schema import ParamsError
 
 
 def _is_trainable(value):
@@ -38,7 +38,8 @@ def variable_paths(model):
     """
     paths = []
     for path, variable in model._flatten(predicate=_is_trainable, with_path=True):
-        names, node = [], model
+        names = []
+        node = model
         for key in path[:-1]:
             node = node[key] if isinstance(key, int) else getattr(node, key)
             if isinstance(node, tf.Module) and node is not getattr(model, "network", None):

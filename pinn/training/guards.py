@@ -41,7 +41,8 @@ class TrainingPreempted(SystemExit):
 
     def __init__(self, signal_name, step):
         super().__init__(PREEMPTED_EXIT_CODE)
-        self.signal_name, self.step = signal_name, step
+        self.signal_name = signal_name
+        self.step = step
 
 
 class StopSignals:
@@ -186,7 +187,8 @@ class DivergenceGuard:
     """
 
     def __init__(self, max_nonfinite_steps, max_rollbacks):
-        self.max_nonfinite_steps, self.max_rollbacks = max_nonfinite_steps, max_rollbacks
+        self.max_nonfinite_steps = max_nonfinite_steps
+        self.max_rollbacks = max_rollbacks
         self.streak = self.rollbacks = 0
 
     def record(self, applied, step):
@@ -237,7 +239,10 @@ class LossJumpGuard:
     """
 
     def __init__(self, factor, window, max_rollbacks, take):
-        self.factor, self.window, self.max_rollbacks, self.take = factor, window, max_rollbacks, take
+        self.factor = factor
+        self.window = window
+        self.max_rollbacks = max_rollbacks
+        self.take = take
         self.every = 2 * window
         self.losses = collections.deque(maxlen=window)
         self.reference = None
@@ -284,7 +289,8 @@ class LossJumpGuard:
         if step % self.every == 0:
             if self.pending is not None and not self.suspect:
                 self.good = self.pending
-            self.pending, self.suspect = (step, self.take()), False
+            self.pending = (step, self.take())
+            self.suspect = False
         return None
 
     def _jumped(self, step, ratio):
@@ -302,4 +308,5 @@ class LossJumpGuard:
         """Start the window and the candidate copy afresh (after any rollback); the reference and the
         state to roll back to stay."""
         self.losses.clear()
-        self.pending, self.suspect = None, False
+        self.pending = None
+        self.suspect = False

@@ -11,7 +11,7 @@ from typing import NamedTuple
 import numpy as np
 
 from pinn import keys as K
-from pinn.params.schema import ParamsError
+from pinn.schema import ParamsError
 from pinn.training.checkpoint_files import stop_when_disk_full
 from pinn.training.guards import DivergenceGuard, LossJumpGuard, TrainingDiverged
 from pinn.training.loss_scale import overflow_ranks
@@ -57,13 +57,17 @@ class DivergenceHook(Hook):
     """
 
     def __init__(self, mp, world, rollback, state_copy, restore_state_copy, say):
-        self.world, self.rollback, self.restore_state_copy, self.say = world, rollback, restore_state_copy, say
+        self.world = world
+        self.rollback = rollback
+        self.restore_state_copy = restore_state_copy
+        self.say = say
         self.guard = DivergenceGuard(mp["max_nonfinite_steps"], mp["max_rollbacks"])
         self.jumps = None if mp["loss_jump_factor"] is None or mp["loss_weight_schedule"] else \
             LossJumpGuard(mp["loss_jump_factor"], mp["loss_jump_window"], mp["max_rollbacks"], state_copy)
 
     def on_step_end(self, report):
-        applied, step = report.outcome.applied, report.step
+        applied = report.outcome.applied
+        step = report.step
         if not applied and out_of_memory_ranks(report.bad_ranks).size:
             return False  # not a divergence: the MemoryHook's
         overflow = overflow_ranks(report.bad_ranks)
@@ -109,8 +113,12 @@ class MemoryHook(Hook):
     """
 
     def __init__(self, max_skips, world, save, say):
-        self.max_skips, self.world, self.save, self.say = max_skips, world, save, say
-        self.streak, self.last_sizes = 0, None
+        self.max_skips = max_skips
+        self.world = world
+        self.save = save
+        self.say = say
+        self.streak = 0
+        self.last_sizes = None
 
     def on_step_end(self, report):
         ranks = out_of_memory_ranks(report.bad_ranks)
@@ -155,12 +163,21 @@ class ProgressHook(Hook):
     """
 
     def __init__(self, run, world, every, learning_rate, latest_checkpoint, bar, say):
-        self.run, self.world, self.every, self.learning_rate = run, world, every, learning_rate
-        self.latest_checkpoint, self.bar, self.say = latest_checkpoint, bar, say
-        self.meter, self.skipped, self.out_of_memory, self.overflowed = Meter(), 0, 0, 0
+        self.run = run
+        self.world = world
+        self.every = every
+        self.learning_rate = learning_rate
+        self.latest_checkpoint = latest_checkpoint
+        self.bar = bar
+        self.say = say
+        self.meter = Meter()
+        self.skipped = 0
+        self.out_of_memory = 0
+        self.overflowed = 0
 
     def on_step_end(self, report):
-        outcome, step = report.outcome, report.step
+        outcome = report.outcome
+        step = report.step
         if outcome.applied:
             self.meter.add(report.loss, report.sums, report.structures,
                            sum(real_structures(b) for b in outcome.batches), outcome.comm, outcome.phases)
@@ -173,11 +190,16 @@ class ProgressHook(Hook):
         self.bar.update(step, self.run.max_steps, f"loss {float(report.loss):.4g}")
         if step % self.every == 0 or step >= self.run.max_steps:
             self._progress(step)
-            self.meter, self.skipped, self.out_of_memory, self.overflowed = Meter(), 0, 0, 0
+            self.meter = Meter()
+            self.skipped = 0
+            self.out_of_memory = 0
+            self.overflowed = 0
         return False
 
     def _progress(self, step):
-        meter, run, world = self.meter, self.run, self.world
+        meter = self.meter
+        run = self.run
+        world = self.world
         figures = world.allgather_numpy(meter.rank_figures()) if world.is_parallel else None
         lr = float(self.learning_rate())
         epoch = run.epoch(step)
@@ -223,9 +245,16 @@ class ValidationHook(Hook):
     """
 
     def __init__(self, run, every, evaluate, early_stopping, store, is_chief, model_dir, say):
-        self.run, self.every, self.evaluate, self.stopping = run, every, evaluate, early_stopping
-        self.store, self.is_chief, self.model_dir, self.say = store, is_chief, model_dir, say
-        self.last, self._last_step = None, None
+        self.run = run
+        self.every = every
+        self.evaluate = evaluate
+        self.stopping = early_stopping
+        self.store = store
+        self.is_chief = is_chief
+        self.model_dir = model_dir
+        self.say = say
+        self.last = None
+        self._last_step = None
 
     def on_step_end(self, report):
         step = report.step
@@ -239,7 +268,9 @@ class ValidationHook(Hook):
 
     def validate(self, step):
         """Evaluate the validation input; keep the best checkpoint; return whether to stop early."""
-        run, stopping, store = self.run, self.stopping, self.store
+        run = self.run
+        stopping = self.stopping
+        store = self.store
         result, arrays = self.evaluate(run.eval_fn)
         self._last_step = step
         try:
@@ -273,7 +304,8 @@ class CheckpointHook(Hook):
     """A checkpoint every ``every`` steps (``save_checkpoint_steps``) and at the end, by ``save()``."""
 
     def __init__(self, every, save):
-        self.every, self.save = every, save
+        self.every = every
+        self.save = save
 
     def on_step_end(self, report):
         if report.step % self.every == 0:

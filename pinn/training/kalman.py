@@ -4,7 +4,7 @@ Both fit the weights w (n of them) to the errors of a batch instead of minimisin
 loss.  The error vector e (m values, training units) holds every value of every loss term,
 each multiplied by √(term weight × data weight) (so the multipliers and ``e_weight`` /
 ``f_weight`` weigh the errors as they weigh the loss; values with weight 0, padding among
-them, are left out), with err = prediction − label (:meth:`pinn.models.base.Model.residuals`).
+them, are left out), with err = prediction − label (:meth:`pinn.physics.base.Model.residuals`).
 H = ∂e/∂w (m × n).  λ is the learning rate of the step (its schedule, ``lr_factor`` after a
 rollback), at most ``ekf_max_learning_rate``; Q = q·I with
 q = max(``ekf_q_0`` · exp(−t/``ekf_q_tau``), ``ekf_q_min``) at step t.
@@ -52,11 +52,11 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from pinn.params.schema import ParamsError
+from pinn.params.training_options import KALMAN_NAMES
+from pinn.schema import ParamsError
 from pinn.training.exchange import WeightsDiffer, take
 from pinn.training.freeze import flat_keep
 from pinn.training.memory import OOM_ERRORS, inject, report, skipped_stats
-from pinn.training.options import KALMAN_NAMES
 
 log = logging.getLogger("pinn")
 
@@ -86,16 +86,22 @@ class KalmanFilter(tf.Module):
         super().__init__(name=name)
         self.kind = mp["optimizer"]
         n = weight_count(variables)
-        size, limit = 8.0 * n * n, mp["ekf_max_memory_gb"] * 1e9
+        size = 8.0 * n * n
+        limit = mp["ekf_max_memory_gb"] * 1e9
         if size > limit:
-            raise ParamsError(f"model.params.optimizer: the {KALMAN_NAMES[self.kind]} keeps a {n} × {n} matrix P for the "
-                              f"{n} weights of this network, {size / 1e9:.3g} GB in float64 (about 3 times that at "
-                              f"the peak of an update, and 2 copies more for loss_jump_factor), above model.params.ekf_max_memory_gb {mp['ekf_max_memory_gb']:g}"
-                              "; use a smaller network, optimizer: adam, or raise ekf_max_memory_gb")
+            raise ParamsError(f"model.params.optimizer: the {KALMAN_NAMES[self.kind]} keeps a {n} × {n} matrix P "
+                              f"for the {n} weights of this network, {size / 1e9:.3g} GB in float64 (about 3 times "
+                              "that at the peak of an update, and 2 copies more for loss_jump_factor), above "
+                              f"model.params.ekf_max_memory_gb {mp['ekf_max_memory_gb']:g}; use a smaller network, "
+                              "optimizer: adam, or raise ekf_max_memory_gb")
         self.n = n
-        self.epsilon, self.max_rate = float(mp["ekf_epsilon"]), mp["ekf_max_learning_rate"]
-        self.q_0, self.q_min, self.q_tau = float(mp["ekf_q_0"]), float(mp["ekf_q_min"]), float(mp["ekf_q_tau"])
-        self.solve_dtype, self.jacobian_rows = tf.as_dtype(mp["ekf_solve_dtype"]), mp["ekf_jacobian_rows"]
+        self.epsilon = float(mp["ekf_epsilon"])
+        self.max_rate = mp["ekf_max_learning_rate"]
+        self.q_0 = float(mp["ekf_q_0"])
+        self.q_min = float(mp["ekf_q_min"])
+        self.q_tau = float(mp["ekf_q_tau"])
+        self.solve_dtype = tf.as_dtype(mp["ekf_solve_dtype"])
+        self.jacobian_rows = mp["ekf_jacobian_rows"]
         self.max_norm = mp["max_grad_norm"]
         self.P = tf.Variable(tf.eye(n, dtype=tf.float64) * self.epsilon, trainable=False, name="P")
         # frozen weights (model.params.freeze): their Jacobian columns and their steps are zero
@@ -111,8 +117,8 @@ class KalmanFilter(tf.Module):
     def describe(self):
         """The optimizer, for the log line at the start of training."""
         cap = f" (at most {self.max_rate:g})" if self.max_rate is not None else ""
-        return (f"{KALMAN_NAMES[self.kind]} on {self.n} weights (P {self.n} × {self.n}, ε {self.epsilon:g}; λ: the learning "
-                f"rate{cap}; Q from {self.q_0:g}, τ {self.q_tau:g}, at least {self.q_min:g})")
+        return (f"{KALMAN_NAMES[self.kind]} on {self.n} weights (P {self.n} × {self.n}, ε {self.epsilon:g}; "
+                f"λ: the learning rate{cap}; Q from {self.q_0:g}, τ {self.q_tau:g}, at least {self.q_min:g})")
 
     def reset(self):
         """P back to its start, ``ekf_epsilon`` · I (a checkpoint of an Adam run holds no P)."""
@@ -208,8 +214,10 @@ class KalmanSteps:
     """
 
     def __init__(self, steps, kalman, k, check_every, separate_errors=False):
-        self.k, self.check_every = k, max(1, int(check_every))
-        self.steps, self.world = steps, steps.world
+        self.k = k
+        self.check_every = max(1, int(check_every))
+        self.steps = steps
+        self.world = steps.world
         self.filter = kalman
         terms = list(steps.terms)
         # which terms each update fits: all at once, or one at a time (1 for the term's errors, 0 for the others)
@@ -260,13 +268,17 @@ class KalmanSteps:
         Raises:
             WeightsDiffer: at a checked step, the ranks' weights or P differ.
         """
-        steps, world, size = self.steps, self.world, self.world.size
+        steps = self.steps
+        world = self.world
+        size = self.world.size
         batches, self.batches = self.batches, None
         counts = tf.constant(self.counts, tf.float64)
         rate = self.filter.rate(steps.current_learning_rate())
         noise = self.filter.noise(step)
         phases = np.array([self._taken, 0.0, 0.0])
-        stats, applied, changed = None, True, False
+        stats = None
+        applied = True
+        changed = False
         self.out_of_memory = None
         for i, group in enumerate(self.groups):
             t0 = time.perf_counter()
@@ -311,7 +323,8 @@ class KalmanSteps:
     def _local(self, batches, counts, group):
         """This rank's flat payload (EKF: its rows [e | H]; gEKF: [Σ∇|e| | Σ∇e² | m]) over ``batches`` (and
         their parts) for the terms of ``group`` (1 for a term fitted) and its stats."""
-        payloads, stats = [], None
+        payloads = []
+        stats = None
         for batch in batches:
             for part in (batch if isinstance(batch, tuple) else (batch,)):
                 payload, part_stats = self.local(part, counts, group)
@@ -327,7 +340,8 @@ class KalmanSteps:
         Raises:
             WeightsDiffer: the checksums differ between ranks.
         """
-        world, size = self.world, self.world.size
+        world = self.world
+        size = self.world.size
         checked = world.is_parallel and (step + 1) % self.check_every == 0
         sums = np.zeros(2 * size)
         if checked:
@@ -353,10 +367,14 @@ def _local_function(steps, kind, jacobian_rows=None):
     statistics of :class:`~pinn.training.steps.StepFunctions` (the loss of all terms normalised by
     ``global_counts``, structures, error sums, this rank's non-finite flag).
     """
-    from pinn.models.loss_weights import structure_weights
-    spec, loss_of_step = steps.part_spec, steps.loss
-    model, variables, dtype = loss_of_step.model, loss_of_step.variables, loss_of_step.dtype
-    terms, outputs = loss_of_step.terms, loss_of_step.outputs
+    from pinn.physics.loss_weights import structure_weights
+    spec = steps.part_spec
+    loss_of_step = steps.loss
+    model = loss_of_step.model
+    variables = loss_of_step.variables
+    dtype = loss_of_step.dtype
+    terms = loss_of_step.terms
+    outputs = loss_of_step.outputs
 
     def local(batch, global_counts, group):
         weights = loss_of_step.weights_at(loss_of_step.step)

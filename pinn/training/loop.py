@@ -44,8 +44,13 @@ class TrainingLoop:
     """
 
     def __init__(self, strategy, unpack, hooks, run, world, save, bar):
-        self.strategy, self.unpack, self.hooks, self.run = strategy, unpack, list(hooks), run
-        self.world, self.save, self.bar = world, save, bar
+        self.strategy = strategy
+        self.unpack = unpack
+        self.hooks = list(hooks)
+        self.run = run
+        self.world = world
+        self.save = save
+        self.bar = bar
 
     def say(self, level, message, *args):
         """Log below the progress bar."""

@@ -40,7 +40,8 @@ class LossScale(tf.Module):
 
     def __init__(self, initial=2.0 ** 15, growth_interval=2000, factor=2.0, name="loss_scale"):
         super().__init__(name=name)
-        self.growth_interval, self.factor = int(growth_interval), float(factor)
+        self.growth_interval = int(growth_interval)
+        self.factor = float(factor)
         self.scale = tf.Variable(float(initial), dtype=tf.float32, trainable=False, name="scale")
         self.finite_steps = tf.Variable(0, dtype=tf.int64, trainable=False, name="finite_steps")
 

@@ -29,7 +29,7 @@ from pinn.files.durable import append_line, replacing
 
 #: unit of each quantity whose errors are logged
 UNITS = {"E": "eV", "E_PER_ATOM": "eV/atom", "F": "eV/Å", "F_QM": "eV/Å", "S": "eV/Å³", "D": "e·Å", "Q": "e",
-         # the polarizability models (pinn.models.polarizability): bohr³ per atom with p_unit 1, Hartree
+         # the polarizability models (pinn.physics.polarizability): bohr³ per atom with p_unit 1, Hartree
          "alpha_per_atom": "bohr³/atom", "alpha_per_atom_diag": "bohr³/atom", "alpha_per_atom_offdiag": "bohr³/atom",
          "egap": "Hartree"}
 #: names of the quantities, for tables and plots
@@ -64,7 +64,7 @@ def with_upstream_names(result, scales=None):
     Args:
         result: the metrics, pinn's names and units (eV, eV/Å, e·Å, ...).
         scales: quantity ``<Q>`` → factor of upstream's value (the model's
-            :meth:`~pinn.models.base.Model.upstream_metric_scales`: ``e_scale`` for E, F, S,
+            :meth:`~pinn.physics.base.Model.upstream_metric_scales`: ``e_scale`` for E, F, S,
             ``d_scale`` for D); 1 for the others.
     """
     scales = scales or {}

@@ -32,7 +32,10 @@ class Meter:
 
     def __init__(self):
         self.t0 = time.perf_counter()
-        self.loss, self.n_steps, self.n_struct, self.local_struct = 0.0, 0, 0.0, 0
+        self.loss = 0.0
+        self.n_steps = 0
+        self.n_struct = 0.0
+        self.local_struct = 0
         self.comm_s = 0.0
         self.phase_s = np.zeros(len(self.PHASES))
         self.sums = {}
@@ -124,7 +127,8 @@ class ProgressBar:
             return
         now = time.perf_counter()
         if self._step0 is None:
-            self._step0, self._t0 = step, now
+            self._step0 = step
+            self._t0 = now
         if now - self._last < self.min_interval_s and step < total:
             return
         self._last = now

@@ -1,5 +1,5 @@
 """The learning rate of a training run as a function of the step (the loss weights' schedules are
-:mod:`pinn.models.loss_weights`).
+:mod:`pinn.physics.loss_weights`).
 
 Learning rate, with s = step · k single-rank steps::
 
@@ -26,8 +26,8 @@ import math
 
 import tensorflow as tf
 
-from pinn.parallel.ranks import lr_scale
-from pinn.training.options import LR_SCHEDULES
+from pinn.params.training_options import LR_SCHEDULES
+from pinn.runtime.ranks import lr_scale
 
 log = logging.getLogger("pinn")
 
@@ -133,13 +133,17 @@ def learning_rate_of(mp, world, total_steps, quiet=False):
         quiet: say nothing (the schedule is made again for a run's length).
     """
     options = world.options
-    size, scaling, ramp = world.replicas, options["lr_scaling"], options["warmup_steps"]
+    size = world.replicas
+    scaling = options["lr_scaling"]
+    ramp = options["warmup_steps"]
     if mp["optimizer"] != "adam":
         if size > 1 and world.is_chief and (scaling != "none" or ramp) and not quiet:
             log.info("parallel_params.lr_scaling %r and warmup_steps %d apply to Adam; with optimizer %r the "
                      "rate is λ of one update on the union batch of the %d ranks, not scaled", scaling, ramp,
                      mp["optimizer"], size)
-        size, scaling, ramp = 1, "none", 0
+        size = 1
+        scaling = "none"
+        ramp = 0
     steps_per_step = size if scaling != "none" else 1
     return LearningRate(mp["learning_rate"], mp["lr_schedule"], mp["decay_step"], mp["decay_rate"],
                         mp["lr_boundaries"], mp["lr_min_factor"],

@@ -14,8 +14,8 @@ import tensorflow as tf
 from pinn.training.adam import Adam, decayed_flags
 from pinn.training.checkpoints import CheckpointStore, NoIntactCheckpoint
 from pinn.training.early_stopping import EarlyStopping
-from pinn.training.freeze import describe as describe_frozen, frozen_flags
 from pinn.training.ema import WeightAverage
+from pinn.training.freeze import describe as describe_frozen, frozen_flags
 from pinn.training.kalman import KalmanFilter
 from pinn.training.loss_scale import LossScale
 from pinn.training.warm_start import warm_start
@@ -45,7 +45,10 @@ class TrainingState:
     """
 
     def __init__(self, model, mp, world, backend, model_dir, learning_rate):
-        self.model, self.mp, self.world, self.backend = model, mp, world, backend
+        self.model = model
+        self.mp = mp
+        self.world = world
+        self.backend = backend
         self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
         self.lr_factor = tf.Variable(1.0, dtype=tf.float32, trainable=False, name="lr_factor")
         self.early_stopping = EarlyStopping(mp["early_stopping_metric"], mp["early_stopping_patience"],
@@ -56,8 +59,9 @@ class TrainingState:
             log.info(describe_frozen(model, self.frozen))
         if mp["optimizer"] == "adam":
             variables = model.trainable_variables
+            decayed = decayed_flags(variables, mp["weight_decay_on"])
             self.optimizer = Adam(variables, learning_rate=float(learning_rate(self.step, self.lr_factor)),
-                                  weight_decay=mp["weight_decay"], decayed=decayed_flags(variables, mp["weight_decay_on"]))
+                                  weight_decay=mp["weight_decay"], decayed=decayed)
             if mp["weight_decay"]:
                 log.info("weight decay %g (AdamW) on %d of %d trainable variables (%s)", mp["weight_decay"],
                          sum(self.optimizer.decayed), len(variables), mp["weight_decay_on"])
@@ -65,8 +69,10 @@ class TrainingState:
             self.optimizer = self.kalman = KalmanFilter(model.trainable_variables, mp, frozen=self.frozen)
         self.ema = WeightAverage(model.trainable_variables, mp["ema_decay"]) if mp["ema_decay"] else None
         #: mixed_float16's dynamic loss scale (pinn.training.loss_scale), else None
-        self.loss_scale = LossScale(mp["loss_scale_initial"], mp["loss_scale_growth_interval"], mp["loss_scale_factor"]) \
-            if model.network.compute_dtype == tf.float16 else None
+        self.loss_scale = None
+        if model.network.compute_dtype == tf.float16:
+            self.loss_scale = LossScale(mp["loss_scale_initial"], mp["loss_scale_growth_interval"],
+                                        mp["loss_scale_factor"])
         parts = dict(model=model, step=self.step, lr_factor=self.lr_factor, best_metric=self.early_stopping.best,
                      evals_since_best=self.early_stopping.since_best, **self.optimizer_part())
         if self.ema is not None:
@@ -84,7 +90,8 @@ class TrainingState:
         weights: :mod:`pinn.training.warm_start`) and write ``params.yml`` once that succeeded, then broadcast; a
         failure on rank 0 raises on every rank (no hang).  Returns the run's own checkpoint's path, or
         ``None``."""
-        error, path = None, None
+        error = None
+        path = None
         if self.world.is_chief:
             try:
                 path = self.store.restore(which)

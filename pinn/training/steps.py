@@ -101,8 +101,11 @@ class StepFunctions:
 
     def __init__(self, spec, state, learning_rate, world, backend, max_grad_norm):
         model = state.model
-        self.world, self.model, self.step = world, model, state.step
-        self.learning_rate, self.lr_factor = learning_rate, state.lr_factor
+        self.world = world
+        self.model = model
+        self.step = state.step
+        self.learning_rate = learning_rate
+        self.lr_factor = state.lr_factor
         self.dtype = model.dtype
         split = isinstance(spec, tuple)
         self.part_spec = part_spec = spec[0] if split else spec
@@ -118,7 +121,9 @@ class StepFunctions:
                                     state.step, learning_rate.single_rank_steps, state.loss_scale, world.rank)
         self.update = update = StepUpdate(state.optimizer, state.ema, max_grad_norm, learning_rate, state.lr_factor,
                                           state.frozen)
-        self.terms, self.variables, self.metric_keys = loss.terms, loss.variables, loss.metric_keys
+        self.terms = loss.terms
+        self.variables = loss.variables
+        self.metric_keys = loss.metric_keys
         self.n_ranks = world.size
         self.n_stats = n_stats = 2 + 3 * len(self.metric_keys) + world.size
         self._trace(spec, split, backend)
@@ -130,7 +135,10 @@ class StepFunctions:
 
     def _trace(self, spec, split, backend):
         """The traced functions of the step (see the class's attributes)."""
-        loss, update, world, variables = self.loss, self.update, self.world, self.loss.variables
+        loss = self.loss
+        update = self.update
+        world = self.world
+        variables = self.loss.variables
 
         def counts_of(batch):
             if split:
@@ -211,12 +219,15 @@ class StepFunctions:
             loss.step.assign_add(1)
             return applied
 
-        self.reduce_and_apply, self.apply_reduced, self.graph_step = reduce_and_apply, apply_reduced, graph_step
+        self.reduce_and_apply = reduce_and_apply
+        self.apply_reduced = apply_reduced
+        self.graph_step = graph_step
 
     def _replica_gradients(self, spec):
         """``(batches, global_counts) -> (gradients, stats)`` of a mirrored world: batch i's gradients and stats
         on device i (:attr:`local_gradients`, in the strategy's replica context), summed across the devices."""
-        strategy, n = self.world.strategy, self.world.local_replicas
+        strategy = self.world.strategy
+        n = self.world.local_replicas
 
         def on_device(batch, global_counts):
             grads, stats = self.local_gradients(batch, global_counts)
@@ -266,7 +277,8 @@ class StepFunctions:
         """
         if self.host is not None:
             return self.host.apply_flat(flat, finite)
-        grads, start = [], 0
+        grads = []
+        start = 0
         for v in self.variables:
             size = v.shape.num_elements()
             grads.append(tf.constant(flat[start:start + size].reshape(v.shape), v.dtype))

@@ -51,7 +51,8 @@ class ExchangeSteps:
     :class:`~pinn.training.exchange.FusedExchange`."""
 
     def __init__(self, exchange, name):
-        self.exchange, self.name = exchange, name
+        self.exchange = exchange
+        self.name = name
 
     def __call__(self, iterator, signals, step):
         exchange = self.exchange
@@ -76,13 +77,15 @@ class SplitSteps:
     name = "split"
 
     def __init__(self, steps, k):
-        self.steps, self.k = steps, k
+        self.steps = steps
+        self.k = k
 
     def __call__(self, iterator, signals, step):
         return self._split(take(iterator, self.k), signals, step)
 
     def _split(self, batches, signals, step):
-        steps, world = self.steps, self.steps.world
+        steps = self.steps
+        world = self.steps.world
         t1 = time.perf_counter()
         steps.store()
         counts = steps.count(batches)
@@ -104,7 +107,8 @@ class SplitSteps:
             stats.numpy()  # wait for this rank's compute before timing the communication
         t3 = time.perf_counter()
         applied, stats = steps.reduce_and_apply(grads, stats)
-        phases, comm = None, 0.0
+        phases = None
+        comm = 0.0
         if world.is_parallel:  # fp16 gradients: the agreement on counts and the reduction
             t4 = time.perf_counter()
             phases = np.array([t3 - t2, (t2 - t1) + (t4 - t3), 0.0])

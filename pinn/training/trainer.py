@@ -45,18 +45,17 @@ from pinn.networks import get_network
 from pinn.networks.layers import precision_dtypes
 from pinn.parallel.worlds import SerialWorld
 from pinn.params import ResolvedParams, read_params
+from pinn.params.training_options import notes
 from pinn.runtime.py_funcs import held_by
 from pinn.training.backends import choose_backend
 from pinn.training.checkpoints import BEST_DIR
 from pinn.training.claim import claim_model_dir
 from pinn.training.evaluation import Evaluator
 from pinn.training.guards import StopSignals, TrainingDiverged, Watchdog
-from pinn.training.inference import InferenceHandle, load_for_inference
-from pinn.training.inputs import evaluation_input, prepared_input, steps_per_epoch_of
 from pinn.training.hooks import CheckpointHook, DivergenceHook, MemoryHook, ProgressHook, ValidationHook
+from pinn.training.inputs import evaluation_input, prepared_input, steps_per_epoch_of
 from pinn.training.loop import Run, TrainingLoop
 from pinn.training.metrics import with_upstream_names
-from pinn.training.options import notes
 from pinn.training.progress import ProgressBar
 from pinn.training.recorder import RunRecorder
 from pinn.training.schedule import learning_rate_of
@@ -84,7 +83,7 @@ class Trainer(metaclass=_ModelClass):
     Args:
         params: resolved params (:func:`pinn.params.resolve`, which checks them once), or a model
             directory holding ``params.yml``.
-        model_cls: the model class (e.g. :class:`pinn.models.potential.PotentialModel`).
+        model_cls: the model class (e.g. :class:`pinn.physics.potential.PotentialModel`).
         world: :class:`pinn.parallel.worlds.SerialWorld` (default) or the
             :class:`pinn.parallel.worlds.HorovodWorld` from
             :func:`pinn.parallel.parallelize_model`.
@@ -125,9 +124,14 @@ class Trainer(metaclass=_ModelClass):
                     log.log(level, message)
             self.state = state = TrainingState(self.model, mp, self.world, self.backend, self.model_dir,
                                                lambda step, factor: self.learning_rate(step) * factor)
-        self.step, self.lr_factor, self.early_stopping = state.step, state.lr_factor, state.early_stopping
+        self.step = state.step
+        self.lr_factor = state.lr_factor
+        self.early_stopping = state.early_stopping
         #: the Kalman filter of ``optimizer: ekf | gekf`` (:mod:`pinn.training.kalman`), else None
-        self.optimizer, self.kalman, self.ema, self.store = state.optimizer, state.kalman, state.ema, state.store
+        self.optimizer = state.optimizer
+        self.kalman = state.kalman
+        self.ema = state.ema
+        self.store = state.store
         with self.claim.released_on_error():
             self.restored = state.restore_on_chief(checkpoint, self.params)
         self.step_functions = None  # StepFunctions of the training input's spec (_steps_spec)
@@ -142,23 +146,15 @@ class Trainer(metaclass=_ModelClass):
     def from_model_dir(cls, model_dir, checkpoint=None):
         """The model of ``model_dir`` (its ``params.yml``) in this one process, whatever its stored
         ``parallel`` says, restored from ``checkpoint`` (see the class)."""
-        from pinn.models.registry import MODELS
+        from pinn.physics.registry import MODELS
         params = read_params(model_dir)
         return cls(params, MODELS[params["model"]["name"]], None, checkpoint)
 
-    @classmethod
-    def load_for_inference(cls, model_dir, checkpoint=None):
-        """The :class:`~pinn.training.inference.InferenceHandle` of a model directory's model (see
-        :func:`pinn.training.inference.load_for_inference`: no Trainer is built)."""
-        return load_for_inference(model_dir, checkpoint)
-
-    def inference(self):
-        """An :class:`~pinn.training.inference.InferenceHandle` over this model's live weights (what the
-        calculator takes): the averaged ones inside its ``averaged_weights()``."""
-        if self._frozen:
-            return InferenceHandle(self.model, self.params, self.restored, int(self.step.numpy()), averaged=self._averaged)
-        return InferenceHandle(self.model, self.params, self.restored, self.step, self.averaged_weights,
-                               averaged=self.ema is not None)
+    @property
+    def holds_average(self):
+        """Whether the model's variables hold the weight average now (inside :meth:`averaged_weights`, or
+        for good after :meth:`freeze_averaged_weights`)."""
+        return self._averaged
 
     def close(self):
         """Release the model directory (its lock, :mod:`pinn.training.claim`): another run may write there; this
@@ -267,13 +263,16 @@ class Trainer(metaclass=_ModelClass):
             if isinstance(max_steps, bool) or not float(max_steps).is_integer() or max_steps < 0:
                 raise ValueError(f"train: max_steps must be a whole number of steps, got {max_steps!r}")
             max_steps = int(max_steps)
-        mp, k = self.mp, self.mp["accumulate_batches"] * self.world.local_replicas  # batches per step
+        # batches per step
+        mp = self.mp
+        k = self.mp["accumulate_batches"] * self.world.local_replicas
         steps_per_epoch = None
         if max_epochs is not None:
             steps_per_epoch = steps_per_epoch_of(input_fn, k, self.world)
             by_epochs = int(round(max_epochs * steps_per_epoch))
             max_steps = by_epochs if max_steps is None else min(max_steps, by_epochs)
-            epoch_input, n_batches = input_fn, steps_per_epoch * k
+            epoch_input = input_fn
+            n_batches = steps_per_epoch * k
             input_fn = lambda: epoch_input().take(n_batches).repeat()  # noqa: E731
         if eval_fn is None and mp["early_stopping_patience"] is not None:
             log.warning("early_stopping_patience is set but train() got no eval_fn: no early stopping")
@@ -312,7 +311,8 @@ class Trainer(metaclass=_ModelClass):
         self.bar = ProgressBar(enabled=enabled if self.is_chief else False)
         recorder = RunRecorder(self.model_dir, enabled=self.is_chief, tensorboard=mp["tensorboard"])
         loop = self._loop(Run(max_steps, steps_per_epoch, eval_fn, recorder), k)
-        with StopSignals(self.store.last_checkpoint_text) as signals, Watchdog(timeout, self.store.last_checkpoint_text) as watchdog:
+        last_checkpoint = self.store.last_checkpoint_text
+        with StopSignals(last_checkpoint) as signals, Watchdog(timeout, last_checkpoint) as watchdog:
             try:
                 loop(iter(dataset), signals, watchdog, start)
             except KeyboardInterrupt:
@@ -335,7 +335,8 @@ class Trainer(metaclass=_ModelClass):
     def _loop(self, run, k):
         """The :class:`~pinn.training.loop.TrainingLoop` of ``run``: its step strategy, chosen once, and
         its hooks, each given the parts it needs."""
-        mp, steps = self.mp, self.step_functions
+        mp = self.mp
+        steps = self.step_functions
         strategy = choose_strategy(steps, k, mp["log_every_n_steps"], self.kalman, mp.get("separate_errors", False))
         loop = TrainingLoop(strategy, steps.unpack, [], run, self.world, self.save, self.bar)
         state = self.state

@@ -36,7 +36,8 @@ def network_differences(theirs, ours):
     differences = []
     if theirs["name"] != ours["name"]:
         differences.append(f"network {theirs['name']} there, {ours['name']} here")
-    there, here = theirs["params"], ours["params"]
+    there = theirs["params"]
+    here = ours["params"]
     for key in sorted(set(there) | set(here)):
         if there.get(key) != here.get(key):
             differences.append(f"{key} {there.get(key)!r} there, {here.get(key)!r} here")

@@ -259,7 +259,7 @@ def test_refuses_bad_input():
     for numbers in ([7] + [6] * 8, [100] + [6] * 8):  # N is not in atom_types; Fm is past all of them
         with pytest.raises(ValueError, match=r"elements \[(7|100)\] are not in the model's atom_types \[1, 6, 8, 29\]"):
             engine(numbers, atoms.positions, np.zeros(0, np.int32), np.zeros(0, np.int32), np.zeros((0, 3)))
-    from pinn.models.potential import PotentialModel
+    from pinn.physics.potential import PotentialModel
     lj = make_model("LJ", {"atom_types": [18], "rc": 5.0})
     assert isinstance(lj, PotentialModel) and not lowering.supports(lj)
     with pytest.raises(ValueError, match="PiNet"):

@@ -99,7 +99,7 @@ def test_compiled_filter_equals_numpy_filter_over_several_chunks():
     """The compiled filter of a large Verlet list returns the same arrays, in the same order, as
     the NumPy one, with pairs placed to within float64 rounding of the cutoff."""
     pytest.importorskip("numba")
-    from pinn.engines.numba import verlet_filter
+    from pinn.io import verlet_filter
     from pinn.io.neighbors import close_pairs_numpy
     rng = np.random.RandomState(7)
     n_atoms, n_pairs, rc = 500, 3 * verlet_filter.CHUNK + 123, 4.0

@@ -8,11 +8,11 @@ from scipy.spatial.transform import Rotation
 from pinn.demo import make_dipole_dataset, water_dipole_frames
 from pinn.io import load_ase, sparse_batch
 from pinn.io.batch import batch_from_atoms
-from pinn.models import get_model
 from pinn.io.batch import pair_geometry
-from pinn.models.registry import MODELS, NOT_YET
+from pinn.models import get_model
 from pinn.networks import get_network
 from pinn.params import ParamsError, resolve
+from pinn.physics.registry import MODELS, NOT_YET
 
 RC = 4.0
 #: small networks; basis and weighted style named, so that the bounds below stay those measured with them

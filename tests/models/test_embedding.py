@@ -1,4 +1,4 @@
-"""The potential model with electrostatic embedding (model.params.embedding, pinn.models.embedding) on QM/MM frames
+"""The potential model with electrostatic embedding (model.params.embedding, pinn.physics.embedding) on QM/MM frames
 read from extended XYZ as users write them: forces on QM and MM atoms are −∇E (central differences), the energy
 is invariant under rotating and translating QM and MM atoms together and under moving an MM atom by a lattice
 vector, the QM charges sum to the region's charge, the MM atoms act through their charges alone, the damped
@@ -15,9 +15,9 @@ from settings import qmmm_frame
 
 from pinn import keys as K
 from pinn.io import add_neighbors, ase_files, load_ase, sparse_batch
-from pinn.models.embedding import COULOMB, coulomb_kernel
-from pinn.models.registry import build_model
 from pinn.params import ParamsError, resolve
+from pinn.physics.embedding import COULOMB, coulomb_kernel
+from pinn.physics.registry import build_model
 
 RC = 4.0
 NETWORK = {"name": "PiNet", "params": {"atom_types": [1, 8], "rc": RC, "depth": 2, "pp_nodes": [8],
@@ -229,7 +229,7 @@ def test_get_calc_on_qmmm_atoms(trained, frames_file, engine):
     forces on every atom and charges; its forces are −∇E; no stress; a sodium in the MM part is no element the
     model must know.  The numba engine (the default) needs no TensorFlow call."""
     import pinn
-    from pinn.training.inference import load_for_inference
+    from pinn.models.inference import load_for_inference
     model_dir, _ = trained
     atoms = ase_files.read(frames_file, index=1)
     assert 11 in atoms.numbers[~atoms.arrays["qm"]]

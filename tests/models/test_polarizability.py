@@ -14,11 +14,11 @@ from scipy.spatial.transform import Rotation
 import pinn
 from pinn.io import sparse_batch
 from pinn.io.batch import batch_from_atoms
-from pinn.models.polarizability import POLARIZABILITY_MODELS
-from pinn.models.response_kernels import coulomb_kernel, dense_indices
-from pinn.models.registry import MODELS
 from pinn.networks import get_network
 from pinn.params import ParamsError, resolve
+from pinn.physics.polarizability import POLARIZABILITY_MODELS
+from pinn.physics.registry import MODELS
+from pinn.physics.response_kernels import coulomb_kernel, dense_indices
 
 from settings import model_of
 from upstream_inputs import UPSTREAM_POL_YML

@@ -13,7 +13,7 @@ from pinn.cli import main
 from pinn.io.batch import batch_from_atoms
 from pinn.io.batch import pair_geometry
 from pinn.networks.pinet2 import p5_to_matrix, rank2_components
-from pinn.params.schema import ParamsError
+from pinn.schema import ParamsError
 
 from physics import (alloy_cell, check_forces_against_finite_differences, check_stress_against_strain_derivative,
                      energy, ethanol, evaluate, make_model)

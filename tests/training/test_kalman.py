@@ -14,11 +14,11 @@ import kalman_ranks
 from launching import ENV, horovod_has
 from pinn.files import checkpoint_dir
 from pinn.models import potential_model
+from pinn.models.inference import load_for_inference
 from pinn.params import read_params, resolve, write_params
-from pinn.params.schema import ParamsError
-from pinn.training.inference import load_for_inference
+from pinn.params.training_options import TRAINING_PARAMS
+from pinn.schema import ParamsError
 from pinn.training.kalman import KalmanFilter
-from pinn.training.options import TRAINING_PARAMS
 
 DEFAULTS = {key: option.default for key, option in TRAINING_PARAMS.items()}
 

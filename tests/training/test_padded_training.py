@@ -7,12 +7,12 @@ from ase.build import bulk, molecule
 from pinn import keys as K
 from pinn.io import load_ase, sparse_batch
 from pinn.io.batch import batch_from_atoms
-from pinn.models import potential_model
-from pinn.models.base import cast_floats
-from pinn.models.dipole import DipoleModel
-from pinn.networks import get_network
 from pinn.io.padding import bucket_size, pad_batch, pad_tensors
+from pinn.models import potential_model
+from pinn.networks import get_network
 from pinn.params import ParamsError, resolve
+from pinn.physics.base import cast_floats
+from pinn.physics.dipole import DipoleModel
 
 from physics import make_model
 from settings import PLAIN_SCHEDULE

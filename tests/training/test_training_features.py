@@ -7,12 +7,12 @@ import pytest
 import tensorflow as tf
 
 from pinn.io import load_ase, sparse_batch
-from pinn.training.inference import load_for_inference
-from pinn.training.metrics import read_eval_predictions, read_metrics
 from pinn.models import get_model, potential_model
+from pinn.models.inference import load_for_inference
 from pinn.params import ParamsError
+from pinn.physics.loss_weights import piecewise_linear
+from pinn.training.metrics import read_eval_predictions, read_metrics
 from pinn.training.progress import ProgressBar
-from pinn.models.loss_weights import piecewise_linear
 from pinn.training.schedule import LearningRate
 
 from settings import small_net, training_params

@@ -8,10 +8,10 @@ import pytest
 import tensorflow as tf
 
 from pinn import keys as K
-from pinn.training.guards import PREEMPTED_EXIT_CODE, LossJumpGuard, TrainingPreempted
 from pinn.io.batch import batch_from_atoms
-from pinn.training.metrics import read_metrics
 from pinn.models import potential_model
+from pinn.training.guards import PREEMPTED_EXIT_CODE, LossJumpGuard, TrainingPreempted
+from pinn.training.metrics import read_metrics
 from pinn.training.schedule import LearningRate
 from pinn.training.trainer import TrainingDiverged
 
@@ -72,9 +72,9 @@ def test_mirrored_backend_on_one_device_trains_as_one_process(alloy_xyz, tmp_pat
     """``backend: mirrored`` where TensorFlow sees one device (this process's CPU): the variables are
     mirrored on it, ``engine: auto`` picks TensorFlow (the Numba engine would keep host copies of
     variables it cannot read), and 6 steps end where one process's end.  Two devices: test_parallel.py."""
-    from pinn.models.potential import PotentialModel
-    from pinn.params import resolve
     from pinn.parallel.mirrored import MirroredWorld, local_devices
+    from pinn.params import resolve
+    from pinn.physics.potential import PotentialModel
     from pinn.training.trainer import Trainer
     frames = ase.io.read(alloy_xyz, ":24")
     batches = [_batch(frames[4 * i:4 * i + 4]) for i in range(6)]

@@ -407,7 +407,7 @@ def test_md17_pinet2_yml_resolves_with_pinet2(tmp_path):
 def test_pinet2_dipole_yml_resolves_or_names_only_what_pinn_lacks(qm9_folder, monkeypatch, capsys, tmp_path):
     """Upstream's pinet2-dipole.yml: its PiNet2 is pinn's; its AC_dipole_model resolves where pinn has it (issue 31)
     and is refused by name, alone, where it has not."""
-    from pinn.models.registry import NOT_YET
+    from pinn.physics.registry import NOT_YET
     params = yaml.safe_load(PINET2_DIPOLE_YML)
     if "AC_dipole_model" in NOT_YET:
         err = _refusal(PINET2_DIPOLE_YML, qm9_folder, monkeypatch, capsys)

@@ -11,7 +11,7 @@ from pinn.networks.bpnn import BPNN
 from pinn.networks.lj import LJ
 from pinn.networks.pinet import PiNet
 from pinn.networks.pinet2 import DotLayer, PiNet2, PIXLayer, ScaleLayer, p5_to_matrix
-from pinn.params.schema import ParamsError
+from pinn.schema import ParamsError
 
 SPEC = [{"type": "G2", "i": 1, "j": "ALL", "eta": [0.5, 1.0], "Rs": [0.0, 0.5]},
         {"type": "G3", "i": 8, "j": 1, "k": 1, "eta": [0.1], "lambd": [1.0], "zeta": [2.0]}]

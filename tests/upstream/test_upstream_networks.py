@@ -10,9 +10,9 @@ import tensorflow as tf
 from ase import Atoms
 
 from pinn.io.batch import batch_from_atoms
-from pinn.models.potential import PotentialModel, pair_geometry
 from pinn.networks import get_network
 from pinn.params import ParamsError, resolve
+from pinn.physics.potential import PotentialModel, pair_geometry
 
 RC = 3.0
 

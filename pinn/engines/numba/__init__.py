@@ -1,4 +1,4 @@
 """The Numba kernels: :mod:`~pinn.engines.numba.md_kernels` (PiNet's forward pass and its
 derivative by the positions), :mod:`~pinn.engines.numba.train_kernels` (the weight gradients
-of the energy and force loss) and :mod:`~pinn.engines.numba.verlet_filter` (pairs within the
+of the energy and force loss) and :mod:`~pinn.io.verlet_filter` (pairs within the
 cutoff).  They import NumPy and Numba only."""

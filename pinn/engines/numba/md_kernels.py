@@ -1,7 +1,7 @@
 """Fast CPU inference of PiNet potentials: energy, forces and stress in compiled Numba kernels.
 
 The ASE calculator's default engine for a PiNet potential on a CPU (``get_calc(...,
-engine='auto')``).  It computes what :meth:`pinn.models.potential.PotentialModel.predict`
+engine='auto')``).  It computes what :meth:`pinn.physics.potential.PotentialModel.predict`
 computes, with the same weights, in a few machine-code kernels instead of TensorFlow calls:
 
 - no per-call framework overhead: a TensorFlow call costs 0.3-1 ms however small the graph,
@@ -742,7 +742,8 @@ def _evaluate(types, n_pairs, pair_i, pair_j, dist, flat, table, layers, blocks,
                 uk = units[k, 1]
                 for a in range(n_atoms):
                     gy[k, a] += uk * charge_seed[a]
-        gy = _atoms_stack_back(gy, flat, table, layers, blk[BLOCK_OUT], blk[BLOCK_N_OUT], zatom[d], blk[BLOCK_Z_OUT], act)
+        gy = _atoms_stack_back(gy, flat, table, layers, blk[BLOCK_OUT], blk[BLOCK_N_OUT], zatom[d], blk[BLOCK_Z_OUT],
+                               act)
         gnew = np.empty((n_atoms, n_new), zpair.dtype)  # atom-major, for the pair tiles
         for a in range(n_atoms):
             for c in range(n_new):

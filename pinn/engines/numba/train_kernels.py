@@ -325,7 +325,8 @@ def _pair_value(tile, n_pairs, pair_i, pair_j, e, pa, pb, flat, table, layers, b
     x = Y[0:n_first]
     _pair_input(pa, pb, n_first, pair_i, pair_j, p0, n_valid, x)
     _tanh_bias(x, flat, table[layers[blk[BLOCK_PI], 1], 0], n_first, code)
-    row, n_h = _stack_forward(Y, Y, flat, table, layers, blk[BLOCK_PI] + 1, blk[BLOCK_N_PI] - 2, 0, n_first, code, False)
+    row, n_h = _stack_forward(Y, Y, flat, table, layers, blk[BLOCK_PI] + 1, blk[BLOCK_N_PI] - 2, 0, n_first, code,
+                              False)
     # I_c = Σ_b e_b (h K_b + β_b)_c
     h = Y[row:row + n_h]
     pi_out = layers[blk[BLOCK_PI] + blk[BLOCK_N_PI] - 1]
@@ -570,7 +571,8 @@ def _adjoint_tail(Y, A, An, has_next, buf, first, count, pa1, pb1, flat, table, 
     _stack_adjoint(Y, A, flat, table, layers, blk[BLOCK_PP], blk[BLOCK_N_PP], q_row, tmp)
     if has_next:  # the residual path: P̄ += R (next input's adjoint)
         if blk[BLOCK_RESIDUAL] >= 0:
-            _tile_matmul_t(An[0:w_out], _tensor(flat, table, layers[blk[BLOCK_RESIDUAL], 0]), A[0:w_in], w_in, w_out, True)
+            residual = _tensor(flat, table, layers[blk[BLOCK_RESIDUAL], 0])
+            _tile_matmul_t(An[0:w_out], residual, A[0:w_in], w_in, w_out, True)
         else:
             for c in range(w_in):
                 for j in range(A.shape[1]):

@@ -42,7 +42,9 @@ def _mapped(path):
 
 def _line_numbers(data, offsets):
     """1-based line number of each (sorted) byte offset."""
-    numbers, line, last = [], 1, 0
+    numbers = []
+    line = 1
+    last = 0
     for offset in offsets:
         line += data[last:offset].count(b"\n")
         last = offset
@@ -78,7 +80,8 @@ def scan_cp2k_output(path):
         line = text.decode("ascii", "replace")
         where = f"{path}, line {number}"
         if not re.search(r"[\[(](a\.u\.|hartree)[\])]", line):
-            raise DataError(f"{where}: energy in an unknown unit (expected [a.u.], (a.u.) or [hartree]): {line.strip()!r}")
+            raise DataError(f"{where}: energy in an unknown unit (expected [a.u.], (a.u.) or [hartree]): "
+                            f"{line.strip()!r}")
         energies.append((to_float(line.split()[-1], where, "an energy") * units.HARTREE, number))
     return {"energy": energies, "forces": list(zip(force_offsets, force_lines)),
             "stress": list(zip(stress_offsets, stress_lines))}
@@ -175,7 +178,11 @@ def scan_xyz(path):
             with fewer lines than its count announces.
     """
     path = existing_file(path)
-    frames, offset, expect_count, remaining, number = [], 0, True, 0, 0
+    frames = []
+    offset = 0
+    expect_count = True
+    remaining = 0
+    number = 0
     with open(path, "rb") as f:
         for number, line in enumerate(f, 1):
             if expect_count:
@@ -211,7 +218,8 @@ def read_xyz_frame(path, offset, line_number):
         f.seek(offset)
         n_atoms = int(f.readline().split()[0])
         f.readline()
-        elems, coord = [], []
+        elems = []
+        coord = []
         for number in range(line_number + 2, line_number + 2 + n_atoms):
             fields = f.readline().decode("utf-8", "replace").split()
             where = f"{path}, line {number}"

@@ -31,7 +31,8 @@ from pinn.io.errors import DataError
 
 log = logging.getLogger(__name__)
 
-GROMACS_CODE, CPMD_CODE = 2, 1
+GROMACS_CODE = 2
+CPMD_CODE = 1
 
 
 def read_overlaps(path):
@@ -157,8 +158,12 @@ class FTrajectory:
         self.steps = np.array(sorted(self._offsets), dtype=np.int64)
 
     def _index(self):
-        offsets, replaced = {}, 0
-        current, start, count, first_line = None, 0, 0, 0
+        offsets = {}
+        replaced = 0
+        current = None
+        start = 0
+        count = 0
+        first_line = 0
 
         def close(lineno):
             nonlocal replaced
@@ -188,7 +193,10 @@ class FTrajectory:
                                     "number") from None
                 if step != current or count == self.natoms:
                     close(lineno)
-                    current, start, count, first_line = step, here, 0, lineno
+                    current = step
+                    start = here
+                    count = 0
+                    first_line = lineno
                 count += 1
             close(None)
         if not offsets:

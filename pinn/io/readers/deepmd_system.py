@@ -116,7 +116,8 @@ class DeepmdSystem:
         return np.array([table[t] for t in types], np.int32)
 
     def _npy_set(self, directory, n_atoms):
-        arrays, n_frames = {}, None
+        arrays = {}
+        n_frames = None
         for name, width in _ARRAYS.items():
             file = os.path.join(directory, f"{name}.npy")
             if not os.path.isfile(file):
@@ -130,7 +131,8 @@ class DeepmdSystem:
         return self._finish_set(directory, arrays, n_frames)
 
     def _raw_set(self, n_atoms):
-        arrays, n_frames = {}, None
+        arrays = {}
+        n_frames = None
         for name, width in _ARRAYS.items():
             file = os.path.join(self.path, f"{name}.raw")
             if not os.path.isfile(file):

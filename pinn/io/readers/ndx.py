@@ -28,7 +28,9 @@ def read_ndx(path):
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise DataError(f"{path}: no such file")
-    groups, name, numbers = {}, None, []
+    groups = {}
+    name = None
+    numbers = []
 
     def close_group():
         if name is None:
@@ -47,7 +49,8 @@ def read_ndx(path):
                 close_group()
                 if not text.endswith("]"):
                     raise DataError(f"{path}: line {lineno}: malformed group header {text!r}")
-                name, numbers = text[1:-1].strip(), []
+                name = text[1:-1].strip()
+                numbers = []
                 continue
             if name is None:
                 raise DataError(f"{path}: line {lineno}: atom numbers before the first [ group ] header")

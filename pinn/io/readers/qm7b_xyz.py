@@ -41,7 +41,8 @@ def read_qm7b(path, key="b3lyp_pol"):
     with open(path, encoding="utf-8", errors="replace") as f:
         lines = f.read().splitlines()
     pattern = re.compile(re.escape(key) + r'="([^"]*)"')
-    frames, at = [], 0
+    frames = []
+    at = 0
     while at < len(lines):
         if not lines[at].strip():
             at += 1
@@ -65,7 +66,8 @@ def read_qm7b(path, key="b3lyp_pol"):
             tensor = np.array(values).reshape(3, 3)
         else:
             raise DataError(f"{where}: {key} has {len(values)} numbers; expected 6 (xx yy zz xy xz yz) or 9")
-        elems, coord = [], []
+        elems = []
+        coord = []
         for number in range(at + 3, at + 3 + n_atoms):
             fields = lines[number - 1].split()
             if len(fields) < 4:

@@ -73,7 +73,9 @@ def read_qm9(path):
     if len(lines) < 2 + n_atoms:
         raise DataError(f"{path}: announces {n_atoms} atoms on line 1 but has {max(len(lines) - 2, 0)} lines after "
                         "the property line")
-    elems, coord, charges = [], [], []
+    elems = []
+    coord = []
+    charges = []
     for number, line in enumerate(lines[2:2 + n_atoms], 3):
         where = f"{path}, line {number}"
         atom = line.split()

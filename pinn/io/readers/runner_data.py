@@ -60,7 +60,8 @@ def scan_runner(path):
         DataError: missing or empty file, no ``begin`` line.
     """
     path = existing_file(path)
-    starts, offset = [], 0
+    starts = []
+    offset = 0
     with open(path, "rb") as f:
         for number, line in enumerate(f, 1):
             if line.split(None, 1)[:1] == [b"begin"]:
@@ -101,8 +102,16 @@ def read_runner_frame(path, offset, line_number, file_units="upstream"):
         begin = f.readline().decode("utf-8", "replace")
         layout = _layout(begin, f"{path}, line {line_number}")
         width = sum(n for _, n in layout)
-        elems, coord, forces, charges, weights, lattice, stress = [], [], [], [], [], [], []
-        energy, energy_weight, ended = None, 1.0, False
+        elems = []
+        coord = []
+        forces = []
+        charges = []
+        weights = []
+        lattice = []
+        stress = []
+        energy = None
+        energy_weight = 1.0
+        ended = False
         for number, raw in enumerate(f, line_number + 1):
             fields = raw.decode("utf-8", "replace").split()
             where = f"{path}, line {number}"
@@ -187,7 +196,8 @@ def _names(layout):
 
 
 def _columns(fields, layout, where):
-    out, start = {}, 0
+    out = {}
+    start = 0
     for name, count in layout:
         if name in ("charge", "forces"):
             out[name] = to_floats(fields[start:start + count], where, name)

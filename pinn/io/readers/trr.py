@@ -123,7 +123,8 @@ def read_header(buffer, where, previous_real=None):
         raise DataError(f"{where}: a frame without any data block; its precision cannot be told")
     need(pos + 2 * real)
     time, lam = struct.unpack(">dd" if real == 8 else ">ff", buffer[pos:pos + 2 * real])
-    ints["time"], ints["lambda"] = time, lam
+    ints["time"] = time
+    ints["lambda"] = lam
     return ints, pos + 2 * real, real
 
 
@@ -176,7 +177,9 @@ class TRRFile:
         size = os.fstat(self._fh.fileno()).st_size
         if size == 0:
             raise DataError(f"{self.path}: file is empty")
-        rows, offset, real = [], 0, None
+        rows = []
+        offset = 0
+        real = None
         while offset < size:
             where = f"{self.path}: frame {len(rows)} (byte offset {offset})"
             head = self._pread(offset, _HEADER_READ)
@@ -259,7 +262,8 @@ class TRRFile:
         wanted = [name for name, _ in BLOCKS] if blocks is None else list(blocks)
         start = int(row["offset"]) + int(row["header_bytes"])
         # read the span from the first to the last wanted block in one call
-        spans, pos = {}, start
+        spans = {}
+        pos = start
         for name, _ in BLOCKS:
             size = int(row[f"{name}_size"])
             spans[name] = (pos, size)

@@ -32,7 +32,9 @@ def read_xvg(path):
     path = os.fspath(path)
     if not os.path.exists(path):
         raise DataError(f"{path}: no such file")
-    legends, y_label, rows = {}, "", []
+    legends = {}
+    y_label = ""
+    rows = []
     with open(path) as f:
         for number, line in enumerate(f, 1):
             text = line.strip()

@@ -1,7 +1,7 @@
 """Dense per-structure matrices of a sparse batch and the kernels of the polarizability models: the Coulomb
 kernel of Gaussian charges (direct, minimum image, Ewald) and the response from a softness kernel.
 
-Used by :mod:`pinn.models.polarizability`; the units are the callers' (lengths in Å here).
+Used by :mod:`pinn.physics.polarizability`; the units are the callers' (lengths in Å here).
 """
 import itertools
 

@@ -1,7 +1,7 @@
 """The params mechanism: :class:`Option` declares one option (type, default, allowed values,
 meaning), :func:`validate_section` checks a dict against a schema of options, and
 :class:`ParamsError` names the bad key.  Each stage declares its own options with it
-(``PiNet.PARAMS``, ``PotentialModel.PARAMS``, :data:`pinn.training.options.TRAINING_PARAMS`,
+(``PiNet.PARAMS``, ``PotentialModel.PARAMS``, :data:`pinn.params.training_options.TRAINING_PARAMS`,
 :data:`pinn.parallel.worlds.PARAMS`); :mod:`pinn.params` puts them together.
 """
 import copy

@@ -37,12 +37,12 @@ import tensorflow as tf
 from pinn import keys as K
 from pinn import units
 from pinn.io.batch import pair_geometry, with_cell_and_pbc
-from pinn.models.base import Model, abs_sq_count, cast_floats, check_atomic_outputs
-from pinn.models.response_kernels import (coulomb_kernel, dense_indices, dense_positions, diagonal, pair_matrix,
+from pinn.physics.base import Model, abs_sq_count, cast_floats, check_atomic_outputs
+from pinn.physics.loss_weights import structure_weights
+from pinn.physics.polarizability_params import ETAINV_PARAMS, PARAMS
+from pinn.physics.response_kernels import (coulomb_kernel, dense_indices, dense_positions, diagonal, pair_matrix,
                                           response_from_softness)
-from pinn.models.loss_weights import structure_weights
-from pinn.models.polarizability_params import ETAINV_PARAMS, PARAMS
-from pinn.params.schema import ParamsError
+from pinn.schema import ParamsError
 
 #: the data key of the polarizability tensor [3, 3] (upstream's name; QM7b's, bohr³)
 PTENSOR = "ptensor"
@@ -265,8 +265,8 @@ def anisotropic_parts(matrices):
     """The five anisotropic components [n, 5] of [n, 3, 3] matrices, as upstream's metric takes them:
     (xy, xz, yz, (2zz − xx − yy)/(2√3), (xx − yy)/2)."""
     m = matrices
-    return tf.stack([m[:, 0, 1], m[:, 0, 2], m[:, 1, 2], (2 * m[:, 2, 2] - m[:, 0, 0] - m[:, 1, 1]) / (2 * np.sqrt(3.0)),
-                     (m[:, 0, 0] - m[:, 1, 1]) / 2], axis=1)
+    z2 = (2 * m[:, 2, 2] - m[:, 0, 0] - m[:, 1, 1]) / (2 * np.sqrt(3.0))
+    return tf.stack([m[:, 0, 1], m[:, 0, 2], m[:, 1, 2], z2, (m[:, 0, 0] - m[:, 1, 1]) / 2], axis=1)
 
 
 class EEMModel(PolarizabilityModel):

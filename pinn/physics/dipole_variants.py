@@ -1,7 +1,7 @@
 """Upstream PiNN 2.x's dipole models beyond atomic charges: bond charges (BC), atomic dipoles (AD),
 oxidation states (OS) and their combinations.
 
-See :mod:`pinn.models.dipole` for the family's physics and loss.  By upstream's names:
+See :mod:`pinn.physics.dipole` for the family's physics and loss.  By upstream's names:
 
 - ``BC_R_dipole_model``: bond charges, D = Σ_(ij) I_ij r_ij, regularised (``regularization``);
 - ``AC_BC_R_dipole_model``: atomic charges and bond charges, D = Σ_i q_i r_i + Σ_(ij) I_ij r_ij;
@@ -26,13 +26,13 @@ charges (refused).
 import numpy as np
 import tensorflow as tf
 
-from pinn.models.base import COMMON_PARAMS
-from pinn.models.dipole import DipoleFamilyModel
-from pinn.models.dipole_params import BOND_PARAMS, CHARGE_PARAMS, UNUSED_Q_MULTIPLIER, family_params
 from pinn.networks.layers import Dense, FeedForward
 from pinn.networks.pinet import PiNet
 from pinn.networks.pinet2 import PiNet2
-from pinn.params.schema import ParamsError
+from pinn.physics.base import COMMON_PARAMS
+from pinn.physics.dipole import DipoleFamilyModel
+from pinn.physics.dipole_params import BOND_PARAMS, CHARGE_PARAMS, UNUSED_Q_MULTIPLIER, family_params
+from pinn.schema import ParamsError
 
 #: seed of the bond heads' initial weights (the same on every rank)
 BOND_HEAD_SEED = 7
@@ -79,7 +79,7 @@ class DipoleVariantModel(DipoleFamilyModel):
     """Base of upstream's dipole models with bond charges or atomic dipoles (see the module docstring):
     checks the network and gets the parts from one pass of it.
 
-    Takes the arguments of :class:`pinn.models.dipole.DipoleFamilyModel`.
+    Takes the arguments of :class:`pinn.physics.dipole.DipoleFamilyModel`.
 
     Raises:
         ParamsError: a network without what the model needs (p3 for AD, pair features for BC).

@@ -1,6 +1,6 @@
-"""The options of upstream PiNN 2.x's polarizability models (:mod:`pinn.models.polarizability`)."""
-from pinn.models.base import COMMON_PARAMS
-from pinn.params.schema import Option, non_negative, positive
+"""The options of upstream PiNN 2.x's polarizability models (:mod:`pinn.physics.polarizability`)."""
+from pinn.physics.base import COMMON_PARAMS
+from pinn.schema import Option, non_negative, positive
 
 
 def _zero_or_one(value):

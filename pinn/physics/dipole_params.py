@@ -1,7 +1,7 @@
-"""The options of the dipole models (:mod:`pinn.models.dipole`, :mod:`pinn.models.dipole_variants`):
+"""The options of the dipole models (:mod:`pinn.physics.dipole`, :mod:`pinn.physics.dipole_variants`):
 upstream PiNN 2.x's options of the whole family, and those of the members with atomic charges (AC),
 bond charges (BC) or neither."""
-from pinn.params.schema import Option, false_or_positive, non_negative, positive
+from pinn.schema import Option, false_or_positive, non_negative, positive
 
 
 def _no_per_atom_log(value):

@@ -1,13 +1,13 @@
 """The models by their params name (``params['model']['name']``)."""
-from pinn.models.dipole import ACDipoleModel, DipoleModel
-from pinn.models.dipole_variants import VARIANTS
-from pinn.models.polarizability import POLARIZABILITY_MODELS
-from pinn.models.potential import PotentialModel
+from pinn.physics.dipole import ACDipoleModel, DipoleModel
+from pinn.physics.dipole_variants import VARIANTS
+from pinn.physics.polarizability import POLARIZABILITY_MODELS
+from pinn.physics.potential import PotentialModel
 
 MODELS = {"potential_model": PotentialModel, "dipole_model": DipoleModel,
-          # upstream PiNN 2.x's dipole models (pinn.models.dipole, pinn.models.dipole_variants)
+          # upstream PiNN 2.x's dipole models (pinn.physics.dipole, pinn.physics.dipole_variants)
           "AC_dipole_model": ACDipoleModel, **VARIANTS,
-          # upstream PiNN 2.x's polarizability models (pinn.models.polarizability)
+          # upstream PiNN 2.x's polarizability models (pinn.physics.polarizability)
           **POLARIZABILITY_MODELS}
 #: upstream PiNN 2.x's models that pinn does not have yet: name → what it is
 NOT_YET = {name: "one of upstream PiNN 2.x's dipole models" for name in (
@@ -24,7 +24,7 @@ def build_model(params):
         params: resolved params (:func:`pinn.params.resolve`).
 
     Returns:
-        the model (a :class:`~pinn.models.base.Model`); its ``network`` attribute is the network.
+        the model (a :class:`~pinn.physics.base.Model`); its ``network`` attribute is the network.
     """
     from pinn.networks import get_network
     from pinn.networks.layers import precision_dtypes

@@ -16,8 +16,8 @@ import copy
 import tensorflow as tf
 
 from pinn import keys as K
-from pinn.models.loss_weights import check_weight_schedule, piecewise_linear
-from pinn.params.schema import Option, ParamsError
+from pinn.physics.loss_weights import check_weight_schedule, piecewise_linear
+from pinn.schema import Option, ParamsError
 
 #: loss options shared by all models (``model.params``)
 LOSS_PARAMS = {
@@ -73,7 +73,8 @@ class Model(tf.Module):
         if isinstance(delta, dict):
             for key in delta:
                 if key not in self.LOSS_TERMS:
-                    raise ParamsError(f"model.params.huber_delta.{key}: not a loss term; terms: {list(self.LOSS_TERMS)}")
+                    raise ParamsError(f"model.params.huber_delta.{key}: not a loss term; "
+                                      f"terms: {list(self.LOSS_TERMS)}")
         if any(not isinstance(d, (int, float)) or d <= 0 for d in deltas):
             raise ParamsError(f"model.params.huber_delta: must be positive (got {delta!r})")
 
@@ -118,7 +119,8 @@ class Model(tf.Module):
             parallel run normalise by global counts.
         """
         dtype = self.dtype
-        sums, counts = self.loss_sums(tensors, pred), self.loss_counts(tensors)
+        sums = self.loss_sums(tensors, pred)
+        counts = self.loss_counts(tensors)
         return {t: (sums[t], tf.cast(counts[t], dtype)) for t in sums}
 
     def prepare_training(self, input_fn, reduce, replicas=1):

@@ -1,6 +1,6 @@
-"""The options of the potential model (:mod:`pinn.models.potential`): upstream PiNN's keys and meanings."""
-from pinn.models.base import COMMON_PARAMS
-from pinn.params.schema import Option, ParamsError, false_or_positive, non_negative, positive
+"""The options of the potential model (:mod:`pinn.physics.potential`): upstream PiNN's keys and meanings."""
+from pinn.physics.base import COMMON_PARAMS
+from pinn.schema import Option, ParamsError, false_or_positive, non_negative, positive
 
 PARAMS = {
     "use_force": Option(bool, False, "train on forces as well as energies"),
@@ -60,7 +60,8 @@ def check_embedding(params):
             ``model.params.use_stress`` (no stress of a region in its environment) or ``model.params.jit``
             (the QM–MM pairs vary per batch); ``model.params.embedding_damping`` set without an embedding.
     """
-    mp, network = params["model"]["params"], params["network"]
+    mp = params["model"]["params"]
+    network = params["network"]
     if mp["embedding"] == "mechanical":
         if mp["embedding_damping"]:
             raise ParamsError("model.params.embedding_damping: damps the Coulomb energy of an electrostatic "

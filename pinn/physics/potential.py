@@ -17,7 +17,7 @@ which holds because the networks see positions only through ``diff``.
 
 With ``embedding: electrostatic`` the model takes QM/MM frames (:mod:`pinn.io.qmmm`): the energy is the
 QM region's in the field of the MM point charges, the forces −∂E/∂r on every atom (no stress; see
-:mod:`pinn.models.embedding`).
+:mod:`pinn.physics.embedding`).
 """
 import logging
 
@@ -26,13 +26,13 @@ import tensorflow as tf
 
 from pinn import keys as K
 from pinn.io.batch import add_neighbors, pair_geometry, with_cell_and_pbc  # pair_geometry: also its old home
-from pinn.models.base import Model, abs_sq_count, cast_floats, check_atomic_outputs
-from pinn.models.embedding import conserved_charges, embedding_energy, qm_atoms_view, qm_mask
-from pinn.models.energy_offsets import fit_offsets
-from pinn.models.loss_weights import atom_weights, drawn, structure_weights
-from pinn.models.potential_params import ALIASES, PARAMS, check_embedding
 from pinn.networks.layers import atomic_number, scatter_sum
-from pinn.params.schema import ParamsError
+from pinn.physics.base import Model, abs_sq_count, cast_floats, check_atomic_outputs
+from pinn.physics.embedding import conserved_charges, embedding_energy, qm_atoms_view, qm_mask
+from pinn.physics.energy_offsets import fit_offsets
+from pinn.physics.loss_weights import atom_weights, drawn, structure_weights
+from pinn.physics.potential_params import ALIASES, PARAMS, check_embedding
+from pinn.schema import ParamsError
 
 def atoms_per_structure(tensors, n_struct, dtype):
     """[n_struct] number of atoms of each structure of a batch (as ``dtype``)."""
@@ -129,7 +129,8 @@ class PotentialModel(Model):
 
     def dress_energy(self, tensors, n_struct, dtype=tf.float64):
         """[n_struct] Σ e_dress over each structure's atoms (its QM atoms with an embedding), eV, as ``dtype``."""
-        elems, structure = tensors[K.ELEMS], tensors[K.IND_1][:, 0]
+        elems = tensors[K.ELEMS]
+        structure = tensors[K.IND_1][:, 0]
         if self.embedding != "mechanical":
             qm = qm_mask(tensors)
             elems, structure = tf.boolean_mask(elems, qm), tf.boolean_mask(structure, qm)
@@ -178,7 +179,7 @@ class PotentialModel(Model):
 
     def _predict_embedded(self, tensors, n_struct, forces):
         """:meth:`predict` with electrostatic embedding: the QM atoms' network energy and the Coulomb energy of
-        their conserved charges with the MM charges (:mod:`pinn.models.embedding`); forces −∂E/∂r on every
+        their conserved charges with the MM charges (:mod:`pinn.physics.embedding`); forces −∂E/∂r on every
         atom, from one backward pass to the positions.
 
         Returns:
@@ -434,7 +435,7 @@ class PotentialModel(Model):
 
     def fit_dress(self, batches, reduce=None):
         """Per-element offsets fitted by least squares to the energies of ``batches`` (NumPy dicts with
-        ``elems``, ``ind_1``, ``e_data``; :func:`pinn.models.energy_offsets.fit_offsets`), stored in
+        ``elems``, ``ind_1``, ``e_data``; :func:`pinn.physics.energy_offsets.fit_offsets`), stored in
         ``e_dress``.
 
         Args:

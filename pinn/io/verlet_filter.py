@@ -20,7 +20,8 @@ def available():
 
 def close_pairs(coord, ind_2, shift, offsets, rc2):
     """``(ind_2, shift)`` of the listed pairs with squared distance below ``rc2`` (Å²), in list
-    order: what :func:`pinn.io.neighbors.close_pairs_numpy` gives, by two parallel passes over chunks of the list (count, then copy), with no per-pair temporaries.
+    order: what :func:`pinn.io.neighbors.close_pairs_numpy` gives, by two parallel passes over chunks of
+    the list (count, then copy), with no per-pair temporaries.
 
     Args:
         coord: [n_atoms, 3] float64 positions, Å.

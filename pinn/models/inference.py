@@ -10,7 +10,7 @@ costs.
 
 The result, an :class:`InferenceHandle`, is what the ASE calculator (:mod:`pinn.calculator`),
 ``pinn eval`` and the engines take; a :class:`~pinn.training.trainer.Trainer` in memory gives
-one over its live weights (:meth:`~pinn.training.trainer.Trainer.inference`).
+one over its live weights (:func:`handle_of`).
 """
 import contextlib
 import logging
@@ -20,9 +20,9 @@ import numpy as np
 import tensorflow as tf
 
 from pinn.networks.layers import precision_dtypes
-from pinn.models.registry import build_model
 from pinn.parallel.worlds import SerialWorld
 from pinn.params import read_params, resolve
+from pinn.physics.registry import build_model
 from pinn.training.checkpoints import CheckpointStore
 from pinn.training.ema import WeightAverage
 from pinn.training.evaluation import Evaluator
@@ -32,11 +32,31 @@ from pinn.training.metrics import with_upstream_names
 log = logging.getLogger("pinn")
 
 
+def handle_of(trainer):
+    """An :class:`InferenceHandle` over a :class:`~pinn.training.trainer.Trainer`'s live weights (what the
+    calculator takes of a model in memory): the averaged ones inside its ``averaged_weights()``, or the ones
+    it holds for good after ``freeze_averaged_weights()``.
+
+    Args:
+        trainer: a Trainer (or another model object with the same ``model``, ``params``, ``restored``,
+            ``step``, ``frozen``, ``holds_average``, ``ema`` and ``averaged_weights``).
+
+    Returns:
+        :class:`InferenceHandle`.
+    """
+    if trainer.frozen:
+        return InferenceHandle(trainer.model, trainer.params, trainer.restored, int(trainer.step.numpy()),
+                               averaged=trainer.holds_average)
+    return InferenceHandle(trainer.model, trainer.params, trainer.restored, trainer.step, trainer.averaged_weights,
+                           averaged=trainer.ema is not None)
+
+
 class InferenceHandle:
     """A trained model for inference.
 
     Args:
-        model: the model (:class:`~pinn.models.potential.PotentialModel`, :class:`~pinn.models.dipole.DipoleModel`, …).
+        model: the model (:class:`~pinn.physics.potential.PotentialModel`,
+            :class:`~pinn.physics.dipole.DipoleModel`, …).
         params: the resolved params of the model.
         checkpoint: path of the checkpoint the weights came from (``None``: weights never restored).
         step: the training step of the weights (an int, or a ``tf.Variable`` that training moves on).
@@ -210,5 +230,6 @@ def model_of_params(params, checkpoint=None):
     for key in ("network", "precision"):
         if given[key] != stored[key]:
             raise ValueError(f"get_calc: the params' {key} differs from {given['model_dir']}/params.yml "
-                             f"({given[key]!r} against {stored[key]!r}); the checkpoint holds the weights of the latter")
+                             f"({given[key]!r} against {stored[key]!r}); the checkpoint holds the weights of the "
+                             "latter")
     return given["model_dir"]

@@ -6,7 +6,7 @@ are resolved (:func:`pinn.params.resolve`)."""
 import logging
 import re
 
-from pinn.params.schema import Option, ParamsError, non_negative, positive
+from pinn.schema import Option, ParamsError, non_negative, positive
 
 #: shapes of the learning rate over the steps (:class:`pinn.training.schedule.LearningRate`)
 LR_SCHEDULES = ("exponential", "step", "cosine", "constant")
@@ -51,9 +51,9 @@ TRAINING_PARAMS = {
                         "0.999): evaluation and inference use the average, training goes on from the raw weights "
                         "(None: off)", check=_fraction),
     "engine": Option(str, "auto", "what computes the training gradients: 'tensorflow' (gradient tapes, XLA with "
-                     "jit), 'numba' (pinn.engines.gradients: hand-written derivatives in compiled CPU kernels; PiNet with "
-                     "tanh, energy and force losses) or 'auto' (numba where it applies, no GPU is visible and "
-                     "neither jit nor batch_parts asks for the TensorFlow step)",
+                     "jit), 'numba' (pinn.engines.gradients: hand-written derivatives in compiled CPU kernels; "
+                     "PiNet with tanh, energy and force losses) or 'auto' (numba where it applies, no GPU is visible "
+                     "and neither jit nor batch_parts asks for the TensorFlow step)",
                      choices=("auto", "tensorflow", "numba")),
     "jit": Option((bool, None), None, "the tensorflow engine: compile the training step with XLA, on batches padded "
                   "to a few bucket sizes (pinn.padding; one compile of ~10 s per bucket, then 1.1-1.4x faster training "
@@ -214,11 +214,12 @@ def _check_optimizer(params):
 
 
 def _check_jit(params):
-    from pinn.models.registry import MODELS
     from pinn.networks import NETWORKS
+    from pinn.physics.registry import MODELS
     if not params["model"]["params"]["jit"]:
         return
-    model, network = params["model"]["name"], params["network"]["name"]
+    model = params["model"]["name"]
+    network = params["network"]["name"]
     if not getattr(MODELS[model], "JIT_COMPATIBLE", True):
         raise ParamsError(f"model.params.jit: the {model} cannot be compiled with XLA (its per-structure "
                           "matrices have sizes that depend on the data); set jit to false or leave it unset")
@@ -241,13 +242,15 @@ def _check_engine(mp):
 def notes(params):
     """What resolved ``params`` set that has no effect, or less than it may seem: ``[(logging level,
     message)]``, logged by rank 0 when a Trainer is built (the params stay valid)."""
-    mp, out = params["model"]["params"], []
+    mp = params["model"]["params"]
+    out = []
     if mp["lr_schedule"] not in ("exponential", "step"):
         unused = [key for key in ("decay_step", "decay_rate") if mp[key] != TRAINING_PARAMS[key].default]
         if unused:
-            out.append((logging.WARNING, f"model.params: {' and '.join(unused)} {'has' if len(unused) == 1 else 'have'} "
-                        f"no effect with lr_schedule '{mp['lr_schedule']}' (the default since pinn 0.2); set "
-                        "lr_schedule: exponential to decay by them"))
+            verb = "has" if len(unused) == 1 else "have"
+            out.append((logging.WARNING, f"model.params: {' and '.join(unused)} {verb} no effect with lr_schedule "
+                        f"'{mp['lr_schedule']}' (the default since pinn 0.2); set lr_schedule: exponential to decay "
+                        "by them"))
     if not mp["weight_decay"] and mp["weight_decay_on"] != TRAINING_PARAMS["weight_decay_on"].default:
         out.append((logging.WARNING, "model.params.weight_decay_on: no effect with weight_decay 0"))
     if mp["loss_jump_factor"] is not None and mp["loss_weight_schedule"]:

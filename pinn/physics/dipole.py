@@ -9,7 +9,7 @@ One family (:class:`DipoleFamilyModel`) with upstream PiNN 2.x's members; each a
 
 with r_ij = r_j + S·cell − r_i, the pair vector (Å).  D is in the data's dipole unit (e·Å × 1/d_unit; e·Å
 by default).  ``dipole_model`` (pinn's) and ``AC_dipole_model`` (upstream's name) are AC alone; the other
-members are in :mod:`pinn.models.dipole_variants`.
+members are in :mod:`pinn.physics.dipole_variants`.
 
 Charge neutrality (``charge_neutrality``, AC): each structure's charges (``neutral_unit: system``), or
 each water molecule's (``water_molecule``: every three consecutive atoms of a structure, as upstream's
@@ -35,12 +35,12 @@ import numpy as np
 import tensorflow as tf
 
 from pinn import keys as K
-from pinn.models.base import COMMON_PARAMS, Model, abs_sq_count, cast_floats, check_atomic_outputs, per_row
-from pinn.models.loss_weights import atom_weights, structure_weights
 from pinn.io.batch import pair_geometry, with_cell_and_pbc
 from pinn.networks.layers import scatter_sum
-from pinn.models.dipole_params import AC_PARAMS, CHARGE_PARAMS, family_params
-from pinn.params.schema import ParamsError
+from pinn.physics.base import COMMON_PARAMS, Model, abs_sq_count, cast_floats, check_atomic_outputs, per_row
+from pinn.physics.dipole_params import AC_PARAMS, CHARGE_PARAMS, family_params
+from pinn.physics.loss_weights import atom_weights, structure_weights
+from pinn.schema import ParamsError
 
 #: data key of the per-structure weights of ``use_d_weight``
 D_WEIGHT = "d_weight"
