@@ -18,6 +18,7 @@ quiet_tensorflow()  # before TensorFlow is imported: its start-up messages only 
 
 from pinn.io import add_neighbors, load_ase, sparse_batch  # noqa: E402
 from pinn.models import dipole_model  # noqa: E402
+from pinn.parallel import init  # noqa: E402
 from pinn.runtime.ranks import launcher_size  # noqa: E402
 
 data_file = sys.argv[1] if len(sys.argv) > 1 else "demo/water-dipole.xyz"
@@ -40,9 +41,9 @@ params = {
     "parallel": launcher_size() > 1,  # one script for 1 rank and N
 }
 
-# Build the model first: in a parallel run it starts Horovod and pins this rank to its GPU.
-model = dipole_model(params)
-world = model.world
+# The world of this run, first: on N ranks Horovod or MPI alone starts and pins this process to its GPU
+# (or its share of the cores); on one, a world of one process. Then the data, then the model.
+world = init(params)
 
 if world.is_chief and not os.path.exists(data_file) and data_file == "demo/water-dipole.xyz":
     from pinn.demo import make_dipole_dataset
@@ -53,10 +54,13 @@ world.barrier()  # the other ranks wait for the data
 data = load_ase(data_file, split={"train": 8, "vali": 1, "test": 1}, seed=0)
 shard = lambda d: d.shard(world.size, world.rank)  # noqa: E731  (each rank its share; the whole set on 1)
 # neighbor lists once per structure, before the cache (not at every epoch)
-train = lambda: (shard(data["train"]).apply(add_neighbors(model.rc)).cache().shuffle(1000, seed=world.rank)
+rc = params["network"]["params"]["rc"]
+train = lambda: (shard(data["train"]).apply(add_neighbors(rc)).cache().shuffle(1000, seed=world.rank)
                  .apply(sparse_batch(16)))
 vali = lambda: shard(data["vali"]).apply(sparse_batch(16))
 test = lambda: shard(data["test"]).apply(sparse_batch(16))
+
+model = dipole_model(params, world=world)
 
 model.train(train, max_epochs=max_epochs, eval_fn=vali)
 for name, input_fn in (("validation", vali), ("test", test)):

@@ -306,6 +306,9 @@ def run_training(path, model_dir=None, max_steps=None, init_model=None, member=N
         validation data).
     """
     from pinn.models import get_model
+    from pinn.networks import atom_types_of
+    from pinn.parallel import init
+    from pinn.params import resolve
     params, data, train_section = read_config(path)
     if model_dir is not None:
         params["model_dir"] = model_dir
@@ -322,11 +325,15 @@ def run_training(path, model_dir=None, max_steps=None, init_model=None, member=N
     if init_model is not None:
         model_section = params.setdefault("model", {})
         model_section["params"] = {**(model_section.get("params") or {}), "init_model": init_model}
-    model = get_model(params)  # starts Horovod first when parallel
+    params = resolve(params)
+    # the world where the program starts, then the data (from the params alone), then the model
+    world = init(params)
+    # potential models have an embedding (docs/qmmm.md), dipole models none
+    embedding = params["model"]["params"].get("embedding", "mechanical")
+    train_fn, eval_fn = input_fns(data, train_section, world, params["network"]["params"]["rc"],
+                                  atom_types_of(params), member=member or 0, embedding=embedding)
+    model = get_model(params, world=world)
     try:
-        embedding = model.params["model"]["params"].get("embedding", "mechanical")  # potential models have one
-        train_fn, eval_fn = input_fns(data, train_section, model.world, model.rc, model.network.atom_types,
-                                      member=member or 0, embedding=embedding)
         model.train(train_fn, max_steps=train_section["max_steps"], max_epochs=train_section["max_epochs"],
                     eval_fn=eval_fn)
         if eval_fn is None:

@@ -135,6 +135,7 @@ def run(path, args):
         predicts), and its last validation metrics.
     """
     from pinn.models import get_model
+    from pinn.parallel import init
     from pinn.params import read_params_file, resolve
     opts = {k: (getattr(args, k, None) if getattr(args, k, None) is not None else v) for k, v in DEFAULTS.items()}
     params = apply_run_config(read_params_file(path), args)
@@ -146,19 +147,22 @@ def run(path, args):
     params.setdefault("model_dir", "model")  # upstream's default when neither the file nor -d names one
     params = resolve(params)  # a bad or not-yet-supported params file is refused before any data are read
     max_steps = args.max_steps if args.max_steps is not None else opts["train_steps"]
+    world = init(params)  # the world where the program starts, then the data, then the model
     train = _structures_or_batches(opts["train_ds"], args.batch, "-t")
     evaluation = _structures_or_batches(opts["eval_ds"], args.batch, "-e")
     if opts["init"]:
         params = initial_params(params, train)
-    model = get_model(params)
-    if model.world.is_parallel:  # each rank its share of the batches
-        train, evaluation = (d.shard(model.world.size, model.world.rank) for d in (train, evaluation))
+    if world.is_parallel:  # each rank its share of the batches
+        train = train.shard(world.size, world.rank)
+        evaluation = evaluation.shard(world.size, world.rank)
+    rc = params["network"]["params"]["rc"]
+    model = get_model(params, world=world)
     scratch = tempfile.mkdtemp(prefix="pinn", dir=args.scratch_dir) if args.scratch_dir else None
     try:
         def prepared(dataset, name):
             if opts["preprocess"]:
                 from pinn.io import add_neighbors
-                dataset = dataset.apply(add_neighbors(model.rc))
+                dataset = dataset.apply(add_neighbors(rc))
             if opts["cache"]:
                 dataset = dataset.cache(os.path.join(scratch, name) if scratch else "")
             return dataset
@@ -201,74 +205,42 @@ def _structures_or_batches(source, batch, flag):
 
 def initial_params(params, batches):
     """Upstream's ``--init``: params with ``e_dress`` fitted to the training energies (least squares on the
-    element counts) and, for a BPNN with ``fp_scale``, ``fp_range`` from the training structures.
+    element counts, :func:`pinn.physics.energy_offsets.fit_offsets`) and, for a BPNN with ``fp_scale``,
+    ``fp_range`` from the training structures (:meth:`pinn.networks.BPNN.fingerprint_range`).
 
     Args:
-        params: the params (nested form).
-        batches: the training dataset of sparse batches.
+        params: the resolved params.
+        batches: the training dataset of sparse batches (every rank's: the fit is the same on every rank).
 
     Returns:
-        a new params dict.
+        resolved params with the fitted values.
     """
     import numpy as np
 
     from pinn import keys as K
-    params = dict(params)
-    model = dict(params.get("model") or {})
-    options = dict(model.get("params") or {})
-    if model.get("name", "potential_model") == "potential_model":
-        rows = []
-        energies = []
+    from pinn.networks import get_network
+    from pinn.params import resolve
+    from pinn.physics.energy_offsets import fit_offsets
+    params = {**params, "model": dict(params["model"]), "network": dict(params["network"])}
+    options = dict(params["model"]["params"])
+    if params["model"]["name"] == "potential_model":
+        present = set()
         for b in batches.as_numpy_iterator():
-            n = len(b[K.E_DATA])
-            counts = np.zeros((n, 119))
-            np.add.at(counts, (b[K.IND_1][:, 0], b[K.ELEMS]), 1.0)
-            rows.append(counts)
-            energies.append(b[K.E_DATA])
-        counts, energies = np.concatenate(rows), np.concatenate(energies).astype(np.float64)
+            present.update(np.unique(b[K.ELEMS]).tolist())
         given = options.get("e_dress") or {}
-        elements = sorted(int(z) for z in given) if given else np.flatnonzero(counts.sum(0)).tolist()
-        x = counts[:, elements]
-        dress = np.linalg.pinv(x.T @ x) @ x.T @ energies
-        residual = x @ dress - energies
-        options["e_dress"] = {int(z): float(v) for z, v in zip(elements, dress)}
-        log.info("--init: e_dress fitted to %d training structures (%s); RMSE after subtracting it: %.6g eV",
-                 len(energies), ", ".join(f"Z={z}: {v:.6f} eV" for z, v in options["e_dress"].items()),
-                 float(np.sqrt(np.mean(residual ** 2))))
-    model["params"] = options
-    params["model"] = model
-    network = dict(params["network"])
-    net_options = dict(network.get("params") or {})
-    if str(network.get("name")).lower() == "bpnn" and net_options.get("fp_scale"):
-        net_options["fp_range"] = _fingerprint_range(params, batches)
+        elements = sorted(int(z) for z in given) if given else sorted(present)
+        # every element of the data in the fit (those not asked for too: their energy is theirs, not the others')
+        fitted = sorted(set(elements) | present)
+        dress = fit_offsets(batches.as_numpy_iterator(), fitted)
+        options["e_dress"] = {z: float(dress[fitted.index(z)]) for z in elements}
+        log.info("--init: e_dress fitted to the training structures (%s)",
+                 ", ".join(f"Z={z}: {v:.6f} eV" for z, v in options["e_dress"].items()))
+    params["model"]["params"] = options
+    network_options = dict(params["network"]["params"])
+    if params["network"]["name"] == "BPNN" and network_options["fp_scale"]:
+        raw = {**params, "network": {**params["network"], "params": dict(network_options, fp_scale=False)}}
+        network_options["fp_range"] = get_network(raw).fingerprint_range(batches)
         log.info("--init: fp_range of the %d symmetry-function entries from the training structures",
-                 len(net_options["fp_range"]))
-    network["params"] = net_options
-    params["network"] = network
-    return params
-
-
-def _fingerprint_range(params, batches):
-    """[[min per function], [max per function]] of each sf_spec entry over the training structures."""
-    import numpy as np
-
-    from pinn import get_network
-    from pinn.io import add_neighbors
-    from pinn.io.batch import pair_geometry
-    raw = dict(params["network"], params=dict(params["network"]["params"], fp_scale=False, fp_range=[],
-                                              fp_multiplier=1.0))
-    network = get_network({"network": raw, "precision": params.get("precision", "float32")})
-    low = high = None
-    for b in batches.apply(add_neighbors(network.rc)):
-        fp = network.fingerprints(pair_geometry(b)).numpy()
-        low = fp.min(0) if low is None else np.minimum(low, fp.min(0))
-        high = fp.max(0) if high is None else np.maximum(high, fp.max(0))
-    out = []
-    start = 0
-    for sf in network.params["sf_spec"]:
-        width = len(sf["eta"])
-        lo, hi = low[start:start + width], high[start:start + width]
-        hi = np.where(hi > lo, hi, lo + 1.0)  # a function constant over the data: any width maps it inside
-        out.append([lo.tolist(), hi.tolist()])
-        start += width
-    return out
+                 len(network_options["fp_range"]))
+    params["network"]["params"] = network_options
+    return resolve({key: value for key, value in params.items()})

@@ -13,9 +13,12 @@ included), and the world of the run is made once (:func:`pinn.parallel.init`, or
 ``world`` given); the Trainer takes both as they are.  Importing this package imports
 neither TensorFlow nor the Trainer (:mod:`pinn.runtime.lazy`).
 """
+import logging
 import os
 
 from pinn.runtime.lazy import lazy_exports
+
+log = logging.getLogger("pinn")
 
 _EXPORTS = {"PotentialModel": "pinn.physics.potential", "DipoleModel": "pinn.physics.dipole",
             "MODELS": "pinn.physics.registry", "build_model": "pinn.physics.registry",
@@ -25,10 +28,10 @@ _EXPORTS = {"PotentialModel": "pinn.physics.potential", "DipoleModel": "pinn.phy
 def potential_model(params, world=None):
     """Build (or restore from ``params['model_dir']``) a potential model.
 
-    With ``params['parallel'] = True`` it first calls
-    :func:`pinn.parallel.parallelize_model` (Horovod or MPI alone), so the model trains on
-    all ranks of the job.  A model rebuilt from a model directory runs in one
-    process, whatever its stored ``parallel`` says (for evaluation and MD).
+    With ``params['parallel'] = True`` the model trains on all ranks of the job, in the world
+    given, which :func:`pinn.parallel.init` made where the program starts; without one, this
+    function makes the same call (upstream's idiom; Horovod or MPI alone).  A model rebuilt from a
+    model directory runs in one process, whatever its stored ``parallel`` says (for evaluation and MD).
 
     Args:
         params: params dict (see the params reference) or a model directory.
@@ -89,15 +92,28 @@ def _build(params, expected, checkpoint=None, world=None):
         if expected is not None:
             params = _with_model_name(params, expected)
         params = resolve(params)
-    parallel = params["parallel"] and not from_model_dir
-    if parallel:
-        from pinn.parallel.worlds import parallelize_model
-        started = parallelize_model(params)
-        if world is not None and world is not started:
-            raise ValueError("world: not the world of this process (pass the one pinn.parallel.init(params) "
-                             "returned, or none)")
-        world = started
+    if params["parallel"] and not from_model_dir:
+        world = _world_of(params, world)
     return Trainer(params, _model_class(params), world, checkpoint)
+
+
+def _world_of(params, world):
+    """The world of a parallel run: the one given (made by :func:`pinn.parallel.init` where the program
+    starts), checked to be this process's; without one, upstream's idiom (``parallel: True`` alone): the same
+    call made here, said once in the log."""
+    from pinn.parallel import init
+    from pinn.parallel.worlds import world_started
+    first = not world_started()
+    started = init(params)
+    if world is None:
+        if first:
+            log.info("parallel: true: the model function started the parallel world (pinn.parallel.init(params) "
+                     "at the top of a script makes it where the program starts, before the data)")
+        return started
+    if world is not started:
+        raise ValueError("world: not the world of this process (pass the one pinn.parallel.init(params) "
+                         "returned, or none)")
+    return world
 
 
 def _with_model_name(params, expected):

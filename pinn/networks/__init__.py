@@ -37,4 +37,11 @@ def get_network(params):
     return cls(params["network"]["params"], dtype=dtype, seed=params["seed"], compute_dtype=compute)
 
 
-__all__ = ["PiNet", "PiNet2", "BPNN", "LJ", "NETWORKS", "NOT_YET", "get_network", "canonical_network_name"]
+def atom_types_of(params):
+    """The atomic numbers the network of resolved ``params`` knows, read from its section without building it
+    (what the data are checked against before the model exists)."""
+    return NETWORKS[params["network"]["name"]].atom_types_of(params["network"]["params"])
+
+
+__all__ = ["PiNet", "PiNet2", "BPNN", "LJ", "NETWORKS", "NOT_YET", "get_network", "canonical_network_name",
+           "atom_types_of"]

@@ -54,6 +54,18 @@ class Network(tf.Module):
     #: upstream's constructor defaults where pinn's params defaults differ
     UPSTREAM_DEFAULTS = {}
 
+    @classmethod
+    def atom_types_of(cls, params):
+        """The atomic numbers a network of these (resolved) network params knows, without building it.
+
+        Args:
+            params: the ``network.params`` section.
+
+        Returns:
+            list of int.
+        """
+        return [int(z) for z in params["atom_types"]]
+
     def __init__(self, *args, dtype=tf.float32, seed=0, name=None, compute_dtype=None, **kwargs):
         super().__init__(name=name or type(self).__name__)
         # a private deep copy, past TensorFlow's attribute tracking: tracking wraps nested lists and

@@ -123,16 +123,21 @@ class BPNN(Network):
     #: the angular triplets have data-dependent shapes: no XLA
     JIT_COMPATIBLE = False
 
+    @classmethod
+    def atom_types_of(cls, params):
+        """The atomic numbers a BPNN of these network params knows: ``atom_types``, else the elements of
+        ``nn_spec`` (a dict by element); a ParamsError where neither says."""
+        if params["atom_types"] is not None:
+            return [int(z) for z in params["atom_types"]]
+        if not isinstance(params["nn_spec"], dict):
+            raise ParamsError("network.params.atom_types: needed when nn_spec is a list (or give nn_spec as "
+                              "{element: sizes})")
+        return sorted(atomic_number(z, "network.params.nn_spec") for z in params["nn_spec"])
+
     def build(self, params, dtype, rng):
         self.rc = params["rc"]
         nn_spec = params["nn_spec"]
-        if params["atom_types"] is None:
-            if not isinstance(nn_spec, dict):
-                raise ParamsError("network.params.atom_types: needed when nn_spec is a list (or give nn_spec as "
-                                  "{element: sizes})")
-            self.atom_types = sorted(atomic_number(z, "network.params.nn_spec") for z in nn_spec)
-        else:
-            self.atom_types = [int(z) for z in params["atom_types"]]
+        self.atom_types = self.atom_types_of(params)
         if params["fp_scale"] and len(params["fp_range"]) != len(params["sf_spec"]):
             raise ParamsError(f"network.params.fp_range: fp_scale needs one [min, max] per sf_spec entry "
                               f"({len(params['sf_spec'])}), got {len(params['fp_range'])}")
@@ -178,6 +183,40 @@ class BPNN(Network):
                 entry = [(g - lo) / (hi - lo) * 2.0 - 1.0 for g, lo, hi in zip(entry, low, high)]
             columns.extend(entry)
         return tf.stack(columns, axis=1) * p["fp_multiplier"]
+
+    def fingerprint_range(self, batches):
+        """Upstream's ``pinn train --init`` for ``fp_scale``: the ``fp_range`` of these structures.
+
+        Args:
+            batches: an iterable of sparse batches (dicts of tensors or arrays with ``elems``, ``coord``
+                in Å and ``ind_1``; neighbor lists are made at this network's cutoff where they lack them).
+
+        Returns:
+            [[min per function], [max per function]] for each ``sf_spec`` entry, of the unscaled symmetry
+            functions (a function constant over the data gets max = min + 1, so that any scaling keeps it
+            inside [-1, 1]).
+
+        Raises:
+            ValueError: no batch.
+        """
+        low = high = None
+        for batch in batches:
+            columns = [g for entry in self.symmetry_functions(self.preprocess(batch)) for g in entry]
+            fp = tf.stack(columns, axis=1).numpy()
+            low = fp.min(0) if low is None else np.minimum(low, fp.min(0))
+            high = fp.max(0) if high is None else np.maximum(high, fp.max(0))
+        if low is None:
+            raise ValueError("fp_range: no training structures to take it from")
+        out = []
+        start = 0
+        for sf in self.params["sf_spec"]:
+            width = len(sf["eta"])
+            lo = low[start:start + width]
+            hi = high[start:start + width]
+            hi = np.where(hi > lo, hi, lo + 1.0)
+            out.append([lo.tolist(), hi.tolist()])
+            start += width
+        return out
 
     def symmetry_functions(self, tensors):
         """For each ``sf_spec`` entry, the list of its functions, each [n_atoms] (zero where the entry

@@ -30,9 +30,14 @@ class LJ(Network):
     #: static shapes only (XLA): the calculator compiles it on padded batches
     JIT_COMPATIBLE = True
 
+    @classmethod
+    def atom_types_of(cls, params):
+        """``atom_types``, else every element (LJ has one epsilon and sigma for all)."""
+        return [int(z) for z in (params["atom_types"] or range(1, len(chemical_symbols)))]
+
     def build(self, params, dtype, rng):
         self.rc = params["rc"]
-        self.atom_types = [int(z) for z in (params["atom_types"] or range(1, len(chemical_symbols)))]
+        self.atom_types = self.atom_types_of(params)
         self.element_index = ElementIndex(self.atom_types)
         self.epsilon = tf.Variable(params["epsilon"], dtype=dtype, name="epsilon")
         self.sigma = tf.Variable(params["sigma"], dtype=dtype, name="sigma")

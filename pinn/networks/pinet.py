@@ -129,7 +129,7 @@ class PiNet(Network):
     def build(self, params, dtype, rng):
         self.rc = params["rc"]
         check_centers(params)
-        self.atom_types = [int(z) for z in params["atom_types"]]
+        self.atom_types = self.atom_types_of(params)
         self.element_index = ElementIndex(self.atom_types)
         self.n_types = len(params["atom_types"])
         self.blocks = []

@@ -241,7 +241,7 @@ class PiNet2(Network):
         self._check(p)
         self.rc = p["rc"]
         self.rank = p["rank"]
-        self.atom_types = [int(z) for z in p["atom_types"]]
+        self.atom_types = self.atom_types_of(p)
         self.element_index = ElementIndex(self.atom_types)
         self.n_types = len(self.atom_types)
         self.blocks = []

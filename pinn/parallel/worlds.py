@@ -258,6 +258,11 @@ def init(params=None):
     return world_
 
 
+def world_started():
+    """Whether :func:`init` has made this process's parallel world already."""
+    return _WORLD is not None
+
+
 def _start_horovod(options):
     """``hvd.init()`` with the tuning knobs; ``None`` where ``backend: auto`` goes on with MPI instead:
     Horovod does not import (not installed, or built against another TensorFlow), or its controller

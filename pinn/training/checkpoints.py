@@ -249,7 +249,9 @@ class CheckpointStore:
         return path
 
     def save_best(self, step, metric, value):
-        """Write the best checkpoint and ``best.json`` (rank 0), replacing ``best/`` whole."""
+        """Write the best checkpoint and ``best.json`` on rank 0 (nothing elsewhere), replacing ``best/`` whole."""
+        if not self.is_chief:
+            return
         best = os.path.join(self.model_dir, BEST_DIR)
         recover_dir(best)
         new = best + ".new"

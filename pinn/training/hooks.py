@@ -235,22 +235,21 @@ class ValidationHook(Hook):
         every: steps between validations.
         evaluate: ``(input_fn) -> (metrics, parity arrays)`` (with the weights for inference).
         early_stopping: the :class:`~pinn.training.early_stopping.EarlyStopping` of the run.
-        store: the :class:`~pinn.training.checkpoints.CheckpointStore` (the best checkpoint).
-        is_chief: whether this rank writes files.
-        model_dir: where the parity arrays go.
+        store: the :class:`~pinn.training.checkpoints.CheckpointStore` (the best checkpoint; it decides
+            which rank writes).
+        model_dir: where the parity arrays go (from rank 0).
         say: as for :class:`DivergenceHook`.
 
     Attributes:
         last: the metrics of the latest validation, or ``None``.
     """
 
-    def __init__(self, run, every, evaluate, early_stopping, store, is_chief, model_dir, say):
+    def __init__(self, run, every, evaluate, early_stopping, store, model_dir, say):
         self.run = run
         self.every = every
         self.evaluate = evaluate
         self.stopping = early_stopping
         self.store = store
-        self.is_chief = is_chief
         self.model_dir = model_dir
         self.say = say
         self.last = None
@@ -286,12 +285,11 @@ class ValidationHook(Hook):
         with stop_when_disk_full(run.recorder.path, kept=store.latest):
             run.recorder.record("eval", step, {**figures, "best": improved}, epoch)
         self.last = result
-        if self.is_chief:
-            if arrays:
-                with stop_when_disk_full(predictions_path(self.model_dir), kept=store.latest):
-                    write_eval_predictions(self.model_dir, {"step": np.array(step), **arrays})
-            if improved:
-                store.save_best(step, stopping.metric, value)
+        if arrays and store.is_chief:
+            with stop_when_disk_full(predictions_path(self.model_dir), kept=store.latest):
+                write_eval_predictions(self.model_dir, {"step": np.array(step), **arrays})
+        if improved:
+            store.save_best(step, stopping.metric, value)  # on rank 0
         if stopping.should_stop():
             self.say(logging.INFO, "early stopping at step %d: %s has not improved by more than %g in %d "
                      "evaluations (best %.4g); the best checkpoint is in %s", step, stopping.metric,

@@ -48,7 +48,6 @@ from pinn.params import ResolvedParams, read_params
 from pinn.params.training_options import notes
 from pinn.runtime.py_funcs import held_by
 from pinn.training.backends import choose_backend
-from pinn.training.checkpoints import BEST_DIR
 from pinn.training.claim import claim_model_dir
 from pinn.training.evaluation import Evaluator
 from pinn.training.guards import StopSignals, TrainingDiverged, Watchdog
@@ -107,7 +106,6 @@ class Trainer(metaclass=_ModelClass):
         self.params = params
         self.world = world or SerialWorld()
         self.model_dir = self.params["model_dir"]
-        self.best_dir = os.path.join(self.model_dir, BEST_DIR)
         self.mp = mp = self.params["model"]["params"]
         self.is_chief = self.world.is_chief
         self.dtype = precision_dtypes(self.params["precision"])[0]
@@ -149,6 +147,11 @@ class Trainer(metaclass=_ModelClass):
         from pinn.physics.registry import MODELS
         params = read_params(model_dir)
         return cls(params, MODELS[params["model"]["name"]], None, checkpoint)
+
+    @property
+    def best_dir(self):
+        """The folder of the best checkpoint (the checkpoint store's: ``best`` in the model directory)."""
+        return self.store.best_dir
 
     @property
     def holds_average(self):
@@ -220,12 +223,10 @@ class Trainer(metaclass=_ModelClass):
         """
         self.claim.require("save")
         self.backend.store()
-        if not self.is_chief:
-            return None
         if self._averaged:
             raise RuntimeError("save: the model holds its averaged weights (inference only); a checkpoint "
                                "stores the raw weights")
-        return self.store.save(int(self.step.numpy()))
+        return self.store.save(int(self.step.numpy()))  # the store writes on rank 0 alone
 
     def train(self, input_fn, max_steps=None, max_epochs=None, eval_fn=None):
         """Train until the global step reaches ``max_steps`` or ``max_epochs`` (or an input ends, or early stopping).
@@ -347,7 +348,7 @@ class Trainer(metaclass=_ModelClass):
         if run.eval_fn is not None:
             self._validation = ValidationHook(run, mp["eval_every_n_steps"] or mp["save_checkpoint_steps"],
                                               self.evaluate_with_parity, self.early_stopping, self.store,
-                                              self.is_chief, self.model_dir, loop.say)
+                                              self.model_dir, loop.say)
             hooks.append(self._validation)
         loop.hooks = hooks + [MemoryHook(mp["max_oom_skips"], self.world, self.save, loop.say),
                               CheckpointHook(mp["save_checkpoint_steps"], self.save)]
