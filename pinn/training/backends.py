@@ -343,8 +343,13 @@ class HostSteps:
             stats = self._stats(out) if stats is None else stats + self._stats(out)
         return total, stats
 
-    def apply_flat(self, flat, finite):
-        """The update with the summed gradient ``flat`` (when ``finite``) on the host; the step counted."""
+    def apply_flat(self, flat, finite, overflow=False):
+        """The update with the summed gradient ``flat`` (when ``finite``) on the host; the step counted.
+        ``overflow`` (scaled float16 gradients) cannot happen here: the numba engine computes in float32 or
+        float64 without a loss scale; True is refused."""
+        if overflow:
+            raise ValueError("apply_flat: the numba engine has no loss scale to overflow (mixed_float16 trains "
+                             "with TensorFlow)")
         rate = self._rate()
         try:
             if finite:

@@ -6,8 +6,11 @@ after the n-th applied update (the second term lets the average follow the
 fast early changes instead of remembering the random initialisation).  The
 average lives in its own variables, checkpointed apart from the raw weights:
 training always continues from the raw weights, evaluation and inference use
-the average (:meth:`WeightAverage.swap`).
+the average (:meth:`WeightAverage.swapped_in`, :meth:`WeightAverage.swap_in_for_good`), and the average
+knows whether the variables hold it (:attr:`WeightAverage.swapped`).
 """
+import contextlib
+
 import tensorflow as tf
 
 
@@ -25,6 +28,8 @@ class WeightAverage(tf.Module):
         self.decay = float(decay)
         self.shadow = [tf.Variable(v, trainable=False, name=f"average_{i}") for i, v in enumerate(variables)]
         self.updates = tf.Variable(0, dtype=tf.int64, trainable=False, name="updates")
+        #: whether the averaged variables hold the averages now (and the averages the raw weights)
+        self.swapped = False
 
     def update(self, variables):
         """One update of the averages towards ``variables`` (call after each applied step)."""
@@ -69,3 +74,24 @@ class WeightAverage(tf.Module):
         if [id(v) for v in variables] != [id(v) for v in self._swap_vars]:
             raise ValueError("WeightAverage.swap: other variables than the first swap's")
         self._swap_fn()
+
+    @contextlib.contextmanager
+    def swapped_in(self, variables):
+        """Within this block ``variables`` hold the averages, after it their raw values again (where they
+        hold the averages already, for good or in an outer block, they stay as they are)."""
+        if self.swapped:
+            yield
+            return
+        self.swap(variables)
+        self.swapped = True
+        try:
+            yield
+        finally:
+            self.swap(variables)
+            self.swapped = False
+
+    def swap_in_for_good(self, variables):
+        """Put the averages in ``variables`` and leave them there (inference only)."""
+        if not self.swapped:
+            self.swap(variables)
+            self.swapped = True

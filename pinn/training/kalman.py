@@ -48,6 +48,7 @@ statistics and weight checksums travel in one more.
 import logging
 import math
 import time
+import weakref
 
 import numpy as np
 import tensorflow as tf
@@ -225,9 +226,7 @@ class KalmanSteps:
             else [np.ones(len(terms))]
         self.n = self.filter.n
         self.coefficients = np.random.RandomState(7).uniform(0.5, 1.5, self.n)
-        if steps.kalman_local is None:  # traced once per StepFunctions (the train() calls of one input spec)
-            steps.kalman_local = _local_function(steps, self.filter.kind, self.filter.jacobian_rows)
-        self.local = steps.kalman_local
+        self.local = traced_local_function(steps, self.filter.kind, self.filter.jacobian_rows)
         self.batches = None  # the step's batches, taken by start()
         self.counts = None  # all ranks' loss counts of them
         self._taken = 0.0  # seconds in start()
@@ -355,6 +354,20 @@ class KalmanSteps:
                     raise WeightsDiffer(f"step {step + 1}: the {what} differ between ranks (checksums "
                                         f"{', '.join(f'{c:.17g}' for c in values)}); they must stay bitwise equal")
         return summed[:-2 * size]
+
+
+#: the traced errors-and-Jacobian functions, per StepFunctions (the train() calls of one input spec)
+_TRACED = weakref.WeakKeyDictionary()
+
+
+def traced_local_function(steps, kind, jacobian_rows=None):
+    """The traced errors-and-Jacobian function of ``steps`` (a :class:`~pinn.training.steps.StepFunctions`)
+    for the filter ``kind``, traced on first use and kept as long as the step functions are."""
+    functions = _TRACED.setdefault(steps, {})
+    key = (kind, jacobian_rows)
+    if key not in functions:
+        functions[key] = _local_function(steps, kind, jacobian_rows)
+    return functions[key]
 
 
 def _local_function(steps, kind, jacobian_rows=None):

@@ -33,7 +33,7 @@ class TrainingState:
         backend: the gradient backend (its host copy of the weights is stored before a copy and dropped
             on a rollback).
         model_dir: the model directory.
-        learning_rate: ``() -> rate`` of the next update (Adam starts at it).
+        learning_rate: the schedule, ``step -> rate`` (Adam starts at its rate times ``lr_factor``).
 
     Attributes:
         step, lr_factor: the global step (int64) and the factor of the learning rate (float32) variables.
@@ -60,7 +60,7 @@ class TrainingState:
         if mp["optimizer"] == "adam":
             variables = model.trainable_variables
             decayed = decayed_flags(variables, mp["weight_decay_on"])
-            self.optimizer = Adam(variables, learning_rate=float(learning_rate(self.step, self.lr_factor)),
+            self.optimizer = Adam(variables, learning_rate=float(learning_rate(self.step) * self.lr_factor),
                                   weight_decay=mp["weight_decay"], decayed=decayed)
             if mp["weight_decay"]:
                 log.info("weight decay %g (AdamW) on %d of %d trainable variables (%s)", mp["weight_decay"],
@@ -80,6 +80,19 @@ class TrainingState:
         if self.loss_scale is not None:
             parts["loss_scale"] = self.loss_scale
         self.store = CheckpointStore(model_dir, parts, world.is_chief, mp["keep_checkpoint_max"])
+
+    def save(self):
+        """Write a checkpoint of the current step (the store writes on rank 0 alone), after giving TensorFlow
+        the weights the host steps keep; refused while the variables hold the weight average.
+
+        Returns:
+            the checkpoint's path on rank 0, ``None`` elsewhere.
+        """
+        self.backend.store()
+        if self.ema is not None and self.ema.swapped:
+            raise RuntimeError("save: the model holds its averaged weights (inference only); a checkpoint "
+                               "stores the raw weights")
+        return self.store.save(int(self.step.numpy()))
 
     def optimizer_part(self):
         """The checkpoint part of the optimizer's state: ``{'optimizer': Adam}`` or ``{'kalman': KalmanFilter}``."""

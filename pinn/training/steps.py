@@ -74,6 +74,80 @@ class StepUpdate:
     frozen: tuple = ()
 
 
+def apply_update(update, variables, grads, rate):
+    """The update of a step, the one definition (the numba engine's host update,
+    :class:`pinn.engines.host_optimizer.HostOptimizer`, is tested against it): the gradients of the
+    variables ``model.params.freeze`` leaves alone dropped, the rest clipped to ``update.max_grad_norm``
+    (global norm), the optimizer's step at learning rate ``rate``, then the weight average.
+
+    Args:
+        update: the :class:`StepUpdate`.
+        variables: the trainable variables, in the order of ``grads``.
+        grads: their gradients (tensors).
+        rate: the learning rate of this step (float32).
+    """
+    trained = [(g, v) for g, v, frozen in zip(grads, variables, update.frozen or [False] * len(grads))
+               if not frozen]  # frozen variables (model.params.freeze) are left as they are
+    clipped = [g for g, _ in trained]
+    if update.max_grad_norm:
+        clipped, _ = tf.clip_by_global_norm(clipped, update.max_grad_norm)
+    # the optimizer keeps the rate as a variable: the schedule reaches the update through this assignment
+    update.optimizer.learning_rate.assign(rate)
+    update.optimizer.apply_gradients(zip(clipped, [v for _, v in trained]))
+    if update.ema is not None:
+        update.ema.update(variables)
+
+
+class GraphSteps:
+    """The steps on host arrays through TensorFlow's traced functions (:class:`StepFunctions`): what a
+    parallel run's exchange (:mod:`pinn.training.exchange`) and the Kalman filters call, with the same
+    methods as the numba engine's :class:`pinn.training.backends.HostSteps`; one of the two is chosen
+    once per :class:`StepFunctions`.
+
+    Args:
+        steps: the :class:`StepFunctions` whose traced functions run.
+    """
+
+    def __init__(self, steps):
+        self.steps = steps
+        self.whole_step = steps.graph_step
+
+    def count(self, batch, keep=False):
+        """This rank's loss counts of one batch, per term (float64 array); ``keep`` is the host steps'
+        (TensorFlow keeps nothing between a batch's counts and its gradients)."""
+        return np.asarray(self.steps.local_counts(batch), np.float64)
+
+    def flat_gradient(self, batches, global_counts):
+        """This rank's gradient summed over ``batches`` (one flat float64 vector, the order of the
+        trainable variables) and its stats, the loss normalised by ``global_counts``."""
+        counts = tf.constant(global_counts, tf.float64)
+        total = stats = None
+        for batch in batches:
+            grads, part = self.steps.local_gradients(batch, counts)
+            flat = np.concatenate([np.asarray(g, np.float64).ravel() for g in grads])
+            total = flat if total is None else total + flat
+            stats = part.numpy() if stats is None else stats + part.numpy()
+        return total, stats
+
+    def apply_flat(self, flat, finite, overflow=False):
+        """The update with the summed gradient ``flat`` (when ``finite``); the step counted; ``overflow``:
+        a rank's scaled gradients overflowed (the loss scale halves)."""
+        grads = []
+        start = 0
+        for v in self.steps.variables:
+            size = v.shape.num_elements()
+            grads.append(tf.constant(flat[start:start + size].reshape(v.shape), v.dtype))
+            start += size
+        return bool(self.steps.apply_reduced(grads, tf.constant(bool(finite)), tf.constant(bool(overflow))))
+
+    def store(self):
+        """Nothing to give: TensorFlow's variables are the weights."""
+
+    def flat_weights(self):
+        """The current weights as one float64 vector."""
+        return np.concatenate([np.asarray(v.numpy(), np.float64).ravel() for v in self.steps.variables])
+
+
 class StepFunctions:
     """The functions of a step for batches of ``spec``.
 
@@ -96,7 +170,9 @@ class StepFunctions:
         whole_step: ``batch -> (applied, stats)`` for one process and one batch per step.
         replica_gradients: ``(batches, global_counts) -> (gradients, stats)`` summed over one batch per device
             (a mirrored world, :meth:`_replica_gradients`), else ``None``.
-        host: the backend's steps on host arrays (:meth:`count`, :meth:`flat_gradient`, ...), or ``None``.
+        arrays: the steps on host arrays (:meth:`count`, ``flat_gradient``, ``apply_flat``, ``store``,
+            ``flat_weights``, ``whole_step``): the numba engine's :class:`~pinn.training.backends.HostSteps`,
+            else :class:`GraphSteps`, chosen once.
     """
 
     def __init__(self, spec, state, learning_rate, world, backend, max_grad_norm):
@@ -127,11 +203,13 @@ class StepFunctions:
         self.n_ranks = world.size
         self.n_stats = n_stats = 2 + 3 * len(self.metric_keys) + world.size
         self._trace(spec, split, backend)
-        self.host = backend.host_steps(loss, update)
-        self.whole_step = self.host.whole_step if self.host is not None else self.graph_step
-        #: the traced errors-and-Jacobian function of the Kalman filters, made by them on first use
-        #: (:class:`pinn.training.kalman.KalmanSteps`)
-        self.kalman_local = None
+        #: the steps on host arrays, chosen once: the backend's (the numba engine's) or TensorFlow's traced ones
+        self.arrays = backend.host_steps(loss, update) or GraphSteps(self)
+        self.whole_step = self.arrays.whole_step
+        self.flat_gradient = self.arrays.flat_gradient
+        self.apply_flat = self.arrays.apply_flat
+        self.store = self.arrays.store
+        self.flat_weights = self.arrays.flat_weights
 
     def _trace(self, spec, split, backend):
         """The traced functions of the step (see the class's attributes)."""
@@ -166,16 +244,7 @@ class StepFunctions:
         # own (~35 MB for a default PiNet; benchmarks/bench_memory.py)
         @tf.function(jit_compile=backend.jit and world.local_replicas == 1, autograph=False)
         def apply(grads):
-            trained = [(g, v) for g, v, frozen in zip(grads, variables, update.frozen or [False] * len(grads))
-                       if not frozen]  # frozen variables (model.params.freeze) are left as they are
-            clipped = [g for g, _ in trained]
-            if update.max_grad_norm:
-                clipped, _ = tf.clip_by_global_norm(clipped, update.max_grad_norm)
-            # the optimizer keeps the rate as a variable: the schedule reaches the update through this assignment
-            update.optimizer.learning_rate.assign(update.learning_rate(loss.step) * update.lr_factor)
-            update.optimizer.apply_gradients(zip(clipped, [v for _, v in trained]))
-            if update.ema is not None:
-                update.ema.update(variables)
+            apply_update(update, variables, grads, update.learning_rate(loss.step) * update.lr_factor)
             return tf.constant(True)
 
         def apply_if_finite(grads, stats):
@@ -242,59 +311,13 @@ class StepFunctions:
             return summed[:-1], summed[-1]
         return replica_gradients
 
-    # the steps on host arrays of a parallel run's exchange (pinn.training.exchange) and the Kalman filters
+    # the steps on host arrays of a parallel run's exchange (pinn.training.exchange) and the Kalman filters:
+    # flat_gradient, apply_flat, store and flat_weights are the chosen implementation's (GraphSteps, HostSteps)
     def count(self, batches, keep=False):
         """This rank's loss counts of ``batches`` summed, per term (float64 array; zeros for none);
         ``keep``: their gradients follow through :meth:`flat_gradient` (the backend may keep what it made
         of them)."""
-        if not batches:
-            return np.zeros(len(self.terms))
-        if self.host is not None:
-            return sum(self.host.count(b, keep) for b in batches)
-        return sum(np.asarray(self.local_counts(b), np.float64) for b in batches)
-
-    def flat_gradient(self, batches, global_counts):
-        """This rank's gradient summed over ``batches`` as one flat float64 vector (the order of the
-        trainable variables) and its stats, with the loss normalised by ``global_counts`` (all ranks'
-        loss counts, per term)."""
-        if self.host is not None:
-            return self.host.flat_gradient(batches, global_counts)
-        counts = tf.constant(global_counts, tf.float64)
-        total = stats = None
-        for batch in batches:
-            grads, part = self.local_gradients(batch, counts)
-            flat = np.concatenate([np.asarray(g, np.float64).ravel() for g in grads])
-            total = flat if total is None else total + flat
-            stats = part.numpy() if stats is None else stats + part.numpy()
-        return total, stats
-
-    def apply_flat(self, flat, finite, overflow=False):
-        """The update with the summed gradient ``flat`` (when ``finite``); the step counted; ``overflow``:
-        a rank's scaled gradients overflowed (the loss scale halves).
-
-        Returns:
-            whether the update was applied.
-        """
-        if self.host is not None:
-            return self.host.apply_flat(flat, finite)
-        grads = []
-        start = 0
-        for v in self.variables:
-            size = v.shape.num_elements()
-            grads.append(tf.constant(flat[start:start + size].reshape(v.shape), v.dtype))
-            start += size
-        return bool(self.apply_reduced(grads, tf.constant(bool(finite)), tf.constant(bool(overflow))))
-
-    def store(self):
-        """Give TensorFlow's variables the weights the host steps keep, before a traced step reads them."""
-        if self.host is not None:
-            self.host.store()
-
-    def flat_weights(self):
-        """The current weights as one float64 vector."""
-        if self.host is not None:
-            return self.host.flat_weights()
-        return np.concatenate([np.asarray(v.numpy(), np.float64).ravel() for v in self.variables])
+        return sum((self.arrays.count(b, keep) for b in batches), np.zeros(len(self.terms)))
 
     def current_learning_rate(self):
         """The learning rate of the next update (float32 tensor)."""

@@ -27,7 +27,8 @@ predictions to ``eval_predictions.npz`` (see :mod:`pinn.training.metrics`), and
 training stops early after ``early_stopping_patience`` evaluations without
 improvement.
 
-The Trainer orchestrates parts with one job each: the gradient backend
+The Trainer is a facade over parts with one job each: a run's plan and its execution
+(:mod:`pinn.training.run`), the gradient backend
 (:mod:`pinn.training.backends`), the step functions (:mod:`pinn.training.steps`), the
 loop (:mod:`pinn.training.loop`), the checkpoints (:mod:`pinn.training.checkpoints`),
 early stopping (:mod:`pinn.training.early_stopping`), evaluation
@@ -35,11 +36,9 @@ early stopping (:mod:`pinn.training.early_stopping`), evaluation
 and the weight average (:mod:`pinn.training.ema`).
 """
 import contextlib
-import functools
 import logging
 import os
 
-import tensorflow as tf
 
 from pinn.networks import get_network
 from pinn.networks.layers import precision_dtypes
@@ -49,18 +48,15 @@ from pinn.params.training_options import notes
 from pinn.runtime.py_funcs import held_by
 from pinn.training.backends import choose_backend
 from pinn.training.claim import claim_model_dir
-from pinn.training.evaluation import Evaluator
-from pinn.training.guards import StopSignals, TrainingDiverged, Watchdog
-from pinn.training.hooks import CheckpointHook, DivergenceHook, MemoryHook, ProgressHook, ValidationHook
-from pinn.training.inputs import evaluation_input, prepared_input, steps_per_epoch_of
-from pinn.training.loop import Run, TrainingLoop
+from pinn.training.evaluation import Evaluation, Evaluator
+from pinn.training.guards import TrainingDiverged
+from pinn.training.inputs import prepared_input
 from pinn.training.metrics import with_upstream_names
 from pinn.training.progress import ProgressBar
-from pinn.training.recorder import RunRecorder
+from pinn.training.run import Execution, RunParts, plan_run
 from pinn.training.schedule import learning_rate_of
 from pinn.training.state import TrainingState
 from pinn.training.steps import StepFunctions
-from pinn.training.strategies import choose_strategy
 
 __all__ = ["Trainer", "TrainingDiverged"]
 
@@ -121,24 +117,18 @@ class Trainer(metaclass=_ModelClass):
                 for level, message in notes(self.params):
                     log.log(level, message)
             self.state = state = TrainingState(self.model, mp, self.world, self.backend, self.model_dir,
-                                               lambda step, factor: self.learning_rate(step) * factor)
-        self.step = state.step
-        self.lr_factor = state.lr_factor
-        self.early_stopping = state.early_stopping
-        #: the Kalman filter of ``optimizer: ekf | gekf`` (:mod:`pinn.training.kalman`), else None
-        self.optimizer = state.optimizer
-        self.kalman = state.kalman
-        self.ema = state.ema
-        self.store = state.store
+                                               self.learning_rate)
         with self.claim.released_on_error():
             self.restored = state.restore_on_chief(checkpoint, self.params)
         self.step_functions = None  # StepFunctions of the training input's spec (_steps_spec)
         self._steps_spec = None
         self.evaluator = Evaluator(self.model, self.world, self.averaged_weights)
-        self._averaged = False  # the trainable variables hold the average (inside averaged_weights)
+        #: errors and predictions on inputs (evaluate, predict, a run's validation)
+        self.evaluation = Evaluation(self.evaluator, self.network, self.backend, self.step,
+                                     self.learning_rate.single_rank_steps)
         self._frozen = False
         self.bar = ProgressBar(enabled=False)
-        self._validation = None  # the ValidationHook of the latest train() with an eval_fn
+        self._execution = None  # the Execution of the latest train()
 
     @classmethod
     def from_model_dir(cls, model_dir, checkpoint=None):
@@ -156,8 +146,44 @@ class Trainer(metaclass=_ModelClass):
     @property
     def holds_average(self):
         """Whether the model's variables hold the weight average now (inside :meth:`averaged_weights`, or
-        for good after :meth:`freeze_averaged_weights`)."""
-        return self._averaged
+        for good after :meth:`freeze_averaged_weights`): the average's own account."""
+        return self.ema is not None and self.ema.swapped
+
+    # the training state's parts, as the estimator-shaped API shows them (the state owns them)
+    @property
+    def step(self):
+        """The global step (int64 variable)."""
+        return self.state.step
+
+    @property
+    def lr_factor(self):
+        """The factor on the learning rate (float32 variable; a validation may lower it)."""
+        return self.state.lr_factor
+
+    @property
+    def early_stopping(self):
+        """The :class:`~pinn.training.early_stopping.EarlyStopping` of the run."""
+        return self.state.early_stopping
+
+    @property
+    def optimizer(self):
+        """Adam, or the Kalman filter of ``optimizer: ekf | gekf``."""
+        return self.state.optimizer
+
+    @property
+    def kalman(self):
+        """The Kalman filter of ``optimizer: ekf | gekf`` (:mod:`pinn.training.kalman`), else None."""
+        return self.state.kalman
+
+    @property
+    def ema(self):
+        """The :class:`~pinn.training.ema.WeightAverage` of ``ema_decay``, else None."""
+        return self.state.ema
+
+    @property
+    def store(self):
+        """The :class:`~pinn.training.checkpoints.CheckpointStore` of the model directory."""
+        return self.state.store
 
     def close(self):
         """Release the model directory (its lock, :mod:`pinn.training.claim`): another run may write there; this
@@ -187,22 +213,16 @@ class Trainer(metaclass=_ModelClass):
     @contextlib.contextmanager
     def averaged_weights(self):
         """Within this block the model holds the averaged weights (``ema_decay``; otherwise the raw ones)."""
-        if self.ema is None or self._averaged:
+        if self.ema is None:
             yield
             return
-        self.ema.swap(self.model.trainable_variables)
-        self._averaged = True
-        try:
+        with self.ema.swapped_in(self.model.trainable_variables):
             yield
-        finally:
-            self.ema.swap(self.model.trainable_variables)
-            self._averaged = False
 
     def freeze_averaged_weights(self):
         """Put the averaged weights in the model for good (inference only: :meth:`train` then refuses)."""
-        if self.ema is not None and not self._averaged:
-            self.ema.swap(self.model.trainable_variables)
-            self._averaged = True
+        if self.ema is not None:
+            self.ema.swap_in_for_good(self.model.trainable_variables)
         self._frozen = True
 
     @property
@@ -222,11 +242,7 @@ class Trainer(metaclass=_ModelClass):
             Its path on rank 0, ``None`` elsewhere.
         """
         self.claim.require("save")
-        self.backend.store()
-        if self._averaged:
-            raise RuntimeError("save: the model holds its averaged weights (inference only); a checkpoint "
-                               "stores the raw weights")
-        return self.store.save(int(self.step.numpy()))  # the store writes on rank 0 alone
+        return self.state.save()  # the store writes on rank 0 alone
 
     def train(self, input_fn, max_steps=None, max_epochs=None, eval_fn=None):
         """Train until the global step reaches ``max_steps`` or ``max_epochs`` (or an input ends, or early stopping).
@@ -253,111 +269,53 @@ class Trainer(metaclass=_ModelClass):
             return self._train(input_fn, max_steps, max_epochs, eval_fn)
 
     def _train(self, input_fn, max_steps, max_epochs, eval_fn):
-        """:meth:`train`."""
+        """:meth:`train`: the plan of the run, the model and the input prepared, then its execution."""
         if self._frozen:
             raise RuntimeError("this model holds averaged weights for inference (freeze_averaged_weights); "
                                "build a new one from model_dir to train")
         self.claim.require("train")
-        if max_steps is None and max_epochs is None:
-            raise ValueError("train: give max_steps or max_epochs")
-        if max_steps is not None:  # a whole number given as a float (upstream's notebooks write 5e3)
-            if isinstance(max_steps, bool) or not float(max_steps).is_integer() or max_steps < 0:
-                raise ValueError(f"train: max_steps must be a whole number of steps, got {max_steps!r}")
-            max_steps = int(max_steps)
-        # batches per step
-        mp = self.mp
-        k = self.mp["accumulate_batches"] * self.world.local_replicas
-        steps_per_epoch = None
-        if max_epochs is not None:
-            steps_per_epoch = steps_per_epoch_of(input_fn, k, self.world)
-            by_epochs = int(round(max_epochs * steps_per_epoch))
-            max_steps = by_epochs if max_steps is None else min(max_steps, by_epochs)
-            epoch_input = input_fn
-            n_batches = steps_per_epoch * k
-            input_fn = lambda: epoch_input().take(n_batches).repeat()  # noqa: E731
-        if eval_fn is None and mp["early_stopping_patience"] is not None:
-            log.warning("early_stopping_patience is set but train() got no eval_fn: no early stopping")
-        if eval_fn is not None and mp["early_stopping_metric"] == "loss" and mp["loss_weight_schedule"]:
-            log.warning("early_stopping_metric 'loss' with a loss_weight_schedule: the loss changes with the weights; "
-                        "an error metric such as 'F_RMSE' picks the best checkpoint more reliably")
-        start = int(self.step.numpy())
-        if start >= max_steps:
-            log.info("step %d already reaches max_steps %d: nothing to train", start, max_steps)
+        plan = plan_run(self.mp, self.world, int(self.step.numpy()), input_fn, max_steps, max_epochs, eval_fn,
+                        self.learning_rate)
+        if plan is None:
             return self
-        if mp["lr_schedule"] == "cosine" and not mp["lr_cosine_steps"]:
-            self.learning_rate = learning_rate_of(mp, self.world, max_steps, quiet=True)
+        if plan.learning_rate is not self.learning_rate:  # a cosine of unknown length spans this run
+            self.learning_rate = plan.learning_rate
             self.step_functions = None
-        if self.model.prepare_training(input_fn, self.world.allreduce_sum_numpy, self.world.local_replicas):
+        if self.model.prepare_training(plan.input_fn, self.world.allreduce_sum_numpy, self.world.local_replicas):
             self.state.broadcast()
         self.backend.reload()
-        skip = start * k if mp["data_resume"] == "skip" else 0
-        dataset = self._input(input_fn, skip=skip, pad=self.backend.jit, parts=self.backend.parts)
+        skip = plan.start * plan.batches_per_step if self.mp["data_resume"] == "skip" else 0
+        dataset = self._input(plan.input_fn, skip=skip, pad=self.backend.jit, parts=self.backend.parts)
         if self.step_functions is None or self._steps_spec != dataset.element_spec:
             self.step_functions = StepFunctions(dataset.element_spec, self.state, self.learning_rate, self.world,
-                                                self.backend, mp["max_grad_norm"])
+                                                self.backend, self.mp["max_grad_norm"])
             self._steps_spec = dataset.element_spec
         if self.is_chief and not self.store.latest:
             self.save()  # something to roll back to
-        length = f"{max_steps} ({max_steps / steps_per_epoch:g} epochs of {steps_per_epoch} steps)" \
-            if steps_per_epoch else f"{max_steps}"
-        where = f"{self.world.local_replicas} devices of one process" if self.world.local_replicas > 1 else \
-            f"{self.world.size} rank(s)"
-        log.info("training %s from step %d to %s on %s; %s%s; %sgradients by %s; model_dir %s",
-                 self.params["network"]["name"], start, length, where, self.learning_rate.describe(),
-                 f"; weight average with decay {mp['ema_decay']:g}" if self.ema is not None else "",
-                 f"{self.kalman.describe()}; " if self.kalman is not None else "",
-                 self.backend.describe(), self.model_dir)
-        timeout = self.world.options["stall_timeout_s"] if self.world.is_parallel else None
-        enabled = {"auto": None, "on": True, "off": False}[mp["progress_bar"]]
-        self.bar = ProgressBar(enabled=enabled if self.is_chief else False)
-        recorder = RunRecorder(self.model_dir, enabled=self.is_chief, tensorboard=mp["tensorboard"])
-        loop = self._loop(Run(max_steps, steps_per_epoch, eval_fn, recorder), k)
-        last_checkpoint = self.store.last_checkpoint_text
-        with StopSignals(last_checkpoint) as signals, Watchdog(timeout, last_checkpoint) as watchdog:
-            try:
-                loop(iter(dataset), signals, watchdog, start)
-            except KeyboardInterrupt:
-                self.bar.clear()
-                log.warning("interrupted at step %d: writing a checkpoint", int(self.step.numpy()))
-                self.save()
-                raise
-            except (tf.errors.UnknownError, tf.errors.InternalError, tf.errors.AbortedError) as err:
-                if not self.world.is_parallel or "Horovod" not in str(err):
-                    raise
-                raise RuntimeError(f"rank {self.world.rank}: a collective operation failed at step "
-                                   f"{int(self.step.numpy())}, most likely because another rank died; "
-                                   f"{self.store.last_checkpoint_text()}") from err
-            finally:
-                self.backend.store()
-                self.bar.clear()
-                recorder.close()
+        self._log_start(plan)
+        self._execution = Execution(plan, RunParts(self.state, self.step_functions, self.evaluation, self.world,
+                                                   self.mp, self.model_dir))
+        self.bar = self._execution.bar
+        self._execution(dataset)
         return self
 
-    def _loop(self, run, k):
-        """The :class:`~pinn.training.loop.TrainingLoop` of ``run``: its step strategy, chosen once, and
-        its hooks, each given the parts it needs."""
+    def _log_start(self, plan):
         mp = self.mp
-        steps = self.step_functions
-        strategy = choose_strategy(steps, k, mp["log_every_n_steps"], self.kalman, mp.get("separate_errors", False))
-        loop = TrainingLoop(strategy, steps.unpack, [], run, self.world, self.save, self.bar)
-        state = self.state
-        hooks = [DivergenceHook(mp, self.world, lambda: state.rollback(loop.say), state.copy,
-                                functools.partial(state.restore_copy, say=loop.say), loop.say),
-                 ProgressHook(run, self.world, mp["log_every_n_steps"], self.current_learning_rate,
-                              lambda: self.store.latest, self.bar, loop.say)]
-        if run.eval_fn is not None:
-            self._validation = ValidationHook(run, mp["eval_every_n_steps"] or mp["save_checkpoint_steps"],
-                                              self.evaluate_with_parity, self.early_stopping, self.store,
-                                              self.model_dir, loop.say)
-            hooks.append(self._validation)
-        loop.hooks = hooks + [MemoryHook(mp["max_oom_skips"], self.world, self.save, loop.say),
-                              CheckpointHook(mp["save_checkpoint_steps"], self.save)]
-        return loop
+        if self.world.local_replicas > 1:
+            where = f"{self.world.local_replicas} devices of one process"
+        else:
+            where = f"{self.world.size} rank(s)"
+        average = f"; weight average with decay {mp['ema_decay']:g}" if self.ema is not None else ""
+        kalman = f"{self.kalman.describe()}; " if self.kalman is not None else ""
+        log.info("training %s from step %d to %s on %s; %s%s; %sgradients by %s; model_dir %s",
+                 self.params["network"]["name"], plan.start, plan.describe(), where, self.learning_rate.describe(),
+                 average, kalman, self.backend.describe(), self.model_dir)
 
     @property
     def last_validation(self):
         """The metrics of the latest validation during :meth:`train` (``None`` before one)."""
-        return self._validation.last if self._validation is not None else None
+        validation = self._execution.validation if self._execution is not None else None
+        return validation.last if validation is not None else None
 
     # ------------------------------------------------------------- evaluation
     def evaluate(self, input_fn, steps=None):
@@ -388,11 +346,7 @@ class Trainer(metaclass=_ModelClass):
     def evaluate_with_parity(self, input_fn, parity=True, steps=None):
         """(metrics of :meth:`evaluate` without the upstream names, parity arrays or ``None``); see
         :mod:`pinn.training.metrics`."""
-        with held_by(self):  # TensorFlow's callbacks of the input and the step go with the model
-            dataset = evaluation_input(self._input(input_fn), steps)
-            self.backend.store()
-            weights = self.model.loss_weights(self.learning_rate.single_rank_steps(self.step))
-            return self.evaluator.evaluate(dataset, weights, int(self.step.numpy()), parity=parity)
+        return self.evaluation.with_parity(input_fn, parity=parity, steps=steps)
 
     def predict(self, input_fn):
         """Yield one dict per structure of this rank's input (averaged weights when ``ema_decay`` is set).
@@ -401,5 +355,4 @@ class Trainer(metaclass=_ModelClass):
         (eV/Å), ``stress`` [3, 3] (eV/Å³, periodic structures) and ``elems``;
         the dipole model ``dipole`` [3] (e·Å), ``charges`` [n_atoms] (e) and ``elems``.
         """
-        self.backend.store()
-        return self.evaluator.predict(self._input(input_fn))
+        return self.evaluation.predict(input_fn)

@@ -1,6 +1,6 @@
-"""The numba engine's host-side update (pinn.engines.host_optimizer) against TensorFlow's: pinn's Adam
-(Keras 2.15's arithmetic: tests/training/test_adam.py), tf.clip_by_global_norm and pinn.training.ema.WeightAverage,
-step by step."""
+"""The numba engine's host-side update (pinn.engines.host_optimizer) against the training step's own,
+pinn.training.steps.apply_update (pinn's Adam with Keras 2.15's arithmetic: tests/training/test_adam.py;
+tf.clip_by_global_norm; pinn.training.ema.WeightAverage), step by step."""
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -8,6 +8,7 @@ import tensorflow as tf
 from pinn.training.ema import WeightAverage
 from pinn.engines.host_optimizer import HostOptimizer
 from pinn.training.adam import Adam
+from pinn.training.steps import StepUpdate, apply_update
 
 
 def _pair(dtype, seed=0):
@@ -29,15 +30,13 @@ def test_updates_equal_tensorflow_adam_clipping_and_the_average(dtype, rtol, cli
     their_average = WeightAverage(theirs, decay) if decay else None
     host = HostOptimizer(mine, host_adam, WeightAverage(mine, decay) if decay else None, clip)
     host.load()
+    # the training step's own update (the one definition), the schedule given as the rate of each step
+    update = StepUpdate(tf_adam, their_average, clip, learning_rate=None, lr_factor=None)
     rng = np.random.RandomState(1)
     for step in range(8):
         grads = [tf.constant(rng.randn(*v.shape).astype(dtype) * 10.0 ** (step % 3 - 1)) for v in theirs]
         rate = np.float32(1e-3 * (1 + step))
-        tf_adam.learning_rate.assign(rate)
-        clipped = tf.clip_by_global_norm(grads, clip)[0] if clip else grads
-        tf_adam.apply_gradients(zip(clipped, theirs))
-        if their_average is not None:
-            their_average.update(theirs)
+        apply_update(update, theirs, grads, rate)
         host.apply(np.concatenate([g.numpy().ravel() for g in grads]), rate)
     assert host.ahead
     host.store()

@@ -133,7 +133,9 @@ MULTIPLIERS = {"energy": 1.0, "forces": 4.0, "stress": 9.0}  # kalman_ranks.para
 def _jacobian_loops(model):
     """The ``parallel_iterations`` of the while loops in the traced EKF/gEKF function of ``model``'s step, and
     whether it holds pfor's vectorized ops."""
-    graph = model.step_functions.kalman_local.get_concrete_function().graph
+    from pinn.training.kalman import traced_local_function
+    local = traced_local_function(model.step_functions, model.kalman.kind, model.kalman.jacobian_rows)
+    graph = local.get_concrete_function().graph
     ops = graph.get_operations()
     loops = [op.get_attr("parallel_iterations") for op in ops if op.type in ("While", "StatelessWhile")]
     return loops, any("pfor" in op.name for op in ops)

@@ -1,0 +1,199 @@
+"""One ``train()`` call: its plan (what to train, how long, the schedule) and its execution (the
+step strategy and the hooks built from the run's parts, the loop under stop signals and the
+stall watchdog).
+
+:class:`~pinn.training.trainer.Trainer` is the facade: it checks the model may train, asks
+:func:`plan_run` for the plan, prepares the model and the input, and hands the rest to
+:func:`execute`.  Nothing here takes the Trainer: the hooks get the parts they act on (the
+:class:`~pinn.training.state.TrainingState`, the step functions, an
+:class:`~pinn.training.evaluation.Evaluation`).
+"""
+import dataclasses
+import functools
+import logging
+from typing import Any, Callable, Optional
+
+import tensorflow as tf
+
+from pinn.training.guards import StopSignals, Watchdog
+from pinn.training.hooks import CheckpointHook, DivergenceHook, MemoryHook, ProgressHook, ValidationHook
+from pinn.training.inputs import steps_per_epoch_of
+from pinn.training.loop import Run, TrainingLoop
+from pinn.training.progress import ProgressBar
+from pinn.training.recorder import RunRecorder
+from pinn.training.schedule import learning_rate_of
+from pinn.training.strategies import choose_strategy
+
+log = logging.getLogger("pinn")
+
+
+@dataclasses.dataclass(frozen=True)
+class RunPlan:
+    """What one ``train()`` call does.
+
+    Attributes:
+        input_fn: the training input (with ``max_epochs``: that many passes over the given one, repeated).
+        eval_fn: the validation input, or ``None``.
+        start: the global step the run starts from.
+        max_steps: the global step it ends at.
+        steps_per_epoch: steps of one pass over the input (``None``: the run is not counted in epochs).
+        batches_per_step: batches in one step (``accumulate_batches`` × the world's local replicas).
+        learning_rate: the schedule of the run (a cosine of unknown length spans this run).
+    """
+    input_fn: Callable
+    eval_fn: Optional[Callable]
+    start: int
+    max_steps: int
+    steps_per_epoch: Optional[int]
+    batches_per_step: int
+    learning_rate: Any
+
+    def describe(self):
+        """The run's length for the log: steps, and epochs when counted in them."""
+        if self.steps_per_epoch:
+            return (f"{self.max_steps} ({self.max_steps / self.steps_per_epoch:g} epochs of "
+                    f"{self.steps_per_epoch} steps)")
+        return f"{self.max_steps}"
+
+
+def whole_steps(max_steps):
+    """``max_steps`` as an int (a whole number given as a float: upstream's notebooks write 5e3)."""
+    if isinstance(max_steps, bool) or not float(max_steps).is_integer() or max_steps < 0:
+        raise ValueError(f"train: max_steps must be a whole number of steps, got {max_steps!r}")
+    return int(max_steps)
+
+
+def plan_run(mp, world, start, input_fn, max_steps, max_epochs, eval_fn, learning_rate):
+    """The plan of a ``train()`` call, or ``None`` when ``start`` reaches its end already (logged).
+
+    Args:
+        mp: the resolved ``model.params``.
+        world: the run's world.
+        start: the global step now.
+        input_fn, max_steps, max_epochs, eval_fn: as ``Trainer.train`` takes them.
+        learning_rate: the model's schedule (kept, unless a cosine of unknown length must span this run).
+
+    Returns:
+        :class:`RunPlan` or ``None``.
+
+    Raises:
+        ValueError: neither ``max_steps`` nor ``max_epochs``, or ``max_steps`` not a whole number.
+    """
+    if max_steps is None and max_epochs is None:
+        raise ValueError("train: give max_steps or max_epochs")
+    if max_steps is not None:
+        max_steps = whole_steps(max_steps)
+    k = mp["accumulate_batches"] * world.local_replicas
+    steps_per_epoch = None
+    if max_epochs is not None:
+        steps_per_epoch = steps_per_epoch_of(input_fn, k, world)
+        by_epochs = int(round(max_epochs * steps_per_epoch))
+        max_steps = by_epochs if max_steps is None else min(max_steps, by_epochs)
+        input_fn = _epochs_of(input_fn, steps_per_epoch * k)
+    if eval_fn is None and mp["early_stopping_patience"] is not None:
+        log.warning("early_stopping_patience is set but train() got no eval_fn: no early stopping")
+    if eval_fn is not None and mp["early_stopping_metric"] == "loss" and mp["loss_weight_schedule"]:
+        log.warning("early_stopping_metric 'loss' with a loss_weight_schedule: the loss changes with the weights; "
+                    "an error metric such as 'F_RMSE' picks the best checkpoint more reliably")
+    if start >= max_steps:
+        log.info("step %d already reaches max_steps %d: nothing to train", start, max_steps)
+        return None
+    if mp["lr_schedule"] == "cosine" and not mp["lr_cosine_steps"]:
+        learning_rate = learning_rate_of(mp, world, max_steps, quiet=True)
+    return RunPlan(input_fn, eval_fn, start, max_steps, steps_per_epoch, k, learning_rate)
+
+
+def _epochs_of(input_fn, n_batches):
+    """The input of a run counted in epochs: the first ``n_batches`` of each pass, repeated."""
+    return lambda: input_fn().take(n_batches).repeat()
+
+
+@dataclasses.dataclass
+class RunParts:
+    """What the execution of a run acts on.
+
+    Attributes:
+        state: the :class:`~pinn.training.state.TrainingState` (save, rollback, copies, the store).
+        steps: the :class:`~pinn.training.steps.StepFunctions` of the input's spec and the run's schedule.
+        evaluation: the :class:`~pinn.training.evaluation.Evaluation` the validation calls.
+        world: the run's world.
+        mp: the resolved ``model.params``.
+        model_dir: the model directory (records, parity arrays).
+    """
+    state: Any
+    steps: Any
+    evaluation: Any
+    world: Any
+    mp: dict
+    model_dir: str
+
+
+class Execution:
+    """The execution of a :class:`RunPlan`: the step strategy chosen once, the hooks built from the run's
+    parts, then the loop under stop signals and the stall watchdog.
+
+    Attributes:
+        bar: the progress bar (cleared before a log line).
+        validation: the :class:`~pinn.training.hooks.ValidationHook`, or ``None`` without ``eval_fn``.
+    """
+
+    def __init__(self, plan, parts):
+        self.plan = plan
+        self.parts = parts
+        mp = parts.mp
+        enabled = {"auto": None, "on": True, "off": False}[mp["progress_bar"]]
+        self.bar = ProgressBar(enabled=enabled if parts.world.is_chief else False)
+        self.validation = None
+
+    def _loop(self, run):
+        """The :class:`~pinn.training.loop.TrainingLoop` of ``run`` and its hooks, each given the parts it needs."""
+        parts = self.parts
+        state = parts.state
+        steps = parts.steps
+        mp = parts.mp
+        world = parts.world
+        strategy = choose_strategy(steps, self.plan.batches_per_step, mp["log_every_n_steps"], state.kalman,
+                                   mp.get("separate_errors", False))
+        loop = TrainingLoop(strategy, steps.unpack, [], run, world, state.save, self.bar)
+        hooks = [DivergenceHook(mp, world, lambda: state.rollback(loop.say), state.copy,
+                                functools.partial(state.restore_copy, say=loop.say), loop.say),
+                 ProgressHook(run, world, mp["log_every_n_steps"], steps.current_learning_rate,
+                              lambda: state.store.latest, self.bar, loop.say)]
+        if run.eval_fn is not None:
+            self.validation = ValidationHook(run, mp["eval_every_n_steps"] or mp["save_checkpoint_steps"],
+                                             parts.evaluation.with_parity, state.early_stopping, state.store,
+                                             parts.model_dir, loop.say)
+            hooks.append(self.validation)
+        loop.hooks = hooks + [MemoryHook(mp["max_oom_skips"], world, state.save, loop.say),
+                              CheckpointHook(mp["save_checkpoint_steps"], state.save)]
+        return loop
+
+    def __call__(self, dataset):
+        """Train on ``dataset`` (its batches, prepared) from the plan's start to its end (or an input's end,
+        early stopping, a stop signal)."""
+        plan = self.plan
+        parts = self.parts
+        state = parts.state
+        world = parts.world
+        recorder = RunRecorder(parts.model_dir, enabled=world.is_chief, tensorboard=parts.mp["tensorboard"])
+        loop = self._loop(Run(plan.max_steps, plan.steps_per_epoch, plan.eval_fn, recorder))
+        timeout = world.options["stall_timeout_s"] if world.is_parallel else None
+        last_checkpoint = state.store.last_checkpoint_text
+        with StopSignals(last_checkpoint) as signals, Watchdog(timeout, last_checkpoint) as watchdog:
+            try:
+                loop(iter(dataset), signals, watchdog, plan.start)
+            except KeyboardInterrupt:
+                self.bar.clear()
+                log.warning("interrupted at step %d: writing a checkpoint", int(state.step.numpy()))
+                state.save()
+                raise
+            except (tf.errors.UnknownError, tf.errors.InternalError, tf.errors.AbortedError) as err:
+                if not world.is_parallel or "Horovod" not in str(err):
+                    raise
+                raise RuntimeError(f"rank {world.rank}: a collective operation failed at step "
+                                   f"{int(state.step.numpy())}, most likely because another rank died; "
+                                   f"{state.store.last_checkpoint_text()}") from err
+            finally:
+                state.backend.store()
+                self.bar.clear()
+                recorder.close()
