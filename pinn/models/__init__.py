@@ -22,7 +22,7 @@ log = logging.getLogger("pinn")
 
 _EXPORTS = {"PotentialModel": "pinn.physics.potential", "DipoleModel": "pinn.physics.dipole",
             "MODELS": "pinn.physics.registry", "build_model": "pinn.physics.registry",
-            "load_for_inference": "pinn.models.inference"}
+            "load_for_inference": "pinn.models.inference", "RestoredModel": "pinn.models.inference"}
 
 
 def potential_model(params, world=None):
@@ -66,16 +66,34 @@ def get_model(params, checkpoint=None, world=None):
         world: as for :func:`potential_model`.
 
     Returns:
-        :class:`pinn.training.trainer.Trainer` (for inference alone, :func:`load_for_inference`
-        builds no optimizer).
+        for a trained model's directory, a :class:`~pinn.models.inference.RestoredModel`: restored for
+        inference (:func:`load_for_inference`: no optimizer, no Kalman state, no lock), which becomes the
+        whole Trainer the first time something of training is asked of it; else a
+        :class:`pinn.training.trainer.Trainer`.
 
     Raises:
         ParamsError: bad params, naming the key (or the file that is not a params mapping).
+        ValueError: a parallel ``world`` for a model directory (a model rebuilt from it runs in one process).
     """
     from pinn.params import read_params_file
     if isinstance(params, (str, os.PathLike)) and os.path.isfile(params):
         params = read_params_file(params)
+    if isinstance(params, (str, os.PathLike)) and _trained(params, checkpoint):
+        if world is not None and world.is_parallel:
+            raise ValueError("get_model: a model rebuilt from its directory runs in one process; build it from "
+                             "its params (a dict) to train it on the ranks of a world")
+        from pinn.models.inference import RestoredModel
+        return RestoredModel(params, checkpoint)
     return _build(params, None, checkpoint, world)
+
+
+def _trained(model_dir, checkpoint):
+    """Whether ``model_dir`` holds what ``checkpoint`` asks for (any checkpoint for ``None``/``'last'``;
+    ``'best'`` or a path: yes, and loading says what is missing)."""
+    from pinn.files import checkpoint_dir
+    if checkpoint not in (None, "last"):
+        return True
+    return os.path.isdir(model_dir) and checkpoint_dir.latest(model_dir) is not None
 
 
 def _build(params, expected, checkpoint=None, world=None):
@@ -139,5 +157,5 @@ def _model_class(params):
 
 
 __all__ = ["potential_model", "dipole_model", "get_model", "load_for_inference", "build_model",
-           "PotentialModel", "DipoleModel", "MODELS"]
+           "PotentialModel", "DipoleModel", "MODELS", "RestoredModel"]
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -39,11 +39,14 @@ def handle_of(trainer):
 
     Args:
         trainer: a Trainer (or another model object with the same ``model``, ``params``, ``restored``,
-            ``step``, ``frozen``, ``holds_average``, ``ema`` and ``averaged_weights``).
+            ``step``, ``frozen``, ``holds_average``, ``ema`` and ``averaged_weights``), or a
+            :class:`RestoredModel` (its own handle).
 
     Returns:
         :class:`InferenceHandle`.
     """
+    if isinstance(trainer, RestoredModel):
+        return trainer.inference()
     if trainer.frozen:
         return InferenceHandle(trainer.model, trainer.params, trainer.restored, int(trainer.step.numpy()),
                                averaged=trainer.holds_average)
@@ -160,6 +163,84 @@ def load_for_inference(model_dir, checkpoint=None):
         log.info("%s holds no weight average (trained without ema_decay): its raw weights are used", path)
     log.info("loaded %s (step %d) for inference", path, int(step))
     return InferenceHandle(model, params, path, int(step), averaged=averaged)
+
+
+class RestoredModel:
+    """The trained model of a model directory, as ``pinn.get_model(model_dir)`` gives it.
+
+    Inference goes through :func:`load_for_inference`: the network, its weights (the average, when kept)
+    and the step, no optimizer, no Kalman state (an EKF's P is neither allocated nor read) and no lock on
+    the directory.  The first time something of training is asked for (``train``, ``save``, the checkpoint
+    store, the optimizer, ``freeze_averaged_weights``, ...), the whole
+    :class:`~pinn.training.trainer.Trainer` is built in this one process, restored from the same
+    checkpoint, and every call goes to it from then on (upstream's ``get_model`` gave an estimator that
+    could go on training).
+
+    Args:
+        model_dir: the model directory.
+        checkpoint: ``None``/``'last'``, ``'best'`` or a checkpoint path.
+
+    Attributes:
+        params, model, network, rc, model_dir: the model's; ``restored``: the checkpoint's path.
+    """
+
+    def __init__(self, model_dir, checkpoint=None):
+        self._handle = load_for_inference(model_dir, checkpoint)
+        self._trainer = None
+        self.params = self._handle.params
+        self.model_dir = self.params["model_dir"]
+        self.restored = self._handle.checkpoint
+
+    @property
+    def model(self):
+        """The model (the Trainer's once it is built)."""
+        return self._trainer.model if self._trainer is not None else self._handle.model
+
+    @property
+    def network(self):
+        return self.model.network
+
+    @property
+    def rc(self):
+        """The network's cutoff, Å."""
+        return self._handle.rc
+
+    @property
+    def step(self):
+        """The training step of the weights (the Trainer's step variable once it is built)."""
+        return self._trainer.step if self._trainer is not None else tf.constant(self._handle.step, tf.int64)
+
+    def inference(self):
+        """The :class:`InferenceHandle` of the model (the Trainer's live weights once it is built)."""
+        return handle_of(self._trainer) if self._trainer is not None else self._handle
+
+    def evaluate(self, input_fn, steps=None):
+        """Errors on an input (see :meth:`pinn.training.trainer.Trainer.evaluate`), in this one process."""
+        owner = self._trainer if self._trainer is not None else self._handle
+        return owner.evaluate(input_fn, steps=steps)
+
+    def predict(self, input_fn):
+        """One dict per structure of the input (see :meth:`pinn.training.trainer.Trainer.predict`)."""
+        owner = self._trainer if self._trainer is not None else self._handle
+        return owner.predict(input_fn)
+
+    def as_trainer(self):
+        """The :class:`~pinn.training.trainer.Trainer` of the model directory, restored from the checkpoint
+        the weights came from (built on first use; it locks the directory, as training does)."""
+        if self._trainer is None:
+            from pinn.physics.registry import MODELS
+            from pinn.training.trainer import Trainer
+            self._trainer = Trainer(self.params, MODELS[self.params["model"]["name"]], None, self.restored)
+        return self._trainer
+
+    def __getattr__(self, name):
+        if name.startswith("__") or name in ("_handle", "_trainer"):
+            raise AttributeError(name)
+        return getattr(self.as_trainer(), name)
+
+    def __repr__(self):
+        state = "a Trainer" if self._trainer is not None else "for inference"
+        return f"<pinn model of {self.model_dir} at step {int(self.step)} ({state})>"
 
 
 def variable_values(model):

@@ -47,6 +47,8 @@ def train_and_evaluate(model, train_spec, eval_spec):
         ValueError: a spec option pinn cannot follow, named.
     """
     from pinn.training.trainer import Trainer
+    if not isinstance(model, Trainer) and callable(getattr(type(model), "as_trainer", None)):
+        model = model.as_trainer()  # a model restored from its directory (pinn.get_model(model_dir))
     if not isinstance(model, Trainer):
         raise TypeError(f"train_and_evaluate: model must be a pinn model (pinn.get_model), got {type(model).__name__}")
     for spec, key in ((train_spec, "hooks"), (train_spec, "saving_listeners"), (eval_spec, "hooks"),

@@ -29,14 +29,24 @@ def small_model(alloy_xyz, tmp_path_factory):
     return params
 
 
-def test_get_model_takes_params_a_model_directory_or_a_params_file(small_model, tmp_path):
+def test_get_model_takes_params_a_model_directory_or_a_params_file(small_model, alloy_xyz, tmp_path):
+    from pinn.models import RestoredModel
     from pinn.training.trainer import Trainer
     by_dir = pinn.get_model(small_model["model_dir"])
+    # a trained model's directory: restored for inference (no optimizer, no lock on the directory) ...
+    assert isinstance(by_dir, RestoredModel) and "for inference" in repr(by_dir)
     path = tmp_path / "params.yml"
     path.write_text(yaml.safe_dump(small_model))
-    by_file = pinn.get_model(str(path))
-    assert isinstance(by_dir, Trainer) and isinstance(by_file, Trainer)
+    by_file = pinn.get_model(str(path))  # a Trainer of the same directory: it takes the lock, which is free
+    assert isinstance(by_file, Trainer)
     assert int(by_dir.step) == int(by_file.step) == 3  # both restored the model directory's checkpoint
+    batches = lambda: load_ase(alloy_xyz).take(8).apply(sparse_batch(4))  # noqa: E731
+    assert by_dir.evaluate(batches) == pytest.approx(by_file.evaluate(batches), rel=1e-6)
+    by_file.close()
+    # ... until something of training is asked for: then the whole Trainer, at the same checkpoint
+    assert by_dir.store.latest.endswith("ckpt-3") and "a Trainer" in repr(by_dir)
+    assert isinstance(by_dir.as_trainer(), Trainer) and int(by_dir.step) == 3
+    by_dir.close()
     path.write_text("- not a mapping\n")
     with pytest.raises(ParamsError, match="not a params mapping"):
         pinn.get_model(str(path))
