@@ -326,14 +326,15 @@ def run_training(path, model_dir=None, max_steps=None, init_model=None, member=N
         model_section = params.setdefault("model", {})
         model_section["params"] = {**(model_section.get("params") or {}), "init_model": init_model}
     params = resolve(params)
-    # the world where the program starts, then the data (from the params alone), then the model
+    # the world where the program starts; the model, which opens train.log in model_dir; the data from
+    # the params alone (their notes go to that log)
     world = init(params)
-    # potential models have an embedding (docs/qmmm.md), dipole models none
-    embedding = params["model"]["params"].get("embedding", "mechanical")
-    train_fn, eval_fn = input_fns(data, train_section, world, params["network"]["params"]["rc"],
-                                  atom_types_of(params), member=member or 0, embedding=embedding)
     model = get_model(params, world=world)
     try:
+        # potential models have an embedding (docs/qmmm.md), dipole models none
+        embedding = params["model"]["params"].get("embedding", "mechanical")
+        train_fn, eval_fn = input_fns(data, train_section, world, params["network"]["params"]["rc"],
+                                      atom_types_of(params), member=member or 0, embedding=embedding)
         model.train(train_fn, max_steps=train_section["max_steps"], max_epochs=train_section["max_epochs"],
                     eval_fn=eval_fn)
         if eval_fn is None:

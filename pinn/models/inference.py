@@ -168,10 +168,11 @@ def load_for_inference(model_dir, checkpoint=None):
 class RestoredModel:
     """The trained model of a model directory, as ``pinn.get_model(model_dir)`` gives it.
 
-    Inference goes through :func:`load_for_inference`: the network, its weights (the average, when kept)
-    and the step, no optimizer, no Kalman state (an EKF's P is neither allocated nor read) and no lock on
-    the directory.  The first time something of training is asked for (``train``, ``save``, the checkpoint
-    store, the optimizer, ``freeze_averaged_weights``, ...), the whole
+    Inference (``evaluate``, ``predict``, ``get_calc``, the step, the params) goes through
+    :func:`load_for_inference`: the network, its weights (the average, when kept) and the step, no
+    optimizer, no Kalman state (an EKF's P is neither allocated nor read) and no lock on the directory.
+    The first time anything else is asked for (``train``, ``save``, the checkpoint store, the optimizer,
+    ``model`` and its raw weights, ``freeze_averaged_weights``, ...), the whole
     :class:`~pinn.training.trainer.Trainer` is built in this one process, restored from the same
     checkpoint, and every call goes to it from then on (upstream's ``get_model`` gave an estimator that
     could go on training).
@@ -181,7 +182,7 @@ class RestoredModel:
         checkpoint: ``None``/``'last'``, ``'best'`` or a checkpoint path.
 
     Attributes:
-        params, model, network, rc, model_dir: the model's; ``restored``: the checkpoint's path.
+        params, rc, model_dir: the model's; ``restored``: the checkpoint's path.
     """
 
     def __init__(self, model_dir, checkpoint=None):
@@ -190,15 +191,6 @@ class RestoredModel:
         self.params = self._handle.params
         self.model_dir = self.params["model_dir"]
         self.restored = self._handle.checkpoint
-
-    @property
-    def model(self):
-        """The model (the Trainer's once it is built)."""
-        return self._trainer.model if self._trainer is not None else self._handle.model
-
-    @property
-    def network(self):
-        return self.model.network
 
     @property
     def rc(self):

@@ -159,11 +159,10 @@ def test_a_refused_run_leaves_the_directory_as_it_was(water, tmp_path, capsys):
 def test_the_lock_is_released_after_an_exception_by_close_and_by_collection(water, tmp_path):
     from pinn.models import dipole_model, get_model
     lock = tmp_path / "model" / LOCK_NAME
-    # `pinn train` whose data fail (an element the network does not know): the data are prepared from the
-    # params before the model is built, so nothing is written and nothing is held
+    # `pinn train` whose data fail after the model is built (an element the network does not know)
     run = _run_file(tmp_path, water, tmp_path / "model", network={"name": "PiNet", "params": small_net([1])})
     assert main(["train", run]) == 1
-    assert not (tmp_path / "model" / "params.yml").exists() and not lock.exists()
+    assert (tmp_path / "model" / "params.yml").exists() and not lock.exists()
     # the Python API: a model holds its directory until close() (or until it is collected)
     model = dipole_model(_params(tmp_path / "api"))
     assert (tmp_path / "api" / LOCK_NAME).exists()
