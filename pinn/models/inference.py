@@ -186,6 +186,7 @@ class RestoredModel:
     """
 
     def __init__(self, model_dir, checkpoint=None):
+        self._path = model_dir
         self._handle = load_for_inference(model_dir, checkpoint)
         self._trainer = None
         self.params = self._handle.params
@@ -220,13 +221,12 @@ class RestoredModel:
         """The :class:`~pinn.training.trainer.Trainer` of the model directory, restored from the checkpoint
         the weights came from (built on first use; it locks the directory, as training does)."""
         if self._trainer is None:
-            from pinn.physics.registry import MODELS
             from pinn.training.trainer import Trainer
-            self._trainer = Trainer(self.params, MODELS[self.params["model"]["name"]], None, self.restored)
+            self._trainer = Trainer.from_model_dir(self._path, self.restored)
         return self._trainer
 
     def __getattr__(self, name):
-        if name.startswith("__") or name in ("_handle", "_trainer"):
+        if name.startswith("__") or name in ("_path", "_handle", "_trainer"):
             raise AttributeError(name)
         return getattr(self.as_trainer(), name)
 
