@@ -34,8 +34,9 @@ log = logging.getLogger(__name__)
 
 #: the file's name, in the directory of the checkpoint it was made from
 FILE_NAME = "engine-weights.npz"
-#: bumped when the arrays' layout changes; files of another version are remade
-FORMAT_VERSION = 1
+#: bumped when the arrays' layout changes; files of another version are remade (2: ``codes`` names the
+#: network, PiNet or PiNet2)
+FORMAT_VERSION = 2
 _SOURCE_KEYS = ("format_version", "checkpoint", "index_size", "index_mtime_ns", "params_sha256")
 
 

@@ -15,13 +15,17 @@ from typing import Optional
 import numpy as np
 
 from pinn.engines.numba.md_kernels import available
-from pinn.engines.spec import ACTIVATIONS, BASES, CUTOFFS, BlockSpec, LayerSpec, PiNetSpec
+from pinn.engines.spec import (ACTIVATIONS, BASES, CUTOFFS, BlockSpec, LayerSpec, PathSpec, PiNet2BlockSpec, PiNet2Spec,
+                               PiNetSpec)
 
 #: the ``network.params`` of PiNet that the lowering reads; any other option is refused, since
 #: the kernels would ignore it
 LOWERED_PINET_PARAMS = frozenset({"atom_types", "rc", "depth", "pp_nodes", "pi_nodes", "ii_nodes", "out_nodes",
                                   "out_units", "act", "basis_type", "n_basis", "gamma", "cutoff_type", "center",
                                   "out_pool"})
+#: the ``network.params`` of PiNet2 that the lowering reads (``out_extra``: heads the potential's energy
+#: does not read, so the MD engine leaves them out)
+LOWERED_PINET2_PARAMS = LOWERED_PINET_PARAMS | {"rank", "weighted", "out_extra"}
 #: what each engine computes
 PURPOSES = {"md": "the numba MD engine", "training": "the numba training engine"}
 #: activations the training engine's hand-derived second derivatives cover
@@ -68,6 +72,7 @@ def refusal(model, purpose="md"):
         ``None``, or a message naming the setting that is not supported.
     """
     from pinn.networks.pinet import PiNet
+    from pinn.networks.pinet2 import PiNet2
     if purpose not in PURPOSES:
         raise ValueError(f"purpose must be one of {sorted(PURPOSES)}, got {purpose!r}")
     engine = PURPOSES[purpose]
@@ -79,11 +84,14 @@ def refusal(model, purpose="md"):
     if potential.params["embedding"] != "mechanical" and purpose == "training":
         return (f"model.params.embedding {potential.params['embedding']!r}: {engine} implements the QM region "
                 "alone (the electrostatic embedding trains in TensorFlow)")
-    if type(potential.network) is not PiNet:  # exactly PiNet: the kernels implement its equations only
-        return (f"{engine} runs potential models with a PiNet network only, not "
-                f"{type(potential.network).__name__} (which runs in TensorFlow)")
+    network = type(potential.network)  # exactly these classes: the kernels implement their equations only
+    if network is PiNet2 and purpose == "training":
+        return (f"{engine} trains PiNet only; PiNet2 trains in TensorFlow (the numba MD engine runs it)")
+    if network not in (PiNet, PiNet2):
+        return (f"{engine} runs potential models with a PiNet or PiNet2 network only, not "
+                f"{network.__name__} (which runs in TensorFlow)")
     p = potential.network.params
-    unknown = sorted(set(p) - LOWERED_PINET_PARAMS)
+    unknown = sorted(set(p) - (LOWERED_PINET2_PARAMS if network is PiNet2 else LOWERED_PINET_PARAMS))
     if unknown:
         return f"network.params.{unknown[0]}: {engine} does not implement this option"
     for key in ("center", "out_pool"):  # read here: only their defaults (evenly spaced centers, atomic outputs)
@@ -123,40 +131,75 @@ def capability(model, purpose="md"):
     return Capability(None, reason) if reason else Capability(lower(potential_of(model)), None)
 
 
+def _layer(dense, activated):
+    """A dense layer's current weights as a :class:`~pinn.engines.spec.LayerSpec` (``None`` for ``None``)."""
+    if dense is None:
+        return None
+    bias = dense.bias.numpy() if dense.bias is not None else None
+    return LayerSpec(dense.kernel.numpy(), bias, activated, dense.kernel, dense.bias)
+
+
+def _common(model):
+    """The settings a PiNet and a PiNet2 specification share, as keyword arguments."""
+    net = model.network
+    p = net.params
+    return dict(activation=p["act"], cutoff=p["cutoff_type"], basis=p["basis_type"], n_basis=int(p["n_basis"]),
+                rc=float(p["rc"]), gamma=float(p["gamma"]), output_scale=1.0 / float(model.params["e_scale"]),
+                atom_types=tuple(int(z) for z in net.element_index.atom_types),
+                e_dress=np.asarray(model.e_dress.numpy(), np.float64), dtype=np.dtype(model.dtype.as_numpy_dtype))
+
+
 def lower(model):
-    """A PiNet potential's settings and current weights as a :class:`~pinn.engines.spec.PiNetSpec`.
+    """A PiNet or PiNet2 potential's settings and current weights as a :class:`~pinn.engines.spec.PiNetSpec`
+    or :class:`~pinn.engines.spec.PiNet2Spec`.
 
     Args:
-        model: a :class:`~pinn.physics.potential.PotentialModel` with a PiNet network (see
+        model: a :class:`~pinn.physics.potential.PotentialModel` with a PiNet or PiNet2 network (see
             :func:`capability`, which checks that first).
 
     Returns:
-        :class:`~pinn.engines.spec.PiNetSpec` (weights copied as NumPy arrays; each layer names the
-        ``tf.Variable`` it came from).
+        the specification (weights copied as NumPy arrays; each layer names the ``tf.Variable`` it came from).
     """
+    from pinn.networks.pinet2 import PiNet2
+    if isinstance(model.network, PiNet2):
+        return _lower_pinet2(model)
     net = model.network
-    p = net.params
-    dtype = np.dtype(model.dtype.as_numpy_dtype)
-
-    def layer(dense, activated):
-        bias = dense.bias.numpy() if dense.bias is not None else None
-        return LayerSpec(dense.kernel.numpy(), bias, activated, dense.kernel, dense.bias)
-
     blocks = []
     for d, block in enumerate(net.blocks):
         out_ff, units = net.outputs[d]
-        residual = net.residual[d]
-        pi = [layer(dense, True) for dense in block.pi_hidden.layers] + [layer(block.pi_out, False)]
-        blocks.append(BlockSpec(pp=tuple(layer(dense, True) for dense in block.pp.layers), pi=tuple(pi),
-                                ii=tuple(layer(dense, True) for dense in block.ii.layers),
-                                out=tuple(layer(dense, True) for dense in out_ff.layers),
-                                units=layer(units, False),
-                                residual=layer(residual, False) if residual is not None else None,
+        pi = [_layer(dense, True) for dense in block.pi_hidden.layers] + [_layer(block.pi_out, False)]
+        blocks.append(BlockSpec(pp=tuple(_layer(dense, True) for dense in block.pp.layers), pi=tuple(pi),
+                                ii=tuple(_layer(dense, True) for dense in block.ii.layers),
+                                out=tuple(_layer(dense, True) for dense in out_ff.layers),
+                                units=_layer(units, False), residual=_layer(net.residual[d], False),
                                 n_pi=int(block.n_pi)))
-    return PiNetSpec(activation=p["act"], cutoff=p["cutoff_type"], basis=p["basis_type"], n_basis=int(p["n_basis"]),
-                     rc=float(p["rc"]), gamma=float(p["gamma"]), output_scale=1.0 / float(model.params["e_scale"]),
-                     atom_types=tuple(int(z) for z in net.element_index.atom_types),
-                     e_dress=np.asarray(model.e_dress.numpy(), np.float64), blocks=tuple(blocks), dtype=dtype)
+    return PiNetSpec(blocks=tuple(blocks), **_common(model))
+
+
+def _lower_pinet2(model):
+    """:func:`lower` of a PiNet2 potential: a :class:`~pinn.engines.spec.PiNet2Spec`."""
+    net = model.network
+    blocks = []
+    for d, block in enumerate(net.blocks):
+        out_ff, units = net.outputs[d]
+        paths = []
+        for name in ("vectors", "tensors"):
+            path = getattr(block, name, None)
+            if path is None:
+                paths.append(None)
+                continue
+            paths.append(PathSpec(pp=_layer(path.pp, False), pair_i=_layer(getattr(path, "pair_i", None), False),
+                                  pair_j=_layer(getattr(path, "pair_j", None), False),
+                                  dot_a=_layer(getattr(path, "dot_a", None), False),
+                                  dot_b=_layer(getattr(path, "dot_b", None), False)))
+        pi = [_layer(dense, True) for dense in block.pi.hidden.layers] + [_layer(block.pi.last, False)]
+        blocks.append(PiNet2BlockSpec(pi=tuple(pi), ii=tuple(_layer(dense, True) for dense in block.ii.layers),
+                                      pp=tuple(_layer(dense, True) for dense in block.pp.layers),
+                                      mix=tuple(_layer(dense, True) for dense in block.mix.layers),
+                                      out=tuple(_layer(dense, True) for dense in out_ff.layers),
+                                      units=_layer(units, False), residual=_layer(net.residual[d], False),
+                                      paths=tuple(paths), n_inter=int(block.n_out)))
+    return PiNet2Spec(blocks=tuple(blocks), **_common(model))
 
 
 def supports(model):

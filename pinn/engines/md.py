@@ -9,7 +9,8 @@ potentials on CPUs (:mod:`pinn.calculator`).
 import numpy as np
 
 from pinn.engines.lowering import capability, pinet_arrays, potential_of
-from pinn.engines.numba.layout import BLOCK_UNITS
+from pinn.engines.numba import pinet2_kernels
+from pinn.engines.numba.layout import B2_UNITS, BLOCK_UNITS, CODE_NETWORK, NETWORK_CODES
 from pinn.engines.numba.md_kernels import (PARALLEL_MIN_PAIRS, TILE, _evaluate, _evaluate_serial, _forces_virial,
                                            available, find_pairs, numba)
 from pinn.engines.spec import ARRAY_KEYS
@@ -82,7 +83,11 @@ class FastPiNet:
         self._e_dress = a["e_dress"]
         self._zpair_rows, self._zatom_cols, self._n_first = (int(v) for v in a["workspace"])
         self._max_width = int(self._codes_array[4])
-        units = self._layers[self._blocks[0, BLOCK_UNITS], 0]
+        codes = self._codes_array
+        #: the network the arrays hold: 'PiNet' or 'PiNet2'
+        self.network = "PiNet2" if len(codes) > CODE_NETWORK and codes[CODE_NETWORK] == NETWORK_CODES["PiNet2"] \
+            else "PiNet"
+        units = self._layers[self._blocks[0, B2_UNITS if self.network == "PiNet2" else BLOCK_UNITS], 0]
         #: outputs per atom (2: an electrostatic embedding's energy and charge)
         self.outputs = int(self._table[units, 2])
         self._capacity = (0, 0)
@@ -199,6 +204,37 @@ class FastPiNet:
         two = self.outputs == 2
         if two:  # no seed: the second output does not enter the energy (a mechanical model's second output)
             self._charge_seed[:] = 0.0 if charge_seed is None else charge_seed
+        if self.network == "PiNet2":
+            forces, virial = self._pinet2(types, n_pairs, pair_i, pair_j, diff, dist_f64)
+        else:
+            forces, virial = self._pinet(types, n_pairs, pair_i, pair_j, diff, dist_f64)
+        energy = float(np.sum(self._atomic[:n_atoms], dtype=np.float64)) + float(np.sum(self._e_dress[types]))
+        out = {"energy": energy, "forces": forces, "virial": virial}
+        if two:
+            out["charges_raw"] = self._charge.astype(np.float64)
+        if pbc is not None and np.any(pbc):
+            cell = np.asarray(cell, np.float64)
+            volume = abs(np.dot(cell[0], np.cross(cell[1], cell[2])))
+            out["stress"] = virial / volume
+        return out
+
+    def _pinet2(self, types, n_pairs, pair_i, pair_j, diff, dist):
+        """PiNet2's kernel (:mod:`pinn.engines.numba.pinet2_kernels`): forces [n_atoms, 3] and virial [3, 3]."""
+        g_diff = np.zeros((n_pairs, 3))
+        pair_i = np.ascontiguousarray(pair_i[:n_pairs])
+        pair_j = np.ascontiguousarray(pair_j[:n_pairs])
+        diff = np.ascontiguousarray(diff[:n_pairs], np.float64)
+        dist = np.ascontiguousarray(dist[:n_pairs], np.float64)
+        pinet2_kernels.evaluate(types, pair_i, pair_j, diff, dist, self._flat, self._table, self._layers,
+                                self._blocks, self._codes_array, self._scal, self._charge_seed, self._atomic,
+                                self._charge, g_diff)
+        forces = np.zeros((len(types), 3))
+        virial = np.zeros((3, 3))
+        pinet2_kernels.forces_virial(n_pairs, pair_i, pair_j, diff, g_diff, forces, virial)
+        return forces, virial
+
+    def _pinet(self, types, n_pairs, pair_i, pair_j, diff, dist_f64):
+        """PiNet's kernels (:mod:`pinn.engines.numba.md_kernels`): forces [n_atoms, 3] and virial [3, 3]."""
         dist = self._dist_dt
         dist[:n_pairs] = dist_f64[:n_pairs]
         args = (types, n_pairs, pair_i, pair_j, dist, self._flat, self._table, self._layers,
@@ -214,15 +250,7 @@ class FastPiNet:
                 numba.set_num_threads(previous)
         else:  # a parallel region costs more than it saves (and the serial build skips its set-up)
             _evaluate_serial(*args, 1, *work)
-        forces = np.zeros((n_atoms, 3))
+        forces = np.zeros((len(types), 3))
         virial = np.zeros((3, 3))
         _forces_virial(n_pairs, pair_i, pair_j, diff, dist_f64, self._grad_r, forces, virial)
-        energy = float(np.sum(self._atomic[:n_atoms], dtype=np.float64)) + float(np.sum(self._e_dress[types]))
-        out = {"energy": energy, "forces": forces, "virial": virial}
-        if two:
-            out["charges_raw"] = self._charge.astype(np.float64)
-        if pbc is not None and np.any(pbc):
-            cell = np.asarray(cell, np.float64)
-            volume = abs(np.dot(cell[0], np.cross(cell[1], cell[2])))
-            out["stress"] = virial / volume
-        return out
+        return forces, virial

@@ -1,20 +1,23 @@
-"""A PiNet potential as the Numba engines see it: a typed specification with named fields.
+"""A PiNet or PiNet2 potential as the Numba engines see it: a typed specification with named fields.
 
-:func:`pinn.engines.lowering.lower` reads a TensorFlow PiNet potential into a
-:class:`PiNetSpec` (its settings and its layers' weights, block by block); :meth:`PiNetSpec.arrays`
-packs it into the flat arrays and index tables that the kernels take
-(:data:`ARRAY_KEYS`).  The MD engine and the training engine are both built from it, so
-the layout of the kernels' tables is written in one place: here.
+:func:`pinn.engines.lowering.lower` reads a TensorFlow PiNet potential into a :class:`PiNetSpec`,
+a PiNet2 potential into a :class:`PiNet2Spec` (their settings and their layers' weights, block by block);
+their ``arrays()`` pack them into the flat arrays and index tables that the kernels take
+(:data:`ARRAY_KEYS`; ``codes`` names the network).  The MD engine and the training engine are both built
+from them, so the layout of the kernels' tables is written in one place: here.
 """
 from dataclasses import dataclass
 from typing import Optional, Tuple
 
 import numpy as np
 
-from pinn.engines.numba.layout import (ACT_CODES, TANH_FAST, CUTOFF_CODES, BASIS_CODES, BLOCK_PP, BLOCK_N_PP,
-                                       BLOCK_PI, BLOCK_N_PI, BLOCK_II, BLOCK_N_II, BLOCK_OUT, BLOCK_N_OUT,
-                                       BLOCK_UNITS, BLOCK_RESIDUAL, BLOCK_WIDTH_IN, BLOCK_WIDTH_OUT,
-                                       BLOCK_Z_OUT)
+from pinn.engines.numba.layout import (ACT_CODES, B2_II, B2_MIX, B2_N_II, B2_N_INTER, B2_N_MIX, B2_N_OUT,
+                                       B2_N_PI, B2_N_PP, B2_OUT, B2_PATH, B2_PI, B2_PP, B2_RESIDUAL, B2_UNITS,
+                                       BASIS_CODES, BLOCK_II, BLOCK_N_II, BLOCK_N_OUT, BLOCK_N_PI, BLOCK_N_PP,
+                                       BLOCK_OUT, BLOCK_PI, BLOCK_PP, BLOCK_RESIDUAL, BLOCK_UNITS, BLOCK_WIDTH_IN,
+                                       BLOCK_WIDTH_OUT, BLOCK_Z_OUT, CUTOFF_CODES, NETWORK_CODES, PATH_COLUMNS,
+                                       PATH_COMPONENTS, PATH_DOT_A, PATH_DOT_B, PATH_PAIR_I, PATH_PAIR_J, PATH_PP,
+                                       TANH_FAST)
 
 #: the arrays of :meth:`PiNetSpec.arrays` (and of an engine-weights file, :mod:`pinn.engines.exported`)
 ARRAY_KEYS = ("flat", "table", "layers", "blocks", "codes", "scal", "type_of", "e_dress", "workspace")
@@ -144,40 +147,20 @@ class PiNetSpec:
             rows, columns of each tensor in ``flat``), ``layers`` (kernel tensor, bias tensor,
             activated, width of each layer), ``blocks`` (the positions of each block's layers,
             columns named by ``layout.BLOCK_*``), ``codes`` (activation, cutoff, basis, n_basis,
-            widest layer + 1), ``scal`` (rc in Å, gamma, output_scale), ``type_of`` (atomic number →
-            index, -1 for unknown), ``e_dress`` (eV), ``workspace`` (scratch sizes).
+            widest layer + 1, network), ``scal`` (rc in Å, gamma, output_scale), ``type_of`` (atomic
+            number → index, -1 for unknown), ``e_dress`` (eV), ``workspace`` (scratch sizes).
         """
-        dtype = np.dtype(self.dtype)
-        tensors = []
-        layers = []
+        packer = _Packer(self.dtype)
         blocks = []
-        offset = 0
-
-        def tensor(value):
-            nonlocal offset
-            value = np.asarray(value, dtype=dtype)
-            value = value.reshape(value.shape[0], -1) if value.ndim == 2 else value.reshape(1, -1)
-            tensors.append((offset, value.shape[0], value.shape[1], value))
-            offset += value.size
-            return len(tensors) - 1
-
-        def layer(spec):
-            bias = spec.bias if spec.bias is not None else np.zeros(spec.n_out)
-            layers.append((tensor(spec.kernel), tensor(bias), int(spec.activated), spec.n_out))
-            return len(layers) - 1
-
         widths = [self.n_basis]
         zpair_rows = zatom_cols = 0
         for block in self.blocks:
             row = [0] * 13
             for first, count, group in ((BLOCK_PP, BLOCK_N_PP, block.pp), (BLOCK_PI, BLOCK_N_PI, block.pi),
                                         (BLOCK_II, BLOCK_N_II, block.ii), (BLOCK_OUT, BLOCK_N_OUT, block.out)):
-                row[first] = len(layers)
-                row[count] = len(group)
-                for spec in group:
-                    layer(spec)
-            row[BLOCK_UNITS] = layer(block.units)
-            row[BLOCK_RESIDUAL] = layer(block.residual) if block.residual is not None else -1
+                row[first], row[count] = packer.group(group)
+            row[BLOCK_UNITS] = packer.layer(block.units)
+            row[BLOCK_RESIDUAL] = packer.layer(block.residual)
             row[BLOCK_WIDTH_IN] = block.n_in
             row[BLOCK_WIDTH_OUT] = block.n_out
             pp_cols = sum(spec.n_out for spec in block.pp)
@@ -187,24 +170,163 @@ class PiNetSpec:
             for spec in block.pi + block.pp + block.ii + block.out:
                 widths += [spec.n_in, spec.n_out]
             blocks.append(row)
-        flat = np.zeros(offset, dtype)
-        for start, rows, cols, value in tensors:
-            flat[start:start + rows * cols] = value.ravel()
-        act = ACT_CODES[self.activation]
-        if act == ACT_CODES["tanh"] and dtype == np.float32:
-            act = TANH_FAST
-        type_of = np.full(max(self.atom_types) + 1, -1, np.int64)
-        type_of[list(self.atom_types)] = np.arange(len(self.atom_types))
         n_first = max(block.pi[0].n_out for block in self.blocks)
+        return packer.arrays(self, blocks, max(widths) + 1, "PiNet", [max(zpair_rows, 1), max(zatom_cols, 1), n_first])
+
+
+class _Packer:
+    """Packs layers into the kernels' ``flat``, ``table`` and ``layers`` arrays (:mod:`pinn.engines.numba.layout`)."""
+
+    def __init__(self, dtype):
+        self.dtype = np.dtype(dtype)
+        self.tensors = []
+        self.layers = []
+        self.offset = 0
+
+    def tensor(self, value):
+        """Add a tensor (a [rows, cols] matrix or a vector, as one row); its id."""
+        value = np.asarray(value, dtype=self.dtype)
+        value = value.reshape(value.shape[0], -1) if value.ndim == 2 else value.reshape(1, -1)
+        self.tensors.append((self.offset, value.shape[0], value.shape[1], value))
+        self.offset += value.size
+        return len(self.tensors) - 1
+
+    def layer(self, spec):
+        """Add a :class:`LayerSpec` (a zero bias for one without); its row of ``layers`` (-1 for ``None``)."""
+        if spec is None:
+            return -1
+        bias = spec.bias if spec.bias is not None else np.zeros(spec.n_out)
+        self.layers.append((self.tensor(spec.kernel), self.tensor(bias), int(spec.activated), spec.n_out))
+        return len(self.layers) - 1
+
+    def group(self, specs):
+        """Add consecutive layers: (the first one's row, their count)."""
+        first = len(self.layers)
+        for spec in specs:
+            self.layer(spec)
+        return first, len(specs)
+
+    def arrays(self, spec, blocks, width, network, workspace):
+        """The arrays of :data:`ARRAY_KEYS` of ``spec`` (a :class:`PiNetSpec` or :class:`PiNet2Spec`) with
+        its ``blocks`` rows, the widest layer + 1, the network's name (:data:`NETWORK_CODES`) and the
+        scratch sizes."""
+        flat = np.zeros(self.offset, self.dtype)
+        for start, rows, cols, value in self.tensors:
+            flat[start:start + rows * cols] = value.ravel()
+        act = ACT_CODES[spec.activation]
+        if act == ACT_CODES["tanh"] and self.dtype == np.float32:
+            act = TANH_FAST
+        type_of = np.full(max(spec.atom_types) + 1, -1, np.int64)
+        type_of[list(spec.atom_types)] = np.arange(len(spec.atom_types))
         return {
             "flat": flat,
-            "table": np.array([t[:3] for t in tensors], np.int64),
-            "layers": np.array(layers, np.int64),
+            "table": np.array([t[:3] for t in self.tensors], np.int64),
+            "layers": np.array(self.layers, np.int64),
             "blocks": np.array(blocks, np.int64),
-            "codes": np.array([act, CUTOFF_CODES[self.cutoff], BASIS_CODES[self.basis], self.n_basis,
-                               max(widths) + 1], np.int64),
-            "scal": np.array([self.rc, self.gamma, self.output_scale], np.float64),
+            "codes": np.array([act, CUTOFF_CODES[spec.cutoff], BASIS_CODES[spec.basis], spec.n_basis, width,
+                               NETWORK_CODES[network]], np.int64),
+            "scal": np.array([spec.rc, spec.gamma, spec.output_scale], np.float64),
             "type_of": type_of,
-            "e_dress": np.asarray(self.e_dress, np.float64),
-            "workspace": np.array([max(zpair_rows, 1), max(zatom_cols, 1), n_first], np.int64),
+            "e_dress": np.asarray(spec.e_dress, np.float64),
+            "workspace": np.array(workspace, np.int64),
         }
+
+
+@dataclass(frozen=True, eq=False)
+class PathSpec:
+    """One equivariant path of a PiNet2 block (vectors or rank-2 tensors).
+
+    Attributes:
+        pp: the linear map (no bias) of the summed pair terms to the new features.
+        pair_i, pair_j: the weighted style's mixings of P_i and P_j in the pair term (``None``: the
+            unweighted P_j, or the first block, which has no incoming features).
+        dot_a, dot_b: the weighted style's mixings of the two factors of the dot product (``None``: Σ V V).
+    """
+
+    pp: LayerSpec
+    pair_i: Optional[LayerSpec] = None
+    pair_j: Optional[LayerSpec] = None
+    dot_a: Optional[LayerSpec] = None
+    dot_b: Optional[LayerSpec] = None
+
+
+@dataclass(frozen=True, eq=False)
+class PiNet2BlockSpec:
+    """One PiNet2 block with its output net (the equations: :mod:`pinn.networks.pinet2`).
+
+    Attributes:
+        pi: the pair-interaction layers on [P1_i, P1_j]; the last one (linear) gives n_pi · n_basis weights.
+        ii: the interaction layers (activated, no bias); the last one 1, 2 or 3 × ``n_inter`` wide.
+        pp: the layers on the summed interactions (activated, no bias).
+        mix: the mixing net on [Q, D3, D5] (activated, with bias).
+        out: the output net's hidden layers; units: the output layer (linear, no bias).
+        residual: the linear map of P1 when its width changes, else ``None``.
+        paths: the :class:`PathSpec` of the vectors and of the rank-2 tensors (``None`` below the rank).
+        n_inter: channels per part of the interactions (``ii_nodes[-1]``).
+    """
+
+    pi: Tuple[LayerSpec, ...]
+    ii: Tuple[LayerSpec, ...]
+    pp: Tuple[LayerSpec, ...]
+    mix: Tuple[LayerSpec, ...]
+    out: Tuple[LayerSpec, ...]
+    units: LayerSpec
+    residual: Optional[LayerSpec]
+    paths: Tuple[Optional[PathSpec], Optional[PathSpec]]
+    n_inter: int
+
+
+@dataclass(frozen=True, eq=False)
+class PiNet2Spec:
+    """A PiNet2 potential: E = output_scale · Σ_i net_i + Σ_i e_dress[Z_i] (the fields as :class:`PiNetSpec`'s,
+    with :class:`PiNet2BlockSpec` blocks)."""
+
+    activation: str
+    cutoff: str
+    basis: str
+    n_basis: int
+    rc: float
+    gamma: float
+    output_scale: float
+    atom_types: Tuple[int, ...]
+    e_dress: np.ndarray
+    blocks: Tuple[PiNet2BlockSpec, ...]
+    dtype: np.dtype
+
+    def layers(self):
+        """Every layer in the kernels' order (that of :meth:`arrays`)."""
+        for block in self.blocks:
+            yield from block.pi + block.ii + block.pp + block.mix + block.out
+            yield block.units
+            if block.residual is not None:
+                yield block.residual
+            for path in block.paths:
+                if path is not None:
+                    yield from (layer for layer in (path.pair_i, path.pair_j, path.pp, path.dot_a, path.dot_b)
+                                if layer is not None)
+
+    def arrays(self):
+        """The kernels' arrays (:data:`ARRAY_KEYS`), as :meth:`PiNetSpec.arrays`' but with the columns
+        ``layout.B2_*`` in ``blocks`` (:mod:`pinn.engines.numba.pinet2_kernels`)."""
+        packer = _Packer(self.dtype)
+        blocks = []
+        widths = [self.n_basis]
+        for block in self.blocks:
+            row = [-1] * (B2_PATH + PATH_COLUMNS * len(PATH_COMPONENTS))
+            for first, count, group in ((B2_PI, B2_N_PI, block.pi), (B2_II, B2_N_II, block.ii),
+                                        (B2_PP, B2_N_PP, block.pp), (B2_MIX, B2_N_MIX, block.mix),
+                                        (B2_OUT, B2_N_OUT, block.out)):
+                row[first], row[count] = packer.group(group)
+            row[B2_UNITS] = packer.layer(block.units)
+            row[B2_RESIDUAL] = packer.layer(block.residual)
+            row[B2_N_INTER] = block.n_inter
+            for k, path in enumerate(block.paths):
+                if path is not None:
+                    col = B2_PATH + PATH_COLUMNS * k
+                    for column, layer in ((PATH_PAIR_I, path.pair_i), (PATH_PAIR_J, path.pair_j),
+                                          (PATH_PP, path.pp), (PATH_DOT_A, path.dot_a), (PATH_DOT_B, path.dot_b)):
+                        row[col + column] = packer.layer(layer)
+            for spec in block.pi + block.ii + block.pp + block.mix + block.out:
+                widths += [spec.n_in, spec.n_out]
+            blocks.append(row)
+        return packer.arrays(self, blocks, max(widths) + 1, "PiNet2", [1, 1, 1])

@@ -39,3 +39,25 @@ LAYER_KERNEL, LAYER_BIAS, LAYER_ACTIVATED, LAYER_N_OUT = range(4)
 #: of the block's outputs
 (BLOCK_PP, BLOCK_N_PP, BLOCK_PI, BLOCK_N_PI, BLOCK_II, BLOCK_N_II, BLOCK_OUT, BLOCK_N_OUT, BLOCK_UNITS,
  BLOCK_RESIDUAL, BLOCK_WIDTH_IN, BLOCK_WIDTH_OUT, BLOCK_Z_OUT) = range(13)
+
+#: the column of ``codes`` that names the network the arrays hold (:data:`NETWORK_CODES`); PiNet's arrays
+#: written before it have five columns, read as PiNet
+CODE_NETWORK = 5
+#: network codes
+NETWORK_CODES = {"PiNet": 0, "PiNet2": 1}
+
+#: columns of a PiNet2 network's ``blocks`` (:mod:`pinn.engines.numba.pinet2_kernels`): first layer and
+#: number of layers of the pair-interaction net (PI), the interaction net (II, its last layer 1, 2 or 3
+#: parts of :data:`B2_N_INTER` channels), the atoms' net on the summed interactions (PP), the mixing net
+#: (MIX) and the output net (OUT); the layer of the units and of the residual (-1: none); the channels
+#: per part of the interactions; then :data:`PATH_COLUMNS` columns per equivariant path (vectors, then
+#: rank-2 tensors) from :data:`B2_PATH` on
+(B2_PI, B2_N_PI, B2_II, B2_N_II, B2_PP, B2_N_PP, B2_MIX, B2_N_MIX, B2_OUT, B2_N_OUT, B2_UNITS, B2_RESIDUAL,
+ B2_N_INTER, B2_PATH) = range(14)
+#: columns of one equivariant path, from ``B2_PATH + PATH_COLUMNS * path``: the layers of the weighted pair
+#: mixings of P_i and P_j, of the linear map of the summed pair terms, and of the weighted dot product's two
+#: mixings (-1: none; the path itself absent when its ``PATH_PP`` is -1)
+PATH_PAIR_I, PATH_PAIR_J, PATH_PP, PATH_DOT_A, PATH_DOT_B = range(5)
+PATH_COLUMNS = 5
+#: equivariant paths: the components of their features (3: vectors, 5: traceless symmetric tensors)
+PATH_COMPONENTS = (3, 5)
