@@ -227,7 +227,7 @@ class FastPiNet:
         dist = np.ascontiguousarray(dist[:n_pairs], np.float64)
         pinet2_kernels.evaluate(types, pair_i, pair_j, diff, dist, self._flat, self._table, self._layers,
                                 self._blocks, self._codes_array, self._scal, self._charge_seed, self._atomic,
-                                self._charge, g_diff)
+                                self._charge, g_diff, TILE)
         forces = np.zeros((len(types), 3))
         virial = np.zeros((3, 3))
         pinet2_kernels.forces_virial(n_pairs, pair_i, pair_j, diff, g_diff, forces, virial)

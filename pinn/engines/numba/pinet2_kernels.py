@@ -26,7 +26,7 @@ from pinn.engines.numba.layout import (B2_II, B2_MIX, B2_N_II, B2_N_INTER, B2_N_
 from pinn.engines.numba.md_kernels import (_act_tile, _atoms_stack, _atoms_stack_back, _dact_tile, _jit, _tensor,
                                            _tile_matmul, _tile_matmul_t, contraction_adjoint, radial_basis_tile)
 
-#: arrays a block keeps per pair and per atom for the reverse pass (see :func:`_block_forward`)
+#: arrays a block keeps per tile of pairs and per atom for the reverse pass (see :func:`evaluate`)
 PAIR_KEPT = 7
 ATOM_KEPT = 11
 _SQRT2 = math.sqrt(2.0)
@@ -52,10 +52,48 @@ def _gather_sum(a, b, pair_i, pair_j, n_rows, out):
 
 @_jit()
 def _scatter(src, atom, out):
-    """out[c, atom[p]] += src[c, p] over every row and pair."""
+    """out[c, atom[p]] += src[c, p] over every row and pair (see :func:`_add_runs`)."""
     for c in range(src.shape[0]):
-        for p in range(src.shape[1]):
-            out[c, atom[p]] += src[c, p]
+        _add_runs(src[c], atom, out[c])
+
+
+@_jit(inline="always")
+def _add_runs(values, atom, out):
+    """out[atom[p]] += values[p], summing each run of pairs of one atom in a register first: the pairs come
+    grouped by their first atom, where adding to memory pair by pair waits on the previous store each time."""
+    n = values.shape[0]
+    if n == 0:
+        return
+    current = atom[0]
+    total = values[0]
+    for p in range(1, n):
+        a = atom[p]
+        if a != current:
+            out[current] += total
+            current = a
+            total = values[p]
+        else:
+            total += values[p]
+    out[current] += total
+
+
+@_jit(inline="always")
+def _add_runs_product(x, y, atom, out):
+    """out[atom[p]] += x[p] y[p], by runs as :func:`_add_runs`."""
+    n = x.shape[0]
+    if n == 0:
+        return
+    current = atom[0]
+    total = x[0] * y[0]
+    for p in range(1, n):
+        a = atom[p]
+        if a != current:
+            out[current] += total
+            current = a
+            total = x[p] * y[p]
+        else:
+            total += x[p] * y[p]
+    out[current] += total
 
 
 @_jit()
@@ -75,47 +113,65 @@ def _mix_back(g, w, m, out, accumulate=False):
 
 
 @_jit()
-def directions(n_pairs, diff, dist, dtype_probe):
-    """u_ij [3, n_pairs] and its rank-2 components [5, n_pairs] (:func:`pinn.networks.equivariant.rank2_components`),
-    in the weights' precision (``dtype_probe``'s dtype)."""
-    u3 = np.empty((3, n_pairs), dtype_probe.dtype)
-    u5 = np.empty((5, n_pairs), dtype_probe.dtype)
-    for p in range(n_pairs):
-        x = diff[p, 0] / dist[p]
-        y = diff[p, 1] / dist[p]
-        z = diff[p, 2] / dist[p]
-        u3[0, p] = x
-        u3[1, p] = y
-        u3[2, p] = z
-        u5[0, p] = _SQRT2 * x * y
-        u5[1, p] = _SQRT2 * x * z
-        u5[2, p] = _SQRT2 * y * z
-        u5[3, p] = (x * x - y * y) / _SQRT2
-        u5[4, p] = (2.0 * z * z - x * x - y * y) / _SQRT6
-    return u3, u5
+def _tile_geometry(p0, p1, diff, dist, codes, scal, dt_probe):
+    """Radial basis e_b, de_b/dr [n_basis, tile], u [3, tile] and its rank-2 components [5, tile]
+    (:func:`pinn.networks.equivariant.rank2_components`) of the pairs ``p0`` … ``p1 − 1``, in the weights'
+    precision (``dt_probe``'s dtype)."""
+    n_t = p1 - p0
+    dt = dt_probe.dtype
+    dist_t = np.empty(n_t, dt)
+    for t in range(n_t):
+        dist_t[t] = dist[p0 + t]
+    e = np.zeros((codes[CODE_N_BASIS], n_t), dt)
+    de = np.zeros((codes[CODE_N_BASIS], n_t), dt)
+    radial_basis_tile(0, n_t, dist_t, codes, scal, e, de)
+    u3 = np.empty((3, n_t), dt)
+    u5 = np.empty((5, n_t), dt)
+    for t in range(n_t):
+        r = dist[p0 + t]
+        x = diff[p0 + t, 0] / r
+        y = diff[p0 + t, 1] / r
+        z = diff[p0 + t, 2] / r
+        u3[0, t] = x
+        u3[1, t] = y
+        u3[2, t] = z
+        u5[0, t] = _SQRT2 * x * y
+        u5[1, t] = _SQRT2 * x * z
+        u5[2, t] = _SQRT2 * y * z
+        u5[3, t] = (x * x - y * y) / _SQRT2
+        u5[4, t] = (2.0 * z * z - x * x - y * y) / _SQRT6
+    return e, de, u3, u5
 
 
 @_jit()
-def _pair_interactions(p1, pair_i, pair_j, e, flat, table, layers, blk, act, kept):
-    """The PI and II nets on the pairs: the interactions [n_parts · n_inter, n_pairs].
-
-    Keeps in ``kept`` (a list of [rows, n_pairs] arrays): the first PI layer's pre-activation, the last hidden
-    PI activation, the middle PI layers' and the II layers' pre-activations."""
-    n_pairs = e.shape[1]
-    n_basis = e.shape[0]
-    dt = e.dtype
+def _first_layer_sides(p1, flat, table, layers, blk):
+    """The first PI layer per atom, for the first and the second atom of a pair: [P_i, P_j] W + b =
+    side_a[:, i] + side_b[:, j] ([n_first, n_atoms] each; the bias in side_a)."""
     n_in = p1.shape[0]
     first = layers[blk[B2_PI]]
     w1 = _tensor(flat, table, first[LAYER_KERNEL])
     n_first = w1.shape[1]
-    side_a = np.empty((n_first, p1.shape[1]), dt)
-    side_b = np.empty((n_first, p1.shape[1]), dt)
+    side_a = np.empty((n_first, p1.shape[1]), p1.dtype)
+    side_b = np.empty((n_first, p1.shape[1]), p1.dtype)
     _tile_matmul(p1, w1[:n_in], side_a, n_in, n_first)
     _tile_matmul(p1, w1[n_in:], side_b, n_in, n_first)
     bias = table[first[LAYER_BIAS], 0]
     for c in range(n_first):
         for a in range(p1.shape[1]):
             side_a[c, a] += flat[bias + c]
+    return side_a, side_b
+
+
+@_jit()
+def _tile_interactions(side_a, side_b, pair_i, pair_j, e, flat, table, layers, blk, act, kept):
+    """The PI and II nets on one tile of pairs: the interactions [n_parts · n_inter, tile].
+
+    Appends to ``kept`` (arrays [rows, tile]) the first PI layer's pre-activation, the last hidden PI
+    activation, the middle PI layers' and the II layers' pre-activations."""
+    n_pairs = e.shape[1]
+    n_basis = e.shape[0]
+    dt = e.dtype
+    n_first = side_a.shape[0]
     x0 = np.zeros((n_first, n_pairs), dt)
     _gather_sum(side_a, side_b, pair_i, pair_j, n_first, x0)
     n_pi_layers = blk[B2_N_PI]
@@ -157,82 +213,84 @@ def _pair_interactions(p1, pair_i, pair_j, e, flat, table, layers, blk, act, kep
 
 
 @_jit()
-def _path_forward(px, inter, n_inter, part, dirs, pair_i, pair_j, flat, table, layers, blk, path, first, n_atoms,
-                  kept_pair, kept_atom):
-    """One equivariant path of a block: (new features V [m·C, n_atoms], dot products [C, n_atoms]).
-
-    ``px``: the incoming features [m·C, n_atoms]; ``inter``: the interactions, whose rows ``part`` ·
-    ``n_inter`` … are this path's; ``dirs``: [m, n_pairs] (u or its rank-2 components).  Keeps the pair
-    terms (per pair) and V, and for the weighted dot its two mixings (per atom)."""
+def _path_sides(px, flat, table, layers, blk, path, m):
+    """The pair term's per-atom parts of an equivariant path: P_i W and P_j W' ([m·C, n_atoms] each) in the
+    weighted style, else (0, P_j)."""
     col = B2_PATH + PATH_COLUMNS * path
+    if blk[col + PATH_PAIR_I] < 0:
+        return np.zeros((0, px.shape[1]), px.dtype), px
+    side_i = np.empty_like(px)
+    side_j = np.empty_like(px)
+    _mix(px, _tensor(flat, table, layers[blk[col + PATH_PAIR_I], LAYER_KERNEL]), m, side_i)
+    _mix(px, _tensor(flat, table, layers[blk[col + PATH_PAIR_J], LAYER_KERNEL]), m, side_j)
+    return side_i, side_j
+
+
+@_jit()
+def _tile_path(side_i, side_j, first, inter, n_inter, part, dirs, pair_i, pair_j, summed):
+    """The pair terms X = (dirs + P_j or P_i W + P_j W') · I_part of one tile, summed by first atom into
+    ``summed`` [m·C, n_atoms]; returns the factor in brackets [m·C, tile] (kept for the reverse)."""
     m = dirs.shape[0]
     n_pairs = dirs.shape[1]
-    dt = inter.dtype
-    pair = np.empty((m * n_inter, n_pairs), dt)
+    pair = np.empty((m * n_inter, n_pairs), inter.dtype)
     for k in range(m):
         for c in range(n_inter):
+            r = k * n_inter + c
             for p in range(n_pairs):
-                pair[k * n_inter + c, p] = dirs[k, p]
-    if not first:
-        if blk[col + PATH_PAIR_I] >= 0:  # weighted: P_i W + P_j W'
-            w_i = _tensor(flat, table, layers[blk[col + PATH_PAIR_I], LAYER_KERNEL])
-            w_j = _tensor(flat, table, layers[blk[col + PATH_PAIR_J], LAYER_KERNEL])
-            side_i = np.empty((m * n_inter, n_atoms), dt)
-            side_j = np.empty((m * n_inter, n_atoms), dt)
-            _mix(px, w_i, m, side_i)
-            _mix(px, w_j, m, side_j)
-            _gather_sum(side_i, side_j, pair_i, pair_j, m * n_inter, pair)
-        else:
-            for r in range(m * n_inter):
-                for p in range(n_pairs):
-                    pair[r, p] += px[r, pair_j[p]]
-    summed = np.zeros((m * n_inter, n_atoms), dt)
-    for k in range(m):
-        for c in range(n_inter):
-            for p in range(n_pairs):
-                summed[k * n_inter + c, pair_i[p]] += pair[k * n_inter + c, p] * inter[part * n_inter + c, p]
+                pair[r, p] = dirs[k, p]
+            if not first:
+                if side_i.shape[0] > 0:
+                    for p in range(n_pairs):
+                        pair[r, p] += side_i[r, pair_i[p]] + side_j[r, pair_j[p]]
+                else:
+                    for p in range(n_pairs):
+                        pair[r, p] += side_j[r, pair_j[p]]
+            _add_runs_product(pair[r], inter[part * n_inter + c], pair_i, summed[r])
+    return pair
+
+
+@_jit()
+def _path_atoms(summed, flat, table, layers, blk, path, m, kept_atom):
+    """The per-atom part of an equivariant path: V = (Σ_j X) W ([m·C, n_atoms]) and the dot products D
+    [C, n_atoms]; keeps V and the weighted dot's two mixings (V, V unweighted)."""
+    col = B2_PATH + PATH_COLUMNS * path
+    n_atoms = summed.shape[1]
+    dt = summed.dtype
     w_pp = _tensor(flat, table, layers[blk[col + PATH_PP], LAYER_KERNEL])
     n_out = w_pp.shape[1]
     v = np.empty((m * n_out, n_atoms), dt)
     _mix(summed, w_pp, m, v)
     dots = np.zeros((n_out, n_atoms), dt)
-    kept_pair.append(pair)
     kept_atom.append(v)
     if blk[col + PATH_DOT_A] >= 0:
         mixed_a = np.empty((m * n_out, n_atoms), dt)
         mixed_b = np.empty((m * n_out, n_atoms), dt)
         _mix(v, _tensor(flat, table, layers[blk[col + PATH_DOT_A], LAYER_KERNEL]), m, mixed_a)
         _mix(v, _tensor(flat, table, layers[blk[col + PATH_DOT_B], LAYER_KERNEL]), m, mixed_b)
-        for k in range(m):
-            for c in range(n_out):
-                for a in range(n_atoms):
-                    dots[c, a] += mixed_a[k * n_out + c, a] * mixed_b[k * n_out + c, a]
         kept_atom.append(mixed_a)
         kept_atom.append(mixed_b)
     else:
-        for k in range(m):
-            for c in range(n_out):
-                for a in range(n_atoms):
-                    dots[c, a] += v[k * n_out + c, a] * v[k * n_out + c, a]
+        mixed_a = v
+        mixed_b = v
         kept_atom.append(v)
         kept_atom.append(v)
+    for k in range(m):
+        for c in range(n_out):
+            for a in range(n_atoms):
+                dots[c, a] += mixed_a[k * n_out + c, a] * mixed_b[k * n_out + c, a]
     return v, dots
 
 
 @_jit()
-def _path_backward(g_new, scales, inter, n_inter, part, dirs, pair_i, pair_j, flat, table, layers, blk, path,
-                   first, g_dots, pair, v, mixed_a, mixed_b, g_inter, g_dirs, g_px):
-    """The reverse of :func:`_path_forward` and of the scaling P' = V S (whose ∂E/∂S
-    :func:`_add_scale_grad` takes): from ∂E/∂P' (``g_new``) and ∂E/∂D (``g_dots``) adds ∂E/∂I to ``g_inter``
-    (this path's rows), ∂E/∂dirs to ``g_dirs`` and, past the first block, ∂E/∂(incoming features) to
-    ``g_px``."""
+def _path_atoms_back(g_new, scales, part, n_inter, v, mixed_a, mixed_b, g_dots, flat, table, layers, blk, path):
+    """The reverse of :func:`_path_atoms` and of the scaling P' = V S (whose ∂E/∂S :func:`_add_scale_grad`
+    takes): ∂E/∂(Σ_j X) [m·C, n_atoms] from ∂E/∂P' (``g_new``) and ∂E/∂D (``g_dots``)."""
     col = B2_PATH + PATH_COLUMNS * path
-    m = dirs.shape[0]
-    n_pairs = dirs.shape[1]
     n_atoms = v.shape[1]
     dt = v.dtype
     w_pp = _tensor(flat, table, layers[blk[col + PATH_PP], LAYER_KERNEL])
     n_out = w_pp.shape[1]
+    m = v.shape[0] // n_out
     g_v = np.empty((m * n_out, n_atoms), dt)
     for k in range(m):
         for c in range(n_out):
@@ -240,8 +298,6 @@ def _path_backward(g_new, scales, inter, n_inter, part, dirs, pair_i, pair_j, fl
             for a in range(n_atoms):
                 g_v[r, a] = g_new[r, a] * scales[part * n_inter + c, a]
     if blk[col + PATH_DOT_A] >= 0:
-        w_a = _tensor(flat, table, layers[blk[col + PATH_DOT_A], LAYER_KERNEL])
-        w_b = _tensor(flat, table, layers[blk[col + PATH_DOT_B], LAYER_KERNEL])
         t_a = np.empty((m * n_out, n_atoms), dt)
         t_b = np.empty((m * n_out, n_atoms), dt)
         for k in range(m):
@@ -250,8 +306,8 @@ def _path_backward(g_new, scales, inter, n_inter, part, dirs, pair_i, pair_j, fl
                 for a in range(n_atoms):
                     t_a[r, a] = g_dots[c, a] * mixed_b[r, a]
                     t_b[r, a] = g_dots[c, a] * mixed_a[r, a]
-        _mix_back(t_a, w_a, m, g_v, True)
-        _mix_back(t_b, w_b, m, g_v, True)
+        _mix_back(t_a, _tensor(flat, table, layers[blk[col + PATH_DOT_A], LAYER_KERNEL]), m, g_v, True)
+        _mix_back(t_b, _tensor(flat, table, layers[blk[col + PATH_DOT_B], LAYER_KERNEL]), m, g_v, True)
     else:
         for k in range(m):
             for c in range(n_out):
@@ -260,34 +316,36 @@ def _path_backward(g_new, scales, inter, n_inter, part, dirs, pair_i, pair_j, fl
                     g_v[r, a] += 2.0 * g_dots[c, a] * v[r, a]
     g_summed = np.empty((m * n_inter, n_atoms), dt)
     _mix_back(g_v, w_pp, m, g_summed)
-    g_pair = np.empty((m * n_inter, n_pairs), dt)
+    return g_summed
+
+
+@_jit()
+def _tile_path_back(g_summed, pair, inter, n_inter, part, pair_i, pair_j, first, g_inter, g_dirs, by_i, by_j):
+    """The reverse of :func:`_tile_path` on one tile: adds ∂E/∂I_part to ``g_inter`` [·, tile], ∂E/∂dirs to
+    ``g_dirs`` [m, tile] and, past the first block, ∂E/∂(the bracket) summed by first atom into ``by_i`` (when it
+    has rows: the weighted style) and by second atom into ``by_j`` ([m·C, n_atoms])."""
+    m = g_dirs.shape[0]
+    n_pairs = pair.shape[1]
+    g_pair = np.empty(n_pairs, pair.dtype)
     for k in range(m):
         for c in range(n_inter):
             r = k * n_inter + c
+            q = part * n_inter + c
             for p in range(n_pairs):
                 g = g_summed[r, pair_i[p]]
-                g_inter[part * n_inter + c, p] += g * pair[r, p]
-                g_pair[r, p] = g * inter[part * n_inter + c, p]
-    for k in range(m):
-        for c in range(n_inter):
-            for p in range(n_pairs):
-                g_dirs[k, p] += g_pair[k * n_inter + c, p]
-    if first:
-        return
-    if blk[col + PATH_PAIR_I] >= 0:
-        by_i = np.zeros((m * n_inter, n_atoms), dt)
-        by_j = np.zeros((m * n_inter, n_atoms), dt)
-        _scatter(g_pair, pair_i, by_i)
-        _scatter(g_pair, pair_j, by_j)
-        _mix_back(by_i, _tensor(flat, table, layers[blk[col + PATH_PAIR_I], LAYER_KERNEL]), m, g_px, True)
-        _mix_back(by_j, _tensor(flat, table, layers[blk[col + PATH_PAIR_J], LAYER_KERNEL]), m, g_px, True)
-    else:
-        _scatter(g_pair, pair_j, g_px)
+                g_inter[q, p] += g * pair[r, p]
+                g_pair[p] = g * inter[q, p]
+                g_dirs[k, p] += g_pair[p]
+            if not first:
+                for p in range(n_pairs):
+                    by_j[r, pair_j[p]] += g_pair[p]
+                if by_i.shape[0] > 0:
+                    _add_runs(g_pair, pair_i, by_i[r])
 
 
 @_jit()
 def evaluate(types, pair_i, pair_j, diff, dist, flat, table, layers, blocks, codes, scal, charge_seed, atomic,
-             charge, g_diff):
+             charge, g_diff, tile):
     """Atomic energies and ∂E/∂(r_j − r_i) per pair of one structure (and a second output per atom, as
     :func:`pinn.engines.numba.md_kernels._evaluate` has it: the charges of an electrostatic embedding, whose
     energy's derivative the reverse pass takes from ``charge_seed``).
@@ -301,44 +359,65 @@ def evaluate(types, pair_i, pair_j, diff, dist, flat, table, layers, blocks, cod
         atomic: [n_atoms] output, e_scale × the network's atomic energy (eV, no e_dress).
         charge: [n_atoms] output, the second output (e); written for two outputs only.
         g_diff: [>= n_pairs, 3] float64 output, ∂E/∂diff (eV/Å).
+        tile: pairs per tile: the pair work runs tile by tile, its intermediates kept per tile.
     """
     n_atoms = types.shape[0]
     n_pairs = pair_i.shape[0]
+    n_tiles = (n_pairs + tile - 1) // tile
     depth = blocks.shape[0]
     act = codes[CODE_ACT]
-    n_basis = codes[CODE_N_BASIS]
     e_scale = scal[2]
     dt = flat.dtype
-    dist_dt = np.empty(n_pairs, dt)
-    for p in range(n_pairs):
-        dist_dt[p] = dist[p]
-    e = np.zeros((n_basis, n_pairs), dt)
-    de = np.zeros((n_basis, n_pairs), dt)
-    radial_basis_tile(0, n_pairs, dist_dt, codes, scal, e, de)
-    u3, u5 = directions(n_pairs, diff, dist, flat)
     n_inter = blocks[0, B2_N_INTER]
     vectors = blocks[0, B2_PATH + PATH_PP] >= 0
     tensors = blocks[0, B2_PATH + PATH_COLUMNS + PATH_PP] >= 0
     n_parts = 1 + int(vectors) + int(tensors)
-    units0 = _tensor(flat, table, layers[blocks[0, B2_UNITS], LAYER_KERNEL])
-    two = units0.shape[1] > 1
+    two = _tensor(flat, table, layers[blocks[0, B2_UNITS], LAYER_KERNEL]).shape[1] > 1
     p1 = np.zeros((len_types(blocks, layers, flat, table), n_atoms), dt)
     for a in range(n_atoms):
         p1[types[a], a] = 1.0
         atomic[a] = 0.0
         if two:
             charge[a] = 0.0
+    # per tile: the geometry (e, de/dr, u, u's rank-2 components), then PAIR_KEPT arrays per block
+    geometry = [np.empty((0, 0), dt)]
+    for k in range(n_tiles):
+        e_t, de_t, u3_t, u5_t = _tile_geometry(k * tile, min(n_pairs, (k + 1) * tile), diff, dist, codes, scal, flat)
+        geometry.append(e_t)
+        geometry.append(de_t)
+        geometry.append(u3_t)
+        geometry.append(u5_t)
     p3 = np.zeros((3 * n_inter, n_atoms), dt)
     p5 = np.zeros((5 * n_inter, n_atoms), dt)
-    kept_pair = [e]
+    kept_pair = [p1]
     kept_atom = [p1]
     for d in range(depth):
         blk = blocks[d]
         kept_atom.append(p1)
-        inter = _pair_interactions(p1, pair_i, pair_j, e, flat, table, layers, blk, act, kept_pair)
-        kept_pair.append(inter)
+        side_a, side_b = _first_layer_sides(p1, flat, table, layers, blk)
+        side3_i, side3_j = _path_sides(p3, flat, table, layers, blk, 0, 3)
+        side5_i, side5_j = _path_sides(p5, flat, table, layers, blk, 1, 5)
         summed = np.zeros((n_parts * n_inter, n_atoms), dt)
-        _scatter(inter, pair_i, summed)
+        summed3 = np.zeros((3 * n_inter, n_atoms), dt)
+        summed5 = np.zeros((5 * n_inter, n_atoms), dt)
+        for k in range(n_tiles):
+            p0 = k * tile
+            pi_t = pair_i[p0:min(n_pairs, p0 + tile)]
+            pj_t = pair_j[p0:min(n_pairs, p0 + tile)]
+            e_t = geometry[1 + 4 * k]
+            inter = _tile_interactions(side_a, side_b, pi_t, pj_t, e_t, flat, table, layers, blk, act, kept_pair)
+            kept_pair.append(inter)
+            _scatter(inter, pi_t, summed)
+            if vectors:
+                kept_pair.append(_tile_path(side3_i, side3_j, d == 0, inter, n_inter, 1, geometry[3 + 4 * k], pi_t,
+                                            pj_t, summed3))
+            else:
+                kept_pair.append(p1)
+            if tensors:
+                kept_pair.append(_tile_path(side5_i, side5_j, d == 0, inter, n_inter, 2, geometry[4 + 4 * k], pi_t,
+                                            pj_t, summed5))
+            else:
+                kept_pair.append(p1)
         z_pp = np.empty((_stack_rows(layers, blk[B2_PP], blk[B2_N_PP]), n_atoms), dt)
         q = _atoms_stack(summed, flat, table, layers, blk[B2_PP], blk[B2_N_PP], z_pp, 0, act)
         kept_atom.append(z_pp)
@@ -348,23 +427,17 @@ def evaluate(types, pair_i, pair_j, diff, dist, flat, table, layers, blocks, cod
         v3 = p3
         v5 = p5
         if vectors:
-            v3, dots3 = _path_forward(p3, inter, n_inter, 1, u3, pair_i, pair_j, flat, table, layers, blk, 0, d == 0,
-                                      n_atoms, kept_pair, kept_atom)
+            v3, dots3 = _path_atoms(summed3, flat, table, layers, blk, 0, 3, kept_atom)
             mix_in[n_pp:2 * n_pp] = dots3
         else:
-            kept_pair.append(e)
-            kept_atom.append(p1)
-            kept_atom.append(p1)
-            kept_atom.append(p1)
+            for _ in range(3):
+                kept_atom.append(p1)
         if tensors:
-            v5, dots5 = _path_forward(p5, inter, n_inter, 2, u5, pair_i, pair_j, flat, table, layers, blk, 1, d == 0,
-                                      n_atoms, kept_pair, kept_atom)
-            mix_in[2 * n_pp:3 * n_pp] = dots5
+            v5, dots5 = _path_atoms(summed5, flat, table, layers, blk, 1, 5, kept_atom)
+            mix_in[(n_parts - 1) * n_pp:] = dots5
         else:
-            kept_pair.append(e)
-            kept_atom.append(p1)
-            kept_atom.append(p1)
-            kept_atom.append(p1)
+            for _ in range(3):
+                kept_atom.append(p1)
         z_mix = np.empty((_stack_rows(layers, blk[B2_MIX], blk[B2_N_MIX]), n_atoms), dt)
         scales = np.ascontiguousarray(_atoms_stack(mix_in, flat, table, layers, blk[B2_MIX], blk[B2_N_MIX], z_mix, 0,
                                                    act))
@@ -394,21 +467,20 @@ def evaluate(types, pair_i, pair_j, diff, dist, flat, table, layers, blocks, cod
                     nxt[c, a] = p1[c, a] + scales[c, a]
         p1 = nxt
         p3 = _scaled_sum(p3, v3, scales, 1, n_inter) if vectors else p3
-        p5 = _scaled_sum(p5, v5, scales, 2, n_inter) if tensors else p5
+        p5 = _scaled_sum(p5, v5, scales, n_parts - 1, n_inter) if tensors else p5
     # ---- reverse pass
-    g_e = np.zeros((n_basis, n_pairs), dt)
-    g_u3 = np.zeros((3, n_pairs), dt)
-    g_u5 = np.zeros((5, n_pairs), dt)
+    grads = [np.empty((0, 0), dt)]  # per tile: ∂E/∂e, ∂E/∂u, ∂E/∂(u's rank-2 components)
+    for k in range(n_tiles):
+        n_t = min(n_pairs, (k + 1) * tile) - k * tile
+        grads.append(np.zeros((codes[CODE_N_BASIS], n_t), dt))
+        grads.append(np.zeros((3, n_t), dt))
+        grads.append(np.zeros((5, n_t), dt))
     g_p1 = np.zeros((n_inter, n_atoms), dt)
     g_p3 = np.zeros((3 * n_inter, n_atoms), dt)
     g_p5 = np.zeros((5 * n_inter, n_atoms), dt)
     for d in range(depth - 1, -1, -1):
         blk = blocks[d]
-        kp = 1 + d * PAIR_KEPT
         ka = 1 + d * ATOM_KEPT
-        x0, h, middle, z_ii, inter = (kept_pair[kp], kept_pair[kp + 1], kept_pair[kp + 2], kept_pair[kp + 3],
-                                      kept_pair[kp + 4])
-        pair3, pair5 = kept_pair[kp + 5], kept_pair[kp + 6]
         p1_in, z_pp = kept_atom[ka], kept_atom[ka + 1]
         v3, a3, b3 = kept_atom[ka + 2], kept_atom[ka + 3], kept_atom[ka + 4]
         v5, a5, b5 = kept_atom[ka + 5], kept_atom[ka + 6], kept_atom[ka + 7]
@@ -425,28 +497,56 @@ def evaluate(types, pair_i, pair_j, diff, dist, flat, table, layers, blocks, cod
         for c in range(n_inter):
             for a in range(n_atoms):
                 g_scales[c, a] = g_y[c, a] + g_p1[c, a]
-        g_inter = np.zeros((n_parts * n_inter, n_pairs), dt)
         # the mixing net's seed ∂E/∂S (the scalings' part too) before the paths' reverse, which needs its ∂E/∂D
         if vectors:
             _add_scale_grad(g_p3, v3, g_scales, 1, n_inter)
         if tensors:
-            _add_scale_grad(g_p5, v5, g_scales, 2, n_inter)
+            _add_scale_grad(g_p5, v5, g_scales, n_parts - 1, n_inter)
         g_mix_in = _atoms_stack_back(g_scales, flat, table, layers, blk[B2_MIX], blk[B2_N_MIX], z_mix, 0, act)
         n_pp = g_mix_in.shape[0] // n_parts
-        g_px3 = np.zeros((3 * n_inter, n_atoms), dt)
-        g_px5 = np.zeros((5 * n_inter, n_atoms), dt)
-        if vectors:
-            _path_backward(g_p3, scales, inter, n_inter, 1, u3, pair_i, pair_j, flat, table, layers, blk, 0, d == 0,
-                           np.ascontiguousarray(g_mix_in[n_pp:2 * n_pp]), pair3, v3, a3, b3, g_inter, g_u3, g_px3)
-        if tensors:
-            _path_backward(g_p5, scales, inter, n_inter, 2, u5, pair_i, pair_j, flat, table, layers, blk, 1, d == 0,
-                           np.ascontiguousarray(g_mix_in[2 * n_pp:3 * n_pp]), pair5, v5, a5, b5, g_inter, g_u5, g_px5)
         g_summed = _atoms_stack_back(np.ascontiguousarray(g_mix_in[:n_pp]), flat, table, layers, blk[B2_PP],
                                      blk[B2_N_PP], z_pp, 0, act)
-        for c in range(n_parts * n_inter):
-            for p in range(n_pairs):
-                g_inter[c, p] += g_summed[c, pair_i[p]]
-        g_x0 = _interactions_backward(g_inter, e, x0, h, middle, z_ii, flat, table, layers, blk, act, g_e)
+        g_summed3 = g_p3
+        g_summed5 = g_p5
+        if vectors:
+            g_summed3 = _path_atoms_back(g_p3, scales, 1, n_inter, v3, a3, b3,
+                                         np.ascontiguousarray(g_mix_in[n_pp:2 * n_pp]), flat, table, layers, blk, 0)
+        if tensors:
+            g_summed5 = _path_atoms_back(g_p5, scales, n_parts - 1, n_inter, v5, a5, b5,
+                                         np.ascontiguousarray(g_mix_in[(n_parts - 1) * n_pp:]), flat, table, layers,
+                                         blk, 1)
+        first = layers[blk[B2_PI]]
+        n_first = layers[blk[B2_PI], LAYER_N_OUT]
+        by_a = np.zeros((n_first, n_atoms), dt)  # ∂E/∂side_a, ∂E/∂side_b
+        by_b = np.zeros((n_first, n_atoms), dt)
+        weighted3 = blk[B2_PATH + PATH_PAIR_I] >= 0
+        weighted5 = blk[B2_PATH + PATH_COLUMNS + PATH_PAIR_I] >= 0
+        by3_i = np.zeros((3 * n_inter if weighted3 else 0, n_atoms), dt)
+        by3_j = np.zeros((3 * n_inter, n_atoms), dt)
+        by5_i = np.zeros((5 * n_inter if weighted5 else 0, n_atoms), dt)
+        by5_j = np.zeros((5 * n_inter, n_atoms), dt)
+        for k in range(n_tiles):
+            p0 = k * tile
+            pi_t = pair_i[p0:min(n_pairs, p0 + tile)]
+            pj_t = pair_j[p0:min(n_pairs, p0 + tile)]
+            kp = 1 + (d * n_tiles + k) * PAIR_KEPT
+            x0, h, middle, z_ii, inter = (kept_pair[kp], kept_pair[kp + 1], kept_pair[kp + 2], kept_pair[kp + 3],
+                                          kept_pair[kp + 4])
+            g_inter = np.empty((n_parts * n_inter, pi_t.shape[0]), dt)
+            for c in range(n_parts * n_inter):
+                for p in range(pi_t.shape[0]):
+                    g_inter[c, p] = g_summed[c, pi_t[p]]
+            if vectors:
+                _tile_path_back(g_summed3, kept_pair[kp + 5], inter, n_inter, 1, pi_t, pj_t, d == 0, g_inter,
+                                grads[2 + 3 * k], by3_i, by3_j)
+            if tensors:
+                _tile_path_back(g_summed5, kept_pair[kp + 6], inter, n_inter, n_parts - 1, pi_t, pj_t, d == 0,
+                                g_inter, grads[3 + 3 * k], by5_i, by5_j)
+            g_x0 = _interactions_backward(g_inter, geometry[1 + 4 * k], x0, h, middle, z_ii, flat, table, layers, blk,
+                                          act, grads[1 + 3 * k])
+            if d > 0:
+                _scatter(g_x0, pi_t, by_a)
+                _scatter(g_x0, pj_t, by_b)
         if d == 0:
             break
         g_prev = np.zeros((p1_in.shape[0], n_atoms), dt)
@@ -457,23 +557,34 @@ def evaluate(types, pair_i, pair_j, diff, dist, flat, table, layers, blocks, cod
             for c in range(n_inter):
                 for a in range(n_atoms):
                     g_prev[c, a] = g_p1[c, a]
-        w1 = _tensor(flat, table, layers[blk[B2_PI], LAYER_KERNEL])
+        w1 = _tensor(flat, table, first[LAYER_KERNEL])
         n_in = p1_in.shape[0]
-        n_first = w1.shape[1]
-        by_i = np.zeros((n_first, n_atoms), dt)
-        by_j = np.zeros((n_first, n_atoms), dt)
-        _scatter(g_x0, pair_i, by_i)
-        _scatter(g_x0, pair_j, by_j)
-        _tile_matmul_t(by_i, w1[:n_in], g_prev, n_in, n_first, True)
-        _tile_matmul_t(by_j, w1[n_in:], g_prev, n_in, n_first, True)
+        _tile_matmul_t(by_a, w1[:n_in], g_prev, n_in, n_first, True)
+        _tile_matmul_t(by_b, w1[n_in:], g_prev, n_in, n_first, True)
         g_p1 = g_prev
-        for r in range(3 * n_inter):
-            for a in range(n_atoms):
-                g_p3[r, a] += g_px3[r, a]
-        for r in range(5 * n_inter):
-            for a in range(n_atoms):
-                g_p5[r, a] += g_px5[r, a]
-    pair_gradients(n_pairs, diff, dist, de, g_e, g_u3, g_u5, u3, g_diff)
+        if vectors:
+            _path_sides_back(by3_i, by3_j, flat, table, layers, blk, 0, 3, g_p3)
+        if tensors:
+            _path_sides_back(by5_i, by5_j, flat, table, layers, blk, 1, 5, g_p5)
+    for k in range(n_tiles):
+        p0 = k * tile
+        n_t = min(n_pairs, p0 + tile) - p0
+        pair_gradients(p0, n_t, diff, dist, geometry[2 + 4 * k], grads[1 + 3 * k], grads[2 + 3 * k], grads[3 + 3 * k],
+                       g_diff)
+
+
+@_jit()
+def _path_sides_back(by_i, by_j, flat, table, layers, blk, path, m, g_px):
+    """The reverse of :func:`_path_sides`: adds ∂E/∂P (the incoming features) to ``g_px`` from ∂E/∂ the pair
+    term's per-atom parts (``by_i``: none unweighted)."""
+    col = B2_PATH + PATH_COLUMNS * path
+    if by_i.shape[0] == 0:
+        for r in range(by_j.shape[0]):
+            for a in range(by_j.shape[1]):
+                g_px[r, a] += by_j[r, a]
+        return
+    _mix_back(by_i, _tensor(flat, table, layers[blk[col + PATH_PAIR_I], LAYER_KERNEL]), m, g_px, True)
+    _mix_back(by_j, _tensor(flat, table, layers[blk[col + PATH_PAIR_J], LAYER_KERNEL]), m, g_px, True)
 
 
 @_jit()
@@ -536,22 +647,24 @@ def _interactions_backward(g_inter, e, x0, h, middle, z_ii, flat, table, layers,
 
 
 @_jit()
-def pair_gradients(n_pairs, diff, dist, de, g_e, g_u3, g_u5, u3, g_diff):
-    """∂E/∂diff per pair from ∂E/∂e_b (through de_b/dr), ∂E/∂u and ∂E/∂(rank-2 components of u):
-    g = (Σ_b ∂E/∂e_b de_b/dr) u + (1 − u u^T) ĝ / r, with ĝ = ∂E/∂u + J^T ∂E/∂u5 (J: d u5 / d u)."""
-    for p in range(n_pairs):
+def pair_gradients(p0, n_t, diff, dist, de, g_e, g_u3, g_u5, g_diff):
+    """∂E/∂diff of the pairs ``p0`` … ``p0 + n_t − 1`` (one tile) from ∂E/∂e_b (through de_b/dr), ∂E/∂u and
+    ∂E/∂(rank-2 components of u), all [·, n_t]: g = (Σ_b ∂E/∂e_b de_b/dr) u + (1 − u u^T) ĝ / r, with
+    ĝ = ∂E/∂u + J^T ∂E/∂u5 (J: d u5 / d u)."""
+    for t in range(n_t):
+        p = p0 + t
         g_r = 0.0
         for b in range(de.shape[0]):
-            g_r += g_e[b, p] * de[b, p]
-        x = diff[p, 0] / dist[p]
-        y = diff[p, 1] / dist[p]
-        z = diff[p, 2] / dist[p]
-        a0, a1, a2, a3, a4 = g_u5[0, p], g_u5[1, p], g_u5[2, p], g_u5[3, p], g_u5[4, p]
-        gx = g_u3[0, p] + _SQRT2 * (y * a0 + z * a1 + x * a3) - 2.0 * x * a4 / _SQRT6
-        gy = g_u3[1, p] + _SQRT2 * (x * a0 + z * a2 - y * a3) - 2.0 * y * a4 / _SQRT6
-        gz = g_u3[2, p] + _SQRT2 * (x * a1 + y * a2) + 4.0 * z * a4 / _SQRT6
-        along = x * gx + y * gy + z * gz
+            g_r += g_e[b, t] * de[b, t]
         r = dist[p]
+        x = diff[p, 0] / r
+        y = diff[p, 1] / r
+        z = diff[p, 2] / r
+        a0, a1, a2, a3, a4 = g_u5[0, t], g_u5[1, t], g_u5[2, t], g_u5[3, t], g_u5[4, t]
+        gx = g_u3[0, t] + _SQRT2 * (y * a0 + z * a1 + x * a3) - 2.0 * x * a4 / _SQRT6
+        gy = g_u3[1, t] + _SQRT2 * (x * a0 + z * a2 - y * a3) - 2.0 * y * a4 / _SQRT6
+        gz = g_u3[2, t] + _SQRT2 * (x * a1 + y * a2) + 4.0 * z * a4 / _SQRT6
+        along = x * gx + y * gy + z * gz
         g_diff[p, 0] = g_r * x + (gx - along * x) / r
         g_diff[p, 1] = g_r * y + (gy - along * y) / r
         g_diff[p, 2] = g_r * z + (gz - along * z) / r
