@@ -9,8 +9,9 @@ import re
 #: what the header's ``format`` says
 FORMAT = "pinn-model"
 #: the version this pinn writes, and the newest it reads (1: pinn 0.29.0's, without the list of arrays
-#: in the header and with a hash over the arrays alone)
-FORMAT_VERSION = 2
+#: in the header and with a hash over the arrays alone; 2: with them; 3: the Numba engine's ``codes`` name the
+#: network, so that PiNet2's engine arrays are not read as PiNet's by an older pinn; 1 and 2 hold PiNet's)
+FORMAT_VERSION = 3
 
 
 class ModelFileError(ValueError):

@@ -146,6 +146,30 @@ def test_a_network_the_numba_engine_cannot_run_is_rebuilt_with_tensorflow(alloy_
     np.testing.assert_allclose(calc.get_forces(frame), reference.get_forces(frame), atol=1e-6)
 
 
+def test_a_pinet2_file_runs_on_the_numba_engine_without_tensorflow(alloy_xyz, frame, tmp_path):
+    """PiNet2's engine arrays in the file: a fresh process predicts without TensorFlow, as the directory does
+    on TensorFlow."""
+    from pinn.io import load_ase, sparse_batch
+    from pinn.models import potential_model
+    from settings import training_params
+    params = training_params(tmp_path / "pinet2", {"atom_types": [29, 79], "rc": 4.5, "depth": 2, "rank": 5,
+                                                   "weighted": True, "pp_nodes": [8], "pi_nodes": [8, 8],
+                                                   "ii_nodes": [8], "out_nodes": [8]}, {"use_force": True},
+                             network="PiNet2")
+    potential_model(params).train(lambda: load_ase(alloy_xyz).repeat().apply(sparse_batch(8)), 2)
+    header = export_model(str(tmp_path / "pinet2"), tmp_path / "pinet2.pinn")
+    assert header["members"][0]["numba_engine"]
+    reference = get_calc(str(tmp_path / "pinet2"), engine="tensorflow")
+    code = ("import sys, pinn; from ase.io import read; a = read(sys.argv[2], index=3); "
+            "a.calc = pinn.get_calc(sys.argv[1]); e = a.get_potential_energy(); f = a.get_forces(); "
+            "print(e, abs(f).max(), a.calc.engine, 'tensorflow' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "pinet2.pinn"), alloy_xyz], capture_output=True,
+                         text=True, check=True).stdout.split()
+    assert out[2:] == ["numba", "False"], "the PiNet2 file ran on TensorFlow"
+    assert float(out[0]) == pytest.approx(reference.get_potential_energy(frame), abs=1e-5)
+    assert float(out[1]) == pytest.approx(np.abs(reference.get_forces(frame)).max(), abs=1e-5)
+
+
 # -- files from elsewhere: checked from the header before anything is read ----------------------------------
 
 V1 = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "model_file_v1")
@@ -196,12 +220,12 @@ def _rewritten(source, target, header=None, extra=(), compressed=()):
 
 
 def test_arrays_are_checked_against_the_header_and_the_header_by_the_hash(exported, tmp_path):
-    """Format 2 lists every array's dtype and shape in the header, and its hash covers the header: an array not
+    """Formats 2 and 3 list every array's dtype and shape in the header, and its hash covers the header: an array not
     listed, one whose .npy header or size disagrees, a compressed one and a header edited after writing are
     refused in one line naming the file and the array."""
     single, _ = exported
     header = read_model_file(single).header
-    assert header["format_version"] == FORMAT_VERSION == 2
+    assert header["format_version"] == FORMAT_VERSION == 3
     dress = header["arrays"]["m0/var/e_dress"]
     assert dress["shape"] == [2] and np.dtype(dress["dtype"]).kind == "f"
     dtype = dress["dtype"]

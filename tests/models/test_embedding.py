@@ -313,3 +313,25 @@ def test_a_mechanical_model_with_two_outputs_runs_on_both_engines(tmp_path):
         results[engine] = (atoms.get_potential_energy(), atoms.get_forces())
     assert results["numba"][0] == pytest.approx(results["tensorflow"][0], abs=1e-10)
     np.testing.assert_allclose(results["numba"][1], results["tensorflow"][1], atol=1e-10)
+
+
+def test_pinet2_with_the_electrostatic_embedding_on_both_engines(tmp_path):
+    """PiNet2 (rank 3, damped kernel) with the electrostatic embedding: the numba engine gives TensorFlow's
+    energy, forces on QM and MM atoms, and charges."""
+    import pinn
+    from pinn.models import get_model
+    network = {"name": "PiNet2", "params": {**NETWORK["params"], "rank": 3, "weighted": True}}
+    params = {**params_of(embedding_damping=1.0), "network": network, "model_dir": str(tmp_path / "model")}
+    model = get_model(params)
+    rng = np.random.RandomState(3)
+    for v in model.model.trainable_variables:  # away from the initial weights (zero biases)
+        v.assign(v.numpy() + 0.05 * rng.randn(*v.shape))
+    atoms = qmmm_frame(1)
+    results = {}
+    for engine in ("numba", "tensorflow"):
+        atoms.calc = pinn.get_calc(model, engine=engine)
+        results[engine] = (atoms.get_potential_energy(), atoms.get_forces(), atoms.get_charges())
+    assert results["numba"][0] == pytest.approx(results["tensorflow"][0], abs=1e-9)
+    assert np.abs(results["numba"][1][~atoms.arrays["qm"]]).max() > 1e-6  # the MM atoms feel the QM charges
+    np.testing.assert_allclose(results["numba"][1], results["tensorflow"][1], atol=1e-9)
+    np.testing.assert_allclose(results["numba"][2], results["tensorflow"][2], atol=1e-9)

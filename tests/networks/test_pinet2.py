@@ -287,12 +287,13 @@ def test_md17_pinet2_yml_trains_unchanged(tmp_path, monkeypatch):
     assert os.path.exists(tmp_path / "model" / "train.log")
 
 
-def test_numba_engines_refuse_pinet2_naming_it():
+def test_the_numba_md_engine_runs_pinet2_and_its_training_engine_refuses_it_by_name():
+    """(PiNet2 on the MD engine, to rounding: tests/engines/test_pinet2_engine.py.)"""
     from pinn.engines.lowering import available, capability, refusal
     if not available():
         pytest.skip("numba is not installed")
     model = model_for(3, False)
-    for purpose in ("md", "training"):
-        reason = refusal(model, purpose)
-        assert reason is not None and "not PiNet2" in reason
-        assert not capability(model, purpose)
+    assert refusal(model, "md") is None and capability(model, "md")
+    reason = refusal(model, "training")
+    assert reason is not None and "PiNet2" in reason
+    assert not capability(model, "training")
