@@ -11,7 +11,7 @@ with ``ema_decay`` predicts with its averaged weights.
 
 Speed (for MD): two engines.
 
-- ``'numba'`` (the default for a PiNet potential): :class:`pinn.engines.md.FastPiNet`, the
+- ``'numba'`` (the default for a PiNet or PiNet2 potential): :class:`pinn.engines.md.FastPiNet`, the
   network's energy, forces and stress in compiled Numba kernels that use all cores, with no
   TensorFlow call per step (1.8-5x faster than the TensorFlow engine on 2 cores; the same
   numbers to float rounding, tested).
@@ -49,7 +49,7 @@ class PiNNCalc(Calculator):
 
     ``model`` is a :class:`pinn.models.inference.InferenceHandle` (or a
     :class:`pinn.training.trainer.Trainer`, whose handle :func:`pinn.models.inference.handle_of` takes),
-    or the engine weights of a PiNet potential (the dict of
+    or the engine weights of a PiNet or PiNet2 potential (the dict of
     :func:`pinn.engines.exported.load_engine_weights`), which run on the Numba engine without TensorFlow.
     """
 
@@ -138,7 +138,7 @@ class PiNNCalc(Calculator):
 
 
 class _NumbaEngine:
-    """Predictions of a PiNet potential by :class:`pinn.engines.md.FastPiNet`, from an inference handle
+    """Predictions of a PiNet or PiNet2 potential by :class:`pinn.engines.md.FastPiNet`, from an inference handle
     (its averaged weights, copied again when the model has trained since) or from engine weights (no
     TensorFlow)."""
 
@@ -348,7 +348,7 @@ def get_calc(model, checkpoint=None, jit=None, skin=0.5, engine="auto", *, check
             of atom and pair counts compiles once (seconds); ``False`` suits one-off
             evaluations of many differently sized structures.
         skin: Verlet skin of the neighbor list, Å (0: a fresh list at every call).
-        engine: ``'auto'`` (numba for a PiNet potential when Numba is installed, else
+        engine: ``'auto'`` (numba for a PiNet or PiNet2 potential when Numba is installed, else
             tensorflow), ``'numba'`` (:class:`pinn.engines.md.FastPiNet`; an error for other
             models) or ``'tensorflow'``.
         checkpoint_path: upstream PiNN's name of ``checkpoint`` (give one of the two).

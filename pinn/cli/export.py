@@ -4,7 +4,7 @@
 
 One directory exports one model; several, or one directory holding ``member-K/``, a committee.
 The file loads with ``pinn.get_calc('model.pinn')`` and in the MD engines (:mod:`pinn.md`); a
-PiNet potential then runs without TensorFlow.
+PiNet or PiNet2 potential then runs without TensorFlow.
 """
 import os
 
@@ -45,7 +45,7 @@ def export_model(spec, path, checkpoint=None):
 
 def _member(directory, checkpoint):
     """The header entry and the arrays of one model directory's checkpoint (read with TensorFlow): the
-    variables the model predicts with and, for a PiNet potential, the Numba engine's arrays."""
+    variables the model predicts with and, for a PiNet or PiNet2 potential, the Numba engine's arrays."""
     import numpy as np
 
     from pinn.engines.lowering import capability

@@ -1,8 +1,9 @@
-"""Compiled CPU engines for PiNet potentials, an optimisation of the TensorFlow networks.
+"""Compiled CPU engines for PiNet and PiNet2 potentials, an optimisation of the TensorFlow networks.
 
-The kernels run PiNet only (its blocks, activations, cutoffs and radial bases); every other network
-(PiNet2, BPNN, LJ) and every model but the potential runs in TensorFlow, and
-:func:`pinn.engines.lowering.capability` says why, naming the setting.
+The MD kernels run PiNet and PiNet2 (their blocks, activations, cutoffs and radial bases; PiNet2 at each
+rank, weighted or not), the training kernels PiNet; every other network (BPNN, LJ), PiNet2's training
+and every model but the potential run in TensorFlow, and :func:`pinn.engines.lowering.capability` says
+why, naming the setting.
 
 - :mod:`pinn.engines.lowering`: whether an engine can run a model, and the model's weights
   lowered to NumPy arrays (the one boundary between TensorFlow modules and the kernels);

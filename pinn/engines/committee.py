@@ -1,4 +1,4 @@
-"""A committee of PiNet potentials on the Numba engine: one neighbor search, every member on its pairs.
+"""A committee of PiNet (or PiNet2) potentials on the Numba engine: one neighbor search, every member on its pairs.
 
 :class:`FastCommittee` finds the pairs within the cutoff once (the first member's
 :meth:`~pinn.engines.md.FastPiNet.__call__`) and evaluates the other members on the same pairs

@@ -1,4 +1,4 @@
-"""A PiNet potential's weights as a NumPy file, so that MD runs without TensorFlow.
+"""A PiNet or PiNet2 potential's weights as a NumPy file, so that MD runs without TensorFlow.
 
 :func:`pinn.get_calc` on a model directory (Numba engine) reads the weights of the chosen
 checkpoint from ``engine-weights.npz`` beside it when that file is there and up to date, and
@@ -8,7 +8,7 @@ loads the checkpoint with TensorFlow as before and writes the file (where the di
 writable, and only inside the model directory: a checkpoint given by a path elsewhere is read, its
 directory never written), so the next run is TensorFlow-free.
 
-The file holds the arrays of :meth:`pinn.engines.spec.PiNetSpec.arrays` (the averaged weights for a
+The file holds the arrays of :meth:`pinn.engines.spec.PiNetSpec.arrays` (or ``PiNet2Spec``'s) (the averaged weights for a
 model trained with ``ema_decay``, as the calculator uses), ``e_unit``, and what it was made
 from: the checkpoint's name, its index file's size and modification time, and a SHA-256 of
 ``params.yml`` (without its ``model_dir`` entry, the path the directory was opened by).  It

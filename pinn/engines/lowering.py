@@ -6,7 +6,7 @@ gradients; :class:`pinn.engines.gradients.TrainingEngine`), whether it can run a
 with the model lowered to a :class:`~pinn.engines.spec.PiNetSpec`, or with the reason it
 cannot, naming the setting.  Every path asks it (``get_calc``, training with
 ``engine: auto``, the engine-weights file); a model an engine cannot run runs in
-TensorFlow, with the reason in the log.  :func:`lower` reads a TensorFlow PiNet potential
+TensorFlow, with the reason in the log.  :func:`lower` reads a TensorFlow PiNet or PiNet2 potential
 into the specification; everything that reads the TensorFlow modules for an engine is here.
 """
 from dataclasses import dataclass
@@ -80,7 +80,7 @@ def refusal(model, purpose="md"):
         return f"{engine} needs Numba (pip install numba)"
     potential = potential_of(model)
     if potential is None:
-        return f"{engine} runs potential models with a PiNet network only"
+        return f"{engine} runs potential models with a PiNet or PiNet2 network only"
     if potential.params["embedding"] != "mechanical" and purpose == "training":
         return (f"model.params.embedding {potential.params['embedding']!r}: {engine} implements the QM region "
                 "alone (the electrostatic embedding trains in TensorFlow)")
@@ -213,7 +213,7 @@ def check_supported(model):
 
 
 def pinet_arrays(model):
-    """The MD engine's arrays of a PiNet potential (a model, a Trainer or an inference handle):
+    """The MD engine's arrays of a PiNet or PiNet2 potential (a model, a Trainer or an inference handle):
     :meth:`~pinn.engines.spec.PiNetSpec.arrays` of its lowered specification.
 
     Raises:

@@ -1,9 +1,9 @@
-"""The MD engine: energy, forces and stress of a PiNet potential in Numba kernels.
+"""The MD engine: energy, forces and stress of a PiNet or PiNet2 potential in Numba kernels.
 
 :class:`FastPiNet` holds a potential's weights as the arrays of
 :func:`pinn.engines.lowering.pinet_arrays` and calls the kernels of
-:mod:`pinn.engines.numba.md_kernels` (how they work, their accuracy and their
-compilation are described there).  The ASE calculator uses it by default for PiNet
+:mod:`pinn.engines.numba.md_kernels` (PiNet; how they work, their accuracy and their
+compilation are described there) or :mod:`pinn.engines.numba.pinet2_kernels` (PiNet2).  The ASE calculator uses it by default for PiNet
 potentials on CPUs (:mod:`pinn.calculator`).
 """
 import numpy as np
@@ -20,10 +20,10 @@ __all__ = ["FastPiNet", "ARRAY_KEYS", "PARALLEL_MIN_PAIRS", "TILE"]
 
 
 class FastPiNet:
-    """Energy, forces and stress of one structure from a PiNet potential, in Numba kernels.
+    """Energy, forces and stress of one structure from a PiNet or PiNet2 potential, in Numba kernels.
 
     Args:
-        model: a PiNet potential that :func:`pinn.engines.lowering.capability` accepts for
+        model: a PiNet or PiNet2 potential that :func:`pinn.engines.lowering.capability` accepts for
             ``'md'``: a :class:`~pinn.physics.potential.PotentialModel`, the
             :class:`pinn.training.trainer.Trainer` holding one or its inference handle; its
             current weights are copied (the calculator copies them inside

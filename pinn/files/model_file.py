@@ -11,10 +11,10 @@ format alone (NumPy and JSON):
   shape (``arrays``; format version 2), and a SHA-256 over the header and every array of the file;
 - per member, the values of the model's variables (the weights it predicts with: the average
   where the run kept one; the energy offsets), under their paths in the model
-  (``network/blocks/0/pp/layers/0/kernel``), and for a PiNet potential the arrays of the Numba
+  (``network/blocks/0/pp/layers/0/kernel``), and for a PiNet or PiNet2 potential the arrays of the Numba
   engine (:meth:`pinn.engines.spec.PiNetSpec.arrays`).
 
-A PiNet potential loads and runs from the file on the Numba engine without importing
+A PiNet or PiNet2 potential loads and runs from the file on the Numba engine without importing
 TensorFlow; other models (BPNN, PiNet2, LJ, dipole models) are rebuilt with TensorFlow from the
 params and take the variables' values (:func:`pinn.models.inference.handle_of_values`).  A committee
 (a list of model directories, or a directory of ``member-K/``) exports to one file of several members.
@@ -130,7 +130,7 @@ class ModelFile:
 
     def engine_weights(self, k):
         """Member ``k``'s Numba-engine arrays with its ``e_unit`` and ``source`` (what
-        :class:`pinn.calculator.PiNNCalc` takes), or ``None`` where it has none (not a PiNet potential)."""
+        :class:`pinn.calculator.PiNNCalc` takes), or ``None`` where it has none (neither a PiNet nor a PiNet2 potential)."""
         prefix = f"m{k}/engine/"
         weights = {key[len(prefix):]: value for key, value in self._arrays.items() if key.startswith(prefix)}
         if not weights:

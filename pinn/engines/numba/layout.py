@@ -1,7 +1,8 @@
-"""The layout of a PiNet lowered for the Numba kernels, in one place, with named indices and codes.
+"""The layout of a PiNet or PiNet2 lowered for the Numba kernels, in one place, with named indices and codes.
 
 The kernels (:mod:`pinn.engines.numba.md_kernels`, :mod:`pinn.engines.numba.train_kernels`) run
-PiNet only; :meth:`pinn.engines.spec.PiNetSpec.arrays` packs a network into these arrays:
+PiNet, :mod:`pinn.engines.numba.pinet2_kernels` PiNet2; :meth:`pinn.engines.spec.PiNetSpec.arrays` (and
+``PiNet2Spec``'s) pack a network into these arrays:
 
 - ``flat``: every weight tensor, one after another; ``table[t] = (offset, rows, cols)`` of tensor ``t``.
 - ``layers[l]``: one dense layer, columns :data:`LAYER_KERNEL`, :data:`LAYER_BIAS` (tensor ids; a
