@@ -91,6 +91,7 @@ class FastPiNet:
         #: outputs per atom (2: an electrostatic embedding's energy and charge)
         self.outputs = int(self._table[units, 2])
         self._capacity = (0, 0)
+        self._pinet2_work = None  # PiNet2's workspace, kept while the atom count and tiles stay
 
     @property
     def atom_types(self):
@@ -220,17 +221,42 @@ class FastPiNet:
 
     def _pinet2(self, types, n_pairs, pair_i, pair_j, diff, dist):
         """PiNet2's kernel (:mod:`pinn.engines.numba.pinet2_kernels`): forces [n_atoms, 3] and virial [3, 3]."""
+        tile = min(TILE, 16 * ((n_pairs + 15) // 16)) or 16  # a small molecule: one tile of its own size
+        n_tiles = (n_pairs + tile - 1) // tile
+        chunks = self.threads if self.threads > 1 and n_pairs >= PARALLEL_MIN_PAIRS else 1
+        key = (len(types), n_tiles, tile, chunks)
+        if self._pinet2_work is None or self._pinet2_work[0] != key:
+            kept, geometry, grads, forward, backward = (int(r) for r in pinet2_kernels.workspace_rows(
+                self._layers, self._blocks, self.n_basis))
+            self._pinet2_work = (key, np.zeros((len(self._blocks), n_tiles, kept, tile), self.dtype),
+                                 np.zeros((n_tiles, geometry, tile), self.dtype),
+                                 np.zeros((n_tiles, grads, tile), self.dtype),
+                                 np.zeros((chunks, forward, len(types)), self.dtype),
+                                 np.zeros((chunks, backward, len(types)), self.dtype),
+                                 np.zeros(n_tiles * tile, np.int32), np.zeros(n_tiles * tile, np.int32))
+        _, kept, geometry, grads, forward, backward, padded_i, padded_j = self._pinet2_work
+        padded_i[:n_pairs] = pair_i[:n_pairs]
+        padded_j[:n_pairs] = pair_j[:n_pairs]
+        padded_i[n_pairs:] = 0  # any atom: the kernels read these, and add nothing from them
+        padded_j[n_pairs:] = 0
         g_diff = np.zeros((n_pairs, 3))
-        pair_i = np.ascontiguousarray(pair_i[:n_pairs])
-        pair_j = np.ascontiguousarray(pair_j[:n_pairs])
         diff = np.ascontiguousarray(diff[:n_pairs], np.float64)
         dist = np.ascontiguousarray(dist[:n_pairs], np.float64)
-        pinet2_kernels.evaluate(types, pair_i, pair_j, diff, dist, self._flat, self._table, self._layers,
-                                self._blocks, self._codes_array, self._scal, self._charge_seed, self._atomic,
-                                self._charge, g_diff, TILE)
+        args = (types, padded_i, padded_j, diff, dist, self._flat, self._table, self._layers, self._blocks,
+                self._codes_array, self._scal, self._charge_seed, self._atomic, self._charge, g_diff, tile, kept,
+                geometry, grads, forward, backward)
+        if chunks > 1:
+            previous = numba.get_num_threads()
+            numba.set_num_threads(self.threads)
+            try:
+                pinet2_kernels.evaluate(*args)
+            finally:
+                numba.set_num_threads(previous)
+        else:
+            pinet2_kernels.evaluate_serial(*args)
         forces = np.zeros((len(types), 3))
         virial = np.zeros((3, 3))
-        pinet2_kernels.forces_virial(n_pairs, pair_i, pair_j, diff, g_diff, forces, virial)
+        pinet2_kernels.forces_virial(n_pairs, padded_i, padded_j, diff, g_diff, forces, virial)
         return forces, virial
 
     def _pinet(self, types, n_pairs, pair_i, pair_j, diff, dist_f64):

@@ -19,15 +19,19 @@ import math
 
 import numpy as np
 
+try:
+    from numba import prange
+except ImportError:  # pragma: no cover - numba is a dependency
+    prange = range
+
 from pinn.engines.numba.layout import (B2_II, B2_MIX, B2_N_II, B2_N_INTER, B2_N_MIX, B2_N_OUT, B2_N_PI, B2_N_PP,
                                        B2_OUT, B2_PATH, B2_PI, B2_PP, B2_RESIDUAL, B2_UNITS, CODE_ACT,
                                        CODE_N_BASIS, LAYER_BIAS, LAYER_KERNEL, LAYER_N_OUT, PATH_COLUMNS,
                                        PATH_DOT_A, PATH_DOT_B, PATH_PAIR_I, PATH_PAIR_J, PATH_PP)
-from pinn.engines.numba.md_kernels import (_act_tile, _atoms_stack, _atoms_stack_back, _dact_tile, _jit, _tensor,
+from pinn.engines.numba.md_kernels import (_act_tile, _serial_build, _atoms_stack, _atoms_stack_back, _dact_tile, _jit, _tensor,
                                            _tile_matmul, _tile_matmul_t, contraction_adjoint, radial_basis_tile)
 
-#: arrays a block keeps per tile of pairs and per atom for the reverse pass (see :func:`evaluate`)
-PAIR_KEPT = 7
+#: arrays a block keeps per atom for the reverse pass (see :func:`evaluate`)
 ATOM_KEPT = 11
 _SQRT2 = math.sqrt(2.0)
 _SQRT6 = math.sqrt(6.0)
@@ -51,10 +55,10 @@ def _gather_sum(a, b, pair_i, pair_j, n_rows, out):
 
 
 @_jit()
-def _scatter(src, atom, out):
-    """out[c, atom[p]] += src[c, p] over every row and pair (see :func:`_add_runs`)."""
+def _scatter(src, atom, n, out):
+    """out[c, atom[p]] += src[c, p] over every row and the first ``n`` pairs (see :func:`_add_runs`)."""
     for c in range(src.shape[0]):
-        _add_runs(src[c], atom, out[c])
+        _add_runs(src[c, :n], atom, out[c])
 
 
 @_jit(inline="always")
@@ -113,34 +117,66 @@ def _mix_back(g, w, m, out, accumulate=False):
 
 
 @_jit()
-def _tile_geometry(p0, p1, diff, dist, codes, scal, dt_probe):
-    """Radial basis e_b, de_b/dr [n_basis, tile], u [3, tile] and its rank-2 components [5, tile]
-    (:func:`pinn.networks.equivariant.rank2_components`) of the pairs ``p0`` … ``p1 − 1``, in the weights'
-    precision (``dt_probe``'s dtype)."""
-    n_t = p1 - p0
-    dt = dt_probe.dtype
-    dist_t = np.empty(n_t, dt)
-    for t in range(n_t):
+def pair_rows(layers, blk, n_parts):
+    """Where a tile's kept arrays lie among the rows of its workspace ([rows, tile]): the offsets of the first
+    PI layer's pre-activation, the last hidden PI activation, the middle PI and the II layers' pre-activations,
+    the interactions, the vector and the tensor pair terms, and the total (int64 [8])."""
+    n_inter = blk[B2_N_INTER]
+    n_pi_layers = blk[B2_N_PI]
+    n_first = layers[blk[B2_PI], LAYER_N_OUT]
+    n_h = layers[blk[B2_PI] + n_pi_layers - 2, LAYER_N_OUT] if n_pi_layers > 1 else 0
+    sizes = (n_first, n_h, _stack_rows(layers, blk[B2_PI] + 1, max(n_pi_layers - 2, 0)),
+             _stack_rows(layers, blk[B2_II], blk[B2_N_II]), n_parts * n_inter,
+             3 * n_inter if blk[B2_PATH + PATH_PP] >= 0 else 0,
+             5 * n_inter if blk[B2_PATH + PATH_COLUMNS + PATH_PP] >= 0 else 0)
+    offsets = np.zeros(8, np.int64)
+    for k in range(7):
+        offsets[k + 1] = offsets[k] + sizes[k]
+    return offsets
+
+
+@_jit()
+def workspace_rows(layers, blocks, n_basis):
+    """Rows of :func:`evaluate`'s workspace: (kept per tile, geometry per tile, its gradients per tile, the
+    forward sums per chunk, the reverse sums per chunk)."""
+    n_inter = blocks[0, B2_N_INTER]
+    n_parts = 1 + int(blocks[0, B2_PATH + PATH_PP] >= 0) + int(blocks[0, B2_PATH + PATH_COLUMNS + PATH_PP] >= 0)
+    kept = 1
+    n_first = 1
+    for d in range(blocks.shape[0]):
+        kept = max(kept, pair_rows(layers, blocks[d], n_parts)[7])
+        n_first = max(n_first, layers[blocks[d, B2_PI], LAYER_N_OUT])
+    return kept, 2 * n_basis + 8, n_basis + 8, (n_parts + 8) * n_inter, 2 * n_first + 16 * n_inter
+
+
+@_jit()
+def _tile_geometry(p0, n_valid, diff, dist, codes, scal, geo):
+    """Fill ``geo`` [2 n_basis + 8, tile] for the pairs ``p0`` … ``p0 + n_valid − 1``: the radial basis e_b and
+    de_b/dr (1/Å), u (3 rows) and its rank-2 components (5 rows, :func:`pinn.networks.equivariant.rank2_components`),
+    zero past ``n_valid``."""
+    n_basis = codes[CODE_N_BASIS]
+    n_t = geo.shape[1]
+    dist_t = np.ones(n_t, geo.dtype)
+    for t in range(n_valid):
         dist_t[t] = dist[p0 + t]
-    e = np.zeros((codes[CODE_N_BASIS], n_t), dt)
-    de = np.zeros((codes[CODE_N_BASIS], n_t), dt)
-    radial_basis_tile(0, n_t, dist_t, codes, scal, e, de)
-    u3 = np.empty((3, n_t), dt)
-    u5 = np.empty((5, n_t), dt)
-    for t in range(n_t):
+    radial_basis_tile(0, n_valid, dist_t, codes, scal, geo[:n_basis], geo[n_basis:2 * n_basis])
+    u = 2 * n_basis
+    for r in range(8):
+        for t in range(n_valid, n_t):
+            geo[u + r, t] = 0.0
+    for t in range(n_valid):
         r = dist[p0 + t]
         x = diff[p0 + t, 0] / r
         y = diff[p0 + t, 1] / r
         z = diff[p0 + t, 2] / r
-        u3[0, t] = x
-        u3[1, t] = y
-        u3[2, t] = z
-        u5[0, t] = _SQRT2 * x * y
-        u5[1, t] = _SQRT2 * x * z
-        u5[2, t] = _SQRT2 * y * z
-        u5[3, t] = (x * x - y * y) / _SQRT2
-        u5[4, t] = (2.0 * z * z - x * x - y * y) / _SQRT6
-    return e, de, u3, u5
+        geo[u, t] = x
+        geo[u + 1, t] = y
+        geo[u + 2, t] = z
+        geo[u + 3, t] = _SQRT2 * x * y
+        geo[u + 4, t] = _SQRT2 * x * z
+        geo[u + 5, t] = _SQRT2 * y * z
+        geo[u + 6, t] = (x * x - y * y) / _SQRT2
+        geo[u + 7, t] = (2.0 * z * z - x * x - y * y) / _SQRT6
 
 
 @_jit()
@@ -163,16 +199,18 @@ def _first_layer_sides(p1, flat, table, layers, blk):
 
 
 @_jit()
-def _tile_interactions(side_a, side_b, pair_i, pair_j, e, flat, table, layers, blk, act, kept):
-    """The PI and II nets on one tile of pairs: the interactions [n_parts · n_inter, tile].
-
-    Appends to ``kept`` (arrays [rows, tile]) the first PI layer's pre-activation, the last hidden PI
-    activation, the middle PI layers' and the II layers' pre-activations."""
+def _tile_interactions(side_a, side_b, pair_i, pair_j, e, flat, table, layers, blk, act, kept, rows):
+    """The PI and II nets on one tile of pairs: the interactions, written to their rows of ``kept`` [·, tile]
+    (offsets ``rows``, :func:`pair_rows`) with what the reverse needs: the first PI layer's pre-activation, the
+    last hidden PI activation, the middle PI layers' and the II layers' pre-activations."""
     n_pairs = e.shape[1]
     n_basis = e.shape[0]
     dt = e.dtype
     n_first = side_a.shape[0]
-    x0 = np.zeros((n_first, n_pairs), dt)
+    x0 = kept[rows[0]:rows[1]]
+    for c in range(n_first):
+        for p in range(n_pairs):
+            x0[c, p] = 0.0
     _gather_sum(side_a, side_b, pair_i, pair_j, n_first, x0)
     n_pi_layers = blk[B2_N_PI]
     if n_pi_layers == 1:  # no hidden layer: x0 holds the basis weights, I_c = Σ_b x0[c·n_basis + b] e_b
@@ -182,14 +220,11 @@ def _tile_interactions(side_a, side_b, pair_i, pair_j, e, flat, table, layers, b
             for b in range(n_basis):
                 for p in range(n_pairs):
                     inter_pi[c, p] += x0[c * n_basis + b, p] * e[b, p]
-        kept.append(x0)
-        kept.append(x0)
-        kept.append(np.empty((0, n_pairs), dt))
     else:
         h = np.empty((n_first, n_pairs), dt)
         _act_tile(x0, h, n_first, act)
-        middle = np.empty((_stack_rows(layers, blk[B2_PI] + 1, n_pi_layers - 2), n_pairs), dt)
-        h = _atoms_stack(h, flat, table, layers, blk[B2_PI] + 1, n_pi_layers - 2, middle, 0, act)
+        h = _atoms_stack(h, flat, table, layers, blk[B2_PI] + 1, n_pi_layers - 2, kept[rows[2]:rows[3]], 0, act)
+        kept[rows[1]:rows[2]] = h
         last = layers[blk[B2_PI] + n_pi_layers - 1]
         kernel = _tensor(flat, table, last[LAYER_KERNEL])
         n_h = kernel.shape[0]
@@ -203,13 +238,8 @@ def _tile_interactions(side_a, side_b, pair_i, pair_j, e, flat, table, layers, b
                 bc = flat[boff + c * n_basis + b]
                 for p in range(n_pairs):
                     inter_pi[c, p] += (u[c, p] + bc) * e[b, p]
-        kept.append(x0)
-        kept.append(np.ascontiguousarray(h))
-        kept.append(middle)
-    z_ii = np.empty((_stack_rows(layers, blk[B2_II], blk[B2_N_II]), n_pairs), dt)
-    inter = _atoms_stack(inter_pi, flat, table, layers, blk[B2_II], blk[B2_N_II], z_ii, 0, act)
-    kept.append(z_ii)
-    return np.ascontiguousarray(inter)
+    kept[rows[4]:rows[5]] = _atoms_stack(inter_pi, flat, table, layers, blk[B2_II], blk[B2_N_II],
+                                         kept[rows[3]:rows[4]], 0, act)
 
 
 @_jit()
@@ -227,12 +257,12 @@ def _path_sides(px, flat, table, layers, blk, path, m):
 
 
 @_jit()
-def _tile_path(side_i, side_j, first, inter, n_inter, part, dirs, pair_i, pair_j, summed):
+def _tile_path(side_i, side_j, first, inter, n_inter, part, dirs, pair_i, pair_j, n_valid, summed, pair):
     """The pair terms X = (dirs + P_j or P_i W + P_j W') · I_part of one tile, summed by first atom into
-    ``summed`` [m·C, n_atoms]; returns the factor in brackets [m·C, tile] (kept for the reverse)."""
+    ``summed`` [m·C, n_atoms] (the ``n_valid`` pairs); the factor in brackets written to ``pair`` [m·C, tile]
+    (kept for the reverse)."""
     m = dirs.shape[0]
     n_pairs = dirs.shape[1]
-    pair = np.empty((m * n_inter, n_pairs), inter.dtype)
     for k in range(m):
         for c in range(n_inter):
             r = k * n_inter + c
@@ -245,8 +275,7 @@ def _tile_path(side_i, side_j, first, inter, n_inter, part, dirs, pair_i, pair_j
                 else:
                     for p in range(n_pairs):
                         pair[r, p] += side_j[r, pair_j[p]]
-            _add_runs_product(pair[r], inter[part * n_inter + c], pair_i, summed[r])
-    return pair
+            _add_runs_product(pair[r, :n_valid], inter[part * n_inter + c, :n_valid], pair_i, summed[r])
 
 
 @_jit()
@@ -320,10 +349,11 @@ def _path_atoms_back(g_new, scales, part, n_inter, v, mixed_a, mixed_b, g_dots, 
 
 
 @_jit()
-def _tile_path_back(g_summed, pair, inter, n_inter, part, pair_i, pair_j, first, g_inter, g_dirs, by_i, by_j):
+def _tile_path_back(g_summed, pair, inter, n_inter, part, pair_i, pair_j, n_valid, first, g_inter, g_dirs, by_i,
+                    by_j):
     """The reverse of :func:`_tile_path` on one tile: adds ∂E/∂I_part to ``g_inter`` [·, tile], ∂E/∂dirs to
-    ``g_dirs`` [m, tile] and, past the first block, ∂E/∂(the bracket) summed by first atom into ``by_i`` (when it
-    has rows: the weighted style) and by second atom into ``by_j`` ([m·C, n_atoms])."""
+    ``g_dirs`` [m, tile] and, past the first block, ∂E/∂(the bracket) of the ``n_valid`` pairs summed by first
+    atom into ``by_i`` (when it has rows: the weighted style) and by second atom into ``by_j`` ([m·C, n_atoms])."""
     m = g_dirs.shape[0]
     n_pairs = pair.shape[1]
     g_pair = np.empty(n_pairs, pair.dtype)
@@ -337,35 +367,108 @@ def _tile_path_back(g_summed, pair, inter, n_inter, part, pair_i, pair_j, first,
                 g_pair[p] = g * inter[q, p]
                 g_dirs[k, p] += g_pair[p]
             if not first:
-                for p in range(n_pairs):
+                for p in range(n_valid):
                     by_j[r, pair_j[p]] += g_pair[p]
                 if by_i.shape[0] > 0:
-                    _add_runs(g_pair, pair_i, by_i[r])
+                    _add_runs(g_pair[:n_valid], pair_i, by_i[r])
 
 
 @_jit()
+def _tile_forward(side_a, side_b, side3_i, side3_j, side5_i, side5_j, first, pair_i, pair_j, n_valid, geo, flat,
+                  table, layers, blk, act, n_parts, kept, rows, sums):
+    """One tile of a block's forward pass: its interactions and pair terms into ``kept`` (rows ``rows``), summed
+    by first atom into ``sums`` [rows: the interactions, the vector and the tensor pair terms; n_atoms]."""
+    n_inter = blk[B2_N_INTER]
+    n_basis = (geo.shape[0] - 8) // 2
+    _tile_interactions(side_a, side_b, pair_i, pair_j, geo[:n_basis], flat, table, layers, blk, act, kept, rows)
+    inter = kept[rows[4]:rows[5]]
+    _scatter(inter, pair_i, n_valid, sums[:n_parts * n_inter])
+    s3 = n_parts * n_inter
+    if rows[6] > rows[5]:
+        _tile_path(side3_i, side3_j, first, inter, n_inter, 1, geo[2 * n_basis:2 * n_basis + 3], pair_i, pair_j,
+                   n_valid, sums[s3:s3 + 3 * n_inter], kept[rows[5]:rows[6]])
+    if rows[7] > rows[6]:
+        _tile_path(side5_i, side5_j, first, inter, n_inter, n_parts - 1, geo[2 * n_basis + 3:2 * n_basis + 8], pair_i,
+                   pair_j, n_valid, sums[s3 + 3 * n_inter:s3 + 8 * n_inter], kept[rows[6]:rows[7]])
+
+
+@_jit()
+def _tile_backward(g_summed, g_summed3, g_summed5, first, pair_i, pair_j, n_valid, geo, flat, table, layers, blk,
+                   act, n_parts, kept, rows, grads, sums):
+    """One tile of a block's reverse pass: ∂E/∂e and ∂E/∂u into ``grads`` [n_basis + 8, tile]; past the first block,
+    ∂E/∂ the first PI layer's per-atom sides and the pair terms' per-atom parts summed into ``sums`` [rows: side_a,
+    side_b, vector P_i, vector P_j, tensor P_i, tensor P_j parts; n_atoms]."""
+    n_inter = blk[B2_N_INTER]
+    n_basis = (geo.shape[0] - 8) // 2
+    n_t = geo.shape[1]
+    inter = kept[rows[4]:rows[5]]
+    g_inter = np.empty((n_parts * n_inter, n_t), geo.dtype)
+    for c in range(n_parts * n_inter):
+        for p in range(n_t):
+            g_inter[c, p] = g_summed[c, pair_i[p]]
+    n_first = rows[1] - rows[0]
+    v = 2 * n_first
+    if rows[6] > rows[5]:
+        weighted = sums.shape[0] > 0 and blk[B2_PATH + PATH_PAIR_I] >= 0
+        _tile_path_back(g_summed3, kept[rows[5]:rows[6]], inter, n_inter, 1, pair_i, pair_j, n_valid, first, g_inter,
+                        grads[n_basis:n_basis + 3], sums[v:v + (3 * n_inter if weighted else 0)],
+                        sums[v + 3 * n_inter:v + 6 * n_inter])
+    if rows[7] > rows[6]:
+        t = v + 6 * n_inter
+        weighted = sums.shape[0] > 0 and blk[B2_PATH + PATH_COLUMNS + PATH_PAIR_I] >= 0
+        _tile_path_back(g_summed5, kept[rows[6]:rows[7]], inter, n_inter, n_parts - 1, pair_i, pair_j, n_valid, first,
+                        g_inter, grads[n_basis + 3:n_basis + 8], sums[t:t + (5 * n_inter if weighted else 0)],
+                        sums[t + 5 * n_inter:t + 10 * n_inter])
+    g_x0 = _interactions_backward(g_inter, geo[:n_basis], kept[rows[0]:rows[1]], kept[rows[1]:rows[2]],
+                                  kept[rows[2]:rows[3]], kept[rows[3]:rows[4]], flat, table, layers, blk, act,
+                                  grads[:n_basis])
+    if not first:
+        _scatter(g_x0, pair_i, n_valid, sums[:n_first])
+        _scatter(g_x0, pair_j, n_valid, sums[n_first:2 * n_first])
+
+
+@_jit()
+def _sum_chunks(buf, rows, out):
+    """out[r, a] = Σ_chunk buf[chunk, r, a] for r < ``rows``: the threads' sums, in chunk order."""
+    n_atoms = out.shape[1]
+    for a in range(n_atoms):
+        for r in range(rows):
+            total = buf[0, r, a]
+            for chunk in range(1, buf.shape[0]):
+                total += buf[chunk, r, a]
+            out[r, a] = total
+
+
+@_jit(parallel=True)
 def evaluate(types, pair_i, pair_j, diff, dist, flat, table, layers, blocks, codes, scal, charge_seed, atomic,
-             charge, g_diff, tile):
+             charge, g_diff, tile, kept, geometry, grads, fsum, bsum):
     """Atomic energies and ∂E/∂(r_j − r_i) per pair of one structure (and a second output per atom, as
     :func:`pinn.engines.numba.md_kernels._evaluate` has it: the charges of an electrostatic embedding, whose
     energy's derivative the reverse pass takes from ``charge_seed``).
 
     Args:
         types: [n_atoms] int64 indices into atom_types.
-        pair_i, pair_j: [n_pairs] int32 atoms of the pairs within the cutoff.
+        pair_i, pair_j: [n_tiles · tile] int32 atoms of the pairs within the cutoff, then (any) atom indices to the
+            end of the last tile.
         diff: [n_pairs, 3] float64 r_j + offset − r_i (Å); dist: [n_pairs] float64 its length (Å).
         flat, table, layers, blocks, codes, scal: :meth:`pinn.engines.spec.PiNet2Spec.arrays`.
         charge_seed: [n_atoms] ∂E/∂(second output) (eV/e); read for two outputs only.
         atomic: [n_atoms] output, e_scale × the network's atomic energy (eV, no e_dress).
         charge: [n_atoms] output, the second output (e); written for two outputs only.
         g_diff: [>= n_pairs, 3] float64 output, ∂E/∂diff (eV/Å).
-        tile: pairs per tile: the pair work runs tile by tile, its intermediates kept per tile.
+        tile: pairs per tile.
+        kept, geometry, grads: per tile [depth, n_tiles, ·, tile], [n_tiles, ·, tile], [n_tiles, ·, tile];
+            fsum, bsum: per chunk of tiles (one per thread) [n_chunks, ·, n_atoms]: the workspace, rows by
+            :func:`workspace_rows`.
     """
     n_atoms = types.shape[0]
-    n_pairs = pair_i.shape[0]
+    n_pairs = dist.shape[0]
     n_tiles = (n_pairs + tile - 1) // tile
+    n_chunks = fsum.shape[0]
+    tiles_per_chunk = (n_tiles + n_chunks - 1) // n_chunks
     depth = blocks.shape[0]
     act = codes[CODE_ACT]
+    n_basis = codes[CODE_N_BASIS]
     e_scale = scal[2]
     dt = flat.dtype
     n_inter = blocks[0, B2_N_INTER]
@@ -379,45 +482,31 @@ def evaluate(types, pair_i, pair_j, diff, dist, flat, table, layers, blocks, cod
         atomic[a] = 0.0
         if two:
             charge[a] = 0.0
-    # per tile: the geometry (e, de/dr, u, u's rank-2 components), then PAIR_KEPT arrays per block
-    geometry = [np.empty((0, 0), dt)]
-    for k in range(n_tiles):
-        e_t, de_t, u3_t, u5_t = _tile_geometry(k * tile, min(n_pairs, (k + 1) * tile), diff, dist, codes, scal, flat)
-        geometry.append(e_t)
-        geometry.append(de_t)
-        geometry.append(u3_t)
-        geometry.append(u5_t)
+    for k in prange(n_tiles):
+        _tile_geometry(k * tile, min(tile, n_pairs - k * tile), diff, dist, codes, scal, geometry[k])
+        grads[k, :, :] = 0.0
     p3 = np.zeros((3 * n_inter, n_atoms), dt)
     p5 = np.zeros((5 * n_inter, n_atoms), dt)
-    kept_pair = [p1]
     kept_atom = [p1]
+    n_sum = (n_parts + 3 * int(vectors) + 5 * int(tensors)) * n_inter
     for d in range(depth):
         blk = blocks[d]
+        rows = pair_rows(layers, blk, n_parts)
         kept_atom.append(p1)
         side_a, side_b = _first_layer_sides(p1, flat, table, layers, blk)
         side3_i, side3_j = _path_sides(p3, flat, table, layers, blk, 0, 3)
         side5_i, side5_j = _path_sides(p5, flat, table, layers, blk, 1, 5)
-        summed = np.zeros((n_parts * n_inter, n_atoms), dt)
-        summed3 = np.zeros((3 * n_inter, n_atoms), dt)
-        summed5 = np.zeros((5 * n_inter, n_atoms), dt)
-        for k in range(n_tiles):
-            p0 = k * tile
-            pi_t = pair_i[p0:min(n_pairs, p0 + tile)]
-            pj_t = pair_j[p0:min(n_pairs, p0 + tile)]
-            e_t = geometry[1 + 4 * k]
-            inter = _tile_interactions(side_a, side_b, pi_t, pj_t, e_t, flat, table, layers, blk, act, kept_pair)
-            kept_pair.append(inter)
-            _scatter(inter, pi_t, summed)
-            if vectors:
-                kept_pair.append(_tile_path(side3_i, side3_j, d == 0, inter, n_inter, 1, geometry[3 + 4 * k], pi_t,
-                                            pj_t, summed3))
-            else:
-                kept_pair.append(p1)
-            if tensors:
-                kept_pair.append(_tile_path(side5_i, side5_j, d == 0, inter, n_inter, 2, geometry[4 + 4 * k], pi_t,
-                                            pj_t, summed5))
-            else:
-                kept_pair.append(p1)
+        for chunk in prange(n_chunks):
+            sums = fsum[chunk]
+            sums[:n_sum] = 0.0
+            for k in range(chunk * tiles_per_chunk, min(n_tiles, (chunk + 1) * tiles_per_chunk)):
+                p0 = k * tile
+                _tile_forward(side_a, side_b, side3_i, side3_j, side5_i, side5_j, d == 0, pair_i[p0:p0 + tile],
+                              pair_j[p0:p0 + tile], min(tile, n_pairs - p0), geometry[k], flat, table, layers, blk,
+                              act, n_parts, kept[d, k], rows, sums)
+        total = np.empty((n_sum, n_atoms), dt)
+        _sum_chunks(fsum, n_sum, total)
+        summed = total[:n_parts * n_inter]
         z_pp = np.empty((_stack_rows(layers, blk[B2_PP], blk[B2_N_PP]), n_atoms), dt)
         q = _atoms_stack(summed, flat, table, layers, blk[B2_PP], blk[B2_N_PP], z_pp, 0, act)
         kept_atom.append(z_pp)
@@ -426,14 +515,17 @@ def evaluate(types, pair_i, pair_j, diff, dist, flat, table, layers, blocks, cod
         mix_in[:n_pp] = q
         v3 = p3
         v5 = p5
+        s3 = n_parts * n_inter
         if vectors:
-            v3, dots3 = _path_atoms(summed3, flat, table, layers, blk, 0, 3, kept_atom)
+            v3, dots3 = _path_atoms(np.ascontiguousarray(total[s3:s3 + 3 * n_inter]), flat, table, layers, blk, 0, 3,
+                                    kept_atom)
             mix_in[n_pp:2 * n_pp] = dots3
         else:
             for _ in range(3):
                 kept_atom.append(p1)
         if tensors:
-            v5, dots5 = _path_atoms(summed5, flat, table, layers, blk, 1, 5, kept_atom)
+            s5 = n_sum - 5 * n_inter
+            v5, dots5 = _path_atoms(np.ascontiguousarray(total[s5:]), flat, table, layers, blk, 1, 5, kept_atom)
             mix_in[(n_parts - 1) * n_pp:] = dots5
         else:
             for _ in range(3):
@@ -469,17 +561,12 @@ def evaluate(types, pair_i, pair_j, diff, dist, flat, table, layers, blocks, cod
         p3 = _scaled_sum(p3, v3, scales, 1, n_inter) if vectors else p3
         p5 = _scaled_sum(p5, v5, scales, n_parts - 1, n_inter) if tensors else p5
     # ---- reverse pass
-    grads = [np.empty((0, 0), dt)]  # per tile: ∂E/∂e, ∂E/∂u, ∂E/∂(u's rank-2 components)
-    for k in range(n_tiles):
-        n_t = min(n_pairs, (k + 1) * tile) - k * tile
-        grads.append(np.zeros((codes[CODE_N_BASIS], n_t), dt))
-        grads.append(np.zeros((3, n_t), dt))
-        grads.append(np.zeros((5, n_t), dt))
     g_p1 = np.zeros((n_inter, n_atoms), dt)
     g_p3 = np.zeros((3 * n_inter, n_atoms), dt)
     g_p5 = np.zeros((5 * n_inter, n_atoms), dt)
     for d in range(depth - 1, -1, -1):
         blk = blocks[d]
+        rows = pair_rows(layers, blk, n_parts)
         ka = 1 + d * ATOM_KEPT
         p1_in, z_pp = kept_atom[ka], kept_atom[ka + 1]
         v3, a3, b3 = kept_atom[ka + 2], kept_atom[ka + 3], kept_atom[ka + 4]
@@ -504,8 +591,8 @@ def evaluate(types, pair_i, pair_j, diff, dist, flat, table, layers, blocks, cod
             _add_scale_grad(g_p5, v5, g_scales, n_parts - 1, n_inter)
         g_mix_in = _atoms_stack_back(g_scales, flat, table, layers, blk[B2_MIX], blk[B2_N_MIX], z_mix, 0, act)
         n_pp = g_mix_in.shape[0] // n_parts
-        g_summed = _atoms_stack_back(np.ascontiguousarray(g_mix_in[:n_pp]), flat, table, layers, blk[B2_PP],
-                                     blk[B2_N_PP], z_pp, 0, act)
+        g_summed = np.ascontiguousarray(_atoms_stack_back(np.ascontiguousarray(g_mix_in[:n_pp]), flat, table, layers,
+                                                          blk[B2_PP], blk[B2_N_PP], z_pp, 0, act))
         g_summed3 = g_p3
         g_summed5 = g_p5
         if vectors:
@@ -515,40 +602,20 @@ def evaluate(types, pair_i, pair_j, diff, dist, flat, table, layers, blocks, cod
             g_summed5 = _path_atoms_back(g_p5, scales, n_parts - 1, n_inter, v5, a5, b5,
                                          np.ascontiguousarray(g_mix_in[(n_parts - 1) * n_pp:]), flat, table, layers,
                                          blk, 1)
-        first = layers[blk[B2_PI]]
-        n_first = layers[blk[B2_PI], LAYER_N_OUT]
-        by_a = np.zeros((n_first, n_atoms), dt)  # ∂E/∂side_a, ∂E/∂side_b
-        by_b = np.zeros((n_first, n_atoms), dt)
-        weighted3 = blk[B2_PATH + PATH_PAIR_I] >= 0
-        weighted5 = blk[B2_PATH + PATH_COLUMNS + PATH_PAIR_I] >= 0
-        by3_i = np.zeros((3 * n_inter if weighted3 else 0, n_atoms), dt)
-        by3_j = np.zeros((3 * n_inter, n_atoms), dt)
-        by5_i = np.zeros((5 * n_inter if weighted5 else 0, n_atoms), dt)
-        by5_j = np.zeros((5 * n_inter, n_atoms), dt)
-        for k in range(n_tiles):
-            p0 = k * tile
-            pi_t = pair_i[p0:min(n_pairs, p0 + tile)]
-            pj_t = pair_j[p0:min(n_pairs, p0 + tile)]
-            kp = 1 + (d * n_tiles + k) * PAIR_KEPT
-            x0, h, middle, z_ii, inter = (kept_pair[kp], kept_pair[kp + 1], kept_pair[kp + 2], kept_pair[kp + 3],
-                                          kept_pair[kp + 4])
-            g_inter = np.empty((n_parts * n_inter, pi_t.shape[0]), dt)
-            for c in range(n_parts * n_inter):
-                for p in range(pi_t.shape[0]):
-                    g_inter[c, p] = g_summed[c, pi_t[p]]
-            if vectors:
-                _tile_path_back(g_summed3, kept_pair[kp + 5], inter, n_inter, 1, pi_t, pj_t, d == 0, g_inter,
-                                grads[2 + 3 * k], by3_i, by3_j)
-            if tensors:
-                _tile_path_back(g_summed5, kept_pair[kp + 6], inter, n_inter, n_parts - 1, pi_t, pj_t, d == 0,
-                                g_inter, grads[3 + 3 * k], by5_i, by5_j)
-            g_x0 = _interactions_backward(g_inter, geometry[1 + 4 * k], x0, h, middle, z_ii, flat, table, layers, blk,
-                                          act, grads[1 + 3 * k])
-            if d > 0:
-                _scatter(g_x0, pi_t, by_a)
-                _scatter(g_x0, pj_t, by_b)
+        n_first = rows[1] - rows[0]
+        n_back = 2 * n_first + 16 * n_inter if d > 0 else 0
+        for chunk in prange(n_chunks):
+            sums = bsum[chunk, :n_back]
+            sums[:, :] = 0.0
+            for k in range(chunk * tiles_per_chunk, min(n_tiles, (chunk + 1) * tiles_per_chunk)):
+                p0 = k * tile
+                _tile_backward(g_summed, g_summed3, g_summed5, d == 0, pair_i[p0:p0 + tile], pair_j[p0:p0 + tile],
+                               min(tile, n_pairs - p0), geometry[k], flat, table, layers, blk, act, n_parts,
+                               kept[d, k], rows, grads[k], sums)
         if d == 0:
             break
+        back = np.empty((n_back, n_atoms), dt)
+        _sum_chunks(bsum, n_back, back)
         g_prev = np.zeros((p1_in.shape[0], n_atoms), dt)
         if blk[B2_RESIDUAL] >= 0:
             res = _tensor(flat, table, layers[blk[B2_RESIDUAL], LAYER_KERNEL])
@@ -557,28 +624,31 @@ def evaluate(types, pair_i, pair_j, diff, dist, flat, table, layers, blocks, cod
             for c in range(n_inter):
                 for a in range(n_atoms):
                     g_prev[c, a] = g_p1[c, a]
-        w1 = _tensor(flat, table, first[LAYER_KERNEL])
+        w1 = _tensor(flat, table, layers[blk[B2_PI], LAYER_KERNEL])
         n_in = p1_in.shape[0]
-        _tile_matmul_t(by_a, w1[:n_in], g_prev, n_in, n_first, True)
-        _tile_matmul_t(by_b, w1[n_in:], g_prev, n_in, n_first, True)
+        _tile_matmul_t(back[:n_first], w1[:n_in], g_prev, n_in, n_first, True)
+        _tile_matmul_t(back[n_first:2 * n_first], w1[n_in:], g_prev, n_in, n_first, True)
         g_p1 = g_prev
+        v = 2 * n_first
         if vectors:
-            _path_sides_back(by3_i, by3_j, flat, table, layers, blk, 0, 3, g_p3)
+            _path_sides_back(back[v:v + 3 * n_inter], back[v + 3 * n_inter:v + 6 * n_inter], flat, table, layers, blk,
+                             0, 3, g_p3)
         if tensors:
-            _path_sides_back(by5_i, by5_j, flat, table, layers, blk, 1, 5, g_p5)
-    for k in range(n_tiles):
+            t = v + 6 * n_inter
+            _path_sides_back(back[t:t + 5 * n_inter], back[t + 5 * n_inter:t + 10 * n_inter], flat, table, layers,
+                             blk, 1, 5, g_p5)
+    for k in prange(n_tiles):
         p0 = k * tile
-        n_t = min(n_pairs, p0 + tile) - p0
-        pair_gradients(p0, n_t, diff, dist, geometry[2 + 4 * k], grads[1 + 3 * k], grads[2 + 3 * k], grads[3 + 3 * k],
-                       g_diff)
+        pair_gradients(p0, min(tile, n_pairs - p0), diff, dist, geometry[k, n_basis:2 * n_basis], grads[k, :n_basis],
+                       grads[k, n_basis:n_basis + 3], grads[k, n_basis + 3:n_basis + 8], g_diff)
 
 
 @_jit()
 def _path_sides_back(by_i, by_j, flat, table, layers, blk, path, m, g_px):
     """The reverse of :func:`_path_sides`: adds ∂E/∂P (the incoming features) to ``g_px`` from ∂E/∂ the pair
-    term's per-atom parts (``by_i``: none unweighted)."""
+    term's per-atom parts (``by_i`` read in the weighted style only)."""
     col = B2_PATH + PATH_COLUMNS * path
-    if by_i.shape[0] == 0:
+    if blk[col + PATH_PAIR_I] < 0:
         for r in range(by_j.shape[0]):
             for a in range(by_j.shape[1]):
                 g_px[r, a] += by_j[r, a]
@@ -683,3 +753,6 @@ def forces_virial(n_pairs, pair_i, pair_j, diff, g_diff, forces, virial):
             forces[j, a] -= g
             for b in range(3):
                 virial[b, a] += diff[p, b] * g
+
+
+evaluate_serial = _serial_build(evaluate, "evaluate_serial")
