@@ -231,8 +231,8 @@ class FastPiNet:
             self._pinet2_work = (key, np.zeros((len(self._blocks), n_tiles, kept, tile), self.dtype),
                                  np.zeros((n_tiles, geometry, tile), self.dtype),
                                  np.zeros((n_tiles, grads, tile), self.dtype),
-                                 np.zeros((chunks, forward, len(types)), self.dtype),
-                                 np.zeros((chunks, backward, len(types)), self.dtype),
+                                 np.zeros((chunks, len(types), forward), self.dtype),
+                                 np.zeros((chunks, len(types), backward), self.dtype),
                                  np.zeros(n_tiles * tile, np.int32), np.zeros(n_tiles * tile, np.int32))
         _, kept, geometry, grads, forward, backward, padded_i, padded_j = self._pinet2_work
         padded_i[:n_pairs] = pair_i[:n_pairs]

@@ -55,52 +55,6 @@ def _gather_sum(a, b, pair_i, pair_j, n_rows, out):
 
 
 @_jit()
-def _scatter(src, atom, n, out):
-    """out[c, atom[p]] += src[c, p] over every row and the first ``n`` pairs (see :func:`_add_runs`)."""
-    for c in range(src.shape[0]):
-        _add_runs(src[c, :n], atom, out[c])
-
-
-@_jit(inline="always")
-def _add_runs(values, atom, out):
-    """out[atom[p]] += values[p], summing each run of pairs of one atom in a register first: the pairs come
-    grouped by their first atom, where adding to memory pair by pair waits on the previous store each time."""
-    n = values.shape[0]
-    if n == 0:
-        return
-    current = atom[0]
-    total = values[0]
-    for p in range(1, n):
-        a = atom[p]
-        if a != current:
-            out[current] += total
-            current = a
-            total = values[p]
-        else:
-            total += values[p]
-    out[current] += total
-
-
-@_jit(inline="always")
-def _add_runs_product(x, y, atom, out):
-    """out[atom[p]] += x[p] y[p], by runs as :func:`_add_runs`."""
-    n = x.shape[0]
-    if n == 0:
-        return
-    current = atom[0]
-    total = x[0] * y[0]
-    for p in range(1, n):
-        a = atom[p]
-        if a != current:
-            out[current] += total
-            current = a
-            total = x[p] * y[p]
-        else:
-            total += x[p] * y[p]
-    out[current] += total
-
-
-@_jit()
 def _mix(x, w, m, out, accumulate=False):
     """Channel mixing of m stacked components: out[k·D:(k+1)·D] = w^T x[k·C:(k+1)·C] (w [C, D])."""
     n_in, n_out = w.shape
@@ -257,28 +211,6 @@ def _path_sides(px, flat, table, layers, blk, path, m):
 
 
 @_jit()
-def _tile_path(side_i, side_j, first, inter, n_inter, part, dirs, pair_i, pair_j, n_valid, summed, pair):
-    """The pair terms X = (dirs + P_j or P_i W + P_j W') · I_part of one tile, summed by first atom into
-    ``summed`` [m·C, n_atoms] (the ``n_valid`` pairs); the factor in brackets written to ``pair`` [m·C, tile]
-    (kept for the reverse)."""
-    m = dirs.shape[0]
-    n_pairs = dirs.shape[1]
-    for k in range(m):
-        for c in range(n_inter):
-            r = k * n_inter + c
-            for p in range(n_pairs):
-                pair[r, p] = dirs[k, p]
-            if not first:
-                if side_i.shape[0] > 0:
-                    for p in range(n_pairs):
-                        pair[r, p] += side_i[r, pair_i[p]] + side_j[r, pair_j[p]]
-                else:
-                    for p in range(n_pairs):
-                        pair[r, p] += side_j[r, pair_j[p]]
-            _add_runs_product(pair[r, :n_valid], inter[part * n_inter + c, :n_valid], pair_i, summed[r])
-
-
-@_jit()
 def _path_atoms(summed, flat, table, layers, blk, path, m, kept_atom):
     """The per-atom part of an equivariant path: V = (Σ_j X) W ([m·C, n_atoms]) and the dot products D
     [C, n_atoms]; keeps V and the weighted dot's two mixings (V, V unweighted)."""
@@ -349,94 +281,154 @@ def _path_atoms_back(g_new, scales, part, n_inter, v, mixed_a, mixed_b, g_dots, 
 
 
 @_jit()
-def _tile_path_back(g_summed, pair, inter, n_inter, part, pair_i, pair_j, n_valid, first, g_inter, g_dirs, by_i,
+def _transpose(src):
+    """A new C-contiguous array with ``src``'s rows as columns."""
+    out = np.empty((src.shape[1], src.shape[0]), src.dtype)
+    for r in range(src.shape[0]):
+        for c in range(src.shape[1]):
+            out[c, r] = src[r, c]
+    return out
+
+
+@_jit()
+def _tile_path(side_i, side_j, first, inter_t, n_inter, part, dirs, pair_i, pair_j, n_valid, sums, pair):
+    """The pair terms X = (dirs + P_j or P_i W + P_j W') · I_part of one tile, summed by first atom into
+    ``sums`` [n_atoms, m·C] (the ``n_valid`` pairs); the factor in brackets written to ``pair`` [tile, m·C] (kept
+    for the reverse).  Pair-major: ``side_i``/``side_j`` [n_atoms, m·C] (``side_i`` without columns: unweighted),
+    ``inter_t`` [tile, ·], so that the loops over channels read and write rows."""
+    m = dirs.shape[0]
+    n_t = dirs.shape[1]
+    weighted = side_i.shape[1] > 0
+    for p in range(n_t):
+        i = pair_i[p]
+        j = pair_j[p]
+        for k in range(m):
+            direction = dirs[k, p]
+            r0 = k * n_inter
+            if first:
+                for c in range(n_inter):
+                    pair[p, r0 + c] = direction
+            elif weighted:
+                for c in range(n_inter):
+                    pair[p, r0 + c] = direction + side_i[i, r0 + c] + side_j[j, r0 + c]
+            else:
+                for c in range(n_inter):
+                    pair[p, r0 + c] = direction + side_j[j, r0 + c]
+            if p < n_valid:
+                for c in range(n_inter):
+                    sums[i, r0 + c] += pair[p, r0 + c] * inter_t[p, part * n_inter + c]
+
+
+@_jit()
+def _tile_path_back(g_summed, pair, inter_t, n_inter, part, pair_i, pair_j, n_valid, first, g_inter, g_dirs, by_i,
                     by_j):
-    """The reverse of :func:`_tile_path` on one tile: adds ∂E/∂I_part to ``g_inter`` [·, tile], ∂E/∂dirs to
-    ``g_dirs`` [m, tile] and, past the first block, ∂E/∂(the bracket) of the ``n_valid`` pairs summed by first
-    atom into ``by_i`` (when it has rows: the weighted style) and by second atom into ``by_j`` ([m·C, n_atoms])."""
+    """The reverse of :func:`_tile_path` on one tile (pair-major, [n_atoms, m·C] and [tile, ·]): adds ∂E/∂I_part to
+    ``g_inter`` [tile, ·], ∂E/∂dirs to ``g_dirs`` [m, tile] and, past the first block, ∂E/∂(the bracket) of the
+    ``n_valid`` pairs summed by first atom into ``by_i`` (when it has columns: the weighted style) and by second
+    atom into ``by_j``."""
     m = g_dirs.shape[0]
-    n_pairs = pair.shape[1]
-    g_pair = np.empty(n_pairs, pair.dtype)
-    for k in range(m):
-        for c in range(n_inter):
-            r = k * n_inter + c
-            q = part * n_inter + c
-            for p in range(n_pairs):
-                g = g_summed[r, pair_i[p]]
-                g_inter[q, p] += g * pair[r, p]
-                g_pair[p] = g * inter[q, p]
-                g_dirs[k, p] += g_pair[p]
-            if not first:
-                for p in range(n_valid):
-                    by_j[r, pair_j[p]] += g_pair[p]
-                if by_i.shape[0] > 0:
-                    _add_runs(g_pair[:n_valid], pair_i, by_i[r])
+    n_t = pair.shape[0]
+    weighted = by_i.shape[1] > 0
+    for p in range(n_t):
+        i = pair_i[p]
+        j = pair_j[p]
+        valid = p < n_valid and not first
+        for k in range(m):
+            r0 = k * n_inter
+            q0 = part * n_inter
+            total = 0.0
+            for c in range(n_inter):
+                g = g_summed[i, r0 + c]
+                g_inter[p, q0 + c] += g * pair[p, r0 + c]
+                g_pair = g * inter_t[p, q0 + c]
+                total += g_pair
+                if valid:
+                    by_j[j, r0 + c] += g_pair
+                    if weighted:
+                        by_i[i, r0 + c] += g_pair
+            g_dirs[k, p] += total
+
+
+@_jit()
+def _add_rows_by_atom(src_t, atom, n_valid, out):
+    """out[atom[p], :] += src_t[p, :] for p < ``n_valid`` (pair-major rows into atom-major rows)."""
+    for p in range(n_valid):
+        a = atom[p]
+        for c in range(src_t.shape[1]):
+            out[a, c] += src_t[p, c]
 
 
 @_jit()
 def _tile_forward(side_a, side_b, side3_i, side3_j, side5_i, side5_j, first, pair_i, pair_j, n_valid, geo, flat,
                   table, layers, blk, act, n_parts, kept, rows, sums):
     """One tile of a block's forward pass: its interactions and pair terms into ``kept`` (rows ``rows``), summed
-    by first atom into ``sums`` [rows: the interactions, the vector and the tensor pair terms; n_atoms]."""
+    by first atom into ``sums`` [n_atoms, columns: the interactions, the vector and the tensor pair terms]."""
     n_inter = blk[B2_N_INTER]
     n_basis = (geo.shape[0] - 8) // 2
+    n_t = geo.shape[1]
     _tile_interactions(side_a, side_b, pair_i, pair_j, geo[:n_basis], flat, table, layers, blk, act, kept, rows)
-    inter = kept[rows[4]:rows[5]]
-    _scatter(inter, pair_i, n_valid, sums[:n_parts * n_inter])
+    inter_t = _transpose(kept[rows[4]:rows[5]])
+    _add_rows_by_atom(inter_t, pair_i, n_valid, sums[:, :n_parts * n_inter])
     s3 = n_parts * n_inter
     if rows[6] > rows[5]:
-        _tile_path(side3_i, side3_j, first, inter, n_inter, 1, geo[2 * n_basis:2 * n_basis + 3], pair_i, pair_j,
-                   n_valid, sums[s3:s3 + 3 * n_inter], kept[rows[5]:rows[6]])
+        _tile_path(side3_i, side3_j, first, inter_t, n_inter, 1, geo[2 * n_basis:2 * n_basis + 3], pair_i, pair_j,
+                   n_valid, sums[:, s3:s3 + 3 * n_inter], kept[rows[5]:rows[6]].reshape((n_t, 3 * n_inter)))
     if rows[7] > rows[6]:
-        _tile_path(side5_i, side5_j, first, inter, n_inter, n_parts - 1, geo[2 * n_basis + 3:2 * n_basis + 8], pair_i,
-                   pair_j, n_valid, sums[s3 + 3 * n_inter:s3 + 8 * n_inter], kept[rows[6]:rows[7]])
+        _tile_path(side5_i, side5_j, first, inter_t, n_inter, n_parts - 1, geo[2 * n_basis + 3:2 * n_basis + 8],
+                   pair_i, pair_j, n_valid, sums[:, s3 + 3 * n_inter:s3 + 8 * n_inter],
+                   kept[rows[6]:rows[7]].reshape((n_t, 5 * n_inter)))
 
 
 @_jit()
 def _tile_backward(g_summed, g_summed3, g_summed5, first, pair_i, pair_j, n_valid, geo, flat, table, layers, blk,
                    act, n_parts, kept, rows, grads, sums):
-    """One tile of a block's reverse pass: ∂E/∂e and ∂E/∂u into ``grads`` [n_basis + 8, tile]; past the first block,
-    ∂E/∂ the first PI layer's per-atom sides and the pair terms' per-atom parts summed into ``sums`` [rows: side_a,
-    side_b, vector P_i, vector P_j, tensor P_i, tensor P_j parts; n_atoms]."""
+    """One tile of a block's reverse pass, from ∂E/∂ the sums of :func:`_tile_forward` ([n_atoms, ·] each):
+    ∂E/∂e and ∂E/∂u into ``grads`` [n_basis + 8, tile]; past the first block, ∂E/∂ the first PI layer's per-atom
+    sides and the pair terms' per-atom parts summed into ``sums`` [n_atoms, columns: side_a, side_b, vector P_i,
+    vector P_j, tensor P_i, tensor P_j parts]."""
     n_inter = blk[B2_N_INTER]
     n_basis = (geo.shape[0] - 8) // 2
     n_t = geo.shape[1]
-    inter = kept[rows[4]:rows[5]]
-    g_inter = np.empty((n_parts * n_inter, n_t), geo.dtype)
-    for c in range(n_parts * n_inter):
-        for p in range(n_t):
-            g_inter[c, p] = g_summed[c, pair_i[p]]
+    inter_t = _transpose(kept[rows[4]:rows[5]])
+    g_inter = np.empty((n_t, n_parts * n_inter), geo.dtype)
+    for p in range(n_t):
+        i = pair_i[p]
+        for c in range(n_parts * n_inter):
+            g_inter[p, c] = g_summed[i, c]
     n_first = rows[1] - rows[0]
     v = 2 * n_first
     if rows[6] > rows[5]:
-        weighted = sums.shape[0] > 0 and blk[B2_PATH + PATH_PAIR_I] >= 0
-        _tile_path_back(g_summed3, kept[rows[5]:rows[6]], inter, n_inter, 1, pair_i, pair_j, n_valid, first, g_inter,
-                        grads[n_basis:n_basis + 3], sums[v:v + (3 * n_inter if weighted else 0)],
-                        sums[v + 3 * n_inter:v + 6 * n_inter])
+        weighted = sums.shape[1] > 0 and blk[B2_PATH + PATH_PAIR_I] >= 0
+        _tile_path_back(g_summed3, kept[rows[5]:rows[6]].reshape((n_t, 3 * n_inter)), inter_t, n_inter, 1, pair_i,
+                        pair_j, n_valid, first, g_inter, grads[n_basis:n_basis + 3],
+                        sums[:, v:v + (3 * n_inter if weighted else 0)], sums[:, v + 3 * n_inter:v + 6 * n_inter])
     if rows[7] > rows[6]:
         t = v + 6 * n_inter
-        weighted = sums.shape[0] > 0 and blk[B2_PATH + PATH_COLUMNS + PATH_PAIR_I] >= 0
-        _tile_path_back(g_summed5, kept[rows[6]:rows[7]], inter, n_inter, n_parts - 1, pair_i, pair_j, n_valid, first,
-                        g_inter, grads[n_basis + 3:n_basis + 8], sums[t:t + (5 * n_inter if weighted else 0)],
-                        sums[t + 5 * n_inter:t + 10 * n_inter])
-    g_x0 = _interactions_backward(g_inter, geo[:n_basis], kept[rows[0]:rows[1]], kept[rows[1]:rows[2]],
+        weighted = sums.shape[1] > 0 and blk[B2_PATH + PATH_COLUMNS + PATH_PAIR_I] >= 0
+        _tile_path_back(g_summed5, kept[rows[6]:rows[7]].reshape((n_t, 5 * n_inter)), inter_t, n_inter, n_parts - 1,
+                        pair_i, pair_j, n_valid, first, g_inter, grads[n_basis + 3:n_basis + 8],
+                        sums[:, t:t + (5 * n_inter if weighted else 0)], sums[:, t + 5 * n_inter:t + 10 * n_inter])
+    g_x0 = _interactions_backward(_transpose(g_inter), geo[:n_basis], kept[rows[0]:rows[1]], kept[rows[1]:rows[2]],
                                   kept[rows[2]:rows[3]], kept[rows[3]:rows[4]], flat, table, layers, blk, act,
                                   grads[:n_basis])
     if not first:
-        _scatter(g_x0, pair_i, n_valid, sums[:n_first])
-        _scatter(g_x0, pair_j, n_valid, sums[n_first:2 * n_first])
+        g_x0_t = _transpose(g_x0)
+        _add_rows_by_atom(g_x0_t, pair_i, n_valid, sums[:, :n_first])
+        _add_rows_by_atom(g_x0_t, pair_j, n_valid, sums[:, n_first:2 * n_first])
 
 
 @_jit()
-def _sum_chunks(buf, rows, out):
-    """out[r, a] = Σ_chunk buf[chunk, r, a] for r < ``rows``: the threads' sums, in chunk order."""
-    n_atoms = out.shape[1]
+def _sum_chunks(buf, columns):
+    """Σ_chunk buf[chunk, a, c] for c < ``columns``, in chunk order, as [columns, n_atoms] (features by atoms)."""
+    n_atoms = buf.shape[1]
+    out = np.empty((columns, n_atoms), buf.dtype)
     for a in range(n_atoms):
-        for r in range(rows):
-            total = buf[0, r, a]
+        for c in range(columns):
+            total = buf[0, a, c]
             for chunk in range(1, buf.shape[0]):
-                total += buf[chunk, r, a]
-            out[r, a] = total
+                total += buf[chunk, a, c]
+            out[c, a] = total
+    return out
 
 
 @_jit(parallel=True)
@@ -458,7 +450,7 @@ def evaluate(types, pair_i, pair_j, diff, dist, flat, table, layers, blocks, cod
         g_diff: [>= n_pairs, 3] float64 output, ∂E/∂diff (eV/Å).
         tile: pairs per tile.
         kept, geometry, grads: per tile [depth, n_tiles, ·, tile], [n_tiles, ·, tile], [n_tiles, ·, tile];
-            fsum, bsum: per chunk of tiles (one per thread) [n_chunks, ·, n_atoms]: the workspace, rows by
+            fsum, bsum: per chunk of tiles (one per thread) [n_chunks, n_atoms, ·]: the workspace, sizes by
             :func:`workspace_rows`.
     """
     n_atoms = types.shape[0]
@@ -496,16 +488,19 @@ def evaluate(types, pair_i, pair_j, diff, dist, flat, table, layers, blocks, cod
         side_a, side_b = _first_layer_sides(p1, flat, table, layers, blk)
         side3_i, side3_j = _path_sides(p3, flat, table, layers, blk, 0, 3)
         side5_i, side5_j = _path_sides(p5, flat, table, layers, blk, 1, 5)
+        side3_i = _transpose(side3_i)
+        side3_j = _transpose(side3_j)
+        side5_i = _transpose(side5_i)
+        side5_j = _transpose(side5_j)
         for chunk in prange(n_chunks):
-            sums = fsum[chunk]
-            sums[:n_sum] = 0.0
+            sums = fsum[chunk, :, :n_sum]
+            sums[:, :] = 0.0
             for k in range(chunk * tiles_per_chunk, min(n_tiles, (chunk + 1) * tiles_per_chunk)):
                 p0 = k * tile
                 _tile_forward(side_a, side_b, side3_i, side3_j, side5_i, side5_j, d == 0, pair_i[p0:p0 + tile],
                               pair_j[p0:p0 + tile], min(tile, n_pairs - p0), geometry[k], flat, table, layers, blk,
                               act, n_parts, kept[d, k], rows, sums)
-        total = np.empty((n_sum, n_atoms), dt)
-        _sum_chunks(fsum, n_sum, total)
+        total = _sum_chunks(fsum, n_sum)
         summed = total[:n_parts * n_inter]
         z_pp = np.empty((_stack_rows(layers, blk[B2_PP], blk[B2_N_PP]), n_atoms), dt)
         q = _atoms_stack(summed, flat, table, layers, blk[B2_PP], blk[B2_N_PP], z_pp, 0, act)
@@ -604,8 +599,11 @@ def evaluate(types, pair_i, pair_j, diff, dist, flat, table, layers, blocks, cod
                                          blk, 1)
         n_first = rows[1] - rows[0]
         n_back = 2 * n_first + 16 * n_inter if d > 0 else 0
+        g_summed = _transpose(g_summed)
+        g_summed3 = _transpose(g_summed3)
+        g_summed5 = _transpose(g_summed5)
         for chunk in prange(n_chunks):
-            sums = bsum[chunk, :n_back]
+            sums = bsum[chunk, :, :n_back]
             sums[:, :] = 0.0
             for k in range(chunk * tiles_per_chunk, min(n_tiles, (chunk + 1) * tiles_per_chunk)):
                 p0 = k * tile
@@ -614,8 +612,7 @@ def evaluate(types, pair_i, pair_j, diff, dist, flat, table, layers, blocks, cod
                                kept[d, k], rows, grads[k], sums)
         if d == 0:
             break
-        back = np.empty((n_back, n_atoms), dt)
-        _sum_chunks(bsum, n_back, back)
+        back = _sum_chunks(bsum, n_back)
         g_prev = np.zeros((p1_in.shape[0], n_atoms), dt)
         if blk[B2_RESIDUAL] >= 0:
             res = _tensor(flat, table, layers[blk[B2_RESIDUAL], LAYER_KERNEL])
