@@ -299,24 +299,28 @@ def _tile_path(side_i, side_j, first, inter_t, n_inter, part, dirs, pair_i, pair
     m = dirs.shape[0]
     n_t = dirs.shape[1]
     weighted = side_i.shape[1] > 0
+    q0 = part * n_inter
     for p in range(n_t):
         i = pair_i[p]
         j = pair_j[p]
+        out = sums[i] if p < n_valid else np.zeros(sums.shape[1], sums.dtype)
         for k in range(m):
             direction = dirs[k, p]
             r0 = k * n_inter
             if first:
                 for c in range(n_inter):
                     pair[p, r0 + c] = direction
+                    out[r0 + c] += direction * inter_t[p, q0 + c]
             elif weighted:
                 for c in range(n_inter):
-                    pair[p, r0 + c] = direction + side_i[i, r0 + c] + side_j[j, r0 + c]
+                    x = direction + side_i[i, r0 + c] + side_j[j, r0 + c]
+                    pair[p, r0 + c] = x
+                    out[r0 + c] += x * inter_t[p, q0 + c]
             else:
                 for c in range(n_inter):
-                    pair[p, r0 + c] = direction + side_j[j, r0 + c]
-            if p < n_valid:
-                for c in range(n_inter):
-                    sums[i, r0 + c] += pair[p, r0 + c] * inter_t[p, part * n_inter + c]
+                    x = direction + side_j[j, r0 + c]
+                    pair[p, r0 + c] = x
+                    out[r0 + c] += x * inter_t[p, q0 + c]
 
 
 @_jit()
