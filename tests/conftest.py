@@ -66,6 +66,22 @@ def ethanol_model(tmp_path_factory):
     return str(root / "model")
 
 
+@pytest.fixture(scope="session")
+def ethanol_pinet2_model(tmp_path_factory):
+    """:func:`ethanol_model` with PiNet2 (rank 5, weighted): what runs on the Numba MD engine as PiNet does."""
+    from pinn.io import load_ase, sparse_batch
+    from pinn.models import potential_model
+    from settings import small_net, training_params, write_emt_molecules
+    root = tmp_path_factory.mktemp("ethanol-pinet2")
+    data = write_emt_molecules(root / "ethanol.xyz", "CH3CH2OH", 16)
+    params = training_params(root / "model", small_net([1, 6, 8], pi_nodes=[8, 8], rank=5, weighted=True),
+                             {"use_force": True, "fit_e_dress": True, "fit_e_dress_batches": 4},
+                             network="PiNet2", log_every_n_steps=1000)
+    params.update(precision="float64")
+    potential_model(params).train(lambda: load_ase(data).repeat().apply(sparse_batch(4)), 2)
+    return str(root / "model")
+
+
 #: the test files that launch many processes, run first: with pytest-xdist (run_tests.sh runs two
 #: workers, a file each at a time) the short files then fill the other worker around them
 LONG_FILES = ("test_parallel.py", "test_hpc_launch.py")

@@ -13,6 +13,7 @@ import pytest
 
 from pinn import get_calc
 from pinn.cli.commands import main
+from pinn.files.model_file import read_model_file
 from pinn.io.ase_files import iread, write
 from pinn.md.ipi import ipi_atoms
 
@@ -69,9 +70,13 @@ def _write_init(path, atoms=None):
     path.write_text("\n".join(lines) + "\n")
 
 
-def test_a_path_integral_run_of_ethanol_through_i_pi(ethanol_model, tmp_path):
+@pytest.mark.parametrize("network", ["PiNet", "PiNet2"])
+def test_a_path_integral_run_of_ethanol_through_i_pi(network, request, tmp_path):
+    """i-PI's path integrals with pinn's driver on a model file (PiNet, or PiNet2: both on the Numba engine)."""
+    ethanol_model = request.getfixturevalue("ethanol_model" if network == "PiNet" else "ethanol_pinet2_model")
     model_file = str(tmp_path / "ethanol.pinn")
     assert main(["export", ethanol_model, "-o", model_file]) == 0
+    assert read_model_file(model_file).members[0]["numba_engine"]
     _write_init(tmp_path / "init.xyz")
     address = f"pinn-test-{os.getpid()}"
     settings = dict(SOCKET, forcefield=SOCKET["forcefield"].format(address=address))
