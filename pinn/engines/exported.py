@@ -8,12 +8,12 @@ loads the checkpoint with TensorFlow as before and writes the file (where the di
 writable, and only inside the model directory: a checkpoint given by a path elsewhere is read, its
 directory never written), so the next run is TensorFlow-free.
 
-The file holds the arrays of :meth:`pinn.engines.spec.PiNetSpec.arrays` (or ``PiNet2Spec``'s) (the averaged weights for a
-model trained with ``ema_decay``, as the calculator uses), ``e_unit``, and what it was made
-from: the checkpoint's name, its index file's size and modification time, and a SHA-256 of
-``params.yml`` (without its ``model_dir`` entry, the path the directory was opened by).  It
-counts as stale, and is ignored, when any of those differ from what is on disk now, when its
-format version is another, or when it cannot be read.
+The file holds the arrays of :meth:`pinn.engines.spec.PiNetSpec.arrays` (or ``PiNet2Spec``'s) (the averaged
+weights for a model trained with ``ema_decay``, as the calculator uses), ``e_unit``, and what it was made
+from: the checkpoint's name, its index file's size and modification time, and a SHA-256 of ``params.yml``
+(without its ``model_dir`` entry, the path the directory was opened by). It counts as stale, and is ignored,
+when any of those differ from what is on disk now, when its format version is another, or when it cannot be
+read.
 
 All of this runs without TensorFlow (the checkpoint state file is read by
 :mod:`pinn.files.checkpoint_dir`).  A damaged file is ignored with a warning and written

@@ -3,8 +3,8 @@
 :class:`FastPiNet` holds a potential's weights as the arrays of
 :func:`pinn.engines.lowering.pinet_arrays` and calls the kernels of
 :mod:`pinn.engines.numba.md_kernels` (PiNet; how they work, their accuracy and their
-compilation are described there) or :mod:`pinn.engines.numba.pinet2_kernels` (PiNet2).  The ASE calculator uses it by default for PiNet
-potentials on CPUs (:mod:`pinn.calculator`).
+compilation are described there) or :mod:`pinn.engines.numba.pinet2_kernels` (PiNet2).  The ASE
+calculator uses it by default for PiNet and PiNet2 potentials on CPUs (:mod:`pinn.calculator`).
 """
 import numpy as np
 

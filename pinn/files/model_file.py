@@ -130,7 +130,8 @@ class ModelFile:
 
     def engine_weights(self, k):
         """Member ``k``'s Numba-engine arrays with its ``e_unit`` and ``source`` (what
-        :class:`pinn.calculator.PiNNCalc` takes), or ``None`` where it has none (neither a PiNet nor a PiNet2 potential)."""
+        :class:`pinn.calculator.PiNNCalc` takes), or ``None`` where it has none (neither a PiNet nor a PiNet2
+        potential)."""
         prefix = f"m{k}/engine/"
         weights = {key[len(prefix):]: value for key, value in self._arrays.items() if key.startswith(prefix)}
         if not weights:

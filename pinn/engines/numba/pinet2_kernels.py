@@ -28,8 +28,9 @@ from pinn.engines.numba.layout import (B2_II, B2_MIX, B2_N_II, B2_N_INTER, B2_N_
                                        B2_OUT, B2_PATH, B2_PI, B2_PP, B2_RESIDUAL, B2_UNITS, CODE_ACT,
                                        CODE_N_BASIS, LAYER_BIAS, LAYER_KERNEL, LAYER_N_OUT, PATH_COLUMNS,
                                        PATH_DOT_A, PATH_DOT_B, PATH_PAIR_I, PATH_PAIR_J, PATH_PP)
-from pinn.engines.numba.md_kernels import (_act_tile, _serial_build, _atoms_stack, _atoms_stack_back, _dact_tile, _jit, _tensor,
-                                           _tile_matmul, _tile_matmul_t, contraction_adjoint, radial_basis_tile)
+from pinn.engines.numba.md_kernels import (_act_tile, _atoms_stack, _atoms_stack_back, _dact_tile, _jit, _serial_build,
+                                           _tensor, _tile_matmul, _tile_matmul_t, contraction_adjoint,
+                                           radial_basis_tile)
 
 #: arrays a block keeps per atom for the reverse pass (see :func:`evaluate`)
 ATOM_KEPT = 11
@@ -282,11 +283,15 @@ def _path_atoms_back(g_new, scales, part, n_inter, v, mixed_a, mixed_b, g_dots, 
 
 @_jit()
 def _transpose(src):
-    """A new C-contiguous array with ``src``'s rows as columns."""
-    out = np.empty((src.shape[1], src.shape[0]), src.dtype)
-    for r in range(src.shape[0]):
-        for c in range(src.shape[1]):
-            out[c, r] = src[r, c]
+    """A new C-contiguous array with ``src``'s rows as columns (in 16 × 16 blocks, which stay in cache)."""
+    n_rows, n_cols = src.shape
+    out = np.empty((n_cols, n_rows), src.dtype)
+    for r0 in range(0, n_rows, 16):
+        r1 = min(n_rows, r0 + 16)
+        for c0 in range(0, n_cols, 16):
+            for c in range(c0, min(n_cols, c0 + 16)):
+                for r in range(r0, r1):
+                    out[c, r] = src[r, c]
     return out
 
 
