@@ -28,9 +28,9 @@ from pinn.engines.numba.layout import (B2_II, B2_MIX, B2_N_II, B2_N_INTER, B2_N_
                                        B2_OUT, B2_PATH, B2_PI, B2_PP, B2_RESIDUAL, B2_UNITS, CODE_ACT,
                                        CODE_N_BASIS, LAYER_BIAS, LAYER_KERNEL, LAYER_N_OUT, PATH_COLUMNS,
                                        PATH_DOT_A, PATH_DOT_B, PATH_PAIR_I, PATH_PAIR_J, PATH_PP)
-from pinn.engines.numba.md_kernels import (_act_tile, _atoms_stack, _atoms_stack_back, _dact_tile, _jit, _serial_build,
-                                           _tensor, _tile_matmul, _tile_matmul_t, contraction_adjoint,
-                                           radial_basis_tile)
+from pinn.engines.numba.md_kernels import (_act_tile, _atoms_stack, _atoms_stack_back, _dact_kept, _jit, _keep,
+                                           _keeps_output, _serial_build, _tensor, _tile_matmul, _tile_matmul_t,
+                                           contraction_adjoint, radial_basis_tile)
 
 #: arrays a block keeps per atom for the reverse pass (see :func:`evaluate`)
 ATOM_KEPT = 11
@@ -154,21 +154,60 @@ def _first_layer_sides(p1, flat, table, layers, blk):
 
 
 @_jit()
+def _pair_layers(x, flat, table, layers, start, count, kept, act):
+    """Activated layers ``start`` … ``start + count − 1`` on a tile's pairs ([features, tile]), keeping in ``kept``
+    what their reverse needs: act(z) where it suffices (tanh, linear: :func:`~pinn.engines.numba.md_kernels.
+    _keeps_output`), else z; returns the last activations."""
+    keep_y = _keeps_output(act)
+    row = 0
+    for layer in range(start, start + count):
+        w = _tensor(flat, table, layers[layer, LAYER_KERNEL])
+        n_in, n_out = w.shape
+        z = np.empty((n_out, x.shape[1]), x.dtype)
+        _tile_matmul(x, w, z, n_in, n_out)
+        bias = table[layers[layer, LAYER_BIAS], 0]
+        for c in range(n_out):
+            bc = flat[bias + c]
+            for t in range(x.shape[1]):
+                z[c, t] += bc
+        y = np.empty_like(z)
+        _act_tile(z, y, n_out, act)
+        _keep(z, y, kept[row:row + n_out], n_out, keep_y)
+        row += n_out
+        x = y
+    return x
+
+
+@_jit()
+def _pair_layers_back(g, flat, table, layers, start, count, kept, act):
+    """The reverse of :func:`_pair_layers`: ∂E/∂ its input from ∂E/∂ its output (``g``, overwritten)."""
+    row = _stack_rows(layers, start, count)
+    for layer in range(start + count - 1, start - 1, -1):
+        w = _tensor(flat, table, layers[layer, LAYER_KERNEL])
+        n_in, n_out = w.shape
+        row -= n_out
+        _dact_kept(kept[row:row + n_out], g, n_out, act)
+        out = np.empty((n_in, g.shape[1]), g.dtype)
+        _tile_matmul_t(g, w, out, n_in, n_out)
+        g = out
+    return g
+
+
+@_jit()
 def _tile_interactions(side_a, side_b, pair_i, pair_j, e, flat, table, layers, blk, act, kept, rows):
     """The PI and II nets on one tile of pairs: the interactions, written to their rows of ``kept`` [·, tile]
-    (offsets ``rows``, :func:`pair_rows`) with what the reverse needs: the first PI layer's pre-activation, the
-    last hidden PI activation, the middle PI layers' and the II layers' pre-activations."""
+    (offsets ``rows``, :func:`pair_rows`) with what the reverse needs: the first PI layer's kept value (its
+    activation, or its pre-activation, as :func:`_pair_layers` keeps; the basis weights themselves without a
+    hidden PI layer), the last hidden PI activation, the middle PI layers' and the II layers' kept values."""
     n_pairs = e.shape[1]
     n_basis = e.shape[0]
     dt = e.dtype
     n_first = side_a.shape[0]
-    x0 = kept[rows[0]:rows[1]]
-    for c in range(n_first):
-        for p in range(n_pairs):
-            x0[c, p] = 0.0
+    x0 = np.zeros((n_first, n_pairs), dt)
     _gather_sum(side_a, side_b, pair_i, pair_j, n_first, x0)
     n_pi_layers = blk[B2_N_PI]
     if n_pi_layers == 1:  # no hidden layer: x0 holds the basis weights, I_c = Σ_b x0[c·n_basis + b] e_b
+        kept[rows[0]:rows[1]] = x0
         n_pi = n_first // n_basis
         inter_pi = np.zeros((n_pi, n_pairs), dt)
         for c in range(n_pi):
@@ -178,7 +217,8 @@ def _tile_interactions(side_a, side_b, pair_i, pair_j, e, flat, table, layers, b
     else:
         h = np.empty((n_first, n_pairs), dt)
         _act_tile(x0, h, n_first, act)
-        h = _atoms_stack(h, flat, table, layers, blk[B2_PI] + 1, n_pi_layers - 2, kept[rows[2]:rows[3]], 0, act)
+        _keep(x0, h, kept[rows[0]:rows[1]], n_first, _keeps_output(act))
+        h = _pair_layers(h, flat, table, layers, blk[B2_PI] + 1, n_pi_layers - 2, kept[rows[2]:rows[3]], act)
         kept[rows[1]:rows[2]] = h
         last = layers[blk[B2_PI] + n_pi_layers - 1]
         kernel = _tensor(flat, table, last[LAYER_KERNEL])
@@ -193,8 +233,8 @@ def _tile_interactions(side_a, side_b, pair_i, pair_j, e, flat, table, layers, b
                 bc = flat[boff + c * n_basis + b]
                 for p in range(n_pairs):
                     inter_pi[c, p] += (u[c, p] + bc) * e[b, p]
-    kept[rows[4]:rows[5]] = _atoms_stack(inter_pi, flat, table, layers, blk[B2_II], blk[B2_N_II],
-                                         kept[rows[3]:rows[4]], 0, act)
+    kept[rows[4]:rows[5]] = _pair_layers(inter_pi, flat, table, layers, blk[B2_II], blk[B2_N_II],
+                                         kept[rows[3]:rows[4]], act)
 
 
 @_jit()
@@ -693,12 +733,12 @@ def _add_scale_grad(g_new, v, g_scales, part, n_inter):
 
 @_jit()
 def _interactions_backward(g_inter, e, x0, h, middle, z_ii, flat, table, layers, blk, act, g_e):
-    """The reverse of :func:`_pair_interactions`: ∂E/∂(first PI layer's pre-activation) [n_first, n_pairs]; adds
-    ∂E/∂e_b to ``g_e``."""
+    """The reverse of :func:`_tile_interactions`: ∂E/∂(first PI layer's pre-activation) [n_first, n_pairs]; adds
+    ∂E/∂e_b to ``g_e``.  ``x0``: the first PI layer's kept value."""
     n_basis = e.shape[0]
     n_pairs = e.shape[1]
     dt = e.dtype
-    g_pi = _atoms_stack_back(g_inter, flat, table, layers, blk[B2_II], blk[B2_N_II], z_ii, 0, act)
+    g_pi = _pair_layers_back(g_inter, flat, table, layers, blk[B2_II], blk[B2_N_II], z_ii, act)
     n_pi = g_pi.shape[0]
     n_pi_layers = blk[B2_N_PI]
     if n_pi_layers == 1:
@@ -716,9 +756,8 @@ def _interactions_backward(g_inter, e, x0, h, middle, z_ii, flat, table, layers,
     u = np.empty((n_h, n_pairs), dt)
     contraction_adjoint(np.ascontiguousarray(g_pi), kernel, flat, table[last[LAYER_BIAS], 0], h, e, n_h, n_pi, u,
                         g_h, g_e)
-    g_h = _atoms_stack_back(g_h, flat, table, layers, blk[B2_PI] + 1, n_pi_layers - 2, middle, 0, act)
-    g_x0 = np.ascontiguousarray(g_h)
-    _dact_tile(x0, g_x0, x0.shape[0], act)
+    g_x0 = _pair_layers_back(g_h, flat, table, layers, blk[B2_PI] + 1, n_pi_layers - 2, middle, act)
+    _dact_kept(x0, g_x0, x0.shape[0], act)
     return g_x0
 
 
