@@ -1,19 +1,24 @@
 """PiNet2's energy and its derivative by the pair vectors, in Numba kernels (the MD engine's second network).
 
 The equations are :mod:`pinn.networks.pinet2`'s (its module docstring); the weights and their layout are
-:meth:`pinn.engines.spec.PiNet2Spec.arrays`' (columns :data:`~pinn.engines.numba.layout.B2_PI` …).  Arrays
-are features by columns, the columns being atoms or pairs, so that the dense layers of
-:mod:`pinn.engines.numba.md_kernels` (``_atoms_dense`` and its stacks, the register-blocked products) serve
-both; equivariant features of m components are stacked as m row blocks of C channels, [m·C, n_atoms].
+:meth:`pinn.engines.spec.PiNet2Spec.arrays`' (columns :data:`~pinn.engines.numba.layout.B2_PI` …).  Per-atom
+arrays are features by atoms, so that the dense layers of :mod:`pinn.engines.numba.md_kernels` (its
+``_atoms_dense`` stacks and register-blocked products) serve them; equivariant features of m components are
+stacked as m row blocks of C channels, [m·C, n_atoms].
 
-The forward pass keeps, per block, what its reverse needs (pre-activations, the pair terms, the
-equivariant features and their weighted mixings); the reverse pass runs the blocks backwards from the
-energy's seeds (the output units, and for a second output per atom the caller's ∂E/∂q) to ∂E/∂e_b per
-pair (the radial basis) and ∂E/∂u per pair (the unit vector u_ij, and the five components of u u^T − 1/3),
-which :func:`pair_gradients` turns into ∂E/∂(r_j − r_i).  The weights are not differentiated.
+The pairs run in tiles (:data:`~pinn.engines.numba.md_kernels.TILE` at most; the last one padded, its padding
+never summed into an atom), the tiles split in chunks over the threads (``evaluate``; ``evaluate_serial`` for
+small structures), each chunk summing into its own per-atom rows, added up in chunk order.  In a tile the PI and
+II nets run features by pairs; the equivariant pair terms run pairs by features, so that their loops over a
+pair's channels read and write rows.  The forward pass keeps, per tile and per block, what the reverse needs
+(the layers' outputs for tanh, else their pre-activations; the pair terms), in a workspace the caller keeps
+between calls (:func:`workspace_rows`).  The reverse pass runs the blocks backwards from the energy's seeds
+(the output units, and for a second output per atom the caller's ∂E/∂q) to ∂E/∂e_b per pair (the radial basis)
+and ∂E/∂u per pair (the unit vector u_ij, and the five components of u u^T − 1/3), which
+:func:`pair_gradients` turns into ∂E/∂(r_j − r_i).  The weights are not differentiated.
 
-NumPy and Numba only.  One thread: the tensor work of a block is small next to the per-call costs for
-molecules, and the pair loops of large cells run serially (a measured choice, docs/benchmarks.md).
+NumPy and Numba only; compiled with the options of every kernel (``md_kernels._jit``: cached on disk,
+compiled once in a child process).
 """
 import math
 
