@@ -383,24 +383,26 @@ def _tile_path_back(g_summed, pair, inter_t, n_inter, part, pair_i, pair_j, n_va
     m = g_dirs.shape[0]
     n_t = pair.shape[0]
     weighted = by_i.shape[1] > 0
+    q0 = part * n_inter
+    g_pair = np.empty(m * n_inter, pair.dtype)
     for p in range(n_t):
         i = pair_i[p]
         j = pair_j[p]
-        valid = p < n_valid and not first
         for k in range(m):
             r0 = k * n_inter
-            q0 = part * n_inter
             total = 0.0
             for c in range(n_inter):
                 g = g_summed[i, r0 + c]
                 g_inter[p, q0 + c] += g * pair[p, r0 + c]
-                g_pair = g * inter_t[p, q0 + c]
-                total += g_pair
-                if valid:
-                    by_j[j, r0 + c] += g_pair
-                    if weighted:
-                        by_i[i, r0 + c] += g_pair
+                g_pair[r0 + c] = g * inter_t[p, q0 + c]
+                total += g_pair[r0 + c]
             g_dirs[k, p] += total
+        if p < n_valid and not first:
+            for r in range(m * n_inter):
+                by_j[j, r] += g_pair[r]
+            if weighted:
+                for r in range(m * n_inter):
+                    by_i[i, r] += g_pair[r]
 
 
 @_jit()
