@@ -56,7 +56,7 @@ def block_parts(engine, rank, calls):
     rng = np.random.RandomState(0)
     dt = engine.dtype
     p1 = rng.rand(n_inter, n_atoms).astype(dt)
-    side_a, side_b = kernels._first_layer_sides(p1, flat, table, layers, blk)
+    side_a, side_b = (kernels._transpose(side) for side in kernels._first_layer_sides(p1, flat, table, layers, blk))
     p3 = kernels._transpose(rng.rand(3 * n_inter, n_atoms).astype(dt))
     p5 = kernels._transpose(rng.rand(5 * n_inter, n_atoms).astype(dt))
     sums = np.zeros((n_atoms, forward.shape[2]), dt)
