@@ -47,7 +47,7 @@ def block_parts(engine, rank, calls):
     from pinn.engines.numba import pinet2_kernels as kernels
     _, kept, geometry, grads, forward, backward, pair_i, pair_j = engine._pinet2_work
     flat, table, layers, blocks, codes = engine._flat, engine._table, engine._layers, engine._blocks, engine._codes_array
-    n_atoms = forward.shape[1]
+    n_atoms = forward[0].shape[1]
     tile, n_tiles, n_pairs = kept.shape[3], kept.shape[1], engine.last_pairs
     n_parts = 1 + (rank >= 3) + (rank >= 5)
     n_inter = int(blocks[1, 12])
@@ -59,8 +59,8 @@ def block_parts(engine, rank, calls):
     side_a, side_b = (kernels._transpose(side) for side in kernels._first_layer_sides(p1, flat, table, layers, blk))
     p3 = kernels._transpose(rng.rand(3 * n_inter, n_atoms).astype(dt))
     p5 = kernels._transpose(rng.rand(5 * n_inter, n_atoms).astype(dt))
-    sums = np.zeros((n_atoms, forward.shape[2]), dt)
-    back = np.zeros((n_atoms, backward.shape[2]), dt)
+    sums = [np.zeros(buf.shape[1:], dt) for buf in forward]
+    backs = [np.zeros(buf.shape[1:], dt) for buf in backward]
     g_sums = rng.rand(n_atoms, n_parts * n_inter).astype(dt)
     g3 = rng.rand(n_atoms, 3 * n_inter).astype(dt)
     g5 = rng.rand(n_atoms, 5 * n_inter).astype(dt)
@@ -75,11 +75,12 @@ def block_parts(engine, rank, calls):
     def block_forward():
         tiles(lambda k, i, j, n: kernels._tile_forward(side_a, side_b, p3[:, :0], p3, p5[:, :0], p5, False, i, j, n,
                                                        geometry[k], flat, table, layers, blk, act, n_parts,
-                                                       kept[1, k], rows, sums))
+                                                       kept[1, k], rows, *sums))
 
     def block_reverse():
         tiles(lambda k, i, j, n: kernels._tile_backward(g_sums, g3, g5, False, i, j, n, geometry[k], flat, table,
-                                                        layers, blk, act, n_parts, kept[1, k], rows, grads[k], back))
+                                                        layers, blk, act, n_parts, kept[1, k], rows, grads[k],
+                                                        *backs))
 
     def inter_forward():
         tiles(lambda k, i, j, n: kernels._tile_interactions(side_a, side_b, i, j, geometry[k][:n_basis], flat, table,
@@ -103,7 +104,7 @@ def block_parts(engine, rank, calls):
         def path_forward():
             tiles(lambda k, i, j, n: kernels._tile_path(p3[:, :0], p3, False, inter_t, n_inter, 1,
                                                         geometry[k][2 * n_basis:2 * n_basis + 3], i, j, n,
-                                                        sums[:, :3 * n_inter],
+                                                        sums[1],
                                                         kept[1, k][rows[5]:rows[6]].reshape((tile, 3 * n_inter))))
         parts["path_forward"] = median_ms(path_forward, calls)
     return parts

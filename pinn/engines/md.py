@@ -226,13 +226,15 @@ class FastPiNet:
         chunks = self.threads if self.threads > 1 and n_pairs >= PARALLEL_MIN_PAIRS else 1
         key = (len(types), n_tiles, tile, chunks)
         if self._pinet2_work is None or self._pinet2_work[0] != key:
-            kept, geometry, grads, forward, backward = (int(r) for r in pinet2_kernels.workspace_rows(
+            kept, geometry, grads, inter, vector, tensor, first = (int(r) for r in pinet2_kernels.workspace_rows(
                 self._layers, self._blocks, self.n_basis))
+            n_atoms = len(types)
             self._pinet2_work = (key, np.zeros((len(self._blocks), n_tiles, kept, tile), self.dtype),
                                  np.zeros((n_tiles, geometry, tile), self.dtype),
                                  np.zeros((n_tiles, grads, tile), self.dtype),
-                                 np.zeros((chunks, len(types), forward), self.dtype),
-                                 np.zeros((chunks, len(types), backward), self.dtype),
+                                 tuple(np.zeros((chunks, n_atoms, w), self.dtype) for w in (inter, vector, tensor)),
+                                 tuple(np.zeros((chunks, n_atoms, w), self.dtype)
+                                       for w in (first, first, vector, vector, tensor, tensor)),
                                  np.zeros(n_tiles * tile, np.int32), np.zeros(n_tiles * tile, np.int32))
         _, kept, geometry, grads, forward, backward, padded_i, padded_j = self._pinet2_work
         padded_i[:n_pairs] = pair_i[:n_pairs]

@@ -89,16 +89,20 @@ def pair_rows(layers, blk, n_parts):
 
 @_jit()
 def workspace_rows(layers, blocks, n_basis):
-    """Rows of :func:`evaluate`'s workspace: (kept per tile, geometry per tile, its gradients per tile, the
-    forward sums per chunk, the reverse sums per chunk)."""
+    """Sizes of :func:`evaluate`'s workspace: (rows kept per tile, geometry rows per tile, gradient rows per tile,
+    and the columns of the per-chunk sums: the interactions, the vector and the tensor pair terms, the first PI
+    layer's sides)."""
     n_inter = blocks[0, B2_N_INTER]
-    n_parts = 1 + int(blocks[0, B2_PATH + PATH_PP] >= 0) + int(blocks[0, B2_PATH + PATH_COLUMNS + PATH_PP] >= 0)
+    vectors = blocks[0, B2_PATH + PATH_PP] >= 0
+    tensors = blocks[0, B2_PATH + PATH_COLUMNS + PATH_PP] >= 0
+    n_parts = 1 + int(vectors) + int(tensors)
     kept = 1
     n_first = 1
     for d in range(blocks.shape[0]):
         kept = max(kept, pair_rows(layers, blocks[d], n_parts)[7])
         n_first = max(n_first, layers[blocks[d, B2_PI], LAYER_N_OUT])
-    return kept, 2 * n_basis + 8, n_basis + 8, (n_parts + 8) * n_inter, 2 * n_first + 16 * n_inter
+    return (kept, 2 * n_basis + 8, n_basis + 8, n_parts * n_inter, 3 * n_inter * int(vectors),
+            5 * n_inter * int(tensors), n_first)
 
 
 @_jit()
@@ -371,15 +375,14 @@ def _tile_path(side_i, side_j, first, inter_t, n_inter, part, dirs, pair_i, pair
 
 
 @_jit()
-def _tile_path_back(g_summed, pair, inter_t, n_inter, part, pair_i, pair_j, n_valid, first, g_inter, g_dirs, by_i,
-                    by_j):
+def _tile_path_back(g_summed, pair, inter_t, n_inter, part, pair_i, pair_j, n_valid, first, weighted, g_inter,
+                    g_dirs, by_i, by_j):
     """The reverse of :func:`_tile_path` on one tile (pair-major, [n_atoms, m·C] and [tile, ·]): adds ∂E/∂I_part to
     ``g_inter`` [tile, ·], ∂E/∂dirs to ``g_dirs`` [m, tile] and, past the first block, ∂E/∂(the bracket) of the
-    ``n_valid`` pairs summed by first atom into ``by_i`` (when it has columns: the weighted style) and by second
-    atom into ``by_j``."""
+    ``n_valid`` pairs summed by first atom into ``by_i`` (``weighted`` style only) and by second atom into
+    ``by_j``."""
     m = g_dirs.shape[0]
     n_t = pair.shape[0]
-    weighted = by_i.shape[1] > 0
     n = np.uint64(n_inter)  # unsigned column indices, as in _tile_path
     q0 = np.uint64(part) * n
     n_rows = np.uint64(m) * n
@@ -416,32 +419,31 @@ def _add_rows_by_atom(src_t, atom, n_valid, out):
 
 @_jit()
 def _tile_forward(side_a, side_b, side3_i, side3_j, side5_i, side5_j, first, pair_i, pair_j, n_valid, geo, flat,
-                  table, layers, blk, act, n_parts, kept, rows, sums):
+                  table, layers, blk, act, n_parts, kept, rows, sums, sums3, sums5):
     """One tile of a block's forward pass: its interactions and pair terms into ``kept`` (rows ``rows``), summed
-    by first atom into ``sums`` [n_atoms, columns: the interactions, the vector and the tensor pair terms]."""
+    by first atom into ``sums``, ``sums3`` and ``sums5`` ([n_atoms, ·]: the interactions, the vector and the tensor
+    pair terms)."""
     n_inter = blk[B2_N_INTER]
     n_basis = (geo.shape[0] - 8) // 2
     n_t = geo.shape[1]
     _tile_interactions(side_a, side_b, pair_i, pair_j, geo[:n_basis], flat, table, layers, blk, act, kept, rows)
     inter_t = _transpose(kept[rows[4]:rows[5]])
-    _add_rows_by_atom(inter_t, pair_i, n_valid, sums[:, :n_parts * n_inter])
-    s3 = n_parts * n_inter
+    _add_rows_by_atom(inter_t, pair_i, n_valid, sums)
     if rows[6] > rows[5]:
         _tile_path(side3_i, side3_j, first, inter_t, n_inter, 1, geo[2 * n_basis:2 * n_basis + 3], pair_i, pair_j,
-                   n_valid, sums[:, s3:s3 + 3 * n_inter], kept[rows[5]:rows[6]].reshape((n_t, 3 * n_inter)))
+                   n_valid, sums3, kept[rows[5]:rows[6]].reshape((n_t, 3 * n_inter)))
     if rows[7] > rows[6]:
         _tile_path(side5_i, side5_j, first, inter_t, n_inter, n_parts - 1, geo[2 * n_basis + 3:2 * n_basis + 8],
-                   pair_i, pair_j, n_valid, sums[:, s3 + 3 * n_inter:s3 + 8 * n_inter],
-                   kept[rows[6]:rows[7]].reshape((n_t, 5 * n_inter)))
+                   pair_i, pair_j, n_valid, sums5, kept[rows[6]:rows[7]].reshape((n_t, 5 * n_inter)))
 
 
 @_jit()
 def _tile_backward(g_summed, g_summed3, g_summed5, first, pair_i, pair_j, n_valid, geo, flat, table, layers, blk,
-                   act, n_parts, kept, rows, grads, sums):
+                   act, n_parts, kept, rows, grads, by_a, by_b, by3_i, by3_j, by5_i, by5_j):
     """One tile of a block's reverse pass, from ∂E/∂ the sums of :func:`_tile_forward` ([n_atoms, ·] each):
     ∂E/∂e and ∂E/∂u into ``grads`` [n_basis + 8, tile]; past the first block, ∂E/∂ the first PI layer's per-atom
-    sides and the pair terms' per-atom parts summed into ``sums`` [n_atoms, columns: side_a, side_b, vector P_i,
-    vector P_j, tensor P_i, tensor P_j parts]."""
+    sides (``by_a``, ``by_b``) and the pair terms' per-atom parts (``by3_i``, ``by3_j``, ``by5_i``, ``by5_j``)
+    summed into those [n_atoms, ·] arrays."""
     n_inter = blk[B2_N_INTER]
     n_basis = (geo.shape[0] - 8) // 2
     n_t = geo.shape[1]
@@ -453,29 +455,26 @@ def _tile_backward(g_summed, g_summed3, g_summed5, first, pair_i, pair_j, n_vali
         for c in range(n_columns):
             g_inter[p, c] = g_summed[i, c]
     n_first = rows[1] - rows[0]
-    v = 2 * n_first
     if rows[6] > rows[5]:
-        weighted = sums.shape[1] > 0 and blk[B2_PATH + PATH_PAIR_I] >= 0
         _tile_path_back(g_summed3, kept[rows[5]:rows[6]].reshape((n_t, 3 * n_inter)), inter_t, n_inter, 1, pair_i,
-                        pair_j, n_valid, first, g_inter, grads[n_basis:n_basis + 3],
-                        sums[:, v:v + (3 * n_inter if weighted else 0)], sums[:, v + 3 * n_inter:v + 6 * n_inter])
+                        pair_j, n_valid, first, blk[B2_PATH + PATH_PAIR_I] >= 0, g_inter, grads[n_basis:n_basis + 3],
+                        by3_i, by3_j)
     if rows[7] > rows[6]:
-        t = v + 6 * n_inter
-        weighted = sums.shape[1] > 0 and blk[B2_PATH + PATH_COLUMNS + PATH_PAIR_I] >= 0
         _tile_path_back(g_summed5, kept[rows[6]:rows[7]].reshape((n_t, 5 * n_inter)), inter_t, n_inter, n_parts - 1,
-                        pair_i, pair_j, n_valid, first, g_inter, grads[n_basis + 3:n_basis + 8],
-                        sums[:, t:t + (5 * n_inter if weighted else 0)], sums[:, t + 5 * n_inter:t + 10 * n_inter])
+                        pair_i, pair_j, n_valid, first, blk[B2_PATH + PATH_COLUMNS + PATH_PAIR_I] >= 0, g_inter,
+                        grads[n_basis + 3:n_basis + 8], by5_i, by5_j)
     g_x0 = _interactions_backward(_transpose(g_inter), geo[:n_basis], kept[rows[0]:rows[1]], kept[rows[1]:rows[2]],
                                   kept[rows[2]:rows[3]], kept[rows[3]:rows[4]], flat, table, layers, blk, act,
                                   grads[:n_basis])
     if not first:
-        _add_by_both_atoms(g_x0, n_first, pair_i, pair_j, 0, n_valid, sums[:, :n_first], sums[:, n_first:2 * n_first])
+        _add_by_both_atoms(g_x0, n_first, pair_i, pair_j, 0, n_valid, by_a, by_b)
 
 
 @_jit()
-def _sum_chunks(buf, columns):
-    """Σ_chunk buf[chunk, a, c] for c < ``columns``, in chunk order, as [columns, n_atoms] (features by atoms)."""
+def _sum_chunks(buf):
+    """Σ_chunk buf[chunk, a, c], in chunk order, as [columns, n_atoms] (features by atoms)."""
     n_atoms = buf.shape[1]
+    columns = buf.shape[2]
     out = np.empty((columns, n_atoms), buf.dtype)
     for a in range(n_atoms):
         for c in range(columns):
@@ -488,7 +487,7 @@ def _sum_chunks(buf, columns):
 
 @_jit(parallel=True)
 def evaluate(types, pair_i, pair_j, diff, dist, flat, table, layers, blocks, codes, scal, charge_seed, atomic,
-             charge, g_diff, tile, kept, geometry, grads, fsum, bsum):
+             charge, g_diff, tile, kept, geometry, grads, sums, backs):
     """Atomic energies and ∂E/∂(r_j − r_i) per pair of one structure (and a second output per atom, as
     :func:`pinn.engines.numba.md_kernels._evaluate` has it: the charges of an electrostatic embedding, whose
     energy's derivative the reverse pass takes from ``charge_seed``).
@@ -505,13 +504,15 @@ def evaluate(types, pair_i, pair_j, diff, dist, flat, table, layers, blocks, cod
         g_diff: [>= n_pairs, 3] float64 output, ∂E/∂diff (eV/Å).
         tile: pairs per tile.
         kept, geometry, grads: per tile [depth, n_tiles, ·, tile], [n_tiles, ·, tile], [n_tiles, ·, tile];
-            fsum, bsum: per chunk of tiles (one per thread) [n_chunks, n_atoms, ·]: the workspace, sizes by
+            sums, backs: per chunk of tiles (one per thread), [n_chunks, n_atoms, ·] each: the forward sums (the
+            interactions, the vector and the tensor pair terms) and the reverse's (the first PI layer's two sides,
+            the vector pair terms' P_i and P_j parts, the tensor ones'): the workspace, sizes by
             :func:`workspace_rows`.
     """
     n_atoms = types.shape[0]
     n_pairs = dist.shape[0]
     n_tiles = (n_pairs + tile - 1) // tile
-    n_chunks = fsum.shape[0]
+    n_chunks = sums[0].shape[0]
     tiles_per_chunk = (n_tiles + n_chunks - 1) // n_chunks
     depth = blocks.shape[0]
     act = codes[CODE_ACT]
@@ -535,7 +536,6 @@ def evaluate(types, pair_i, pair_j, diff, dist, flat, table, layers, blocks, cod
     p3 = np.zeros((3 * n_inter, n_atoms), dt)
     p5 = np.zeros((5 * n_inter, n_atoms), dt)
     kept_atom = [p1]
-    n_sum = (n_parts + 3 * int(vectors) + 5 * int(tensors)) * n_inter
     for d in range(depth):
         blk = blocks[d]
         rows = pair_rows(layers, blk, n_parts)
@@ -550,15 +550,14 @@ def evaluate(types, pair_i, pair_j, diff, dist, flat, table, layers, blocks, cod
         side5_i = _transpose(side5_i)
         side5_j = _transpose(side5_j)
         for chunk in prange(n_chunks):
-            sums = fsum[chunk, :, :n_sum]
-            sums[:, :] = 0.0
+            for buf in sums:
+                buf[chunk, :, :] = 0.0
             for k in range(chunk * tiles_per_chunk, min(n_tiles, (chunk + 1) * tiles_per_chunk)):
                 p0 = k * tile
                 _tile_forward(side_a, side_b, side3_i, side3_j, side5_i, side5_j, d == 0, pair_i[p0:p0 + tile],
                               pair_j[p0:p0 + tile], min(tile, n_pairs - p0), geometry[k], flat, table, layers, blk,
-                              act, n_parts, kept[d, k], rows, sums)
-        total = _sum_chunks(fsum, n_sum)
-        summed = total[:n_parts * n_inter]
+                              act, n_parts, kept[d, k], rows, sums[0][chunk], sums[1][chunk], sums[2][chunk])
+        summed = _sum_chunks(sums[0])
         z_pp = np.empty((_stack_rows(layers, blk[B2_PP], blk[B2_N_PP]), n_atoms), dt)
         q = _atoms_stack(summed, flat, table, layers, blk[B2_PP], blk[B2_N_PP], z_pp, 0, act)
         kept_atom.append(z_pp)
@@ -567,17 +566,14 @@ def evaluate(types, pair_i, pair_j, diff, dist, flat, table, layers, blocks, cod
         mix_in[:n_pp] = q
         v3 = p3
         v5 = p5
-        s3 = n_parts * n_inter
         if vectors:
-            v3, dots3 = _path_atoms(np.ascontiguousarray(total[s3:s3 + 3 * n_inter]), flat, table, layers, blk, 0, 3,
-                                    kept_atom)
+            v3, dots3 = _path_atoms(_sum_chunks(sums[1]), flat, table, layers, blk, 0, 3, kept_atom)
             mix_in[n_pp:2 * n_pp] = dots3
         else:
             for _ in range(3):
                 kept_atom.append(p1)
         if tensors:
-            s5 = n_sum - 5 * n_inter
-            v5, dots5 = _path_atoms(np.ascontiguousarray(total[s5:]), flat, table, layers, blk, 1, 5, kept_atom)
+            v5, dots5 = _path_atoms(_sum_chunks(sums[2]), flat, table, layers, blk, 1, 5, kept_atom)
             mix_in[(n_parts - 1) * n_pp:] = dots5
         else:
             for _ in range(3):
@@ -655,21 +651,21 @@ def evaluate(types, pair_i, pair_j, diff, dist, flat, table, layers, blocks, cod
                                          np.ascontiguousarray(g_mix_in[(n_parts - 1) * n_pp:]), flat, table, layers,
                                          blk, 1)
         n_first = rows[1] - rows[0]
-        n_back = 2 * n_first + 16 * n_inter if d > 0 else 0
         g_summed = _transpose(g_summed)
         g_summed3 = _transpose(g_summed3)
         g_summed5 = _transpose(g_summed5)
         for chunk in prange(n_chunks):
-            sums = bsum[chunk, :, :n_back]
-            sums[:, :] = 0.0
+            if d > 0:
+                for buf in backs:
+                    buf[chunk, :, :] = 0.0
             for k in range(chunk * tiles_per_chunk, min(n_tiles, (chunk + 1) * tiles_per_chunk)):
                 p0 = k * tile
                 _tile_backward(g_summed, g_summed3, g_summed5, d == 0, pair_i[p0:p0 + tile], pair_j[p0:p0 + tile],
                                min(tile, n_pairs - p0), geometry[k], flat, table, layers, blk, act, n_parts,
-                               kept[d, k], rows, grads[k], sums)
+                               kept[d, k], rows, grads[k], backs[0][chunk], backs[1][chunk], backs[2][chunk],
+                               backs[3][chunk], backs[4][chunk], backs[5][chunk])
         if d == 0:
             break
-        back = _sum_chunks(bsum, n_back)
         g_prev = np.zeros((p1_in.shape[0], n_atoms), dt)
         if blk[B2_RESIDUAL] >= 0:
             res = _tensor(flat, table, layers[blk[B2_RESIDUAL], LAYER_KERNEL])
@@ -680,17 +676,13 @@ def evaluate(types, pair_i, pair_j, diff, dist, flat, table, layers, blocks, cod
                     g_prev[c, a] = g_p1[c, a]
         w1 = _tensor(flat, table, layers[blk[B2_PI], LAYER_KERNEL])
         n_in = p1_in.shape[0]
-        _tile_matmul_t(back[:n_first], w1[:n_in], g_prev, n_in, n_first, True)
-        _tile_matmul_t(back[n_first:2 * n_first], w1[n_in:], g_prev, n_in, n_first, True)
+        _tile_matmul_t(_sum_chunks(backs[0]), w1[:n_in], g_prev, n_in, n_first, True)
+        _tile_matmul_t(_sum_chunks(backs[1]), w1[n_in:], g_prev, n_in, n_first, True)
         g_p1 = g_prev
-        v = 2 * n_first
         if vectors:
-            _path_sides_back(back[v:v + 3 * n_inter], back[v + 3 * n_inter:v + 6 * n_inter], flat, table, layers, blk,
-                             0, 3, g_p3)
+            _path_sides_back(_sum_chunks(backs[2]), _sum_chunks(backs[3]), flat, table, layers, blk, 0, 3, g_p3)
         if tensors:
-            t = v + 6 * n_inter
-            _path_sides_back(back[t:t + 5 * n_inter], back[t + 5 * n_inter:t + 10 * n_inter], flat, table, layers,
-                             blk, 1, 5, g_p5)
+            _path_sides_back(_sum_chunks(backs[4]), _sum_chunks(backs[5]), flat, table, layers, blk, 1, 5, g_p5)
     for k in prange(n_tiles):
         p0 = k * tile
         pair_gradients(p0, min(tile, n_pairs - p0), diff, dist, geometry[k, n_basis:2 * n_basis], grads[k, :n_basis],
