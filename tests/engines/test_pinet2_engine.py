@@ -179,3 +179,44 @@ def test_load_weights_follows_the_model():
     assert _run(engine, atoms)["energy"] == before  # copies, until reloaded
     engine.load_weights()
     _check_parity(model, atoms)
+
+
+_THREADS_SCRIPT = """
+import sys
+import numpy as np
+from pinn.engines import md
+data = dict(np.load(sys.argv[1]))
+md.PARALLEL_MIN_PAIRS = 1
+engine = md.FastPiNet({key: data[key] for key in md.ARRAY_KEYS}, threads=3)
+inputs = [data[key] for key in ("numbers", "positions", "cand_i", "cand_j", "offsets", "cell", "pbc")]
+outs = [engine(*inputs) for _ in range(3)]
+np.savez(sys.argv[2], energy=[o["energy"] for o in outs], forces=[o["forces"] for o in outs],
+         stress=[o["stress"] for o in outs])
+"""
+
+
+@pytest.mark.parametrize("rank, weighted", [(3, False), (5, True)])
+def test_threads_give_the_one_thread_result_call_after_call(tmp_path, rank, weighted):
+    """3 threads (a process with NUMBA_NUM_THREADS=3, whatever this machine has), three calls on the kept
+    workspace: each thread's sums over its pair tiles, added up, give the one-thread result every time."""
+    import os
+    import subprocess
+    import sys
+    model = _model({"rank": rank, "weighted": weighted, "depth": 3})
+    atoms = bulk("Cu", "fcc", a=3.61, cubic=True) * (2, 2, 2)
+    atoms.rattle(0.1, seed=6)
+    ind, shift = neighbor_list(atoms.positions, atoms.cell[:], atoms.pbc, RC + 0.5)
+    assert len(ind) > 3 * TILE  # every thread gets tiles
+    engine = FastPiNet(model, threads=1)
+    serial = _run(engine, atoms)
+    np.savez(tmp_path / "inputs.npz", **engine.arrays, numbers=atoms.numbers, positions=atoms.positions,
+             cand_i=ind[:, 0].copy(), cand_j=ind[:, 1].copy(), offsets=shift @ atoms.cell[:], cell=atoms.cell[:],
+             pbc=atoms.pbc)
+    env = dict(os.environ, NUMBA_NUM_THREADS="3")
+    subprocess.run([sys.executable, "-c", _THREADS_SCRIPT, str(tmp_path / "inputs.npz"), str(tmp_path / "out.npz")],
+                   env=env, check=True, timeout=900)
+    with np.load(tmp_path / "out.npz") as threaded:
+        for call in range(3):
+            assert threaded["energy"][call] == pytest.approx(serial["energy"], rel=1e-13)
+            np.testing.assert_allclose(threaded["forces"][call], serial["forces"], atol=1e-12)
+            np.testing.assert_allclose(threaded["stress"][call], serial["stress"], atol=1e-13)

@@ -471,6 +471,14 @@ def _tile_backward(g_summed, g_summed3, g_summed5, first, pair_i, pair_j, n_vali
 
 
 @_jit()
+def _zero(buf):
+    """Set a [rows, columns] array to zero."""
+    for r in range(buf.shape[0]):
+        for c in range(buf.shape[1]):
+            buf[r, c] = 0.0
+
+
+@_jit()
 def _sum_chunks(buf):
     """Σ_chunk buf[chunk, a, c], in chunk order, as [columns, n_atoms] (features by atoms)."""
     n_atoms = buf.shape[1]
@@ -550,8 +558,9 @@ def evaluate(types, pair_i, pair_j, diff, dist, flat, table, layers, blocks, cod
         side5_i = _transpose(side5_i)
         side5_j = _transpose(side5_j)
         for chunk in prange(n_chunks):
-            for buf in sums:
-                buf[chunk, :, :] = 0.0
+            _zero(sums[0][chunk])
+            _zero(sums[1][chunk])
+            _zero(sums[2][chunk])
             for k in range(chunk * tiles_per_chunk, min(n_tiles, (chunk + 1) * tiles_per_chunk)):
                 p0 = k * tile
                 _tile_forward(side_a, side_b, side3_i, side3_j, side5_i, side5_j, d == 0, pair_i[p0:p0 + tile],
@@ -656,8 +665,8 @@ def evaluate(types, pair_i, pair_j, diff, dist, flat, table, layers, blocks, cod
         g_summed5 = _transpose(g_summed5)
         for chunk in prange(n_chunks):
             if d > 0:
-                for buf in backs:
-                    buf[chunk, :, :] = 0.0
+                for buf in range(6):
+                    _zero(backs[buf][chunk])
             for k in range(chunk * tiles_per_chunk, min(n_tiles, (chunk + 1) * tiles_per_chunk)):
                 p0 = k * tile
                 _tile_backward(g_summed, g_summed3, g_summed5, d == 0, pair_i[p0:p0 + tile], pair_j[p0:p0 + tile],
