@@ -16,6 +16,27 @@ def make_model(network, net_params, precision="float64", seed=1):
     return PotentialModel(net, params["model"]["params"], net_params["atom_types"], tf.as_dtype(precision))
 
 
+def perturbed_model(network, net_params, precision="float64"):
+    """:func:`make_model` of four elements' network (e_dress −0.5, −1, −2, −3 eV) with every weight moved by
+    0.1 × a normal draw (seed 0), away from the initial weights' zero biases: what the engines' parity tests
+    compare."""
+    model = make_model(network, net_params, precision)
+    model.e_dress.assign(np.array([-0.5, -1.0, -2.0, -3.0]))
+    rng = np.random.RandomState(0)
+    for v in model.trainable_variables:
+        v.assign(v.numpy() + 0.1 * rng.randn(*v.shape))
+    return model
+
+
+def parity_structures():
+    """Rattled ethanol and a rattled cubic Cu cell of 4 atoms (the engines' parity cases)."""
+    ethanol = molecule("CH3CH2OH")
+    ethanol.rattle(0.1, seed=1)
+    copper = bulk("Cu", "fcc", a=3.61, cubic=True)
+    copper.rattle(0.1, seed=2)
+    return [ethanol, copper]
+
+
 def evaluate(model, atoms, rc):
     batch = batch_from_atoms(atoms, rc, "float64")
     out = model.predict({k: tf.constant(v) for k, v in batch.items()})

@@ -91,7 +91,32 @@ class BlockSpec:
 
 
 @dataclass(frozen=True, eq=False)
-class PiNetSpec:
+class PotentialSpec:
+    """What a PiNet and a PiNet2 potential share as the kernels see them: E = output_scale · Σ_i net_i +
+    Σ_i e_dress[Z_i] (the fields: see :class:`PiNetSpec`); subclasses add their ``blocks`` and ``layers()``."""
+
+    activation: str
+    cutoff: str
+    basis: str
+    n_basis: int
+    rc: float
+    gamma: float
+    output_scale: float
+    atom_types: Tuple[int, ...]
+    e_dress: np.ndarray
+    dtype: np.dtype
+
+    def sources(self):
+        """The ``tf.Variable`` behind each tensor of ``arrays()``' ``flat``, in its order (``None`` for
+        the zero bias of a layer without one)."""
+        out = []
+        for layer in self.layers():
+            out += [layer.kernel_source, layer.bias_source]
+        return out
+
+
+@dataclass(frozen=True, eq=False)
+class PiNetSpec(PotentialSpec):
     """A PiNet potential: E = output_scale · Σ_i net_i + Σ_i e_dress[Z_i].
 
     Attributes:
@@ -108,17 +133,7 @@ class PiNetSpec:
         dtype: the weights' precision (float32 or float64).
     """
 
-    activation: str
-    cutoff: str
-    basis: str
-    n_basis: int
-    rc: float
-    gamma: float
-    output_scale: float
-    atom_types: Tuple[int, ...]
-    e_dress: np.ndarray
     blocks: Tuple[BlockSpec, ...]
-    dtype: np.dtype
 
     def layers(self):
         """Every layer in the kernels' order: per block PP, PI, II, output net, units, residual."""
@@ -130,14 +145,6 @@ class PiNetSpec:
             yield block.units
             if block.residual is not None:
                 yield block.residual
-
-    def sources(self):
-        """The ``tf.Variable`` behind each tensor of :meth:`arrays`' ``flat``, in its order (``None`` for
-        the zero bias of a layer without one)."""
-        out = []
-        for layer in self.layers():
-            out += [layer.kernel_source, layer.bias_source]
-        return out
 
     def arrays(self):
         """The kernels' arrays (:data:`ARRAY_KEYS`).
@@ -277,21 +284,10 @@ class PiNet2BlockSpec:
 
 
 @dataclass(frozen=True, eq=False)
-class PiNet2Spec:
-    """A PiNet2 potential: E = output_scale · Σ_i net_i + Σ_i e_dress[Z_i] (the fields as :class:`PiNetSpec`'s,
-    with :class:`PiNet2BlockSpec` blocks)."""
+class PiNet2Spec(PotentialSpec):
+    """A PiNet2 potential: :class:`PotentialSpec`'s fields with :class:`PiNet2BlockSpec` blocks."""
 
-    activation: str
-    cutoff: str
-    basis: str
-    n_basis: int
-    rc: float
-    gamma: float
-    output_scale: float
-    atom_types: Tuple[int, ...]
-    e_dress: np.ndarray
     blocks: Tuple[PiNet2BlockSpec, ...]
-    dtype: np.dtype
 
     def layers(self):
         """Every layer in the kernels' order (that of :meth:`arrays`)."""

@@ -10,7 +10,6 @@ in TensorFlow), never computed wrongly; a new option the lowering does not read 
 import numpy as np
 import pytest
 import tensorflow as tf
-from ase.build import bulk, molecule
 
 from pinn import keys as K
 from pinn.engines.lowering import LOWERED_PINET_PARAMS, capability
@@ -20,7 +19,7 @@ from pinn.io.batch import batch_from_atoms
 from pinn.io.neighbors import neighbor_list
 from pinn.networks.pinet import PARAMS as PINET_PARAMS
 
-from physics import evaluate, make_model
+from physics import evaluate, parity_structures, perturbed_model
 
 RC = 4.0
 BASE = {"atom_types": [1, 6, 8, 29], "rc": RC, "depth": 2, "pp_nodes": [6], "pi_nodes": [6, 6], "ii_nodes": [6],
@@ -29,20 +28,10 @@ CHOICES = [(key, value) for key, option in PINET_PARAMS.items() if option.choice
 
 
 def _model(key, value):
-    model = make_model("PiNet", {**BASE, key: value}, "float64")
-    model.e_dress.assign(np.array([-0.5, -1.0, -2.0, -3.0]))
-    rng = np.random.RandomState(0)
-    for v in model.trainable_variables:  # away from the initial weights (zero biases)
-        v.assign(v.numpy() + 0.1 * rng.randn(*v.shape))
-    return model
+    return perturbed_model("PiNet", {**BASE, key: value})
 
 
-def _structures():
-    ethanol = molecule("CH3CH2OH")
-    ethanol.rattle(0.1, seed=1)
-    copper = bulk("Cu", "fcc", a=3.61, cubic=True)
-    copper.rattle(0.1, seed=2)
-    return [ethanol, copper]
+_structures = parity_structures
 
 
 def test_the_cases_cover_the_schema():

@@ -15,7 +15,7 @@ from pinn.engines.md import TILE, FastPiNet
 from pinn.io.neighbors import neighbor_list
 from pinn.networks.pinet2 import PARAMS as PINET2_PARAMS
 
-from physics import evaluate, make_model
+from physics import evaluate, parity_structures, perturbed_model
 
 RC = 4.0
 BASE = {"atom_types": [1, 6, 8, 29], "rc": RC, "depth": 2, "pp_nodes": [5, 6], "pi_nodes": [6, 6],
@@ -25,20 +25,10 @@ FLAGS = [(key, value) for key, option in PINET2_PARAMS.items() if option.types =
 
 
 def _model(settings, precision="float64"):
-    model = make_model("PiNet2", {**BASE, **settings}, precision)
-    model.e_dress.assign(np.array([-0.5, -1.0, -2.0, -3.0]))
-    rng = np.random.RandomState(0)
-    for v in model.trainable_variables:  # away from the initial weights (zero biases)
-        v.assign(v.numpy() + 0.1 * rng.randn(*v.shape))
-    return model
+    return perturbed_model("PiNet2", {**BASE, **settings}, precision)
 
 
-def _structures():
-    ethanol = molecule("CH3CH2OH")
-    ethanol.rattle(0.1, seed=1)
-    copper = bulk("Cu", "fcc", a=3.61, cubic=True)
-    copper.rattle(0.1, seed=2)
-    return [ethanol, copper]
+_structures = parity_structures
 
 
 def _run(engine, atoms, skin=0.5):
