@@ -1,8 +1,10 @@
 """Helpers for the physics checks: build a float64 model and evaluate Atoms."""
 import numpy as np
+import pytest
 import tensorflow as tf
 from ase.build import bulk, molecule
 
+from pinn import keys as K
 from pinn.io.batch import batch_from_atoms
 from pinn.networks import get_network
 from pinn.params import resolve
@@ -96,3 +98,71 @@ def check_stress_against_strain_derivative(model, atoms, rc, h=1e-5):
             assert 0.5 * (stress[a, b] + stress[b, a]) * volume == pytest.approx(de, abs=1e-6, rel=1e-5)
     np.testing.assert_allclose(stress, stress.T, atol=1e-10)
     return stress
+
+
+def training_structures():
+    """Rattled ethanol (twice), a Cu cell of 32 atoms and a Cu slab periodic in two directions: the training
+    engines' parity batch."""
+    ethanol = molecule("CH3CH2OH")
+    ethanol.rattle(0.1, seed=1)
+    hot_ethanol = molecule("CH3CH2OH")
+    hot_ethanol.rattle(0.2, seed=5)
+    copper = bulk("Cu", "fcc", a=3.61, cubic=True) * (2, 2, 2)
+    copper.rattle(0.1, seed=2)
+    slab = bulk("Cu", "fcc", a=3.61, cubic=True) * (2, 2, 1)
+    slab.pbc = [True, True, False]
+    slab.rattle(0.1, seed=3)
+    return [ethanol, copper, hot_ethanol, slab]
+
+
+def training_batch(precision, padding=False, structures=None, rc=4.5):
+    """A batch of ``structures`` (default :func:`training_structures`) with random labels; with ``padding`` the
+    second structure counts as padding."""
+    batch = batch_from_atoms(structures or training_structures(), rc, precision)
+    rng = np.random.RandomState(1)
+    n_struct, n_atoms = len(batch[K.CELL]), len(batch[K.ELEMS])
+    batch[K.E_DATA] = (rng.randn(n_struct) * 0.3 - 20).astype(precision)
+    batch[K.F_DATA] = (rng.randn(n_atoms, 3) * 0.5).astype(precision)
+    if padding:  # the second structure counts as padding (as in a padded batch)
+        batch[K.REAL] = np.array([True, False, True, True])
+    return batch
+
+
+def tensorflow_loss_gradients(model, batch, weights, counts):
+    """TensorFlow's loss, gradients (nested tapes) and predictions of one batch."""
+    tensors = {k: tf.constant(v) for k, v in batch.items()}
+    with tf.GradientTape() as tape:
+        pred = model.predict(tensors, forces=model.params["use_force"], stress=False)
+        sums = model.loss_sums(tensors, pred)
+        loss = tf.add_n([weights[t] * sums[t] / counts[t] for t in sums])
+    grads = tape.gradient(loss, model.trainable_variables)
+    return float(loss), [g.numpy() for g in grads], {k: v.numpy() for k, v in pred.items()}
+
+
+def compare_training_gradients(model, batch, rtol, weights=None):
+    """The training engine's loss, energies, forces and gradients of ``batch`` equal TensorFlow's to ``rtol``
+    (relative to each array's largest value); returns the engine's output."""
+    weights = weights or {"energy": 1.0, "forces": 10.0}
+    n_real = int(np.sum(batch.get(K.REAL, np.ones(len(batch[K.CELL])))))
+    counts = {"energy": float(n_real)}
+    if model.params["use_force"]:
+        counts["forces"] = 3.0 * len(batch[K.ELEMS])
+    loss, grads, pred = tensorflow_loss_gradients(model, batch, weights, counts)
+    from pinn.engines.gradients import TrainingEngine
+    engine = TrainingEngine(model)
+    engine.set_weights([v.numpy() for v in model.trainable_variables])
+    out = engine(batch, weights, counts)
+    assert out["finite"]
+    assert out["loss"] == pytest.approx(loss, rel=rtol)
+    np.testing.assert_allclose(out["energy"], pred["energy"], rtol=rtol)
+    if "forces" in pred:
+        np.testing.assert_allclose(out["forces"], pred["forces"], rtol=0, atol=rtol * np.abs(pred["forces"]).max())
+    mine_all = engine.gradients()
+    assert len(mine_all) == len(grads)
+    np.testing.assert_array_equal(engine.flat_gradient(), np.concatenate([g.ravel() for g in mine_all]))
+    for v, mine, ref in zip(model.trainable_variables, mine_all, grads):
+        assert mine.shape == ref.shape and mine.dtype == ref.dtype, v.name
+        scale = np.abs(ref).max()
+        assert scale > 0, v.name  # not a trivially zero comparison
+        np.testing.assert_allclose(mine, ref, rtol=0, atol=rtol * scale, err_msg=v.name)
+    return out

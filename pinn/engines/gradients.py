@@ -14,6 +14,8 @@ from pinn.engines.numba.layout import (CODE_N_BASIS, CODE_WIDTH, BLOCK_PP, BLOCK
                                        BLOCK_II, BLOCK_N_II, BLOCK_OUT, BLOCK_N_OUT, BLOCK_WIDTH_IN,
                                        BLOCK_WIDTH_OUT)
 from pinn.engines.numba.md_kernels import _forces_virial, find_pairs, numba
+from pinn.engines.pinet2_passes import PiNet2Passes
+from pinn.engines.spec import PiNet2Spec
 from pinn.engines.numba.train_kernels import (_distance_tangents, _energies_forces, _image_offsets,
                                               _weight_gradients, balanced_tiles, pair_slots)
 
@@ -79,6 +81,15 @@ class TrainingEngine:
         self.codes = a["codes"]
         self.scal = a["scal"]
         self.type_of = a["type_of"]
+        self._shape = None
+        #: PiNet2's passes (:mod:`pinn.engines.pinet2_passes`); ``None`` for PiNet
+        self.pinet2 = PiNet2Passes({**arrays, "flat": self.flat}, self.threads) \
+            if isinstance(answer.spec, PiNet2Spec) else None
+        if self.pinet2 is None:
+            self._pinet_rows()
+
+    def _pinet_rows(self):
+        """The row counts of PiNet's per-atom and per-pair workspace."""
         width = int(self.codes[CODE_WIDTH])
         self.atom_rows = max(b[BLOCK_WIDTH_IN] + sum(self.layers[b[BLOCK_PP]:b[BLOCK_PP] + b[BLOCK_N_PP], 3])
                              + b[BLOCK_WIDTH_OUT] + sum(self.layers[b[BLOCK_OUT]:b[BLOCK_OUT] + b[BLOCK_N_OUT], 3])
@@ -88,7 +99,6 @@ class TrainingEngine:
                              + sum(self.layers[b[BLOCK_II]:b[BLOCK_II] + b[BLOCK_N_II], 3]) for b in self.blocks)
         self.n_first = max(int(self.layers[b[BLOCK_PI], 3]) for b in self.blocks)
         self.width = max(width, self.atom_rows)
-        self._shape = None
 
     def set_weights(self, values):
         """Copy the current weights: ``values`` in the order of ``model.trainable_variables`` (arrays)."""
@@ -117,20 +127,11 @@ class TrainingEngine:
     def _workspace(self, n_atoms, n_cand):
         """Arrays for ``n_atoms`` atoms and up to ``n_cand`` pairs, kept between calls (made anew when the
         atom count changes or the pairs outgrow them)."""
-        depth = len(self.blocks)
-        dt = self.dtype
         if self._shape is None or self._shape[0] != n_atoms:
-            # per-atom values, tangents and adjoints: each thread's run of atoms (_chunk_atoms), features by atoms
-            columns = (n_atoms + self.threads - 1) // self.threads
-            self.aty, self.atd, self.ata = (np.zeros((self.threads, depth, self.atom_rows, columns), dt)
-                                            for _ in range(3))
-            self.pa, self.pb, self.pad, self.pbd = (np.zeros((depth, n_atoms, self.n_first), dt) for _ in range(4))
-            self.pa1, self.pb1 = (np.zeros((self.threads, depth, self.n_first, columns), dt) for _ in range(2))
-            self.buf = np.zeros((self.threads, 2, n_atoms, self.width), dt)
-            self.gchunk = np.zeros((self.threads, len(self.flat)), dt)
-            self.gflat = np.zeros(len(self.flat), dt)
-            self.atomic = np.zeros(n_atoms, dt)
+            self.gflat = np.zeros(len(self.flat), self.dtype)
             self._shape = (n_atoms, 0)
+            if self.pinet2 is None:
+                self._atom_workspace(n_atoms)
         if n_cand > self._shape[1]:
             n_cand = max(n_cand, int(1.25 * self._shape[1]))
             self.pair_i = np.zeros(n_cand, np.int32)
@@ -138,14 +139,34 @@ class TrainingEngine:
             self.diff = np.zeros((n_cand, 3))
             self.dist = np.ones(n_cand)
             self.offset = np.zeros((n_cand, 3))
-            self.rdot = np.zeros(n_cand, dt)
-            self.dist_dt = np.ones(n_cand, dt)
-            self.grad_r = np.zeros(n_cand, dt)
-            # the tile arrays as flat buffers, viewed per call with that call's tiling (_tiles)
-            slots = pair_slots(n_cand, self.threads)
-            self._basis_buf, self._dbasis_buf = (np.zeros(int(self.codes[CODE_N_BASIS]) * slots, dt) for _ in range(2))
-            self._pair_bufs = [np.zeros(depth * self.pair_rows * slots, dt) for _ in range(3)]
             self._shape = (n_atoms, n_cand)
+            if self.pinet2 is None:
+                self._pair_workspace(n_cand)
+
+    def _atom_workspace(self, n_atoms):
+        """PiNet's per-atom values, tangents and adjoints: each thread's run of atoms (_chunk_atoms), features by
+        atoms."""
+        depth = len(self.blocks)
+        dt = self.dtype
+        columns = (n_atoms + self.threads - 1) // self.threads
+        self.aty, self.atd, self.ata = (np.zeros((self.threads, depth, self.atom_rows, columns), dt)
+                                        for _ in range(3))
+        self.pa, self.pb, self.pad, self.pbd = (np.zeros((depth, n_atoms, self.n_first), dt) for _ in range(4))
+        self.pa1, self.pb1 = (np.zeros((self.threads, depth, self.n_first, columns), dt) for _ in range(2))
+        self.buf = np.zeros((self.threads, 2, n_atoms, self.width), dt)
+        self.gchunk = np.zeros((self.threads, len(self.flat)), dt)
+        self.atomic = np.zeros(n_atoms, dt)
+
+    def _pair_workspace(self, n_cand):
+        """PiNet's per-pair arrays for up to ``n_cand`` pairs."""
+        dt = self.dtype
+        self.rdot = np.zeros(n_cand, dt)
+        self.dist_dt = np.ones(n_cand, dt)
+        self.grad_r = np.zeros(n_cand, dt)
+        # the tile arrays as flat buffers, viewed per call with that call's tiling (_tiles)
+        slots = pair_slots(n_cand, self.threads)
+        self._basis_buf, self._dbasis_buf = (np.zeros(int(self.codes[CODE_N_BASIS]) * slots, dt) for _ in range(2))
+        self._pair_bufs = [np.zeros(len(self.blocks) * self.pair_rows * slots, dt) for _ in range(3)]
 
     def _tiles(self, n_pairs):
         """Views of the tile arrays for ``n_pairs`` pairs in :func:`balanced_tiles`:
@@ -208,18 +229,13 @@ class TrainingEngine:
         offset = self.offset[:len(cand_i)]
         _image_offsets(shift, cell, struct, cand_i, offset)
         n_pairs = find_pairs(coord, cand_i, cand_j, offset, self.rc, self.pair_i, self.pair_j, self.diff, self.dist)
-        self.dist_dt[:n_pairs] = self.dist[:n_pairs]
-        basis, dbasis, keep, tang, adj = self._tiles(n_pairs)
-        # pass 1: energies, forces, and what passes 2 and 3 need
-        work = (basis, dbasis, keep, adj, self.aty, self.ata, self.pa, self.pb, self.pa1,
-                self.pb1, self.buf)
-        _energies_forces(types, n_pairs, self.pair_i, self.pair_j, self.dist_dt, self.flat, self.table, self.layers,
-                         self.blocks, self.codes, self.scal, self.threads, *work, self.grad_r, self.atomic)
-        forces = np.zeros((n_atoms, 3))
-        _forces_virial(n_pairs, self.pair_i, self.pair_j, self.diff, self.dist, self.grad_r, forces, np.zeros((3, 3)))
+        if self.pinet2 is None:
+            atomic, forces = self._pinet_energies_forces(types, n_pairs)
+        else:
+            atomic, forces = self.pinet2.energies_forces(elems, n_pairs, self.pair_i, self.pair_j, self.diff,
+                                                         self.dist)
         dress = np.asarray(model.e_dress.numpy() if e_dress is None else e_dress, np.float64)[types]
-        energy = (np.bincount(struct, self.atomic.astype(np.float64), minlength=n_struct)
-                  + np.bincount(struct, dress, minlength=n_struct))
+        energy = (np.bincount(struct, atomic, minlength=n_struct) + np.bincount(struct, dress, minlength=n_struct))
         real = np.asarray(batch[K.REAL], np.float64) if K.REAL in batch else np.ones(n_struct)
         atom_w = real[struct]
         loss_type = p["loss_type"]
@@ -251,16 +267,38 @@ class TrainingEngine:
             if counts["forces"] > 0:
                 loss += weights["forces"] * sums["forces"] / counts["forces"]
                 w = -(weights["forces"] / counts["forces"]) * atom_w[:, None] * slope * unit
-        # passes 2 and 3: ṙ along w, then the gradients
+        if self.pinet2 is None:
+            self._pinet_gradients(types, n_pairs, w, c_struct[struct])
+        else:
+            self.pinet2.gradients(types, n_pairs, self.pair_i, self.pair_j, self.diff, self.dist, w,
+                                  c_struct[struct], self.gflat)
+        finite = bool(np.isfinite(loss) and np.isfinite(self.gflat).all())
+        return {"loss": loss, "energy": energy, "forces": forces, "sums": sums, "errors": errors, "finite": finite}
+
+    def _pinet_energies_forces(self, types, n_pairs):
+        """PiNet's pass 1: (e_scale × the atomic energies, eV [n_atoms]; forces [n_atoms, 3], eV/Å), float64;
+        keeps what passes 2 and 3 need."""
+        self.dist_dt[:n_pairs] = self.dist[:n_pairs]
+        self._tiling = self._tiles(n_pairs)
+        basis, dbasis, keep, tang, adj = self._tiling
+        work = (basis, dbasis, keep, adj, self.aty, self.ata, self.pa, self.pb, self.pa1,
+                self.pb1, self.buf)
+        _energies_forces(types, n_pairs, self.pair_i, self.pair_j, self.dist_dt, self.flat, self.table, self.layers,
+                         self.blocks, self.codes, self.scal, self.threads, *work, self.grad_r, self.atomic)
+        forces = np.zeros((len(types), 3))
+        _forces_virial(n_pairs, self.pair_i, self.pair_j, self.diff, self.dist, self.grad_r, forces, np.zeros((3, 3)))
+        return self.atomic.astype(np.float64), forces
+
+    def _pinet_gradients(self, types, n_pairs, w, c_atom):
+        """PiNet's passes 2 and 3: ṙ along ``w``, then the gradients into ``gflat``."""
+        basis, dbasis, keep, tang, adj = self._tiling
         rdot = self.rdot
         _distance_tangents(n_pairs, self.pair_i, self.pair_j, self.diff, self.dist, w, rdot)
         _weight_gradients(types, n_pairs, self.pair_i, self.pair_j, rdot, self.flat, self.table, self.layers,
                           self.blocks, self.codes, self.scal, self.threads, basis, dbasis,
-                          c_struct[struct].astype(self.dtype), keep, tang, adj, self.aty, self.atd,
+                          c_atom.astype(self.dtype), keep, tang, adj, self.aty, self.atd,
                           self.ata, self.pa, self.pb, self.pa1, self.pb1, self.pad, self.pbd, self.buf, self.gchunk,
                           self.gflat)
-        finite = bool(np.isfinite(loss) and np.isfinite(self.gflat).all())
-        return {"loss": loss, "energy": energy, "forces": forces, "sums": sums, "errors": errors, "finite": finite}
 
     def gradients(self):
         """The last call's gradient, one array per trainable variable (∂loss/∂weight, in the order and

@@ -85,8 +85,6 @@ def refusal(model, purpose="md"):
         return (f"model.params.embedding {potential.params['embedding']!r}: {engine} implements the QM region "
                 "alone (the electrostatic embedding trains in TensorFlow)")
     network = type(potential.network)  # exactly these classes: the kernels implement their equations only
-    if network is PiNet2 and purpose == "training":
-        return (f"{engine} trains PiNet only; PiNet2 trains in TensorFlow (the numba MD engine runs it)")
     if network not in (PiNet, PiNet2):
         return (f"{engine} runs potential models with a PiNet or PiNet2 network only, not "
                 f"{network.__name__} (which runs in TensorFlow)")
@@ -108,6 +106,9 @@ def refusal(model, purpose="md"):
             return f"network.params.act: {engine} supports {list(TRAINING_ACTIVATIONS)} only, not {p['act']!r}"
         if len(p["pi_nodes"]) < 2:
             return f"network.params.pi_nodes: {engine} needs at least one hidden PI layer (2 sizes)"
+        if network is PiNet2 and p["out_extra"]:
+            return (f"network.params.out_extra: {engine} trains the energy's weights only (the extra heads "
+                    "train in TensorFlow)")
         if potential.params["use_stress"]:
             return f"model.params.use_stress: {engine} trains on energies and forces only"
         for key in UNLOWERED_LOSS_OPTIONS:

@@ -143,7 +143,9 @@ class FastPiNet:
                 :class:`pinn.engines.embedded.FastEmbeddedPiNet`); ``None``: 0 (the second output unused).
 
         Returns:
-            dict with ``energy`` (float, eV, e_dress included), ``forces`` [n_atoms, 3] (eV/Å)
+            dict with ``energy`` (float, eV, e_dress included), ``energies`` [n_atoms] (eV, each atom's:
+            e_scale × its atomic energy + its element's e_dress; they sum to ``energy`` to rounding),
+            ``forces`` [n_atoms, 3] (eV/Å)
             and ``virial`` [3, 3] (eV, Σ_pairs diff ⊗ ∂E/∂diff) and, for a periodic cell,
             ``stress`` [3, 3] (eV/Å³, virial / volume, ASE's sign), all float64 NumPy; with two outputs per
             atom also ``charges_raw`` [n_atoms] (e), the second output.
@@ -209,8 +211,9 @@ class FastPiNet:
             forces, virial = self._pinet2(types, n_pairs, pair_i, pair_j, diff, dist_f64)
         else:
             forces, virial = self._pinet(types, n_pairs, pair_i, pair_j, diff, dist_f64)
+        energies = self._atomic[:n_atoms].astype(np.float64) + self._e_dress[types]
         energy = float(np.sum(self._atomic[:n_atoms], dtype=np.float64)) + float(np.sum(self._e_dress[types]))
-        out = {"energy": energy, "forces": forces, "virial": virial}
+        out = {"energy": energy, "energies": energies, "forces": forces, "virial": virial}
         if two:
             out["charges_raw"] = self._charge.astype(np.float64)
         if pbc is not None and np.any(pbc):

@@ -8,17 +8,16 @@ structures, padding included; float32: to float32 rounding.
 """
 import numpy as np
 import pytest
-import tensorflow as tf
-from ase.build import bulk, molecule
 
 from pinn import keys as K
 from pinn.engines.lowering import check_supported
 from pinn.engines.numba.md_kernels import TILE
 from pinn.engines.numba.train_kernels import balanced_tiles, pair_slots
 from pinn.engines.gradients import TrainingEngine
-from pinn.io.batch import batch_from_atoms
 
-from physics import make_model
+from physics import compare_training_gradients as _compare
+from physics import make_model, training_batch as _batch, training_structures as _structures
+from physics import tensorflow_loss_gradients as _tensorflow
 
 RC = 4.5
 BASE = {"atom_types": [1, 6, 8, 29], "rc": RC, "depth": 3}
@@ -37,19 +36,6 @@ LOSSES = {
 }
 
 
-def _structures():
-    ethanol = molecule("CH3CH2OH")
-    ethanol.rattle(0.1, seed=1)
-    hot_ethanol = molecule("CH3CH2OH")
-    hot_ethanol.rattle(0.2, seed=5)
-    copper = bulk("Cu", "fcc", a=3.61, cubic=True) * (2, 2, 2)
-    copper.rattle(0.1, seed=2)
-    slab = bulk("Cu", "fcc", a=3.61, cubic=True) * (2, 2, 1)
-    slab.pbc = [True, True, False]
-    slab.rattle(0.1, seed=3)
-    return [ethanol, copper, hot_ethanol, slab]
-
-
 def _model(arch, precision, loss="mse", use_force=True):
     model = make_model("PiNet", {**BASE, **ARCHITECTURES[arch]}, precision)
     model.e_dress.assign(np.array([-0.5, -1.0, -2.0, -3.0]))
@@ -58,53 +44,6 @@ def _model(arch, precision, loss="mse", use_force=True):
     for v in model.trainable_variables:  # away from the initial weights (zero biases)
         v.assign(v.numpy() + 0.1 * rng.randn(*v.shape))
     return model
-
-
-def _batch(precision, padding=False, structures=None):
-    batch = batch_from_atoms(structures or _structures(), RC, precision)
-    rng = np.random.RandomState(1)
-    n_struct, n_atoms = len(batch[K.CELL]), len(batch[K.ELEMS])
-    batch[K.E_DATA] = (rng.randn(n_struct) * 0.3 - 20).astype(precision)
-    batch[K.F_DATA] = (rng.randn(n_atoms, 3) * 0.5).astype(precision)
-    if padding:  # the second structure counts as padding (as in a padded batch)
-        batch[K.REAL] = np.array([True, False, True, True])
-    return batch
-
-
-def _tensorflow(model, batch, weights, counts):
-    tensors = {k: tf.constant(v) for k, v in batch.items()}
-    with tf.GradientTape() as tape:
-        pred = model.predict(tensors, forces=model.params["use_force"], stress=False)
-        sums = model.loss_sums(tensors, pred)
-        loss = tf.add_n([weights[t] * sums[t] / counts[t] for t in sums])
-    grads = tape.gradient(loss, model.trainable_variables)
-    return float(loss), [g.numpy() for g in grads], {k: v.numpy() for k, v in pred.items()}
-
-
-def _compare(model, batch, rtol, weights=None):
-    weights = weights or {"energy": 1.0, "forces": 10.0}
-    n_real = int(np.sum(batch.get(K.REAL, np.ones(len(batch[K.CELL])))))
-    counts = {"energy": float(n_real)}
-    if model.params["use_force"]:
-        counts["forces"] = 3.0 * len(batch[K.ELEMS])
-    loss, grads, pred = _tensorflow(model, batch, weights, counts)
-    engine = TrainingEngine(model)
-    engine.set_weights([v.numpy() for v in model.trainable_variables])
-    out = engine(batch, weights, counts)
-    assert out["finite"]
-    assert out["loss"] == pytest.approx(loss, rel=rtol)
-    np.testing.assert_allclose(out["energy"], pred["energy"], rtol=rtol)
-    if "forces" in pred:
-        np.testing.assert_allclose(out["forces"], pred["forces"], rtol=0, atol=rtol * np.abs(pred["forces"]).max())
-    mine_all = engine.gradients()
-    assert len(mine_all) == len(grads)
-    np.testing.assert_array_equal(engine.flat_gradient(), np.concatenate([g.ravel() for g in mine_all]))
-    for v, mine, ref in zip(model.trainable_variables, mine_all, grads):
-        assert mine.shape == ref.shape and mine.dtype == ref.dtype, v.name
-        scale = np.abs(ref).max()
-        assert scale > 0, v.name  # not a trivially zero comparison
-        np.testing.assert_allclose(mine, ref, rtol=0, atol=rtol * scale, err_msg=v.name)
-    return out
 
 
 @pytest.mark.parametrize("arch", list(ARCHITECTURES))

@@ -62,11 +62,6 @@ def test_every_option_is_lowered_or_refused():
     assert not answer and "network.params.new_option" in answer.reason
 
 
-def test_the_training_engine_refuses_pinet2_by_name():
-    answer = capability(_model({}), "training")
-    assert not answer and "PiNet2" in answer.reason
-
-
 @pytest.mark.parametrize("key, value", CHOICES + FLAGS)
 def test_md_engine_matches_tensorflow_or_refuses(key, value):
     model = _model({key: value})

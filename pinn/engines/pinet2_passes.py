@@ -1,0 +1,84 @@
+"""The training engine's two passes for a PiNet2 network (:class:`pinn.engines.gradients.TrainingEngine`).
+
+Pass 1 is the MD engine's kernel (:class:`pinn.engines.md.FastPiNet` on the same weight array): atomic energies
+and forces.  Pass 2 is :func:`pinn.engines.numba.pinet2_train_kernels.loss_gradients`: the weight gradient of
+Σ c_a E_a + Σ w_a · ∂E/∂x_a, i.e. of the loss (the derivation is in that module).
+"""
+import numpy as np
+
+from pinn.engines.md import FastPiNet
+from pinn.engines.numba import pinet2_train_kernels
+from pinn.engines.numba.layout import CODE_N_BASIS
+from pinn.engines.numba.md_kernels import PARALLEL_MIN_PAIRS, TILE, numba
+
+
+class PiNet2Passes:
+    """Energies, forces and loss gradients of a PiNet2 potential on a batch's pairs.
+
+    Args:
+        arrays: :meth:`pinn.engines.spec.PiNet2Spec.arrays`; its ``flat`` is read at every call (the training
+            engine writes the current weights into it).
+        threads: threads of the parallel loops.
+    """
+
+    def __init__(self, arrays, threads):
+        self.arrays = arrays
+        self.threads = threads
+        self.md = FastPiNet(arrays, threads)
+        if self.md._flat is not arrays["flat"]:
+            raise ValueError("PiNet2Passes: the MD engine must read the training engine's weight array")
+        self._key = None
+
+    def energies_forces(self, numbers, n_pairs, pair_i, pair_j, diff, dist):
+        """Pass 1: (each atom's network energy, e_scale × its atomic energy without e_dress (eV) [n_atoms];
+        forces [n_atoms, 3] (eV/Å)), float64."""
+        out = self.md.on_pairs(numbers, pair_i[:n_pairs], pair_j[:n_pairs], diff[:n_pairs], dist[:n_pairs])
+        types = self.md.types_of(numbers)
+        return out["energies"] - self.arrays["e_dress"][types], out["forces"]
+
+    def _workspace(self, n_atoms, n_pairs):
+        """(tile, chunks, padded pair_i, padded pair_j, geometry, gchunk, atomic), kept while the shapes stay."""
+        tile = min(TILE, 16 * ((n_pairs + 15) // 16)) or 16
+        n_tiles = (n_pairs + tile - 1) // tile
+        chunks = self.threads if self.threads > 1 and n_pairs >= PARALLEL_MIN_PAIRS else 1
+        key = (n_atoms, n_tiles, tile, chunks)
+        if key != self._key:
+            dt = self.arrays["flat"].dtype
+            n_basis = int(self.arrays["codes"][CODE_N_BASIS])
+            self._work = (tile, chunks, np.zeros(n_tiles * tile, np.int32), np.zeros(n_tiles * tile, np.int32),
+                          np.zeros((n_tiles, n_basis + 8, 2 * tile), dt),
+                          np.zeros((chunks, len(self.arrays["flat"])), dt), np.zeros(2 * n_atoms, dt))
+            self._key = key
+        return self._work
+
+    def gradients(self, types, n_pairs, pair_i, pair_j, diff, dist, w, c_atom, gflat):
+        """Pass 2: ``gflat`` = ∂/∂θ (Σ_a c_a E_a + Σ_a w_a · ∂E/∂x_a).
+
+        Args:
+            types: [n_atoms] type indices; pair_i, pair_j, diff, dist: the pairs within the cutoff (the first
+                ``n_pairs``; Å).
+            w: [n_atoms, 3] the displacements (−∂L/∂F, loss units per eV/Å).
+            c_atom: [n_atoms] ∂L/∂E of each atom's structure (loss units per eV).
+            gflat: [len(flat)] output.
+        """
+        tile, chunks, padded_i, padded_j, geometry, gchunk, atomic = self._workspace(len(types), n_pairs)
+        padded_i[:n_pairs] = pair_i[:n_pairs]
+        padded_j[:n_pairs] = pair_j[:n_pairs]
+        padded_i[n_pairs:] = 0  # any atom: read, never summed into
+        padded_j[n_pairs:] = 0
+        ddiff = np.ascontiguousarray(w[pair_j[:n_pairs]] - w[pair_i[:n_pairs]], np.float64)
+        a = self.arrays
+        args = (types, padded_i, padded_j, np.ascontiguousarray(diff[:n_pairs], np.float64),
+                np.ascontiguousarray(dist[:n_pairs], np.float64), ddiff, a["flat"], a["table"], a["layers"],
+                a["blocks"], a["codes"], a["scal"], np.asarray(c_atom, a["flat"].dtype), tile, chunks, geometry,
+                gchunk, gflat, atomic)
+        if chunks > 1:
+            previous = numba.get_num_threads()
+            numba.set_num_threads(self.threads)
+            try:
+                pinet2_train_kernels.loss_gradients(*args)
+            finally:
+                numba.set_num_threads(previous)
+        else:
+            pinet2_train_kernels.loss_gradients_serial(*args)
+        return atomic
