@@ -213,35 +213,45 @@ def _tile_geometry(p0, n_valid, diff, dist, ddiff, codes, scal, geo):
 
 
 @_jit()
-def _tile_path_forward(side_i, side_j, first, geo, dir_row, buf, o_inter, part, o_pair, m, n_inter, pair_i, pair_j,
-                       n_valid, n_atoms, add, sums):
-    """The pair factors B = u_k (+ P_i W + P_j W' or P_j) of one equivariant path into ``buf`` rows ``o_pair``…,
-    and with ``add`` the pair terms B · I_part summed by first atom into ``sums`` [2 n_atoms, m·C]."""
-    n_t = geo.shape[1] // 2
-    weighted = side_i.shape[1] > 0  # atom-major: an unweighted path's P_i side has no columns
-    q0 = o_inter + part * n_inter
+def _tile_path_forward(side_i, side_j, first, dirs, inter_t, part, n_inter, pair_i, pair_j, n_valid, n_atoms, add, sums,
+                       pair):
+    """The pair factors B = u_k (+ P_i W + P_j W' or P_j) of one equivariant path into ``pair`` [2 tile, m·C]
+    (pair-major: each pair's values, then the tangents), and with ``add`` the pair terms B · I_part summed by
+    first atom into ``sums`` [2 n_atoms, m·C].  ``dirs`` [m, 2 tile]: u or its rank-2 components; ``inter_t``
+    [2 tile, ·]: the interactions, pair-major; the sides atom-major [2 n_atoms, m·C] (``side_i`` without columns:
+    unweighted)."""
+    m = dirs.shape[0]
+    n_t = dirs.shape[1] // 2
+    weighted = side_i.shape[1] > 0
+    n = np.uint64(n_inter)  # unsigned column indices: no wraparound test per element, so the loops vectorise
+    q0 = np.uint64(part) * n
     for t in range(n_t):
         i = pair_i[t]
         j = pair_j[t]
+        ti = n_t + t
         for k in range(m):
-            dv = geo[dir_row + k, t]
-            dd = geo[dir_row + k, n_t + t]
-            for c in range(n_inter):
-                r = k * n_inter + c
-                bv = dv
-                bt = dd
-                if not first:
-                    bv += side_j[j, r]
-                    bt += side_j[n_atoms + j, r]
-                    if weighted:
-                        bv += side_i[i, r]
-                        bt += side_i[n_atoms + i, r]
-                buf[o_pair + r, t] = bv
-                buf[o_pair + r, n_t + t] = bt
-                if add and t < n_valid:
-                    iv = buf[q0 + c, t]
-                    sums[i, r] += bv * iv
-                    sums[n_atoms + i, r] += bt * iv + bv * buf[q0 + c, n_t + t]
+            dv = dirs[k, t]
+            dd = dirs[k, ti]
+            r0 = np.uint64(k) * n
+            if first:
+                for c in range(n):
+                    pair[t, r0 + c] = dv
+                    pair[ti, r0 + c] = dd
+            elif weighted:
+                for c in range(n):
+                    pair[t, r0 + c] = dv + side_i[i, r0 + c] + side_j[j, r0 + c]
+                    pair[ti, r0 + c] = dd + side_i[n_atoms + i, r0 + c] + side_j[n_atoms + j, r0 + c]
+            else:
+                for c in range(n):
+                    pair[t, r0 + c] = dv + side_j[j, r0 + c]
+                    pair[ti, r0 + c] = dd + side_j[n_atoms + j, r0 + c]
+            if add and t < n_valid:
+                ni = n_atoms + i
+                for c in range(n):
+                    bv = pair[t, r0 + c]
+                    iv = inter_t[t, q0 + c]
+                    sums[i, r0 + c] += bv * iv
+                    sums[ni, r0 + c] += pair[ti, r0 + c] * iv + bv * inter_t[ti, q0 + c]
 
 
 @_jit()
@@ -298,44 +308,56 @@ def _tile_forward(sides, first, pair_i, pair_j, n_valid, n_atoms, geo, flat, tab
             for r in range(o[4] - o[3]):
                 sums[i, r] += buf[o[3] + r, t]
                 sums[n_atoms + i, r] += buf[o[3] + r, n_t + t]
+    if o[6] == o[4]:
+        return
     n_parts = (o[4] - o[3]) // n_inter
+    inter_t = _transpose(buf[o[3]:o[4]])
     if o[5] > o[4]:
-        _tile_path_forward(side3_i, side3_j, first, geo, n_basis, buf, o[3], 1, o[4], 3, n_inter, pair_i, pair_j,
-                           n_valid, n_atoms, add, sums3)
+        _tile_path_forward(side3_i, side3_j, first, geo[n_basis:n_basis + 3], inter_t, 1, n_inter, pair_i, pair_j,
+                           n_valid, n_atoms, add, sums3, buf[o[4]:o[5]].reshape((2 * n_t, 3 * n_inter)))
     if o[6] > o[5]:
-        _tile_path_forward(side5_i, side5_j, first, geo, n_basis + 3, buf, o[3], n_parts - 1, o[5], 5, n_inter,
-                           pair_i, pair_j, n_valid, n_atoms, add, sums5)
+        _tile_path_forward(side5_i, side5_j, first, geo[n_basis + 3:n_basis + 8], inter_t, n_parts - 1, n_inter,
+                           pair_i, pair_j, n_valid, n_atoms, add, sums5,
+                           buf[o[5]:o[6]].reshape((2 * n_t, 5 * n_inter)))
 
 
 @_jit()
-def _tile_path_back(g_sums, side_i, first, buf, o_inter, part, o_pair, m, n_inter, pair_i, pair_j, n_valid, n_atoms,
+def _tile_path_back(g_sums, weighted, first, pair, inter_t, part, n_inter, pair_i, pair_j, n_valid, n_atoms,
                     g_inter, by_i, by_j):
-    """The reverse of :func:`_tile_path_forward`'s sums: adds the adjoints of I_part to ``g_inter`` [·, 2 tile]
-    and, past the first block, of the pair factors into ``by_j`` (and ``by_i``, weighted) by atom."""
-    n_t = buf.shape[1] // 2
-    weighted = side_i.shape[1] > 0
-    q0 = o_inter + part * n_inter
+    """The reverse of :func:`_tile_path_forward`'s sums (pair-major, as there): adds the adjoints of I_part to
+    ``g_inter`` [2 tile, ·] and, past the first block, of the pair factors into ``by_j`` (and ``by_i``,
+    ``weighted``) by atom."""
+    m = pair.shape[1] // n_inter
+    n_t = pair.shape[0] // 2
+    n = np.uint64(n_inter)  # unsigned column indices, as in _tile_path_forward
+    q0 = np.uint64(part) * n
+    n_rows = np.uint64(m) * n
+    g_pair = np.empty(2 * m * n_inter, pair.dtype)
     for t in range(n_valid):
         i = pair_i[t]
         j = pair_j[t]
+        ti = n_t + t
+        ni = n_atoms + i
         for k in range(m):
-            for c in range(n_inter):
-                r = k * n_inter + c
-                xv = g_sums[i, r]
-                xt = g_sums[n_atoms + i, r]
-                bv = buf[o_pair + r, t]
-                bt = buf[o_pair + r, n_t + t]
-                iv = buf[q0 + c, t]
-                g_inter[part * n_inter + c, t] += xv * bv + xt * bt
-                g_inter[part * n_inter + c, n_t + t] += xt * bv
-                if not first:
-                    gv = xv * iv + xt * buf[q0 + c, n_t + t]
-                    gt = xt * iv
-                    by_j[j, r] += gv
-                    by_j[n_atoms + j, r] += gt
-                    if weighted:
-                        by_i[i, r] += gv
-                        by_i[n_atoms + i, r] += gt
+            r0 = np.uint64(k) * n
+            for c in range(n):
+                xv = g_sums[i, r0 + c]
+                xt = g_sums[ni, r0 + c]
+                bv = pair[t, r0 + c]
+                iv = inter_t[t, q0 + c]
+                g_inter[t, q0 + c] += xv * bv + xt * pair[ti, r0 + c]
+                g_inter[ti, q0 + c] += xt * bv
+                g_pair[r0 + c] = xv * iv + xt * inter_t[ti, q0 + c]
+                g_pair[n_rows + r0 + c] = xt * iv
+        if not first:
+            nj = n_atoms + j
+            for r in range(n_rows):
+                by_j[j, r] += g_pair[r]
+                by_j[nj, r] += g_pair[n_rows + r]
+            if weighted:
+                for r in range(n_rows):
+                    by_i[i, r] += g_pair[r]
+                    by_i[ni, r] += g_pair[n_rows + r]
 
 
 @_jit()
@@ -351,18 +373,22 @@ def _tile_backward(g_sums, sides, first, pair_i, pair_j, n_valid, n_atoms, geo, 
     n_inter = blk[B2_N_INTER]
     n_cols = o[4] - o[3]
     n_parts = n_cols // n_inter
-    g_inter = np.zeros((n_cols, 2 * n_t), buf.dtype)
+    g_inter_t = np.zeros((2 * n_t, n_cols), buf.dtype)  # pair-major, as the pair terms' reverse adds to it
+    columns = np.uint64(n_cols)
     for t in range(n_valid):
         i = pair_i[t]
-        for r in range(n_cols):
-            g_inter[r, t] = g_sum[i, r]
-            g_inter[r, n_t + t] = g_sum[n_atoms + i, r]
-    if o[5] > o[4]:
-        _tile_path_back(g_sum3, sides[2], first, buf, o[3], 1, o[4], 3, n_inter, pair_i, pair_j, n_valid, n_atoms,
-                        g_inter, by3_i, by3_j)
-    if o[6] > o[5]:
-        _tile_path_back(g_sum5, sides[4], first, buf, o[3], n_parts - 1, o[5], 5, n_inter, pair_i, pair_j, n_valid,
-                        n_atoms, g_inter, by5_i, by5_j)
+        for r in range(columns):
+            g_inter_t[t, r] = g_sum[i, r]
+            g_inter_t[n_t + t, r] = g_sum[n_atoms + i, r]
+    if o[6] > o[4]:
+        inter_t = _transpose(buf[o[3]:o[4]])
+        if o[5] > o[4]:
+            _tile_path_back(g_sum3, sides[2].shape[1] > 0, first, buf[o[4]:o[5]].reshape((2 * n_t, 3 * n_inter)),
+                            inter_t, 1, n_inter, pair_i, pair_j, n_valid, n_atoms, g_inter_t, by3_i, by3_j)
+        if o[6] > o[5]:
+            _tile_path_back(g_sum5, sides[4].shape[1] > 0, first, buf[o[5]:o[6]].reshape((2 * n_t, 5 * n_inter)),
+                            inter_t, n_parts - 1, n_inter, pair_i, pair_j, n_valid, n_atoms, g_inter_t, by5_i, by5_j)
+    g_inter = _transpose(g_inter_t)
     last = layers[blk[B2_PI] + blk[B2_N_PI] - 1]
     kernel = _tensor(flat, table, last[LAYER_KERNEL])
     n_h = kernel.shape[0]
@@ -533,6 +559,195 @@ def _copy_rows(dest, src):
             dest[r, a] = src[r, a]
 
 
+# ------------------------------------------------------------------ a block per atom
+# Helpers without ``parallel``: in the parallel kernel every array expression or allocation would be a parallel
+# region of its own (a launch of the threads each: ~1.4 ms of a step of 32 ethanol molecules).
+@_jit()
+def _start(types, n_inputs, n_inter, dt_of, gchunk, gflat, atomic):
+    """Zero the outputs and the chunks' gradients; the first block's inputs (P1 one-hot, P3 = P5 = 0)."""
+    n = types.shape[0]
+    gchunk[:, :] = 0.0
+    gflat[:] = 0.0
+    atomic[:] = 0.0
+    p1 = np.zeros((n_inputs, 2 * n), dt_of.dtype)
+    for a in range(n):
+        p1[types[a], a] = 1.0
+    return p1, np.zeros((3 * n_inter, 2 * n), dt_of.dtype), np.zeros((5 * n_inter, 2 * n), dt_of.dtype)
+
+
+@_jit()
+def _block_sides(p1, p3, p5, flat, table, layers, blk, n):
+    """The per-atom sides of a block's pair work (atom-major, doubled rows): the first PI layer's two, the
+    vector path's P_i W and P_j W' (or none and P_j), the tensor path's."""
+    side_a, side_b = _first_sides(p1, flat, table, layers, blk, n)
+    s3i, s3j = _path_sides(p3, flat, table, layers, blk, 0, 3)
+    s5i, s5j = _path_sides(p5, flat, table, layers, blk, 1, 5)
+    return side_a, side_b, _transpose(s3i), _transpose(s3j), _transpose(s5i), _transpose(s5j)
+
+
+@_jit()
+def _chunk_sums(n_chunks, n, width, dt_of):
+    """Per-chunk per-atom sums, zero: [n_chunks, 2n, width]."""
+    return np.zeros((n_chunks, 2 * n, width), dt_of.dtype)
+
+
+@_jit()
+def _atoms_forward(summed, summed3, summed5, p1, p3, p5, flat, table, layers, blk, code, n, e_scale, atomic):
+    """A block's per-atom part, values and tangents, from the sums of its pair work ([·, 2n]: the interactions,
+    the vector and the tensor pair terms): the PP, mixing and
+    output nets, the paths' dot products; adds e_scale × the atomic energies (and tangents) to ``atomic``.
+    Returns (what the reverse keeps: the nets' rows, the paths' sums, V and mixings; then P1', P3', P5')."""
+    dt = flat.dtype
+    n_inter = blk[B2_N_INTER]
+    vectors = blk[B2_PATH + PATH_PP] >= 0
+    tensors = blk[B2_PATH + PATH_COLUMNS + PATH_PP] >= 0
+    n_parts = 1 + int(vectors) + int(tensors)
+    n_sum = summed.shape[0]
+    y_pp = np.empty((n_sum + _stack_rows(layers, blk[B2_PP], blk[B2_N_PP]), 2 * n), dt)
+    _copy_rows(y_pp, summed)
+    row_q = _stack(y_pp, 0, n_sum, flat, table, layers, blk[B2_PP], blk[B2_N_PP], n, code)
+    n_pp = y_pp.shape[0] - row_q
+    y_mix = np.empty((n_parts * n_pp + _stack_rows(layers, blk[B2_MIX], blk[B2_N_MIX]), 2 * n), dt)
+    _copy_rows(y_mix, y_pp[row_q:])
+    v3, a3, b3, v5, a5, b5 = p3, p3, p3, p5, p5, p5
+    if vectors:
+        v3, a3, b3, dots3 = _path_atoms(summed3, flat, table, layers, blk, 0, 3, n)
+        _copy_rows(y_mix[n_pp:2 * n_pp], dots3)
+    if tensors:
+        v5, a5, b5, dots5 = _path_atoms(summed5, flat, table, layers, blk, 1, 5, n)
+        _copy_rows(y_mix[(n_parts - 1) * n_pp:n_parts * n_pp], dots5)
+    row_s = _stack(y_mix, 0, n_parts * n_pp, flat, table, layers, blk[B2_MIX], blk[B2_N_MIX], n, code)
+    scales = y_mix[row_s:]
+    y_out = np.empty((n_inter + _stack_rows(layers, blk[B2_OUT], blk[B2_N_OUT]), 2 * n), dt)
+    _copy_rows(y_out, scales[:n_inter])
+    row_y = _stack(y_out, 0, n_inter, flat, table, layers, blk[B2_OUT], blk[B2_N_OUT], n, code)
+    units = _tensor(flat, table, layers[blk[B2_UNITS], LAYER_KERNEL])
+    for k in range(units.shape[0]):
+        wk = units[k, 0] * e_scale
+        for a in range(2 * n):
+            atomic[a] += wk * y_out[row_y + k, a]
+    nxt = np.empty((n_inter, 2 * n), dt)
+    if blk[B2_RESIDUAL] >= 0:
+        _tile_matmul(p1, _tensor(flat, table, layers[blk[B2_RESIDUAL], LAYER_KERNEL]), nxt, p1.shape[0], n_inter)
+        for c in range(n_inter):
+            for a in range(2 * n):
+                nxt[c, a] += scales[c, a]
+    else:
+        for c in range(n_inter):
+            for a in range(2 * n):
+                nxt[c, a] = p1[c, a] + scales[c, a]
+    p3_next = _scaled_sum(p3, v3, scales, 1, n_inter, n) if vectors else p3
+    p5_next = _scaled_sum(p5, v5, scales, n_parts - 1, n_inter, n) if tensors else p5
+    return (y_pp, y_mix, y_out, summed3, v3, a3, b3, summed5, v5, a5, b5), nxt, p3_next, p5_next
+
+
+@_jit()
+def _atoms_backward(kept, g_p1, g_p3, g_p5, c_atom, flat, table, layers, blk, n, e_scale, gflat):
+    """The reverse of :func:`_atoms_forward` (its kept arrays ``kept``), from the adjoints of P1', P3', P5' and
+    the energies' seeds: adds the per-atom nets' weight gradients to ``gflat``; returns the adjoints of the
+    per-atom sums of the pair work (atom-major [2n, ·]: the interactions, the vector and the tensor pair terms)."""
+    dt = flat.dtype
+    y_pp, y_mix, y_out, summed3, v3, a3, b3, summed5, v5, a5, b5 = kept
+    n_inter = blk[B2_N_INTER]
+    vectors = blk[B2_PATH + PATH_PP] >= 0
+    tensors = blk[B2_PATH + PATH_COLUMNS + PATH_PP] >= 0
+    n_parts = 1 + int(vectors) + int(tensors)
+    n_sum = n_parts * n_inter
+    n_pp = n_sum if blk[B2_N_PP] == 0 else layers[blk[B2_PP] + blk[B2_N_PP] - 1, 3]
+    scales = y_mix[y_mix.shape[0] - n_parts * n_inter:]
+    units = _tensor(flat, table, layers[blk[B2_UNITS], LAYER_KERNEL])
+    g_units = _tensor(gflat, table, layers[blk[B2_UNITS], LAYER_KERNEL])
+    n_y = units.shape[0]
+    row_y = y_out.shape[0] - n_y
+    g_y = np.empty((n_y, 2 * n), dt)
+    for k in range(n_y):
+        wk = units[k, 0] * e_scale
+        s = g_y[0, 0] * 0.0
+        for a in range(n):
+            g_y[k, a] = wk * c_atom[a]
+            g_y[k, n + a] = wk
+            s += c_atom[a] * y_out[row_y + k, a] + y_out[row_y + k, n + a]
+        g_units[k, 0] += e_scale * s
+    g_s0 = _stack_back(y_out, 0, n_inter, g_y, flat, table, layers, blk[B2_OUT], blk[B2_N_OUT], n, gflat)
+    g_scales = np.zeros((n_parts * n_inter, 2 * n), dt)
+    for c in range(n_inter):
+        for a in range(2 * n):
+            g_scales[c, a] = g_s0[c, a] + g_p1[c, a]
+    g_v3 = g_p3
+    g_v5 = g_p5
+    if vectors:
+        g_v3 = _scaled_sum_back(g_p3, v3, scales, 1, n_inter, n, g_scales)
+    if tensors:
+        g_v5 = _scaled_sum_back(g_p5, v5, scales, n_parts - 1, n_inter, n, g_scales)
+    g_mix_in = _stack_back(y_mix, 0, n_parts * n_pp, g_scales, flat, table, layers, blk[B2_MIX], blk[B2_N_MIX], n,
+                           gflat)
+    g_sum = _stack_back(y_pp, 0, n_sum, np.ascontiguousarray(g_mix_in[:n_pp]), flat, table, layers, blk[B2_PP],
+                        blk[B2_N_PP], n, gflat)
+    g_sum3 = g_p3
+    g_sum5 = g_p5
+    if vectors:
+        g_sum3 = _path_atoms_back(g_v3, np.ascontiguousarray(g_mix_in[n_pp:2 * n_pp]), summed3, v3, a3, b3, flat,
+                                  table, layers, blk, 0, n, gflat)
+    if tensors:
+        g_sum5 = _path_atoms_back(g_v5, np.ascontiguousarray(g_mix_in[(n_parts - 1) * n_pp:]), summed5, v5, a5, b5,
+                                  flat, table, layers, blk, 1, n, gflat)
+    return _transpose(g_sum), _transpose(g_sum3), _transpose(g_sum5)
+
+
+@_jit()
+def _sides_backward(backs, p1_in, p3_in, p5_in, g_p1, g_p3, g_p5, first_block, flat, table, layers, blk, n, gflat):
+    """The reverse of :func:`_block_sides` and of the residual map, from the per-chunk adjoints of the sides
+    (``backs``): the first PI layer's, the residual map's and the pair mixings' weight gradients into ``gflat``;
+    adds the adjoints of P3 and P5 to ``g_p3``, ``g_p5``; returns the adjoints of P1 (the block's input)."""
+    dt = flat.dtype
+    n_inter = blk[B2_N_INTER]
+    by_a = _sum_chunks(backs[0])
+    by_b = _sum_chunks(backs[1])
+    n_first = by_a.shape[0]
+    first = layers[blk[B2_PI]]
+    w1 = _tensor(flat, table, first[LAYER_KERNEL])
+    g_w1 = _tensor(gflat, table, first[LAYER_KERNEL])
+    n_in = p1_in.shape[0]
+    _outer_acc(p1_in, by_a, g_w1[:n_in], n_in, n_first)
+    _outer_acc(p1_in, by_b, g_w1[n_in:], n_in, n_first)
+    _bias_grad(by_a, n, gflat, table[first[LAYER_BIAS], 0])
+    g_prev = np.zeros((n_in, 2 * n), dt)
+    if blk[B2_RESIDUAL] >= 0:
+        res = layers[blk[B2_RESIDUAL], LAYER_KERNEL]
+        _outer_acc(p1_in, g_p1, _tensor(gflat, table, res), n_in, n_inter)
+        _tile_matmul_t(g_p1, _tensor(flat, table, res), g_prev, n_in, n_inter)
+    else:
+        _copy_rows(g_prev, g_p1)
+    _tile_matmul_t(by_a, w1[:n_in], g_prev, n_in, n_first, True)
+    _tile_matmul_t(by_b, w1[n_in:], g_prev, n_in, n_first, True)
+    if not first_block:  # the first block's P3 and P5 are zero: no gradient through them
+        if blk[B2_PATH + PATH_PP] >= 0:
+            _path_sides_back(_sum_chunks(backs[2]), _sum_chunks(backs[3]), p3_in, flat, table, layers, blk, 0, 3,
+                             g_p3, gflat)
+        if blk[B2_PATH + PATH_COLUMNS + PATH_PP] >= 0:
+            _path_sides_back(_sum_chunks(backs[4]), _sum_chunks(backs[5]), p5_in, flat, table, layers, blk, 1, 5,
+                             g_p5, gflat)
+    return g_prev
+
+
+@_jit()
+def _add_chunks(gchunk, gflat):
+    """gflat += Σ_chunk gchunk[chunk], in chunk order."""
+    for chunk in range(gchunk.shape[0]):
+        for q in range(gflat.shape[0]):
+            gflat[q] += gchunk[chunk, q]
+
+
+@_jit()
+def tile_buffer_rows(layers, blocks, n_basis):
+    """The rows of a tile's buffer (:func:`tile_rows`), the most of any block."""
+    n_parts = 1 + int(blocks[0, B2_PATH + PATH_PP] >= 0) + int(blocks[0, B2_PATH + PATH_COLUMNS + PATH_PP] >= 0)
+    rows = 1
+    for d in range(blocks.shape[0]):
+        rows = max(rows, tile_rows(layers, blocks[d], n_parts, n_basis)[6])
+    return rows
+
+
 # ------------------------------------------------------------------ the whole gradient
 @_jit(parallel=True)
 def loss_gradients(types, pair_i, pair_j, diff, dist, ddiff, flat, table, layers, blocks, codes, scal, c_atom, tile,
@@ -552,7 +767,7 @@ def loss_gradients(types, pair_i, pair_j, diff, dist, ddiff, flat, table, layers
         gchunk: [n_chunks, len(flat)] workspace; gflat: [len(flat)] output, the gradient (zero where no weight).
         atomic: [2 n_atoms] output, e_scale × the atomic energies (eV) and their tangents.
     """
-    n_atoms = types.shape[0]
+    n = types.shape[0]
     n_pairs = dist.shape[0]
     n_tiles = (n_pairs + tile - 1) // tile
     tiles_per_chunk = (n_tiles + n_chunks - 1) // n_chunks
@@ -560,99 +775,36 @@ def loss_gradients(types, pair_i, pair_j, diff, dist, ddiff, flat, table, layers
     code = codes[CODE_ACT]
     e_scale = scal[2]
     dt = flat.dtype
-    n = n_atoms
     n_inter = blocks[0, B2_N_INTER]
-    vectors = blocks[0, B2_PATH + PATH_PP] >= 0
-    tensors = blocks[0, B2_PATH + PATH_COLUMNS + PATH_PP] >= 0
-    n_parts = 1 + int(vectors) + int(tensors)
+    n_parts = 1 + int(blocks[0, B2_PATH + PATH_PP] >= 0) + int(blocks[0, B2_PATH + PATH_COLUMNS + PATH_PP] >= 0)
+    w3 = 3 * n_inter * int(blocks[0, B2_PATH + PATH_PP] >= 0)
+    w5 = 5 * n_inter * int(blocks[0, B2_PATH + PATH_COLUMNS + PATH_PP] >= 0)
+    rows = tile_buffer_rows(layers, blocks, codes[CODE_N_BASIS])
     for k in prange(n_tiles):
         _tile_geometry(k * tile, min(tile, n_pairs - k * tile), diff, dist, ddiff, codes, scal, geometry[k])
-    for chunk in prange(n_chunks):
-        for q in range(gchunk.shape[1]):
-            gchunk[chunk, q] = 0.0
-    gflat[:] = 0.0
-    atomic[:] = 0.0
-    p1 = np.zeros((len_types(blocks, layers, flat, table), 2 * n), dt)
-    for a in range(n):
-        p1[types[a], a] = 1.0
-    p3 = np.zeros((3 * n_inter, 2 * n), dt)
-    p5 = np.zeros((5 * n_inter, 2 * n), dt)
-    kept = []
+    p1, p3, p5 = _start(types, len_types(blocks, layers, flat, table), n_inter, flat, gchunk, gflat, atomic)
+    inputs = []
     sides_kept = []
+    kept = []
     for d in range(depth):
         blk = blocks[d]
         o = tile_rows(layers, blk, n_parts, codes[CODE_N_BASIS])
-        side_a, side_b = _first_sides(p1, flat, table, layers, blk, n)
-        s3i, s3j = _path_sides(p3, flat, table, layers, blk, 0, 3)
-        s5i, s5j = _path_sides(p5, flat, table, layers, blk, 1, 5)
-        sides = (side_a, side_b, _transpose(s3i), _transpose(s3j), _transpose(s5i), _transpose(s5j))
+        sides = _block_sides(p1, p3, p5, flat, table, layers, blk, n)
         sides_kept.append(sides)
-        sums = np.zeros((n_chunks, 2 * n, n_parts * n_inter), dt)
-        sums3 = np.zeros((n_chunks, 2 * n, 3 * n_inter * int(vectors)), dt)
-        sums5 = np.zeros((n_chunks, 2 * n, 5 * n_inter * int(tensors)), dt)
+        inputs.append((p1, p3, p5))
+        sums0 = _chunk_sums(n_chunks, n, n_parts * n_inter, flat)
+        sums3 = _chunk_sums(n_chunks, n, w3, flat)
+        sums5 = _chunk_sums(n_chunks, n, w5, flat)
         for chunk in prange(n_chunks):
-            buf = np.empty((o[6], 2 * tile), dt)
+            buf = np.empty((rows, 2 * tile), dt)
             for k in range(chunk * tiles_per_chunk, min(n_tiles, (chunk + 1) * tiles_per_chunk)):
                 p0 = k * tile
                 _tile_forward(sides, d == 0, pair_i[p0:p0 + tile], pair_j[p0:p0 + tile], min(tile, n_pairs - p0), n,
-                              geometry[k], flat, table, layers, blk, code, o, buf, True, sums[chunk], sums3[chunk],
+                              geometry[k], flat, table, layers, blk, code, o, buf, True, sums0[chunk], sums3[chunk],
                               sums5[chunk])
-        summed = _sum_chunks(sums)
-        n_sum = summed.shape[0]
-        y_pp = np.empty((n_sum + _stack_rows(layers, blk[B2_PP], blk[B2_N_PP]), 2 * n), dt)
-        _copy_rows(y_pp, summed)
-        row_q = _stack(y_pp, 0, n_sum, flat, table, layers, blk[B2_PP], blk[B2_N_PP], n, code)
-        n_pp = y_pp.shape[0] - row_q
-        y_mix = np.empty((n_parts * n_pp + _stack_rows(layers, blk[B2_MIX], blk[B2_N_MIX]), 2 * n), dt)
-        y_mix[:n_pp] = y_pp[row_q:]
-        summed3 = _sum_chunks(sums3)
-        summed5 = _sum_chunks(sums5)
-        v3, a3, b3, v5, a5, b5 = p3, p3, p3, p5, p5, p5
-        if vectors:
-            v3, a3, b3, dots3 = _path_atoms(summed3, flat, table, layers, blk, 0, 3, n)
-            y_mix[n_pp:2 * n_pp] = dots3
-        if tensors:
-            v5, a5, b5, dots5 = _path_atoms(summed5, flat, table, layers, blk, 1, 5, n)
-            y_mix[(n_parts - 1) * n_pp:n_parts * n_pp] = dots5
-        row_s = _stack(y_mix, 0, n_parts * n_pp, flat, table, layers, blk[B2_MIX], blk[B2_N_MIX], n, code)
-        scales = y_mix[row_s:]
-        y_out = np.empty((n_inter + _stack_rows(layers, blk[B2_OUT], blk[B2_N_OUT]), 2 * n), dt)
-        y_out[:n_inter] = scales[:n_inter]
-        row_y = _stack(y_out, 0, n_inter, flat, table, layers, blk[B2_OUT], blk[B2_N_OUT], n, code)
-        units = _tensor(flat, table, layers[blk[B2_UNITS], LAYER_KERNEL])
-        for k in range(units.shape[0]):
-            wk = units[k, 0] * e_scale
-            for a in range(2 * n):
-                atomic[a] += wk * y_out[row_y + k, a]
-        kept.append(p1)
-        kept.append(p3)
-        kept.append(p5)
-        kept.append(y_pp)
-        kept.append(y_mix)
-        kept.append(y_out)
-        kept.append(summed3)
-        kept.append(v3)
-        kept.append(a3)
-        kept.append(b3)
-        kept.append(summed5)
-        kept.append(v5)
-        kept.append(a5)
-        kept.append(b5)
-        nxt = np.empty((n_inter, 2 * n), dt)
-        if blk[B2_RESIDUAL] >= 0:
-            _tile_matmul(p1, _tensor(flat, table, layers[blk[B2_RESIDUAL], LAYER_KERNEL]), nxt, p1.shape[0], n_inter)
-            for c in range(n_inter):
-                for a in range(2 * n):
-                    nxt[c, a] += scales[c, a]
-        else:
-            for c in range(n_inter):
-                for a in range(2 * n):
-                    nxt[c, a] = p1[c, a] + scales[c, a]
-        p1 = nxt
-        if vectors:
-            p3 = _scaled_sum(p3, v3, scales, 1, n_inter, n)
-        if tensors:
-            p5 = _scaled_sum(p5, v5, scales, n_parts - 1, n_inter, n)
+        block_kept, p1, p3, p5 = _atoms_forward(_sum_chunks(sums0), _sum_chunks(sums3), _sum_chunks(sums5), p1, p3, p5,
+                                                flat, table, layers, blk, code, n, e_scale, atomic)
+        kept.append(block_kept)
     # ---- the reverse pass: the adjoints of values and tangents, the weight gradients
     g_p1 = np.zeros((n_inter, 2 * n), dt)
     g_p3 = np.zeros((3 * n_inter, 2 * n), dt)
@@ -660,61 +812,14 @@ def loss_gradients(types, pair_i, pair_j, diff, dist, ddiff, flat, table, layers
     for d in range(depth - 1, -1, -1):
         blk = blocks[d]
         o = tile_rows(layers, blk, n_parts, codes[CODE_N_BASIS])
-        K = 14 * d
-        p1_in, p3_in, p5_in = kept[K], kept[K + 1], kept[K + 2]
-        y_pp, y_mix, y_out = kept[K + 3], kept[K + 4], kept[K + 5]
-        summed3, v3, a3, b3 = kept[K + 6], kept[K + 7], kept[K + 8], kept[K + 9]
-        summed5, v5, a5, b5 = kept[K + 10], kept[K + 11], kept[K + 12], kept[K + 13]
         sides = sides_kept[d]
-        n_sum = n_parts * n_inter
-        n_pp = n_sum if blk[B2_N_PP] == 0 else layers[blk[B2_PP] + blk[B2_N_PP] - 1, 3]
-        row_s = y_mix.shape[0] - n_parts * n_inter
-        scales = y_mix[row_s:]
-        units = _tensor(flat, table, layers[blk[B2_UNITS], LAYER_KERNEL])
-        g_units = _tensor(gflat, table, layers[blk[B2_UNITS], LAYER_KERNEL])
-        n_y = units.shape[0]
-        row_y = y_out.shape[0] - n_y
-        g_y = np.empty((n_y, 2 * n), dt)
-        for k in range(n_y):
-            wk = units[k, 0] * e_scale
-            s = g_y[0, 0] * 0.0
-            for a in range(n):
-                g_y[k, a] = wk * c_atom[a]
-                g_y[k, n + a] = wk
-                s += c_atom[a] * y_out[row_y + k, a] + y_out[row_y + k, n + a]
-            g_units[k, 0] += e_scale * s
-        g_s0 = _stack_back(y_out, 0, n_inter, g_y, flat, table, layers, blk[B2_OUT], blk[B2_N_OUT], n, gflat)
-        g_scales = np.zeros((n_parts * n_inter, 2 * n), dt)
-        for c in range(n_inter):
-            for a in range(2 * n):
-                g_scales[c, a] = g_s0[c, a] + g_p1[c, a]
-        g_v3 = g_p3
-        g_v5 = g_p5
-        if vectors:
-            g_v3 = _scaled_sum_back(g_p3, v3, scales, 1, n_inter, n, g_scales)
-        if tensors:
-            g_v5 = _scaled_sum_back(g_p5, v5, scales, n_parts - 1, n_inter, n, g_scales)
-        g_mix_in = _stack_back(y_mix, 0, n_parts * n_pp, g_scales, flat, table, layers, blk[B2_MIX], blk[B2_N_MIX],
-                               n, gflat)
-        g_sum = _stack_back(y_pp, 0, n_sum, np.ascontiguousarray(g_mix_in[:n_pp]), flat, table, layers, blk[B2_PP],
-                            blk[B2_N_PP], n, gflat)
-        g_sum3 = g_p3
-        g_sum5 = g_p5
-        if vectors:
-            g_sum3 = _path_atoms_back(g_v3, np.ascontiguousarray(g_mix_in[n_pp:2 * n_pp]), summed3, v3, a3, b3, flat,
-                                      table, layers, blk, 0, n, gflat)
-        if tensors:
-            g_sum5 = _path_atoms_back(g_v5, np.ascontiguousarray(g_mix_in[(n_parts - 1) * n_pp:]), summed5, v5, a5,
-                                      b5, flat, table, layers, blk, 1, n, gflat)
-        g_sums = (_transpose(g_sum), _transpose(g_sum3), _transpose(g_sum5))
+        g_sums = _atoms_backward(kept[d], g_p1, g_p3, g_p5, c_atom, flat, table, layers, blk, n, e_scale, gflat)
         n_first = sides[0].shape[1]
-        w3 = 3 * n_inter * int(vectors)
-        w5 = 5 * n_inter * int(tensors)
-        backs = (np.zeros((n_chunks, 2 * n, n_first), dt), np.zeros((n_chunks, 2 * n, n_first), dt),
-                 np.zeros((n_chunks, 2 * n, w3), dt), np.zeros((n_chunks, 2 * n, w3), dt),
-                 np.zeros((n_chunks, 2 * n, w5), dt), np.zeros((n_chunks, 2 * n, w5), dt))
+        backs = (_chunk_sums(n_chunks, n, n_first, flat), _chunk_sums(n_chunks, n, n_first, flat),
+                 _chunk_sums(n_chunks, n, w3, flat), _chunk_sums(n_chunks, n, w3, flat),
+                 _chunk_sums(n_chunks, n, w5, flat), _chunk_sums(n_chunks, n, w5, flat))
         for chunk in prange(n_chunks):
-            buf = np.empty((o[6], 2 * tile), dt)
+            buf = np.empty((rows, 2 * tile), dt)
             for k in range(chunk * tiles_per_chunk, min(n_tiles, (chunk + 1) * tiles_per_chunk)):
                 p0 = k * tile
                 n_valid = min(tile, n_pairs - p0)
@@ -725,34 +830,10 @@ def loss_gradients(types, pair_i, pair_j, diff, dist, ddiff, flat, table, layers
                                geometry[k], flat, table, layers, blk, o, buf, gchunk[chunk],
                                (backs[0][chunk], backs[1][chunk], backs[2][chunk], backs[3][chunk], backs[4][chunk],
                                 backs[5][chunk]))
-        by_a = _sum_chunks(backs[0])
-        by_b = _sum_chunks(backs[1])
-        first = layers[blk[B2_PI]]
-        w1 = _tensor(flat, table, first[LAYER_KERNEL])
-        g_w1 = _tensor(gflat, table, first[LAYER_KERNEL])
-        n_in = p1_in.shape[0]
-        _outer_acc(p1_in, by_a, g_w1[:n_in], n_in, n_first)
-        _outer_acc(p1_in, by_b, g_w1[n_in:], n_in, n_first)
-        _bias_grad(by_a, n, gflat, table[first[LAYER_BIAS], 0])
-        g_prev = np.zeros((n_in, 2 * n), dt)
-        if blk[B2_RESIDUAL] >= 0:
-            res = layers[blk[B2_RESIDUAL], LAYER_KERNEL]
-            _outer_acc(p1_in, g_p1, _tensor(gflat, table, res), n_in, n_inter)
-            _tile_matmul_t(g_p1, _tensor(flat, table, res), g_prev, n_in, n_inter)
-        else:
-            _copy_rows(g_prev, g_p1)
-        _tile_matmul_t(by_a, w1[:n_in], g_prev, n_in, n_first, True)
-        _tile_matmul_t(by_b, w1[n_in:], g_prev, n_in, n_first, True)
-        g_p1 = g_prev
-        if vectors and d > 0:
-            _path_sides_back(_sum_chunks(backs[2]), _sum_chunks(backs[3]), p3_in, flat, table, layers, blk, 0, 3,
-                             g_p3, gflat)
-        if tensors and d > 0:
-            _path_sides_back(_sum_chunks(backs[4]), _sum_chunks(backs[5]), p5_in, flat, table, layers, blk, 1, 5,
-                             g_p5, gflat)
-    for chunk in range(n_chunks):
-        for q in range(gflat.shape[0]):
-            gflat[q] += gchunk[chunk, q]
+        p1_in, p3_in, p5_in = inputs[d]
+        g_p1 = _sides_backward(backs, p1_in, p3_in, p5_in, g_p1, g_p3, g_p5, d == 0, flat, table, layers, blk, n,
+                               gflat)
+    _add_chunks(gchunk, gflat)
 
 
 @_jit()
