@@ -52,8 +52,8 @@ TRAINING_PARAMS = {
                         "(None: off)", check=_fraction),
     "engine": Option(str, "auto", "what computes the training gradients: 'tensorflow' (gradient tapes, XLA with "
                      "jit), 'numba' (pinn.engines.gradients: hand-written derivatives in compiled CPU kernels; "
-                     "PiNet with tanh, energy and force losses) or 'auto' (numba where it applies, no GPU is visible "
-                     "and neither jit nor batch_parts asks for the TensorFlow step)",
+                     "PiNet or PiNet2 with tanh, energy and force losses) or 'auto' (numba where it applies, no GPU "
+                     "is visible and neither jit nor batch_parts asks for the TensorFlow step)",
                      choices=("auto", "tensorflow", "numba")),
     "jit": Option((bool, None), None, "the tensorflow engine: compile the training step with XLA, on batches padded "
                   "to a few bucket sizes (pinn.padding; one compile of ~10 s per bucket, then 1.1-1.4x faster training "
