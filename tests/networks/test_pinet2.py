@@ -287,13 +287,12 @@ def test_md17_pinet2_yml_trains_unchanged(tmp_path, monkeypatch):
     assert os.path.exists(tmp_path / "model" / "train.log")
 
 
-def test_the_numba_md_engine_runs_pinet2_and_its_training_engine_refuses_it_by_name():
-    """(PiNet2 on the MD engine, to rounding: tests/engines/test_pinet2_engine.py.)"""
+def test_both_numba_engines_run_pinet2():
+    """(To rounding: tests/engines/test_pinet2_engine.py for MD, test_pinet2_training.py for training.)"""
     from pinn.engines.lowering import available, capability, refusal
     if not available():
         pytest.skip("numba is not installed")
-    model = model_for(3, False)
-    assert refusal(model, "md") is None and capability(model, "md")
-    reason = refusal(model, "training")
-    assert reason is not None and "PiNet2" in reason
-    assert not capability(model, "training")
+    model = make_model("PiNet2", dict(SMALL, rank=3))
+    for purpose in ("md", "training"):
+        assert refusal(model, purpose) is None and capability(model, purpose)
+    assert "network.params.out_extra" in refusal(model_for(3, False), "training")  # heads the energy does not read
