@@ -1,9 +1,9 @@
-"""The training engine: the loss of a PiNet potential and its weight gradients in Numba kernels.
+"""The training engine: the loss of a PiNet or PiNet2 potential and its weight gradients in Numba kernels.
 
-:class:`TrainingEngine` runs the three passes of :mod:`pinn.engines.numba.train_kernels`
-(the derivation is there) on a NumPy batch and returns the loss, the errors and the
-gradient; :func:`tensorflow_gradients` wraps one call as a TensorFlow op for the
-TensorFlow step of a parallel run.  ``model.params.engine: numba`` selects it
+:class:`TrainingEngine` runs the three passes of :mod:`pinn.engines.numba.train_kernels` (PiNet; the
+derivation is there) or the two of :mod:`pinn.engines.pinet2_passes` (PiNet2) on a NumPy batch and returns
+the loss, the errors and the gradient; :func:`tensorflow_gradients` wraps one call as a TensorFlow op for
+the TensorFlow step of a parallel run.  ``model.params.engine: numba`` selects it
 (:mod:`pinn.training.backends`).
 """
 import numpy as np
@@ -31,10 +31,10 @@ def _penalty_and_slope(err, loss_type, delta):
 
 
 class TrainingEngine:
-    """The loss of a PiNet potential and its gradient with respect to the weights, in Numba kernels.
+    """The loss of a PiNet or PiNet2 potential and its gradient with respect to the weights, in Numba kernels.
 
     Args:
-        model: a :class:`~pinn.physics.potential.PotentialModel` with a PiNet network that
+        model: a :class:`~pinn.physics.potential.PotentialModel` with a PiNet or PiNet2 network that
             :func:`pinn.engines.lowering.capability` accepts for ``'training'``.
         threads: threads of its parallel loops (default: Numba's, i.e. the CPU cores; at most
             ``NUMBA_NUM_THREADS``); a rank of a parallel run gets its share of the cores.
@@ -66,8 +66,8 @@ class TrainingEngine:
                 raise ValueError(f"the numba training engine: weight {source.name} is not a trainable variable")
             self.slots.append((position[id(source)], int(table[tid, 0]), int(table[tid, 1] * table[tid, 2])))
         if sorted(s[0] for s in self.slots) != list(range(len(self.variables))):
-            raise ValueError("the numba training engine: the network's trainable variables are not all PiNet "
-                             "layer weights")
+            raise ValueError("the numba training engine: the network's trainable variables are not all weights of "
+                             "the layers it lowers")
         #: positions in ``flat`` of the variables' values, concatenated in variable order
         self.variable_index = np.concatenate([np.arange(offset, offset + size) for _, offset, size in
                                               sorted(self.slots)]) if self.slots else np.zeros(0, np.int64)

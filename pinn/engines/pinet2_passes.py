@@ -25,7 +25,7 @@ class PiNet2Passes:
         self.arrays = arrays
         self.threads = threads
         self.md = FastPiNet(arrays, threads)
-        if self.md._flat is not arrays["flat"]:
+        if self.md.arrays["flat"] is not arrays["flat"]:
             raise ValueError("PiNet2Passes: the MD engine must read the training engine's weight array")
         self._key = None
 
