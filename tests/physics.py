@@ -166,3 +166,17 @@ def compare_training_gradients(model, batch, rtol, weights=None):
         assert scale > 0, v.name  # not a trivially zero comparison
         np.testing.assert_allclose(mine, ref, rtol=0, atol=rtol * scale, err_msg=v.name)
     return out
+
+
+def refused_for_training(model, key):
+    """Whether the training engine refuses ``model``; when it does, that its reason and :class:`TrainingEngine`'s
+    error name ``network.params.<key>``."""
+    from pinn.engines.gradients import TrainingEngine
+    from pinn.engines.lowering import capability
+    answer = capability(model, "training")
+    if answer:
+        return False
+    assert f"network.params.{key}" in answer.reason
+    with pytest.raises(ValueError, match=f"network.params.{key}"):
+        TrainingEngine(model)
+    return True

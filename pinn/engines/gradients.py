@@ -13,7 +13,7 @@ from pinn.engines.lowering import capability
 from pinn.engines.numba.layout import (CODE_N_BASIS, CODE_WIDTH, BLOCK_PP, BLOCK_N_PP, BLOCK_PI, BLOCK_N_PI,
                                        BLOCK_II, BLOCK_N_II, BLOCK_OUT, BLOCK_N_OUT, BLOCK_WIDTH_IN,
                                        BLOCK_WIDTH_OUT)
-from pinn.engines.numba.md_kernels import _forces_virial, find_pairs, numba
+from pinn.engines.numba.md_kernels import _forces_virial, find_pairs, numba, numba_threads
 from pinn.engines.pinet2_passes import PiNet2Passes
 from pinn.engines.spec import PiNet2Spec
 from pinn.engines.numba.train_kernels import (_distance_tangents, _energies_forces, _image_offsets,
@@ -199,12 +199,8 @@ class TrainingEngine:
             (whether the loss and the gradients are).  The gradients: :meth:`gradients` or
             :meth:`flat_gradient`.
         """
-        previous = numba.get_num_threads()
-        numba.set_num_threads(self.threads)
-        try:
+        with numba_threads(self.threads):
             return self._passes(batch, weights, counts, e_dress)
-        finally:
-            numba.set_num_threads(previous)
 
     def _passes(self, batch, weights, counts, e_dress):
         """:meth:`__call__` on the engine's threads."""

@@ -12,7 +12,7 @@ from pinn.engines.lowering import capability, pinet_arrays, potential_of
 from pinn.engines.numba import pinet2_kernels
 from pinn.engines.numba.layout import B2_UNITS, BLOCK_UNITS, CODE_NETWORK, NETWORK_CODES
 from pinn.engines.numba.md_kernels import (PARALLEL_MIN_PAIRS, TILE, _evaluate, _evaluate_serial, _forces_virial,
-                                           available, find_pairs, numba)
+                                           available, find_pairs, numba, numba_threads)
 from pinn.engines.spec import ARRAY_KEYS
 from pinn.io.geometry import refuse_coincident
 
@@ -251,12 +251,8 @@ class FastPiNet:
                 self._codes_array, self._scal, self._charge_seed, self._atomic, self._charge, g_diff, tile, kept,
                 geometry, grads, forward, backward)
         if chunks > 1:
-            previous = numba.get_num_threads()
-            numba.set_num_threads(self.threads)
-            try:
+            with numba_threads(self.threads):
                 pinet2_kernels.evaluate(*args)
-            finally:
-                numba.set_num_threads(previous)
         else:
             pinet2_kernels.evaluate_serial(*args)
         forces = np.zeros((len(types), 3))
@@ -273,12 +269,8 @@ class FastPiNet:
         work = (self._basis, self._dbasis, self._zpair, self._zatom, self._pa, self._pb, self._buf,
                 self._grad_r, self._atomic, self._charge_seed, self._charge)
         if self.threads > 1 and n_pairs >= PARALLEL_MIN_PAIRS:
-            previous = numba.get_num_threads()
-            numba.set_num_threads(self.threads)
-            try:
+            with numba_threads(self.threads):
                 _evaluate(*args, self.threads, *work)
-            finally:
-                numba.set_num_threads(previous)
         else:  # a parallel region costs more than it saves (and the serial build skips its set-up)
             _evaluate_serial(*args, 1, *work)
         forces = np.zeros((len(types), 3))

@@ -9,7 +9,7 @@ import numpy as np
 from pinn.engines.md import FastPiNet
 from pinn.engines.numba import pinet2_train_kernels
 from pinn.engines.numba.layout import CODE_N_BASIS
-from pinn.engines.numba.md_kernels import PARALLEL_MIN_PAIRS, TILE, numba
+from pinn.engines.numba.md_kernels import PARALLEL_MIN_PAIRS, TILE, numba_threads
 
 
 class PiNet2Passes:
@@ -73,12 +73,8 @@ class PiNet2Passes:
                 a["blocks"], a["codes"], a["scal"], np.asarray(c_atom, a["flat"].dtype), tile, chunks, geometry,
                 gchunk, gflat, atomic)
         if chunks > 1:
-            previous = numba.get_num_threads()
-            numba.set_num_threads(self.threads)
-            try:
+            with numba_threads(self.threads):
                 pinet2_train_kernels.loss_gradients(*args)
-            finally:
-                numba.set_num_threads(previous)
         else:
             pinet2_train_kernels.loss_gradients_serial(*args)
         return atomic

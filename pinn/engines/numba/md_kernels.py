@@ -29,6 +29,7 @@ the cache (:mod:`pinn.engines.numba.warm_cache`): every process runs the cached 
 results do not depend on whether the cache was cold or warm.  They are compiled with ``fastmath``: sums may be
 reordered, and non-finite positions give undefined results (ASE never passes any).
 """
+import contextlib
 import math
 import types
 
@@ -66,6 +67,18 @@ _TANH_Q = [np.float32(c * 81.0 ** k) for k, c in enumerate(
     [1.0, 0.4718894478764866, 0.028057052358581917, 0.0004350065633331428, 1.6695156020782677e-06])]
 _P0, _P1, _P2, _P3, _P4, _P5, _P6 = _TANH_P
 _Q0, _Q1, _Q2, _Q3, _Q4 = _TANH_Q
+
+
+@contextlib.contextmanager
+def numba_threads(threads):
+    """Run the enclosed parallel kernels on ``threads`` threads (at most ``NUMBA_NUM_THREADS``), restoring the
+    previous count afterwards, whatever happens."""
+    previous = numba.get_num_threads()
+    numba.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        numba.set_num_threads(previous)
 
 
 def _jit(**options):
