@@ -77,7 +77,7 @@ import sys
 import numpy as np
 from pinn.engines import pinet2_passes
 from pinn.engines.pinet2_passes import PiNet2Passes
-pinet2_passes.PARALLEL_MIN_PAIRS = 1
+pinet2_passes.PINET2_PARALLEL_MIN_PAIRS = 1
 with open(sys.argv[1], "rb") as f:
     arrays, args = pickle.load(f)
 passes = PiNet2Passes(arrays, 3)
