@@ -1,10 +1,11 @@
 """ASE molecular-dynamics time per step with the pinn calculator.
 
-Usage:  python benchmarks/bench_md.py [ethanol cu108 cu256 cu864 cu10976] [--engine numba|tensorflow]
+Usage:  python benchmarks/bench_md.py [ethanol ethanol16 cu108 cu256 cu864 cu10976] [--engine numba|tensorflow]
                                       [--model DIR] [--members N]
 
 VelocityVerlet, 0.5 fs, 200 steps, median ms/step after 5 warm-up steps; Cu from
-the perfect lattice at 800 K, ethanol from its equilibrium geometry at 500 K.
+the perfect lattice at 800 K, ethanol (and ``ethanol16``'s 16 molecules, 12 Å apart) from its
+equilibrium geometry at 500 K.
 Uses the models that bench_train.py left in bench-data (Cu 256/864 use the cu108 model).
 Each system runs in its own process, so that its peak RSS is its own.  ``--members N`` runs
 a committee of N (``pinn.get_calc([DIR] * N)``: N copies of the model, which cost what N
@@ -28,7 +29,19 @@ from common import DATA, emit, peak_rss_mb
 
 from pinn.md.velocities import thermalize
 
+def _molecules(count, spacing=12.0):
+    """``count`` ethanol molecules in a row, ``spacing`` Å apart (no pairs between them): a mid-size system."""
+    atoms = molecule("CH3CH2OH")
+    for k in range(1, count):
+        other = molecule("CH3CH2OH")
+        other.translate([spacing * k, 0.0, 0.0])
+        atoms += other
+    return atoms
+
+
 SYSTEMS = {"ethanol": ("ethanol", lambda: molecule("CH3CH2OH"), 500),
+           # 16 molecules, 144 atoms, ~1 150 pairs: between one molecule and Cu 108 (not in the default set)
+           "ethanol16": ("ethanol", lambda: _molecules(16), 500),
            "cu108": ("cu108", lambda: bulk("Cu", "fcc", a=3.61, cubic=True) * (3, 3, 3), 800),
            "cu256": ("cu108", lambda: bulk("Cu", "fcc", a=3.61, cubic=True) * (4, 4, 4), 800),
            "cu864": ("cu108", lambda: bulk("Cu", "fcc", a=3.61, cubic=True) * (6, 6, 6), 800),
@@ -59,10 +72,10 @@ def main():
         ap.error(f"unknown systems {unknown}; choose from {list(SYSTEMS)}")
     if len(args.systems) > 1:  # one process per system: peak RSS of that system alone
         for name in args.systems:
+            model = ["--model", args.model] if args.model else []
             subprocess.run([sys.executable, __file__, name, "--steps", str(args.steps), "--engine", args.engine,
                             "--members", str(args.members), "--drive", args.drive,
-                            "--deviation-every", str(args.deviation_every)] + (["--model", args.model] if args.model else []),
-                           check=True)
+                            "--deviation-every", str(args.deviation_every)] + model, check=True)
         return
     import pinn
     for name in args.systems:
