@@ -67,10 +67,13 @@ network.params.rc: must be positive (got -1.0)
 network.name: 'PiNett' is not one of ['BPNN', 'LJ', 'PiNet', 'PiNet2']; did you mean `PiNet`?
 network.name: 'schnet' is not one of ['BPNN', 'LJ', 'PiNet', 'PiNet2']
 params.model_dir: required key is missing (directory for checkpoints, params.yml and logs)
+model.params.learning_rate: expected float, got str ('1e-2'); YAML reads an exponent without a dot or a sign as text: write e.g. 1.0e-3, 1.0e+3
 ```
 
 A `float` option also accepts an int, a `list` option also accepts a tuple, and `True`
-/ `False` are refused where a number is expected.
+/ `False` are refused where a number is expected. In a YAML file (a run file, `params.yml`)
+write numbers in exponent form with a dot and a signed exponent, `1.0e-3`: YAML 1.1, which
+PyYAML reads, takes `1e-3` for text.
 
 **params.yml.** The resolved params, every default included, are written to
 `model_dir/params.yml` when the model is created. `potential_model('model')` and

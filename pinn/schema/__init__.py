@@ -40,7 +40,8 @@ class Option:
         if list in allowed and isinstance(value, tuple):
             value = list(value)
         if not isinstance(value, allowed):
-            raise ParamsError(f"{path}: expected {self.type_names()}, got {type(value).__name__} ({value!r})")
+            raise ParamsError(f"{path}: expected {self.type_names()}, got {type(value).__name__} ({value!r})"
+                              f"{_number_as_text_hint(value, allowed)}")
         if self.choices is not None and value not in self.choices:
             raise ParamsError(f"{path}: {value!r} is not one of {list(self.choices)}")
         if self.check is not None:
@@ -51,6 +52,18 @@ class Option:
 
     def type_names(self):
         return " or ".join("None" if t is None else t.__name__ for t in self.types)
+
+
+def _number_as_text_hint(value, allowed):
+    """The hint for a number in exponent form that YAML read as text: PyYAML (YAML 1.1) takes ``1e-3`` and
+    ``1.0e3`` for strings, a float needs a dot and a signed exponent.  Returns "" for anything else."""
+    if not isinstance(value, str) or not (float in allowed or int in allowed) or "e" not in value.lower():
+        return ""
+    try:
+        float(value)
+    except ValueError:
+        return ""
+    return "; YAML reads an exponent without a dot or a sign as text: write e.g. 1.0e-3, 1.0e+3"
 
 
 def positive(value):

@@ -17,7 +17,10 @@ def test_defaults_filled_and_written(tmp_path):
 
 @pytest.mark.parametrize("change,message", [
     ({"network": {"name": "PiNet", "params": {"atom_types": [1], "rcut": 4.0}}}, r"network\.params\.rcut: unknown key"),
-    ({"network": {"name": "PiNet", "params": {"atom_types": [1], "rc": "4"}}}, r"network\.params\.rc: expected float"),
+    ({"network": {"name": "PiNet", "params": {"atom_types": [1], "rc": "4"}}},
+     r"network\.params\.rc: expected float, got str \('4'\)$"),
+    ({"model": {"name": "potential_model", "params": yaml.safe_load("learning_rate: 1e-2")}},
+     r"model\.params\.learning_rate: expected float, got str \('1e-2'\); YAML reads an exponent .* 1\.0e-3"),
     ({"network": {"name": "PiNet", "params": {"atom_types": [1], "depth": True}}}, r"network\.params\.depth"),
     ({"network": {"name": "PiNet", "params": {"atom_types": [1], "rc": -1.0}}}, r"network\.params\.rc: must be positive"),
     ({"network": {"name": "PiNet", "params": {"atom_types": [1, 1]}}}, r"network\.params\.atom_types: lists an element twice"),
