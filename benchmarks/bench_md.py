@@ -29,6 +29,7 @@ from common import DATA, emit, peak_rss_mb
 
 from pinn.md.velocities import thermalize
 
+
 def _molecules(count, spacing=12.0):
     """``count`` ethanol molecules in a row, ``spacing`` Å apart (no pairs between them): a mid-size system."""
     atoms = molecule("CH3CH2OH")

@@ -55,7 +55,8 @@ TILE = 256
 #: below this many pairs a call runs on one thread (a parallel region costs more than it saves)
 PARALLEL_MIN_PAIRS = 2048
 #: the same for PiNet2's kernels, whose work per pair is several times PiNet's: two tiles already pay for
-#: the threads (16 ethanol molecules, 1 152 pairs, 2 cores: MD and training steps ~25 % faster than on one)
+#: the threads (16 ethanol molecules, ~1 150 pairs, 2 cores: MD 8–24 % less time per step, training 13–39 %
+#: more steps per second than on one; benchmarks/results/0.30.0-dev-pinet2-threshold.jsonl)
 PINET2_PARALLEL_MIN_PAIRS = 2 * TILE
 
 # tanh(x) ~ x P(s) / Q(s), s = x^2 / 81, for |x| <= 9 (tanh rounds to ±1 in float32 beyond):
