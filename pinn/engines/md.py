@@ -11,13 +11,12 @@ import numpy as np
 from pinn.engines.lowering import capability, pinet_arrays, potential_of
 from pinn.engines.numba import pinet2_kernels
 from pinn.engines.numba.layout import B2_UNITS, BLOCK_UNITS, CODE_NETWORK, NETWORK_CODES
-from pinn.engines.numba.md_kernels import (PARALLEL_MIN_PAIRS, PINET2_PARALLEL_MIN_PAIRS, TILE, _evaluate,
-                                           _evaluate_serial, _forces_virial, available, find_pairs, numba,
-                                           numba_threads)
+from pinn.engines.numba.md_kernels import (PARALLEL_MIN_PAIRS, TILE, _evaluate, _evaluate_serial, _forces_virial,
+                                           available, find_pairs, numba, numba_threads)
 from pinn.engines.spec import ARRAY_KEYS
 from pinn.io.geometry import refuse_coincident
 
-__all__ = ["FastPiNet", "ARRAY_KEYS", "PARALLEL_MIN_PAIRS", "PINET2_PARALLEL_MIN_PAIRS", "TILE"]
+__all__ = ["FastPiNet", "ARRAY_KEYS", "PARALLEL_MIN_PAIRS", "TILE"]
 
 
 class FastPiNet:
@@ -33,7 +32,7 @@ class FastPiNet:
             :func:`pinn.engines.exported.load_engine_weights`), which need no TensorFlow.
         threads: threads for the pair work (default: Numba's, i.e. the CPU cores); structures
             with fewer than :data:`PARALLEL_MIN_PAIRS` pairs (PiNet2:
-            :data:`PINET2_PARALLEL_MIN_PAIRS`) run on one.
+            :data:`pinn.engines.numba.pinet2_kernels.PARALLEL_MIN_PAIRS`) run on one.
 
     Call with positions, the candidate pairs of a Verlet list and the cell
     (:meth:`__call__`).
@@ -226,9 +225,7 @@ class FastPiNet:
 
     def _pinet2(self, types, n_pairs, pair_i, pair_j, diff, dist):
         """PiNet2's kernel (:mod:`pinn.engines.numba.pinet2_kernels`): forces [n_atoms, 3] and virial [3, 3]."""
-        tile = min(TILE, 16 * ((n_pairs + 15) // 16)) or 16  # a small molecule: one tile of its own size
-        n_tiles = (n_pairs + tile - 1) // tile
-        chunks = self.threads if self.threads > 1 and n_pairs >= PINET2_PARALLEL_MIN_PAIRS else 1
+        tile, n_tiles, chunks = pinet2_kernels.tiling(n_pairs, self.threads)
         key = (len(types), n_tiles, tile, chunks)
         if self._pinet2_work is None or self._pinet2_work[0] != key:
             kept, geometry, grads, inter, vector, tensor, first = (int(r) for r in pinet2_kernels.workspace_rows(

@@ -7,9 +7,9 @@ and forces.  Pass 2 is :func:`pinn.engines.numba.pinet2_train_kernels.loss_gradi
 import numpy as np
 
 from pinn.engines.md import FastPiNet
-from pinn.engines.numba import pinet2_train_kernels
+from pinn.engines.numba import pinet2_kernels, pinet2_train_kernels
 from pinn.engines.numba.layout import CODE_N_BASIS
-from pinn.engines.numba.md_kernels import PINET2_PARALLEL_MIN_PAIRS, TILE, numba_threads
+from pinn.engines.numba.md_kernels import numba_threads
 
 
 class PiNet2Passes:
@@ -38,9 +38,7 @@ class PiNet2Passes:
 
     def _workspace(self, n_atoms, n_pairs):
         """(tile, chunks, padded pair_i, padded pair_j, geometry, gchunk, atomic), kept while the shapes stay."""
-        tile = min(TILE, 16 * ((n_pairs + 15) // 16)) or 16
-        n_tiles = (n_pairs + tile - 1) // tile
-        chunks = self.threads if self.threads > 1 and n_pairs >= PINET2_PARALLEL_MIN_PAIRS else 1
+        tile, n_tiles, chunks = pinet2_kernels.tiling(n_pairs, self.threads)
         key = (n_atoms, n_tiles, tile, chunks)
         if key != self._key:
             dt = self.arrays["flat"].dtype

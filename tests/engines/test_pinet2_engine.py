@@ -170,8 +170,9 @@ _THREADS_SCRIPT = """
 import sys
 import numpy as np
 from pinn.engines import md
+from pinn.engines.numba import pinet2_kernels
 data = dict(np.load(sys.argv[1]))
-md.PINET2_PARALLEL_MIN_PAIRS = 1
+pinet2_kernels.PARALLEL_MIN_PAIRS = 1
 engine = md.FastPiNet({key: data[key] for key in md.ARRAY_KEYS}, threads=3)
 inputs = [data[key] for key in ("numbers", "positions", "cand_i", "cand_j", "offsets", "cell", "pbc")]
 outs = [engine(*inputs) for _ in range(3)]

@@ -75,9 +75,9 @@ _THREADS_SCRIPT = """
 import pickle
 import sys
 import numpy as np
-from pinn.engines import pinet2_passes
+from pinn.engines.numba import pinet2_kernels
 from pinn.engines.pinet2_passes import PiNet2Passes
-pinet2_passes.PINET2_PARALLEL_MIN_PAIRS = 1
+pinet2_kernels.PARALLEL_MIN_PAIRS = 1
 with open(sys.argv[1], "rb") as f:
     arrays, args = pickle.load(f)
 passes = PiNet2Passes(arrays, 3)

@@ -52,12 +52,9 @@ from pinn.engines.numba import warm_cache
 #: pairs per tile (at most): the innermost loops run over a tile's pairs and vectorise; a tile's
 #: intermediates (~100 kB for the reference network) stay in the L2 cache
 TILE = 256
-#: below this many pairs a call runs on one thread (a parallel region costs more than it saves)
+#: below this many pairs a call runs on one thread (a parallel region costs more than it saves; PiNet2's:
+#: :data:`pinn.engines.numba.pinet2_kernels.PARALLEL_MIN_PAIRS`)
 PARALLEL_MIN_PAIRS = 2048
-#: the same for PiNet2's kernels, whose work per pair is several times PiNet's: two tiles already pay for
-#: the threads (16 ethanol molecules, ~1 150 pairs, 2 cores: MD 8–24 % less time per step, training 13–39 %
-#: more steps per second than on one; benchmarks/results/0.30.0-dev-pinet2-threshold.jsonl)
-PINET2_PARALLEL_MIN_PAIRS = 2 * TILE
 
 # tanh(x) ~ x P(s) / Q(s), s = x^2 / 81, for |x| <= 9 (tanh rounds to ±1 in float32 beyond):
 # a least-squares rational fit on Chebyshev nodes, coefficients in the scaled variable s so

@@ -33,12 +33,28 @@ from pinn.engines.numba.layout import (B2_II, B2_MIX, B2_N_II, B2_N_INTER, B2_N_
                                        B2_OUT, B2_PATH, B2_PI, B2_PP, B2_RESIDUAL, B2_UNITS, CODE_ACT,
                                        CODE_N_BASIS, LAYER_BIAS, LAYER_KERNEL, LAYER_N_OUT, PATH_COLUMNS,
                                        PATH_DOT_A, PATH_DOT_B, PATH_PAIR_I, PATH_PAIR_J, PATH_PP)
-from pinn.engines.numba.md_kernels import (_act_tile, _add_by_both_atoms, _atoms_stack, _atoms_stack_back, _dact_kept,
-                                           _jit, _keep, _keeps_output, _pair_input, _serial_build, _tensor,
-                                           _tile_matmul, _tile_matmul_t, contraction_adjoint, radial_basis_tile)
+from pinn.engines.numba.md_kernels import (TILE, _act_tile, _add_by_both_atoms, _atoms_stack, _atoms_stack_back,
+                                           _dact_kept, _jit, _keep, _keeps_output, _pair_input, _serial_build,
+                                           _tensor, _tile_matmul, _tile_matmul_t, contraction_adjoint,
+                                           radial_basis_tile)
 
 #: arrays a block keeps per atom for the reverse pass (see :func:`evaluate`)
 ATOM_KEPT = 11
+#: below this many pairs PiNet2's kernels run on one thread. A PiNet2 pair costs several times a PiNet one
+#: (:data:`~pinn.engines.numba.md_kernels.PARALLEL_MIN_PAIRS`: 2 048), so two tiles already pay for the threads
+#: (16 ethanol molecules, ~1 150 pairs, 2 cores: MD 8–24 % less time per step, training 13–39 % more steps per
+#: second than on one; benchmarks/results/0.30.0-dev-pinet2-threshold.jsonl)
+PARALLEL_MIN_PAIRS = 2 * TILE
+
+
+def tiling(n_pairs, threads):
+    """How the MD kernel and the training kernel split ``n_pairs`` pairs: (pairs per tile, tiles, chunks of
+    tiles — one per thread, or 1 below :data:`PARALLEL_MIN_PAIRS`).  A small molecule gets one tile of its own
+    size (a multiple of 16)."""
+    tile = min(TILE, 16 * ((n_pairs + 15) // 16)) or 16
+    n_tiles = (n_pairs + tile - 1) // tile
+    chunks = threads if threads > 1 and n_pairs >= PARALLEL_MIN_PAIRS else 1
+    return tile, n_tiles, chunks
 _SQRT2 = math.sqrt(2.0)
 _SQRT6 = math.sqrt(6.0)
 
