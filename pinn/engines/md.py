@@ -53,7 +53,8 @@ class FastPiNet:
         if not 1 <= self.threads <= numba.config.NUMBA_NUM_THREADS:
             raise ValueError(f"threads must be in 1..{numba.config.NUMBA_NUM_THREADS} (NUMBA_NUM_THREADS), "
                              f"got {threads}")
-        self.calls = 0  # calls of __call__ (each finds the pairs anew)
+        self.calls = 0  # searches for pairs (each call of __call__ makes one)
+        self.weights_version = 0  # counts the weights this engine has held (a committee's copy checks it)
         self._set_arrays(arrays)
 
     # -- weights
@@ -68,6 +69,7 @@ class FastPiNet:
         if missing:
             raise ValueError(f"FastPiNet: the weight arrays lack {missing}")
         self.arrays = {key: np.ascontiguousarray(arrays[key]) for key in ARRAY_KEYS}
+        self.weights_version += 1
         a = self.arrays
         self.dtype = a["flat"].dtype
         if self.dtype not in (np.float32, np.float64):
@@ -94,39 +96,76 @@ class FastPiNet:
         self._capacity = (0, 0)
         self._pinet2_work = None  # PiNet2's workspace, kept while the atom count and tiles stay
 
+    def same_layout(self, other):
+        """Whether ``other`` (a :class:`FastPiNet`) has this network's layout: the same network, dtype and
+        layers, so that only the weights' values (and the element order) differ, and a committee can run
+        both in one kernel call."""
+        mine, theirs = self.arrays, other.arrays
+        return (self.network == other.network and self.dtype == other.dtype
+                and all(np.array_equal(mine[key], theirs[key])
+                        for key in ("table", "layers", "blocks", "codes", "workspace"))
+                and mine["flat"].shape == theirs["flat"].shape and mine["scal"].shape == theirs["scal"].shape)
+
     @property
     def atom_types(self):
         """The atomic numbers the model knows, in its order."""
         return np.flatnonzero(self._type_of >= 0)[np.argsort(self._type_of[self._type_of >= 0])].tolist()
 
     def _workspace(self, n_atoms, n_cand):
-        """Arrays for ``n_atoms`` atoms and up to ``n_cand`` pairs, kept between calls (made anew when the
-        atom count changes or the pairs outgrow them): per-atom arrays have the exact atom count, so
-        that their rows are contiguous and the per-atom loops vectorise."""
+        """The pairs' arrays and :meth:`pinet_work` for ``n_atoms`` atoms and up to ``n_cand`` pairs, kept
+        between calls (made anew when the atom count changes or the pairs outgrow them)."""
         if n_atoms == self._capacity[0] and n_cand <= self._capacity[1]:
             return
         n_cand = max(n_cand, int(1.25 * self._capacity[1]) if n_atoms == self._capacity[0] else 0, 1)
-        tile = min(TILE, 16 * ((n_cand + 15) // 16))  # a small molecule: one tile of its own size
-        n_tiles = (n_cand + tile - 1) // tile
-        depth = len(self._blocks)
-        dt = self.dtype
         self._pair_i = np.zeros(n_cand, np.int32)
         self._pair_j = np.zeros(n_cand, np.int32)
         self._diff = np.zeros((n_cand, 3))
         self._dist = np.ones(n_cand)
-        self._dist_dt = np.ones(n_cand, dt)
-        self._grad_r = np.zeros(n_cand, dt)
-        self._basis = np.zeros((n_tiles, self.n_basis, tile), dt)
-        self._dbasis = np.zeros((n_tiles, self.n_basis, tile), dt)
-        self._zpair = np.zeros((depth, n_tiles, self._zpair_rows, tile), dt)
-        self._zatom = np.zeros((depth, self._zatom_cols, n_atoms), dt)
-        self._pa = np.zeros((depth, n_atoms, self._n_first), dt)
-        self._pb = np.zeros((depth, n_atoms, self._n_first), dt)
-        self._buf = np.zeros((self.threads, 2 * n_atoms, self._max_width), dt)
-        self._atomic = np.zeros(n_atoms, dt)
-        self._charge = np.zeros(n_atoms, dt)
-        self._charge_seed = np.zeros(n_atoms, dt)
+        self._dist_dt = np.ones(n_cand, self.dtype)
+        work = self.pinet_work(n_atoms, n_cand)
+        for name, array in work.items():
+            setattr(self, "_" + name, array)
         self._capacity = (n_atoms, n_cand)
+
+    def pinet_work(self, n_atoms, n_pairs, members=None):
+        """PiNet's per-structure workspace for ``n_atoms`` atoms and up to ``n_pairs`` pairs (arguments of
+        :func:`pinn.engines.numba.md_kernels._evaluate`): dict of ``basis``, ``dbasis``, ``zpair``, ``zatom``,
+        ``pa``, ``pb``, ``buf`` (one slice per thread), ``grad_r``, ``atomic``, ``charge``, ``charge_seed``,
+        zeros of this engine's dtype.  Per-atom arrays have the exact atom count, so that their rows are
+        contiguous and the per-atom loops vectorise.
+
+        Args:
+            members: ``None``, or a count M: every array then has a leading axis of M (one workspace per
+                member of a committee of this architecture) and ``buf`` one thread's slice.
+        """
+        tile = min(TILE, 16 * ((n_pairs + 15) // 16))  # a small molecule: one tile of its own size
+        n_tiles = (n_pairs + tile - 1) // tile
+        depth = len(self._blocks)
+        lead = () if members is None else (int(members),)
+        threads = self.threads if members is None else 1
+        shapes = {"basis": (n_tiles, self.n_basis, tile), "dbasis": (n_tiles, self.n_basis, tile),
+                  "zpair": (depth, n_tiles, self._zpair_rows, tile), "zatom": (depth, self._zatom_cols, n_atoms),
+                  "pa": (depth, n_atoms, self._n_first), "pb": (depth, n_atoms, self._n_first),
+                  "buf": (threads, 2 * n_atoms, self._max_width), "grad_r": (n_pairs,), "atomic": (n_atoms,),
+                  "charge": (n_atoms,), "charge_seed": (n_atoms,)}
+        return {name: np.zeros(lead + shape, self.dtype) for name, shape in shapes.items()}
+
+    def pinet2_work(self, n_atoms, tiling, members=None):
+        """PiNet2's per-structure workspace (arguments of :func:`pinn.engines.numba.pinet2_kernels.evaluate`):
+        ``(kept, geometry, grads, sums, backs)`` for ``n_atoms`` atoms and ``tiling`` = (tile, n_tiles,
+        chunks) of :func:`pinn.engines.numba.pinet2_kernels.tiling`; ``members``: as for :meth:`pinet_work`
+        (a leading axis of M, one chunk each)."""
+        tile, n_tiles, chunks = tiling
+        lead = () if members is None else (int(members),)
+        chunks = chunks if members is None else 1
+        kept, geometry, grads, inter, vector, tensor, first = (int(r) for r in pinet2_kernels.workspace_rows(
+            self._layers, self._blocks, self.n_basis))
+
+        def zeros(*shape):
+            return np.zeros(lead + shape, self.dtype)
+        return (zeros(len(self._blocks), n_tiles, kept, tile), zeros(n_tiles, geometry, tile),
+                zeros(n_tiles, grads, tile), tuple(zeros(chunks, n_atoms, w) for w in (inter, vector, tensor)),
+                tuple(zeros(chunks, n_atoms, w) for w in (first, first, vector, vector, tensor, tensor)))
 
     def __call__(self, numbers, coord, cand_i, cand_j, cand_offset, cell=None, pbc=None, charge_seed=None):
         """Energy, forces and stress of one structure.
@@ -155,6 +194,20 @@ class FastPiNet:
             ValueError: two atoms closer than :data:`pinn.io.geometry.MIN_DISTANCE` (by the distances of
                 the pairs found, naming the atoms), before the network runs.
         """
+        types, n_pairs = self.search(numbers, coord, cand_i, cand_j, cand_offset)
+        return self._on_pairs(types, n_pairs, self._pair_i, self._pair_j, self._diff, self._dist, cell, pbc,
+                              charge_seed)
+
+    def search(self, numbers, coord, cand_i, cand_j, cand_offset):
+        """Find the pairs within the cutoff among the candidates (see :meth:`__call__` for the arguments),
+        kept for :meth:`pairs` until the next search, without evaluating the network.
+
+        Returns:
+            (types, n_pairs): the model's type index of each atom, the pairs found.
+
+        Raises:
+            ValueError: as :meth:`__call__`.
+        """
         coord = np.ascontiguousarray(coord, dtype=np.float64)
         types = self.types_of(numbers)
         self._workspace(len(coord), len(cand_i))
@@ -162,9 +215,8 @@ class FastPiNet:
                              self._diff, self._dist)
         refuse_coincident(self._pair_i[:n_pairs], self._pair_j[:n_pairs], self._dist[:n_pairs], coord)
         self.last_pairs = n_pairs  # the pairs within the cutoff, first in _pair_i, _pair_j, _diff, _dist
-        self.calls += 1  # which call found them (a committee checks that they are still its own)
-        return self._on_pairs(types, n_pairs, self._pair_i, self._pair_j, self._diff, self._dist, cell, pbc,
-                              charge_seed)
+        self.calls += 1  # which search found them (a committee checks that they are still its own)
+        return types, n_pairs
 
     def pairs(self):
         """The pairs within the cutoff of the last call: ``(pair_i, pair_j, diff, dist)`` (int32, int32,
@@ -228,15 +280,7 @@ class FastPiNet:
         tile, n_tiles, chunks = pinet2_kernels.tiling(n_pairs, self.threads)
         key = (len(types), n_tiles, tile, chunks)
         if self._pinet2_work is None or self._pinet2_work[0] != key:
-            kept, geometry, grads, inter, vector, tensor, first = (int(r) for r in pinet2_kernels.workspace_rows(
-                self._layers, self._blocks, self.n_basis))
-            n_atoms = len(types)
-            self._pinet2_work = (key, np.zeros((len(self._blocks), n_tiles, kept, tile), self.dtype),
-                                 np.zeros((n_tiles, geometry, tile), self.dtype),
-                                 np.zeros((n_tiles, grads, tile), self.dtype),
-                                 tuple(np.zeros((chunks, n_atoms, w), self.dtype) for w in (inter, vector, tensor)),
-                                 tuple(np.zeros((chunks, n_atoms, w), self.dtype)
-                                       for w in (first, first, vector, vector, tensor, tensor)),
+            self._pinet2_work = (key, *self.pinet2_work(len(types), (tile, n_tiles, chunks)),
                                  np.zeros(n_tiles * tile, np.int32), np.zeros(n_tiles * tile, np.int32))
         _, kept, geometry, grads, forward, backward, padded_i, padded_j = self._pinet2_work
         padded_i[:n_pairs] = pair_i[:n_pairs]
