@@ -62,13 +62,19 @@ class FastCommittee:
             self._pairs_key = (first.calls, np.array(numbers), np.array(coord, np.float64),
                                None if cell is None else np.array(cell, np.float64))
         pairs = first.pairs()
-        if self._stack is not None and self._stack.pays(len(members), len(pairs[0])):
+        if self.in_one_call(len(members), len(pairs[0])):
             return self._stack(numbers, pairs, cell, pbc, members)
         outs = [self.members[k].on_pairs(numbers, *pairs, cell, pbc) for k in members]
         result = {key: np.stack([o[key] for o in outs]) for key in ("energy", "energies", "forces", "virial")}
         if "stress" in outs[0]:
             result["stress"] = np.stack([o["stress"] for o in outs])
         return result
+
+    def in_one_call(self, count, n_pairs):
+        """Whether ``count`` members on ``n_pairs`` pairs run in one kernel call, a member per thread: when
+        they share a layout and that is faster than one after another on all threads (see
+        :meth:`MemberStack.pays`)."""
+        return self._stack is not None and self._stack.pays(count, n_pairs)
 
     def _pairs_current(self, numbers, coord, cell):
         """Whether member 0's pairs are of this structure, from this committee's last search."""

@@ -83,7 +83,7 @@ def test_every_member_is_its_own_engine(network, name, count):
     _check(out, refs, range(count), atoms)
     n_pairs = members[0].last_pairs
     threshold = pinet2_kernels.PARALLEL_MIN_PAIRS if net == "PiNet2" else PARALLEL_MIN_PAIRS
-    stacked = committee._stack.pays(count, n_pairs)
+    stacked = committee.in_one_call(count, n_pairs)
     assert stacked == (n_pairs < threshold or count % committee.threads == 0 or committee.threads == 1)
     if not stacked:  # the other way too: a member per thread on the same pairs
         _check(committee._stack(atoms.numbers, members[0].pairs(), atoms.cell[:], atoms.pbc, list(range(count))),
