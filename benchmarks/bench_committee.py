@@ -7,9 +7,10 @@ neighbor list, the search for pairs within the cutoff included in every call): o
 :class:`pinn.engines.md.FastPiNet` on one thread and on all (``single_1_thread_ms``,
 ``single_ms``); :class:`pinn.engines.committee.FastCommittee` of 1 … ``--members`` copies of the
 model (``committee_ms``: {M: ms}), which runs members of one layout a member per thread in one
-kernel call where that pays (``stacked``: {M: whether it did}).  A committee of M members that
-share no arithmetic costs at least ⌈M / threads⌉ one-thread evaluations (``floor_ms``); the
-ratios to ``single_ms`` say how far a committee of 4 can come to "2 × one model" on this machine.
+kernel call where that pays (``stacked``: {M: whether it did}).  Members that share no arithmetic
+cost at least the smaller of ⌈M / threads⌉ one-thread evaluations (a member per thread) and M
+evaluations on all threads (one after another): ``floor_ms``; its ratio to ``single_ms`` says how
+close to "2 × one model" a committee can come on this machine.
 One JSON line.
 """
 import argparse
@@ -66,7 +67,7 @@ def main():
         committee_ms[count] = median_ms(lambda: committee(*inputs), args.calls)
         stacked[count] = committee.in_one_call(count, single.last_pairs)
     threads = single.threads
-    floor = {count: round(-(-count // threads) * one_thread, 4) for count in committee_ms}
+    floor = {count: round(min(-(-count // threads) * one_thread, count * single_ms), 4) for count in committee_ms}
     emit(benchmark="committee_engine", system=args.system, atoms=len(atoms), pairs=int(single.last_pairs),
          network=single.network, dtype=str(single.dtype), threads=threads, model=args.model,
          single_1_thread_ms=one_thread, single_ms=single_ms, committee_ms=committee_ms, stacked=stacked,
