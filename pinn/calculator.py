@@ -53,7 +53,7 @@ class PiNNCalc(Calculator):
     :func:`pinn.engines.exported.load_engine_weights`), which run on the Numba engine without TensorFlow.
     """
 
-    implemented_properties = ["energy", "free_energy", "forces", "stress", "dipole", "charges"]
+    implemented_properties = ["energy", "free_energy", "energies", "forces", "stress", "dipole", "charges"]
 
     def __init__(self, model, jit=None, skin=0.5, engine="auto", to_eV=1.0, properties=None, atoms=None,
                  label=None, directory="."):
@@ -78,7 +78,7 @@ class PiNNCalc(Calculator):
         if not self.is_potential:
             gives = self._engine.dipole_outputs
         elif self.embedding == "mechanical":
-            gives = ["energy", "free_energy", "forces", "stress"]
+            gives = ["energy", "free_energy", "energies", "forces", "stress"]
         else:  # a QM region in its MM environment: no stress; the QM atoms' charges
             gives = ["energy", "free_energy", "forces", "charges"]
         if properties is not None:
@@ -132,6 +132,7 @@ class PiNNCalc(Calculator):
         if self.embedding != "mechanical":
             self.results["charges"] = pred["charges"].astype(np.float64)
             return
+        self.results["energies"] = pred["energies"].astype(np.float64) * self.e_unit
         if atoms.pbc.any():
             self.results["stress"] = full_3x3_to_voigt_6_stress(pred["stress"][0].astype(np.float64)) \
                 * self.e_unit
@@ -172,14 +173,15 @@ class _NumbaEngine:
             self.embedded = FastEmbeddedPiNet(self.fast, self.damping)
 
     def __call__(self, atoms, neighbors):
-        """``energy`` [1], ``forces`` [n, 3], ``stress`` [1, 3, 3] of ``atoms`` (model units, NumPy); with an
-        electrostatic embedding ``energy``, ``forces`` on every atom and ``charges`` of the QM/MM frame."""
+        """``energy`` [1], ``energies`` [n], ``forces`` [n, 3], ``stress`` [1, 3, 3] of ``atoms`` (model units,
+        NumPy); with an electrostatic embedding ``energy``, ``forces`` on every atom and ``charges`` of the
+        QM/MM frame."""
         self._sync_weights()
         if self.embedded is not None:
             return self._qmmm(atoms, neighbors)
         first, second, offsets = neighbors.candidates(atoms.positions, atoms.cell[:], atoms.pbc)
         out = self.fast(atoms.numbers, atoms.positions, first, second, offsets, atoms.cell[:], atoms.pbc)
-        return {"energy": np.array([out["energy"]]), "forces": out["forces"],
+        return {"energy": np.array([out["energy"]]), "energies": out["energies"], "forces": out["forces"],
                 "stress": out.get("stress", np.zeros((3, 3)))[None]}
 
     def _qmmm(self, atoms, neighbors):
@@ -248,7 +250,8 @@ class _TensorFlowEngine:
         if self.is_potential and self.embedding != "mechanical":  # a region in its environment: no stress
             predict = lambda tensors: model.model.predict(tensors, stress=False)  # noqa: E731
         else:
-            predict = lambda tensors: model.model.predict(tensors)  # noqa: E731
+            predict = lambda tensors: model.model.predict(  # noqa: E731
+                tensors, **({"energies": True} if self.is_potential else {}))
         self._function = tf.function(predict, input_signature=[spec], jit_compile=self.jit, autograph=False)
         self._predict = self._function.get_concrete_function()
         # its flat call on tensors made here skips the binding of a dict of NumPy arrays to the

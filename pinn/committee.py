@@ -10,6 +10,8 @@ is worth its cost.  ``pinn.get_calc([dir_a, dir_b, ...])`` (or a directory holdi
 - ``forces_deviation`` [n_atoms]: per atom ε_i = √(⟨|f_i − ⟨f_i⟩|²⟩) over the members (eV/Å),
   DeePMD-kit's model deviation of the forces; ``max_forces_deviation``: its maximum over the
   atoms (DeePMD-kit's ``max_devi_f``), the usual criterion for picking frames to label;
+- ``energies_deviation`` [n_atoms]: per atom the standard deviation of the members' atomic energies (eV),
+  beside ``energies``, the members' mean per-atom energies (ASE's ``atoms.get_potential_energies()``);
 - ``member_energies`` [M], ``member_forces`` [M, n_atoms, 3] and, for a periodic cell,
   ``member_stresses`` [M, 6] (Voigt, eV/Å³): what each member predicted.
 
@@ -39,8 +41,8 @@ MEMBER_PREFIX = "member-"
 #: only when a deviation is asked for: DeePMD-kit's LAMMPS practice with ``out_freq``)
 DRIVES = ("mean", "first")
 #: the results that need every member
-COMMITTEE_PROPERTIES = frozenset({"energy_deviation", "forces_deviation", "max_forces_deviation",
-                                  "member_energies", "member_forces", "member_stresses"})
+COMMITTEE_PROPERTIES = frozenset({"energy_deviation", "energies_deviation", "forces_deviation",
+                                  "max_forces_deviation", "member_energies", "member_forces", "member_stresses"})
 
 
 def member_directories(spec):
@@ -151,8 +153,9 @@ class CommitteeCalc(Calculator):
             elements differ.
     """
 
-    implemented_properties = ["energy", "free_energy", "forces", "stress", "energy_deviation", "forces_deviation",
-                              "max_forces_deviation", "member_energies", "member_forces", "member_stresses"]
+    implemented_properties = ["energy", "free_energy", "energies", "forces", "stress", "energy_deviation",
+                              "energies_deviation", "forces_deviation", "max_forces_deviation", "member_energies",
+                              "member_forces", "member_stresses"]
 
     def __init__(self, members, names, skin=0.5, drive="mean", atoms=None, label=None, directory="."):
         from pinn.engines.committee import FastCommittee, check_same_kind
@@ -198,8 +201,8 @@ class CommitteeCalc(Calculator):
         return changed_since(self.atoms, atoms, [name for name in all_changes if name not in self.ignored_changes])
 
     def _predict(self, atoms, members):
-        """The energy [K], forces [K, n, 3] and, periodic, stress [K, 3, 3] (eV, Å) of the K members
-        whose indices are ``members``."""
+        """The energy [K], per-atom energies [K, n], forces [K, n, 3] and, periodic, stress [K, 3, 3] (eV, Å)
+        of the K members whose indices are ``members``."""
         if self._fast is not None:
             for k in members:
                 self.members[k]._engine._sync_weights()
@@ -210,10 +213,14 @@ class CommitteeCalc(Calculator):
             preds = [self.members[k]._engine(atoms, self.neighbors) for k in members]
             out = {"energy": np.array([float(p["energy"][0]) for p in preds]),
                    "forces": np.stack([np.asarray(p["forces"], np.float64) for p in preds])}
+            if self.embedding == "mechanical":
+                out["energies"] = np.stack([np.asarray(p["energies"], np.float64) for p in preds])
             if atoms.pbc.any() and all("stress" in p for p in preds):
                 out["stress"] = np.stack([np.asarray(p["stress"][0], np.float64) for p in preds])
         scale = self.e_units[list(members)]
         result = {"energy": out["energy"] * scale, "forces": out["forces"] * scale[:, None, None]}
+        if "energies" in out:
+            result["energies"] = out["energies"] * scale[:, None]
         if atoms.pbc.any() and "stress" in out:
             result["stress"] = out["stress"] * scale[:, None, None]
         return result
@@ -223,8 +230,9 @@ class CommitteeCalc(Calculator):
         atoms = self.atoms
         if "stress" in properties and not atoms.pbc.any():
             raise PropertyNotImplementedError("stress needs a periodic cell")
-        if "stress" in properties and self.embedding != "mechanical":
-            raise PropertyNotImplementedError(f"a model with embedding {self.embedding!r} gives no stress")
+        for name in ("stress", "energies", "energies_deviation"):
+            if name in properties and self.embedding != "mechanical":
+                raise PropertyNotImplementedError(f"a model with embedding {self.embedding!r} gives no {name}")
         network_atoms(atoms, self.embedding, self.atom_types, "the committee")
         if system_changes:
             self.calculations += 1
@@ -242,8 +250,10 @@ class CommitteeCalc(Calculator):
             self._set_committee(everyone, mean=False)
 
     def _set_prediction(self, pred):
-        """Energy, forces and, periodic, stress in ``results`` (Voigt stress)."""
+        """Energy, per-atom energies, forces and, periodic, stress in ``results`` (Voigt stress)."""
         self.results.update(energy=float(pred["energy"]), free_energy=float(pred["energy"]), forces=pred["forces"])
+        if "energies" in pred:
+            self.results["energies"] = pred["energies"]
         if "stress" in pred:
             self.results["stress"] = full_3x3_to_voigt_6_stress(pred["stress"])
 
@@ -261,10 +271,15 @@ class CommitteeCalc(Calculator):
         self.results.update(member_energies=energies, member_forces=forces, forces_deviation=per_atom,
                             max_forces_deviation=float(per_atom.max()) if per_atom.size else 0.0,
                             energy_deviation=float(np.sqrt(((energies - energy) ** 2).sum() / m)))
+        atomic = {}
+        if "energies" in pred:
+            atomic["energies"] = pred["energies"].sum(axis=0) / m
+            spread = pred["energies"] - atomic["energies"]
+            self.results["energies_deviation"] = np.sqrt((spread * spread).sum(axis=0) / m)
         if "stress" in pred:
             self.results["member_stresses"] = np.stack([full_3x3_to_voigt_6_stress(s) for s in pred["stress"]])
         if mean:
-            self._set_prediction({"energy": energy, "forces": mean_forces,
+            self._set_prediction({"energy": energy, **atomic, "forces": mean_forces,
                                   **({"stress": pred["stress"].mean(axis=0)} if "stress" in pred else {})})
 
 

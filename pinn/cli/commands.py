@@ -94,6 +94,9 @@ def _parser():
     evaluate.add_argument("--checkpoint", default="last", help="'last' (default), 'best' or a checkpoint path")
     evaluate.add_argument("--batch-size", type=positive_int, default=32)
     evaluate.add_argument("--json", action="store_true", help="print the metrics as JSON")
+    evaluate.add_argument("--per-atom", metavar="OUT.xyz", help="also write every structure with the model's "
+                          "energy, forces, per-atom energies (and stress) to this extended XYZ file (a potential "
+                          "model without an embedding)")
 
     report = commands.add_parser("report", parents=[common],
                                  help="learning curves, parity plots and a summary of a model directory",
@@ -238,6 +241,7 @@ def _flatten(parts, prefix=""):
 
 
 def _evaluate(args):
+    from pinn.cli.predictions import refuse_per_atom, write_predictions
     from pinn.cli.runconfig import load_structures, region_for_model
     from pinn.io import sparse_batch
     from pinn.models.inference import load_for_inference
@@ -246,14 +250,23 @@ def _evaluate(args):
     model = load_for_inference(args.model_dir, checkpoint=None if args.checkpoint == "last" else args.checkpoint)
     dataset = region_for_model(load_structures(args.data), ", ".join(args.data),
                                embedding=model.params["model"]["params"].get("embedding", "mechanical"))
+    if args.per_atom:
+        refuse_per_atom(model.model, args.model_dir)
     metrics = model.evaluate(lambda: dataset.apply(sparse_batch(args.batch_size)))
+    written = {}
+    if args.per_atom:
+        count = write_predictions(model.predict(lambda: dataset.apply(sparse_batch(args.batch_size))), args.per_atom)
+        written = {"per_atom": args.per_atom, "per_atom_structures": count}
     if args.json:
-        print(json.dumps({**metrics, "checkpoint": model.checkpoint}))
+        print(json.dumps({**metrics, "checkpoint": model.checkpoint, **written}))
     else:
         averaged = " (averaged weights)" if model.averaged else ""
         print(f"model {args.model_dir}: checkpoint {os.path.basename(model.checkpoint)}, step {metrics['global_step']}"
               f"{averaged}\ndata: {', '.join(args.data)}\n")
         print(metrics_table(metrics))
+        if written:
+            print(f"\n{written['per_atom_structures']} structures with the model's energy, forces and per-atom "
+                  f"energies: {args.per_atom}")
     return 0
 
 

@@ -87,7 +87,7 @@ def pad_batch(batch, rc, element):
 
 #: which predictions are per structure and which per atom
 _PER_STRUCTURE = ("energy", "stress", "dipole")
-_PER_ATOM = ("forces", "charges")
+_PER_ATOM = ("forces", "charges", "energies")
 
 
 def unpad(pred, sizes):

@@ -41,7 +41,7 @@ class Model(tf.Module):
     Subclasses set ``LOSS_TERMS``, ``WEIGHT_KEYS``, ``LABELS`` (term → data key), ``PARAMS`` and implement
     ``enabled_terms``, ``predict``, ``train_outputs``, ``eval_outputs``,
     ``metric_keys``, ``loss_counts``, ``loss_sums``, ``error_sums``,
-    ``parity_arrays`` and ``structure_outputs``.
+    ``parity_arrays`` and ``structure_outputs`` (of :meth:`structure_predict`).
     """
 
     LOSS_TERMS = ()
@@ -57,6 +57,11 @@ class Model(tf.Module):
     def enabled_terms(self):
         """Set of the loss terms that are on."""
         raise NotImplementedError
+
+    def structure_predict(self, tensors):
+        """What :meth:`structure_outputs` splits per structure: ``predict`` of a batch (a model that can give
+        more than its defaults, such as per-atom energies, asks for it here)."""
+        return self.predict(tensors)
 
     def eval_metric_keys(self, spec, outputs):
         """The error metrics of an evaluation: those of training (``metric_keys``) unless a model adds some."""

@@ -109,12 +109,11 @@ class PotentialModel(Model):
         self.e_dress = tf.Variable(dress, dtype=dtype, trainable=False, name="e_dress")
         self.dress_fitted = tf.Variable(False, trainable=False, name="dress_fitted")
 
-    def energy_from_pairs(self, tensors, n_struct):
-        """Per-structure energy [n_struct] (eV) from a batch with ``diff``/``dist``."""
+    def atomic_energies(self, tensors):
+        """Each atom's energy [n_atoms] (eV: the network's atomic output / e_scale + its element's e_dress),
+        from a batch with ``diff``/``dist``; a structure's sum is its energy."""
         atomic = self.network.atomic_outputs(tensors)[:, 0] / self.params["e_scale"]
-        idx = self.network.element_index(tensors[K.ELEMS])
-        atomic = atomic + tf.gather(self.e_dress, idx)
-        return scatter_sum(atomic, tensors[K.IND_1][:, 0], n_struct)
+        return atomic + tf.gather(self.e_dress, self.network.element_index(tensors[K.ELEMS]))
 
     @property
     def jit_compatible(self):
@@ -142,35 +141,40 @@ class PotentialModel(Model):
         scale = self.params["e_scale"]
         return {"E": scale, "E_PER_ATOM": scale, "F": scale, "F_QM": scale, "S": scale}
 
-    def predict(self, tensors, forces=True, stress=True):
+    def predict(self, tensors, forces=True, stress=True, energies=False):
         """Energy, forces and stress of a sparse batch.
 
         Args:
             tensors: batch with ``elems``, ``coord``, ``ind_1``, ``ind_2``, ``shift`` and
                 optionally ``cell``, ``pbc`` (see :mod:`pinn.keys` and :func:`pinn.io.with_cell_and_pbc`).
             forces, stress: whether to compute them (one backward pass for both).
+            energies: whether to return each atom's energy.
 
         Returns:
             dict with ``energy`` [n_struct] (eV), and ``forces`` [n_atoms, 3]
             (eV/Å), ``stress`` [n_struct, 3, 3] (eV/Å³; zero for open
-            structures) when asked for.  With ``embedding: electrostatic`` (QM/MM batches with ``qm``,
+            structures), ``energies`` [n_atoms] (eV, summing to each structure's energy) when asked for.
+            With ``embedding: electrostatic`` (QM/MM batches with ``qm``,
             ``mm_charge``, ``qm_charge``): ``energy``, ``forces`` on every atom and ``charges`` [n_atoms] (e),
-            no stress (asking for it raises ValueError).
+            no stress and no per-atom energies (asking for them raises ValueError).
         """
         tensors = with_cell_and_pbc(tensors)
         n_struct = tf.shape(tensors[K.CELL])[0]
         tensors = cast_floats(tensors, self.dtype)
         if self.embedding != "mechanical":
-            if stress:
-                raise ValueError(f"stress: the model with embedding {self.embedding!r} gives energy and forces "
-                                 "of a QM region in its MM environment, no stress (predict with stress=False)")
+            for name, asked in (("stress", stress), ("energies", energies)):
+                if asked:
+                    raise ValueError(f"{name}: the model with embedding {self.embedding!r} gives energy and "
+                                     f"forces of a QM region in its MM environment, no {name} (predict with "
+                                     f"{name}=False)")
             return self._predict_embedded(tensors, n_struct, forces)
         with tf.GradientTape(watch_accessed_variables=False) as tape:
             geo = pair_geometry(tensors)
             tape.watch(geo[K.DIFF])
             geo[K.DIST] = tf.norm(geo[K.DIFF], axis=1)
-            energy = self.energy_from_pairs(geo, n_struct)
-        out = {"energy": energy}
+            atomic = self.atomic_energies(geo)
+            energy = scatter_sum(atomic, geo[K.IND_1][:, 0], n_struct)
+        out = {"energy": energy, **({"energies": atomic} if energies else {})}
         if not (forces or stress):
             return out
         g = tape.gradient(energy, geo[K.DIFF], unconnected_gradients=tf.UnconnectedGradients.ZERO)
@@ -386,16 +390,30 @@ class PotentialModel(Model):
             out["forces_pred"] = np.asarray(pred["forces"], np.float64)
         return out
 
+    def structure_predict(self, tensors):
+        """:meth:`predict` with per-atom energies (but for an embedding, which has none; no stress then)."""
+        if self.embedding != "mechanical":
+            return self.predict(tensors, stress=False)
+        return self.predict(tensors, energies=True)
+
     def structure_outputs(self, batch, pred):
         """Split a predicted batch (NumPy) into one dict per structure: ``energy`` (eV), ``forces``
-        [n_atoms, 3] (eV/Å), ``stress`` [3, 3] (eV/Å³, periodic structures) and ``elems``."""
+        [n_atoms, 3] (eV/Å), ``energies`` [n_atoms] (eV, per atom; not with an embedding), ``stress`` [3, 3]
+        (eV/Å³, periodic structures), and the structure: ``elems``, ``coord`` [n_atoms, 3] (Å), ``cell``
+        [3, 3] (Å) and ``pbc`` [3]."""
         ind_1 = np.asarray(batch[K.IND_1])[:, 0]
+        batch = with_cell_and_pbc(batch)
         pbc = np.asarray(batch[K.PBC])
+        cell = np.asarray(batch[K.CELL])
         elems = np.asarray(batch[K.ELEMS])
+        coord = np.asarray(batch[K.COORD])
         for s in range(len(pred["energy"])):
             atoms = ind_1 == s
-            out = {"energy": pred["energy"][s], "forces": pred["forces"][atoms], "elems": elems[atoms]}
-            if pbc[s].any():
+            out = {"energy": pred["energy"][s], "forces": pred["forces"][atoms], "elems": elems[atoms],
+                   "coord": coord[atoms], "cell": cell[s], "pbc": pbc[s]}
+            if "energies" in pred:
+                out["energies"] = pred["energies"][atoms]
+            if pbc[s].any() and "stress" in pred:
                 out["stress"] = pred["stress"][s]
             yield out
 

@@ -117,8 +117,8 @@ class Evaluator:
     def predict(self, dataset):
         """Yield one dict per structure of ``dataset`` (see :meth:`pinn.training.trainer.Trainer.predict`)."""
         spec = dataset.element_spec
-        predict_step = self._function("predict", spec,
-                                      lambda: tf.function(self.model.predict, input_signature=[spec], autograph=False))
+        predict_step = self._function("predict", spec, lambda: tf.function(self.model.structure_predict,
+                                                                        input_signature=[spec], autograph=False))
         for batch in dataset:
             with self.weights():
                 pred = {k: v.numpy() for k, v in predict_step(batch).items()}

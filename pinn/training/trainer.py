@@ -352,7 +352,8 @@ class Trainer(metaclass=_ModelClass):
         """Yield one dict per structure of this rank's input (averaged weights when ``ema_decay`` is set).
 
         The potential model gives ``energy`` (eV), ``forces`` [n_atoms, 3]
-        (eV/Å), ``stress`` [3, 3] (eV/Å³, periodic structures) and ``elems``;
+        (eV/Å), ``energies`` [n_atoms] (eV per atom; not with an embedding), ``stress`` [3, 3] (eV/Å³,
+        periodic structures) and the structure (``elems``, ``coord``, ``cell``, ``pbc``);
         the dipole model ``dipole`` [3] (e·Å), ``charges`` [n_atoms] (e) and ``elems``.
         """
         return self.evaluation.predict(input_fn)

@@ -55,7 +55,7 @@ def test_flat_call_equals_the_public_call(trained_alloy_model):
         flat = engine(atoms, None)
         engine._call_flat = None
         public = engine(atoms, None)
-        assert sorted(flat) == sorted(public) == ["energy", "forces", "stress"]
+        assert sorted(flat) == sorted(public) == ["energies", "energy", "forces", "stress"]
         for key in flat:
             np.testing.assert_array_equal(flat[key], public[key], err_msg=key)
 

@@ -159,6 +159,8 @@ def test_convert_eval_and_bad_arguments(workdir, tmp_path, capsys):
     assert main(["eval", str(workdir / "model"), prefix + ".eval.tfr", "--checkpoint", "best"]) == 0
     table = capsys.readouterr().out
     assert "dipole" in table and "e·Å" in table and "charges" in table
+    assert main(["eval", str(workdir / "model"), prefix + ".eval.tfr", "--per-atom", str(tmp_path / "p.xyz")]) == 1
+    assert "is a DipoleModel; per-atom energies are a potential model's" in capsys.readouterr().err
     # errors: one line, exit 1; usage errors exit 2
     assert main(["eval", str(tmp_path / "nomodel"), prefix + ".eval.tfr"]) == 1
     assert "nomodel: no such model directory" in capsys.readouterr().err

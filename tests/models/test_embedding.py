@@ -6,6 +6,8 @@ kernel is MiMiC's, settings it cannot follow are refused naming the key, and `pi
 such files."""
 import json
 
+import os
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -221,6 +223,9 @@ def test_pinn_train_and_eval_take_qmmm_extxyz(trained, frames_file, capsys):
     assert main(["eval", model_dir, frames_file, "--json"]) == 0
     metrics = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert np.isfinite(metrics["F_RMSE"]) and np.isfinite(metrics["E_RMSE"]) and np.isfinite(metrics["F_QM_RMSE"])
+    assert main(["eval", model_dir, frames_file, "--per-atom", "never.xyz"]) == 1
+    assert "has embedding 'electrostatic'; its energy includes the QM region's Coulomb energy" in capsys.readouterr().err
+    assert not os.path.exists("never.xyz")
 
 
 @pytest.mark.parametrize("engine", ["numba", "tensorflow"])
@@ -235,6 +240,7 @@ def test_get_calc_on_qmmm_atoms(trained, frames_file, engine):
     assert 11 in atoms.numbers[~atoms.arrays["qm"]]
     calc = pinn.get_calc(model_dir, engine=engine)
     assert calc.engine == engine and "stress" not in calc.implemented_properties
+    assert "energies" not in calc.implemented_properties  # the Coulomb energy is the region's, not per atom
     if engine == "numba":
         assert pinn.get_calc(model_dir).engine == "numba"  # engine auto
     atoms.calc = calc
@@ -292,6 +298,9 @@ def test_model_file_committee_and_devi_on_qmmm_frames(trained, frames_file, tmp_
     np.testing.assert_allclose(atoms.get_forces(), direct.get_forces(), atol=1e-9)
     deviation = members.get_property("forces_deviation", atoms)
     assert deviation.shape == (len(atoms),) and np.abs(deviation).max() < 1e-9
+    from ase.calculators.calculator import PropertyNotImplementedError
+    with pytest.raises(PropertyNotImplementedError, match="gives no energies"):
+        atoms.get_potential_energies()
     assert main(["devi", str(tmp_path / "committee"), frames_file, "-o", str(tmp_path / "devi.out")]) == 0
     rows = np.loadtxt(tmp_path / "devi.out")
     assert rows.shape == (6, 8) and np.all(np.isfinite(rows))
