@@ -230,6 +230,15 @@ def _copper_frames(temperature, n, seed, calc=None, every=10, friction=0.02):
     return frames
 
 
+def write_copper_frames(path, temperature=300.0, count=40, seed=0):
+    """Write ``count`` configurations of Cu 32 (fcc, periodic) from Langevin MD at ``temperature`` (K) under
+    ASE's EMT, labelled with EMT's energy and forces, to ``path`` (extended XYZ; its folder is created if
+    missing): the starting data of an active-learning round (docs/md.md).  Returns ``path``."""
+    ase_files.write(_parent_made(path), [_emt_labelled(f) for f in _copper_frames(temperature, count, seed)],
+                    format="extxyz")
+    return path
+
+
 def _emt_labelled(frame):
     """A copy of ``frame`` with EMT's energy and forces attached (the reference "QM" label here)."""
     from ase.calculators.emt import EMT

@@ -1,4 +1,4 @@
-"""The ``pinn`` command: train, convert, eval, report, log, devi, export, ipi, version.
+"""The ``pinn`` command: train, convert, eval, report, log, devi, md, export, ipi, version.
 
 Each command is a thin layer over the library (:mod:`pinn.cli.runconfig`,
 :mod:`pinn.io`, :mod:`pinn.training.trainer`, :mod:`pinn.cli.report`, :mod:`pinn.training.metrics`).
@@ -16,7 +16,7 @@ import os
 import sys
 import traceback
 
-from pinn.cli import devi, export, ipi
+from pinn.cli import devi, export, ipi, md_command
 from pinn.cli.arguments import positive_int
 from pinn.cli.errors import error_line
 from pinn.cli.train_command import metrics_table, train, train_arguments, train_options
@@ -34,6 +34,8 @@ commands:
   eval      errors of a trained model on data (a table, or JSON)
   report    learning curves and parity plots (PNG) and a text summary of a model directory
   log       the metrics a training run recorded (a table, or CSV)
+  devi      a committee's model deviation over a trajectory
+  md        MD with a model or a committee, stopping where the members disagree
   version   the installed pinn version
 
 Run `pinn COMMAND --help` for the options of each.  TensorFlow's start-up messages are
@@ -120,6 +122,7 @@ def _parser():
     logs.add_argument("-f", "--fmt", help="printf format of the figures, e.g. '%%14.6e' (upstream PiNN's --fmt; "
                       "default: 4 significant digits)")
     devi.add_parser(commands, common)
+    md_command.add_parser(commands, common)
     export.add_parser(commands, common)
     ipi.add_parser(commands, common)
     commands.add_parser("version", parents=[common],
@@ -340,7 +343,7 @@ def _version(args):
 
 
 COMMANDS = {"train": train, "convert": _convert, "eval": _evaluate, "report": _report, "log": _log,
-            "devi": devi.run, "export": export.run, "ipi": ipi.run,
+            "devi": devi.run, "md": md_command.run, "export": export.run, "ipi": ipi.run,
             "version": _version}
 
 if __name__ == "__main__":

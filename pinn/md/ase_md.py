@@ -1,0 +1,281 @@
+"""MD on ASE's integrators with a model or a committee: a log, a trajectory, and a stop where the members disagree.
+
+:func:`run_md` is what ``pinn md`` runs (:mod:`pinn.cli.md_command`), for scripts: NVE (velocity
+Verlet), Langevin, NVT (Nosé–Hoover chain) or NPT (Langevin–Hoover, BAOAB) from a structure, its
+velocities drawn at a temperature, logging energies and temperature (and, for a committee, the max
+force deviation) per step.  With a committee, ``stop_deviation`` ends the run at the first step whose
+max force deviation exceeds it — the on-the-fly trigger of an active-learning loop — and writes that
+frame and the ``keep`` before it; ``select=(lo, hi)`` writes every frame whose deviation lies in
+[lo, hi) (DeePMD-kit's trust levels), and the run goes on.
+
+Units: time step and thermostat/barostat times in fs, temperature in K, pressure in bar, friction in
+1/ps, energies in eV, deviations in eV/Å.
+"""
+import collections
+import dataclasses
+import os
+import sys
+import time
+
+import numpy as np
+
+#: the ensembles of ``pinn md --ensemble``
+ENSEMBLES = ("nve", "langevin", "nvt", "npt")
+#: the columns of the log, after ``step`` (``max_devi_f`` with a committee)
+LOG_COLUMNS = ("time_ps", "Etot_eV", "Epot_eV", "Ekin_eV", "T_K")
+
+
+@dataclasses.dataclass
+class MDOutcome:
+    """What :func:`run_md` did.
+
+    Attributes:
+        steps: the steps integrated.
+        stopped_at: the step whose max force deviation exceeded ``stop_deviation`` (the run ended
+            there), or ``None``.
+        deviation: that step's max force deviation (eV/Å), or ``None``.
+        selected: the frames written for ``select``.
+        ms_per_step: wall time per step (ms), the whole loop.
+    """
+
+    steps: int
+    stopped_at: int = None
+    deviation: float = None
+    selected: int = 0
+    ms_per_step: float = 0.0
+
+
+def integrator(atoms, ensemble, dt, temperature=300.0, friction=10.0, tau=100.0, pressure=1.01325, barostat_tau=1000.0,
+               seed=0):
+    """ASE's integrator of ``ensemble`` for ``atoms``.
+
+    Args:
+        atoms: ``ase.Atoms`` with a calculator.
+        ensemble: one of :data:`ENSEMBLES`.
+        dt: time step, fs.
+        temperature: K (langevin, nvt, npt).
+        friction: Langevin friction, 1/ps (langevin; npt's thermostat takes ``tau``).
+        tau: thermostat time (nvt, npt), fs.
+        pressure: bar (npt, hydrostatic: the cell keeps its shape; periodic in all three directions).
+        barostat_tau: the barostat's time (npt), fs.
+        seed: the random stream of the stochastic integrators.
+
+    Returns:
+        an ``ase.md.md.MolecularDynamics``.
+
+    Raises:
+        ValueError: an unknown ensemble, a non-positive dt, temperature, friction, tau or barostat_tau
+            where used, NPT without a periodic cell.
+    """
+    from ase import units
+    if ensemble not in ENSEMBLES:
+        raise ValueError(f"ensemble must be one of {ENSEMBLES}, got {ensemble!r}")
+    _positive(dt=dt)
+    step = dt * units.fs
+    rng = np.random.default_rng(seed)
+    if ensemble == "nve":
+        from ase.md.verlet import VelocityVerlet
+        return VelocityVerlet(atoms, step)
+    _positive(temperature=temperature)
+    if ensemble == "langevin":
+        from ase.md.langevin import Langevin
+        _positive(friction=friction)
+        # fixcm=False: ASE's fixed centre of mass does not sample NVT exactly (deprecated in ASE 3.28)
+        return Langevin(atoms, step, temperature_K=temperature, friction=friction / (1000 * units.fs), fixcm=False,
+                        rng=rng)
+    _positive(tau=tau)
+    if ensemble == "nvt":
+        from ase.md.nose_hoover_chain import NoseHooverChainNVT
+        return NoseHooverChainNVT(atoms, step, temperature_K=temperature, tdamp=tau * units.fs)
+    if not np.all(atoms.pbc):
+        raise ValueError(f"ensemble 'npt' needs a cell periodic in a, b and c; the structure's pbc is "
+                         f"{atoms.pbc.tolist()}")
+    from ase.md.langevinbaoab import LangevinBAOAB
+    _positive(barostat_tau=barostat_tau)
+    # ASE's stress is the negative of the pressure
+    return LangevinBAOAB(atoms, step, temperature_K=temperature, externalstress=-pressure * units.bar,
+                         hydrostatic=True, T_tau=tau * units.fs, P_tau=barostat_tau * units.fs, rng=rng)
+
+
+def _positive(**values):
+    for name, value in values.items():
+        if not (isinstance(value, (int, float)) and np.isfinite(value) and value > 0):
+            raise ValueError(f"{name} must be a positive number, got {value!r}")
+
+
+def run_md(atoms, calc, steps, dt=0.5, ensemble="nve", temperature=300.0, friction=10.0, tau=100.0,
+           pressure=1.01325, barostat_tau=1000.0, seed=0, velocities=True, traj=None, traj_every=1, log=None,
+           log_every=1, stop_deviation=None, keep=10, stop_file="stop.xyz", select=None,
+           selected_file="selected.xyz", progress=True):
+    """Run MD from ``atoms`` with ``calc``, logging each step and stopping where a committee's members disagree.
+
+    Args:
+        atoms: ``ase.Atoms``, moved in place.
+        calc: the calculator (:func:`pinn.get_calc`; a committee's for ``stop_deviation`` and ``select``).
+        steps: steps to integrate (at most).
+        dt, ensemble, temperature, friction, tau, pressure, barostat_tau, seed: see :func:`integrator`.
+        velocities: draw the initial velocities at ``temperature`` (Maxwell–Boltzmann, ``seed``); False:
+            keep the structure's momenta.
+        traj: path of a trajectory (``.traj``: ASE's format; ``.xyz``/``.extxyz``: extended XYZ with
+            the energy, forces and deviation), every ``traj_every`` steps; ``None``: none.
+        log: path of the log (a ``#`` header, then ``step`` and :data:`LOG_COLUMNS`, and ``max_devi_f``
+            for a committee), every ``log_every`` steps and at a stop; ``None``: none.
+        stop_deviation: eV/Å; the run ends after the first step (the start included) whose max force
+            deviation exceeds it, and writes that frame and the ``keep`` frames before it to
+            ``stop_file`` (extended XYZ, oldest first, each with ``step`` and ``max_devi_f`` in its info).
+        select: ``(lo, hi)`` eV/Å: every frame whose max force deviation lies in [lo, hi) is written to
+            ``selected_file`` (extended XYZ).
+        progress: a progress line (at most one a second, and at the end) on standard error (True), on
+            this stream, or none (False or ``None``).
+
+    Returns:
+        :class:`MDOutcome`.
+
+    Raises:
+        ValueError: ``stop_deviation`` or ``select`` without a committee, or bad values (named).
+    """
+    from pinn.committee import CommitteeCalc
+    from pinn.md.velocities import thermalize
+    committee = isinstance(calc, CommitteeCalc)
+    if (stop_deviation is not None or select is not None) and not committee:
+        raise ValueError("stop_deviation and select need a committee (several model directories, or a directory "
+                         "of member-K/), whose members' disagreement they read")
+    if stop_deviation is not None:
+        _positive(stop_deviation=stop_deviation)
+    if select is not None and not (len(select) == 2 and 0 <= select[0] < select[1]):
+        raise ValueError(f"select must be (lo, hi) with 0 <= lo < hi (eV/Å), got {select!r}")
+    if not isinstance(steps, (int, np.integer)) or steps < 0:
+        raise ValueError(f"steps must be a whole number >= 0, got {steps!r}")
+    for name, value in (("keep", keep), ("traj_every", traj_every), ("log_every", log_every)):
+        if not isinstance(value, (int, np.integer)) or value < (0 if name == "keep" else 1):
+            raise ValueError(f"{name} must be a whole number >= {0 if name == 'keep' else 1}, got {value!r}")
+    progress = sys.stderr if progress is True else (progress or None)
+    atoms.calc = calc
+    dyn = integrator(atoms, ensemble, dt, temperature, friction, tau, pressure, barostat_tau, seed)
+    if velocities:
+        thermalize(atoms, temperature, rng=np.random.RandomState(seed))
+    outcome = MDOutcome(steps=0)
+    recent = collections.deque(maxlen=keep + 1)
+    with _Outputs(log, committee, traj, selected_file if select is not None else None) as out:
+        start = time.perf_counter()
+        shown = start
+        for step in range(steps + 1):
+            if step:
+                dyn.run(1)
+                outcome.steps = step
+            deviation = calc.get_property("max_forces_deviation", atoms) if committee else None
+            over = stop_deviation is not None and deviation > stop_deviation
+            frame = _frame(atoms, step, deviation) if (stop_deviation is not None or select is not None
+                                                       or (traj and step % traj_every == 0)) else None
+            if step % log_every == 0 or over:
+                out.log_line(step, step * dt / 1000, atoms, deviation)
+            if traj and step % traj_every == 0:
+                out.trajectory(frame)
+            if select is not None and select[0] <= deviation < select[1]:
+                out.selected(frame)
+                outcome.selected += 1
+            if stop_deviation is not None:
+                recent.append(frame)
+            now = time.perf_counter()
+            if progress is not None and (now - shown >= 1.0 or over or step == steps):
+                shown = now
+                _progress_line(progress, step, steps, start, now, atoms, deviation)
+            if over:
+                outcome.stopped_at, outcome.deviation = step, float(deviation)
+                _write_frames(stop_file, list(recent))
+                break
+        outcome.ms_per_step = 1000 * (time.perf_counter() - start) / max(outcome.steps, 1)
+    if progress is not None:
+        progress.write("\n")
+        progress.flush()
+    return outcome
+
+
+def _frame(atoms, step, deviation):
+    """A copy of ``atoms`` with its energy and forces, ``step`` and ``max_devi_f`` in its info."""
+    from ase.calculators.singlepoint import SinglePointCalculator
+    frame = atoms.copy()
+    frame.info["step"] = step
+    if deviation is not None:
+        frame.info["max_devi_f"] = float(deviation)
+    frame.calc = SinglePointCalculator(frame, energy=atoms.get_potential_energy(), forces=atoms.get_forces())
+    return frame
+
+
+def _write_frames(path, frames):
+    """Write ``frames`` to ``path`` (extended XYZ) whole: a temporary name beside it, then renamed."""
+    from ase.io import write
+    tmp = f"{path}.tmp-{os.getpid()}"
+    try:
+        write(tmp, frames, format="extxyz")
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def _progress_line(stream, step, steps, start, now, atoms, deviation):
+    rate = 1000 * (now - start) / max(step, 1)
+    text = f"\rpinn md: step {step}/{steps} ({100 * step // max(steps, 1)} %), {rate:.3g} ms/step, " \
+           f"T {atoms.get_temperature():.1f} K"
+    if deviation is not None:
+        text += f", max force deviation {deviation:.4g} eV/Å"
+    stream.write(text)
+    stream.flush()
+
+
+class _Outputs:
+    """The run's files: the log, the trajectory and the selected frames, opened and closed together."""
+
+    def __init__(self, log, committee, traj, selected):
+        self._log_path, self._committee, self._traj_path, self._selected_path = log, committee, traj, selected
+        self._log = self._traj = self._selected = None
+        self._traj_is_ase = False  # an ASE Trajectory (.traj), else an extended XYZ file
+
+    def __enter__(self):
+        if self._log_path:
+            self._log = open(self._log_path, "w")
+            columns = ("step",) + LOG_COLUMNS + (("max_devi_f_eV/A",) if self._committee else ())
+            self._log.write("# " + " ".join(columns) + "\n")
+        if self._traj_path:
+            suffix = os.path.splitext(self._traj_path)[1].lower()
+            if suffix == ".traj":
+                from ase.io.trajectory import Trajectory
+                self._traj = Trajectory(self._traj_path, "w")
+                self._traj_is_ase = True
+            elif suffix in (".xyz", ".extxyz"):
+                self._traj = open(self._traj_path, "w")
+            else:
+                raise ValueError(f"trajectory {self._traj_path}: write .traj (ASE) or .xyz/.extxyz (extended XYZ)")
+        if self._selected_path:
+            self._selected = open(self._selected_path, "w")
+        return self
+
+    def log_line(self, step, time_ps, atoms, deviation):
+        if self._log is None:
+            return
+        epot = atoms.get_potential_energy()
+        ekin = atoms.get_kinetic_energy()
+        values = [f"{time_ps:.6f}", f"{epot + ekin:.8f}", f"{epot:.8f}", f"{ekin:.8f}",
+                  f"{atoms.get_temperature():.3f}"]
+        if deviation is not None:
+            values.append(f"{deviation:.6g}")
+        self._log.write(f"{step} " + " ".join(values) + "\n")
+
+    def trajectory(self, frame):
+        from ase.io import write
+        if self._traj_is_ase:
+            self._traj.write(frame)
+        else:
+            write(self._traj, frame, format="extxyz")
+
+    def selected(self, frame):
+        from ase.io import write
+        write(self._selected, frame, format="extxyz")
+        self._selected.flush()
+
+    def __exit__(self, *exc):
+        for handle in (self._log, self._traj, self._selected):
+            if handle is not None:
+                handle.close()
+        return False
