@@ -35,7 +35,7 @@ class MDOutcome:
             there), or ``None``.
         deviation: that step's max force deviation (eV/Å), or ``None``.
         selected: the frames written for ``select``.
-        ms_per_step: wall time per step (ms), the whole loop.
+        ms_per_step: wall time per step (ms), the loop after the start's evaluation.
     """
 
     steps: int
@@ -125,8 +125,8 @@ def run_md(atoms, calc, steps, dt=0.5, ensemble="nve", temperature=300.0, fricti
             ``stop_file`` (extended XYZ, oldest first, each with ``step`` and ``max_devi_f`` in its info).
         select: ``(lo, hi)`` eV/Å: every frame whose max force deviation lies in [lo, hi) is written to
             ``selected_file`` (extended XYZ).
-        progress: a progress line (at most one a second, and at the end) on standard error (True), on
-            this stream, or none (False or ``None``).
+        progress: a progress line on standard error (True), on this stream, or none (False or ``None``):
+            on a terminal one line updated every second, else a line every 10 s; and at the end.
 
     Returns:
         :class:`MDOutcome`.
@@ -150,6 +150,8 @@ def run_md(atoms, calc, steps, dt=0.5, ensemble="nve", temperature=300.0, fricti
         if not isinstance(value, (int, np.integer)) or value < (0 if name == "keep" else 1):
             raise ValueError(f"{name} must be a whole number >= {0 if name == 'keep' else 1}, got {value!r}")
     progress = sys.stderr if progress is True else (progress or None)
+    terminal = progress is not None and hasattr(progress, "isatty") and progress.isatty()
+    interval = 1.0 if terminal else 10.0  # a line updated in place, or a line every 10 s in a file
     atoms.calc = calc
     dyn = integrator(atoms, ensemble, dt, temperature, friction, tau, pressure, barostat_tau, seed)
     if velocities:
@@ -157,8 +159,7 @@ def run_md(atoms, calc, steps, dt=0.5, ensemble="nve", temperature=300.0, fricti
     outcome = MDOutcome(steps=0)
     recent = collections.deque(maxlen=keep + 1)
     with _Outputs(log, committee, traj, selected_file if select is not None else None) as out:
-        start = time.perf_counter()
-        shown = start
+        start = shown = None  # the clock starts after the start's evaluation (which may compile kernels)
         for step in range(steps + 1):
             if step:
                 dyn.run(1)
@@ -177,15 +178,17 @@ def run_md(atoms, calc, steps, dt=0.5, ensemble="nve", temperature=300.0, fricti
             if stop_deviation is not None:
                 recent.append(frame)
             now = time.perf_counter()
-            if progress is not None and (now - shown >= 1.0 or over or step == steps):
+            if start is None:
+                start = shown = now
+            if progress is not None and (now - shown >= interval or over or step == steps):
                 shown = now
-                _progress_line(progress, step, steps, start, now, atoms, deviation)
+                _progress_line(progress, step, steps, start, now, atoms, deviation, terminal)
             if over:
                 outcome.stopped_at, outcome.deviation = step, float(deviation)
                 _write_frames(stop_file, list(recent))
                 break
-        outcome.ms_per_step = 1000 * (time.perf_counter() - start) / max(outcome.steps, 1)
-    if progress is not None:
+        outcome.ms_per_step = 1000 * (time.perf_counter() - start) / max(outcome.steps, 1) if start else 0.0
+    if terminal:
         progress.write("\n")
         progress.flush()
     return outcome
@@ -214,13 +217,14 @@ def _write_frames(path, frames):
             os.remove(tmp)
 
 
-def _progress_line(stream, step, steps, start, now, atoms, deviation):
+def _progress_line(stream, step, steps, start, now, atoms, deviation, terminal):
+    """One progress line: updated in place on a terminal, else a line of its own."""
     rate = 1000 * (now - start) / max(step, 1)
-    text = f"\rpinn md: step {step}/{steps} ({100 * step // max(steps, 1)} %), {rate:.3g} ms/step, " \
+    text = f"pinn md: step {step}/{steps} ({100 * step // max(steps, 1)} %), {rate:.3g} ms/step, " \
            f"T {atoms.get_temperature():.1f} K"
     if deviation is not None:
         text += f", max force deviation {deviation:.4g} eV/Å"
-    stream.write(text)
+    stream.write("\r" + text if terminal else text + "\n")
     stream.flush()
 
 

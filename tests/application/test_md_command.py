@@ -4,6 +4,8 @@ The committee is the session's three alloy members (small PiNets of different se
 structure a frame of the alloy data, written to a file as a user's would be.  The trigger's
 threshold is chosen from a first run's own log, so that the step where it must stop is known.
 """
+import io
+
 import numpy as np
 import pytest
 from ase.io import read, write
@@ -112,8 +114,10 @@ def test_each_ensemble_runs_and_holds_what_it_should(members, structure, ensembl
     atoms = read(structure)
     cell = atoms.cell[:].copy()
     steps = 200 if ensemble != "nve" else 100
+    progress = io.StringIO()  # not a terminal: whole lines, the last at the end
     run_md(atoms, get_calc(members[0]), steps, dt=1.0, ensemble=ensemble, temperature=300, friction=50.0, tau=20.0,
-           pressure=1e4, barostat_tau=200.0, seed=1, log=str(tmp_path / "md.log"), progress=False)
+           pressure=1e4, barostat_tau=200.0, seed=1, log=str(tmp_path / "md.log"), progress=progress)
+    assert progress.getvalue().splitlines()[-1].startswith(f"pinn md: step {steps}/{steps} (100 %), ")
     _, rows = _log(tmp_path / "md.log")
     total, temperature = rows[:, 2], rows[:, 5]
     if ensemble == "nve":
