@@ -44,7 +44,7 @@ def write_predictions(structures, path):
     """
     from ase import Atoms
     from ase.calculators.singlepoint import SinglePointCalculator
-    from ase.io import write
+    from pinn.io.ase_files import write
     from ase.stress import full_3x3_to_voigt_6_stress
     tmp = f"{path}.tmp-{os.getpid()}"
     count = 0

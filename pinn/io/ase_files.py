@@ -90,6 +90,14 @@ def write(path, images, format=None, **kwargs):
         return ase.io.write(path, images, format=format, parallel=False, **kwargs)
 
 
+def trajectory_writer(path):
+    """ASE's ``Trajectory(path, 'w')`` written by this process (``master=True``: not rank 0 of ASE's world
+    alone), for frames written one at a time."""
+    from ase.io.trajectory import Trajectory
+    with per_process():
+        return Trajectory(path, "w", master=True)
+
+
 def connect(path, **kwargs):
     """``ase.db.connect`` with ``serial=True``: queries run on this process (use as a context manager)."""
     import ase.db

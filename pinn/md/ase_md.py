@@ -207,7 +207,7 @@ def _frame(atoms, step, deviation):
 
 def _write_frames(path, frames):
     """Write ``frames`` to ``path`` (extended XYZ) whole: a temporary name beside it, then renamed."""
-    from ase.io import write
+    from pinn.io.ase_files import write
     tmp = f"{path}.tmp-{os.getpid()}"
     try:
         write(tmp, frames, format="extxyz")
@@ -244,8 +244,8 @@ class _Outputs:
         if self._traj_path:
             suffix = os.path.splitext(self._traj_path)[1].lower()
             if suffix == ".traj":
-                from ase.io.trajectory import Trajectory
-                self._traj = Trajectory(self._traj_path, "w")
+                from pinn.io.ase_files import trajectory_writer
+                self._traj = trajectory_writer(self._traj_path)
                 self._traj_is_ase = True
             elif suffix in (".xyz", ".extxyz"):
                 self._traj = open(self._traj_path, "w")
@@ -267,14 +267,14 @@ class _Outputs:
         self._log.write(f"{step} " + " ".join(values) + "\n")
 
     def trajectory(self, frame):
-        from ase.io import write
+        from pinn.io.ase_files import write
         if self._traj_is_ase:
             self._traj.write(frame)
         else:
             write(self._traj, frame, format="extxyz")
 
     def selected(self, frame):
-        from ase.io import write
+        from pinn.io.ase_files import write
         write(self._selected, frame, format="extxyz")
         self._selected.flush()
 

@@ -116,7 +116,9 @@ def test_each_ensemble_runs_and_holds_what_it_should(members, structure, ensembl
     steps = 200 if ensemble != "nve" else 100
     progress = io.StringIO()  # not a terminal: whole lines, the last at the end
     run_md(atoms, get_calc(members[0]), steps, dt=1.0, ensemble=ensemble, temperature=300, friction=50.0, tau=20.0,
-           pressure=1e4, barostat_tau=200.0, seed=1, log=str(tmp_path / "md.log"), progress=progress)
+           pressure=1e4, barostat_tau=200.0, seed=1, log=str(tmp_path / "md.log"), progress=progress,
+           traj=str(tmp_path / "md.traj"), traj_every=50)
+    assert [len(f) for f in read(tmp_path / "md.traj", ":")] == [len(atoms)] * (steps // 50 + 1)  # ASE's format
     assert progress.getvalue().splitlines()[-1].startswith(f"pinn md: step {steps}/{steps} (100 %), ")
     _, rows = _log(tmp_path / "md.log")
     total, temperature = rows[:, 2], rows[:, 5]
