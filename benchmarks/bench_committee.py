@@ -16,32 +16,15 @@ One JSON line.
 import argparse
 import os
 import sys
-import time
-
-import numpy as np
-from ase.build import bulk, molecule
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import emit  # noqa: E402
-
-SYSTEMS = {"cu108": lambda: bulk("Cu", "fcc", a=3.61, cubic=True) * (3, 3, 3), "ethanol": lambda: molecule("CH3CH2OH")}
-
-
-def median_ms(call, calls):
-    """Median wall time of ``calls`` calls of ``call()`` (one call first, not counted), ms."""
-    call()
-    times = []
-    for _ in range(calls):
-        start = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - start)
-    return round(1e3 * float(np.median(times)), 4)
+from common import ENGINE_SYSTEMS, emit, engine_system, median_ms  # noqa: E402
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("model", help="a PiNet or PiNet2 potential's model directory")
-    ap.add_argument("--system", default="ethanol", choices=list(SYSTEMS))
+    ap.add_argument("--system", default="ethanol", choices=list(ENGINE_SYSTEMS))
     ap.add_argument("--calls", type=int, default=200)
     ap.add_argument("--members", type=int, default=4)
     args = ap.parse_args()
@@ -52,19 +35,19 @@ def main():
     arrays = load_engine_weights(args.model)
     if arrays is None:
         raise SystemExit(f"{args.model}: no engine weights file (run the model once with get_calc, or pinn export)")
-    atoms = SYSTEMS[args.system]()
+    atoms = engine_system(args.system)
     atoms.rattle(0.05, seed=0)
     single = FastPiNet(arrays)
     ind, shift = neighbor_list(atoms.positions, atoms.cell[:], atoms.pbc, single.rc + 0.5)
     inputs = (atoms.numbers, atoms.positions, ind[:, 0].copy(), ind[:, 1].copy(), shift @ atoms.cell[:],
               atoms.cell[:], atoms.pbc)
     one = FastPiNet(arrays, threads=1)
-    one_thread = median_ms(lambda: one(*inputs), args.calls)
-    single_ms = median_ms(lambda: single(*inputs), args.calls)
+    one_thread = median_ms(lambda: one(*inputs), args.calls, digits=4)
+    single_ms = median_ms(lambda: single(*inputs), args.calls, digits=4)
     committee_ms, stacked = {}, {}
     for count in range(1, args.members + 1):
         committee = FastCommittee([FastPiNet(arrays) for _ in range(count)])
-        committee_ms[count] = median_ms(lambda: committee(*inputs), args.calls)
+        committee_ms[count] = median_ms(lambda: committee(*inputs), args.calls, digits=4)
         stacked[count] = committee.in_one_call(count, single.last_pairs)
     threads = single.threads
     floor = {count: round(min(-(-count // threads) * one_thread, count * single_ms), 4) for count in committee_ms}

@@ -12,24 +12,10 @@ terms forward (``path_forward``), and a whole tile forward and reverse (``block_
 ``block_reverse``).  One JSON line per network, times in ms.
 """
 import argparse
-import time
 
 import numpy as np
-from ase.build import bulk, molecule
 
-from common import REFERENCE_NETWORK, emit
-
-SYSTEMS = {"cu108": lambda: bulk("Cu", "fcc", a=3.61, cubic=True) * (3, 3, 3), "ethanol": lambda: molecule("CH3CH2OH")}
-
-
-def median_ms(call, calls):
-    call()
-    times = []
-    for _ in range(calls):
-        start = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - start)
-    return round(1e3 * float(np.median(times)), 3)
+from common import ENGINE_SYSTEMS, REFERENCE_NETWORK, emit, engine_system, median_ms
 
 
 def build(network, precision, **extra):
@@ -112,13 +98,13 @@ def block_parts(engine, rank, calls):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--system", default="cu108", choices=sorted(SYSTEMS))
+    ap.add_argument("--system", default="cu108", choices=sorted(ENGINE_SYSTEMS))
     ap.add_argument("--precision", default="float32", choices=("float32", "float64"))
     ap.add_argument("--calls", type=int, default=30)
     args = ap.parse_args()
     from pinn.engines.md import FastPiNet
     from pinn.io.neighbors import neighbor_list
-    atoms = SYSTEMS[args.system]()
+    atoms = engine_system(args.system)
     atoms.rattle(0.05, seed=1)
     ind, shift = neighbor_list(atoms.positions, atoms.cell[:], atoms.pbc, REFERENCE_NETWORK["rc"] + 0.5)
     inputs = (atoms.numbers, atoms.positions, ind[:, 0].copy(), ind[:, 1].copy(), shift @ atoms.cell[:],

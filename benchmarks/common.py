@@ -42,6 +42,32 @@ def peak_rss_mb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
+def median_ms(call, calls, warm_up=True, digits=3):
+    """Median wall time of ``calls`` calls of ``call()``, ms (rounded to ``digits``); ``warm_up``: one call first,
+    not counted (compilation, first allocations)."""
+    import time
+    if warm_up:
+        call()
+    times = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - start)
+    return round(1e3 * float(np.median(times)), digits)
+
+
+def engine_system(name):
+    """A system of the engine benchmarks: ``'cu108'`` (Cu fcc 3×3×3, periodic) or ``'ethanol'`` (one molecule)."""
+    from ase.build import bulk, molecule
+    builders = {"cu108": lambda: bulk("Cu", "fcc", a=3.61, cubic=True) * (3, 3, 3),
+                "ethanol": lambda: molecule("CH3CH2OH")}
+    return builders[name]()
+
+
+#: the names :func:`engine_system` knows
+ENGINE_SYSTEMS = ("cu108", "ethanol")
+
+
 def emit(**record):
     """Print one JSON line with the machine next to the figures (and, where this process imported
     TensorFlow, its version: an MD run with the Numba engine need not)."""
