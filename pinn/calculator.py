@@ -332,7 +332,7 @@ def _choose_engine(model, engine):
 
 
 def get_calc(model, checkpoint=None, jit=None, skin=0.5, engine="auto", *, checkpoint_path=None, to_eV=1.0,
-             properties=None, drive=None, atoms=None, label=None, directory="."):
+             properties=None, drive=None, dispersion=None, functional=None, atoms=None, label=None, directory="."):
     """ASE calculator for a model directory or a model object.
 
     Args:
@@ -363,6 +363,10 @@ def get_calc(model, checkpoint=None, jit=None, skin=0.5, engine="auto", *, check
         drive: for a committee, ``'mean'`` (default: energy, forces and stress are the members'
             mean) or ``'first'`` (the first member's; the others run only when a deviation is
             asked for); see :class:`pinn.committee.CommitteeCalc`.  Refused for one model.
+        dispersion: ``'d3bj'`` (or another name of :data:`pinn.dispersion.DAMPINGS`): the model plus
+            D3 dispersion from the ``dftd3`` package, summed by ASE's ``SumCalculator``
+            (:class:`pinn.dispersion.DispersionCorrected`); for a model trained on D3-free labels.
+        functional: with ``dispersion``, the DFT functional whose D3 parameters it takes (``'PBE'``, …).
         atoms, label, directory: as for any ASE calculator.
 
     Any other keyword is refused (a TypeError), not stored and ignored.
@@ -373,13 +377,28 @@ def get_calc(model, checkpoint=None, jit=None, skin=0.5, engine="auto", *, check
     the next time.
 
     Returns:
-        :class:`PiNNCalc` (:class:`pinn.committee.CommitteeCalc` for a committee).
+        :class:`PiNNCalc` (:class:`pinn.committee.CommitteeCalc` for a committee;
+        :class:`pinn.dispersion.DispersionCorrected` of either with ``dispersion``).
 
     Raises:
         ValueError: a bad engine, ``properties`` or ``to_eV``; ``checkpoint`` with a model object;
-            params whose network is not the directory's.
+            params whose network is not the directory's; ``dispersion`` without ``functional`` or the
+            other way round, or one ``dftd3`` does not know.
+        ImportError: ``dispersion`` without the ``dftd3`` package.
     """
     from pinn.engines import lowering
+    if dispersion is not None or functional is not None:
+        from pinn.dispersion import check_d3, with_dispersion
+        if dispersion is None:
+            raise ValueError(f"get_calc: functional={functional!r} chooses D3's parameters; give dispersion= "
+                             "(e.g. 'd3bj') too, or neither")
+        check_d3(dispersion, functional)  # before the model loads
+        calc = get_calc(model, checkpoint, jit, skin, engine, checkpoint_path=checkpoint_path, to_eV=to_eV,
+                        properties=properties, drive=drive, label=label, directory=directory)
+        calc = with_dispersion(calc, dispersion, functional)
+        if atoms is not None:
+            atoms.calc = calc
+        return calc
     if checkpoint_path is not None:
         if checkpoint is not None:
             raise ValueError("get_calc: checkpoint= and checkpoint_path= are the same argument "

@@ -22,6 +22,8 @@ from pinn.cli.errors import error_line
 from pinn.cli.train_command import metrics_table, train, train_arguments, train_options
 
 EXIT_ERROR = 1
+#: the formats whose labels are in eV, Å (pinn's units), from which `pinn convert --subtract-d3` takes D3 out
+D3_FORMATS = ("ase", "deepmd", "cp2k")
 #: what `pinn convert -f` takes (pinn.io.formats.LOADERS, without importing the loaders)
 LOADER_FORMATS = ("tfr", "pinn", "ase", "runner", "qm9", "ani", "cp2k", "deepmd", "qm7b")
 
@@ -87,6 +89,12 @@ def _parser():
     convert.add_argument("--trr", nargs="+", help="GROMACS trr file(s), one per run")
     convert.add_argument("--energies", nargs="+", help="CPMD ENERGIES file(s), one per run")
     convert.add_argument("--precision", choices=("float32", "float64"), default="float32")
+    convert.add_argument("--subtract-d3", metavar="FUNCTIONAL",
+                         help="take D3 dispersion (for this DFT functional, e.g. PBE) out of the energy, force and "
+                              "stress labels, for a model used with get_calc(..., dispersion=, functional=); "
+                              "needs the dftd3 package")
+    convert.add_argument("--d3-damping", default="d3bj", metavar="NAME",
+                         help="with --subtract-d3: the damping, d3bj (default), d3zero, d3bjm, d3zerom or d3op")
 
     evaluate = commands.add_parser("eval", parents=[common], help="errors of a trained model on data",
                                    description="Evaluate a model directory on data (ASE-readable files or .tfr "
@@ -200,9 +208,17 @@ def _convert(args):
             raise ValueError(f"-o {args.output!r} (upstream PiNN's name:ratio form) already splits: leave out --split")
         split = named
     mimic = [args.mpt, args.trr, args.energies]
+    if args.subtract_d3:
+        from pinn.dispersion import check_d3
+        check_d3(args.d3_damping, args.subtract_d3)  # before any data are read
+    elif args.d3_damping != "d3bj":
+        raise ValueError(f"--d3-damping {args.d3_damping}: goes with --subtract-d3 FUNCTIONAL")
     if any(mimic):
         if not all(mimic):
             raise ValueError("MiMiC data need --mpt, --trr and --energies together")
+        if args.subtract_d3:
+            raise ValueError("--subtract-d3: MiMiC frames are QM/MM; D3 of the whole frame is not the QM "
+                             "region's (take it out in CPMD's output instead)")
         if args.inputs:
             raise ValueError("give ASE-readable files or MiMiC files (--mpt/--trr/--energies), not both")
         if args.format != "auto":
@@ -214,6 +230,9 @@ def _convert(args):
             raise ValueError("no input files (give ASE-readable files or --mpt/--trr/--energies)")
         from pinn.io.formats import format_of, load_ds
         fmt = format_of(args.inputs) if args.format == "auto" else args.format
+        if args.subtract_d3 and fmt not in D3_FORMATS:
+            raise ValueError(f"--subtract-d3: the {fmt} format's labels are not in eV (upstream PiNN's units); "
+                             f"D3 can be taken out of {', '.join(D3_FORMATS)} data")
         if fmt == "ase":  # the frames of every file, pooled
             data = load_ase(args.inputs, split=split, seed=args.seed, shuffle=args.shuffle)
         else:
@@ -221,6 +240,9 @@ def _convert(args):
             data = load_ds(inputs, fmt=fmt, splits=split or None, shuffle=args.shuffle, seed=args.seed)
     parts = data if isinstance(data, dict) else {None: data}
     for name, dataset in _flatten(parts):
+        if args.subtract_d3:
+            from pinn.dispersion import subtract_d3
+            dataset = subtract_d3(dataset, args.d3_damping, args.subtract_d3, source=", ".join(args.inputs))
         if args.precision == "float64":
             import tensorflow as tf
             dataset = dataset.map(lambda s: {k: tf.cast(v, tf.float64) if v.dtype.is_floating else v

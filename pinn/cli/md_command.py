@@ -50,6 +50,10 @@ def add_parser(commands, common):
     md.add_argument("--select", metavar="LO:HI", help="a committee: write every frame with LO <= max force "
                     "deviation < HI (eV/Å)")
     md.add_argument("--selected", default="selected.xyz", help="with --select: the frames (default selected.xyz)")
+    md.add_argument("--dispersion", metavar="NAME",
+                    help="add D3 dispersion with this damping (d3bj, d3zero, …) to the model; needs --functional "
+                         "and the dftd3 package")
+    md.add_argument("--functional", help="with --dispersion: the DFT functional of the model's labels (e.g. PBE)")
     md.add_argument("--checkpoint", default="last", help="the models' checkpoint: last (default), best or a path")
 
 
@@ -66,7 +70,8 @@ def run(args):
         raise FileNotFoundError(f"{structure}: no such structure file")
     atoms = read(structure, index=args.frame)
     calc = get_calc(models if len(models) > 1 else models[0],
-                    checkpoint=None if args.checkpoint == "last" else args.checkpoint)
+                    checkpoint=None if args.checkpoint == "last" else args.checkpoint, dispersion=args.dispersion,
+                    functional=args.functional)
     log = None if args.log == "none" else args.log
     outcome = run_md(atoms, calc, args.steps, dt=args.dt, ensemble=args.ensemble, temperature=args.temperature,
                      friction=args.friction, tau=args.tau, pressure=args.pressure, barostat_tau=args.barostat_tau,

@@ -134,9 +134,8 @@ def run_md(atoms, calc, steps, dt=0.5, ensemble="nve", temperature=300.0, fricti
     Raises:
         ValueError: ``stop_deviation`` or ``select`` without a committee, or bad values (named).
     """
-    from pinn.committee import CommitteeCalc
     from pinn.md.velocities import thermalize
-    committee = isinstance(calc, CommitteeCalc)
+    committee = "max_forces_deviation" in calc.implemented_properties  # a committee's (with D3 or not)
     if (stop_deviation is not None or select is not None) and not committee:
         raise ValueError("stop_deviation and select need a committee (several model directories, or a directory "
                          "of member-K/), whose members' disagreement they read")
