@@ -44,6 +44,8 @@ setup(
         "qmmm": ["pyscf>=2.6", "openmm>=8.2", "pyedr>=0.8"],
         # D3 dispersion beside a model and taken out of labels (pinn.dispersion): s-dftd3's Python package
         "d3": ["dftd3>=1.2"],
+        # LMDB databases (.aselmdb, as OMol25 ships), read by load_ase through ASE's database plugins
+        "lmdb": ["ase-db-backends>=0.10"],
         # pinn.io.load_ani reads the ANI-1 data set's HDF5 files
         "ani": ["h5py>=3"],
         # MDAnalysis(+Tests) and mimicpy 0.2.1 are independent oracles for the trr and .mpt readers

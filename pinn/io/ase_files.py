@@ -19,7 +19,9 @@ must read its own share of the files (:func:`pinn.io.distribute_data`).  So:
 calls ASE's I/O other than through this module.
 """
 import contextlib
+import os
 import threading
+import weakref
 
 #: held while ASE's world is swapped, so that two threads' swaps do not interleave
 _LOCK = threading.RLock()
@@ -103,3 +105,28 @@ def connect(path, **kwargs):
     import ase.db
     with per_process():
         return ase.db.connect(path, serial=True, **kwargs)
+
+
+#: the databases :func:`database` has open, by real path (an entry goes when its last user lets it go)
+_OPEN_DATABASES = weakref.WeakValueDictionary()
+
+
+def database(path):
+    """An open ASE database for reading, shared by every reader of this process while any holds it.
+
+    LMDB (``.aselmdb``, through ``ase-db-backends``) allows one open environment per file and process:
+    a streamed dataset keeps its database open, and a second ``connect`` of the file would fail.  Readers
+    ask here instead; the connection closes when the last of them lets it go (an LMDB database is opened
+    read-only, without a lock file).
+
+    Returns:
+        the database (``ase.db.core.Database``; not a context manager to close: keep a reference while
+        reading).
+    """
+    key = os.path.realpath(os.fspath(path))
+    db = _OPEN_DATABASES.get(key)
+    if db is None:
+        options = {"readonly": True} if key.endswith(".aselmdb") else {}
+        db = connect(os.fspath(path), **options)
+        _OPEN_DATABASES[key] = db
+    return db

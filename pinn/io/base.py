@@ -206,10 +206,13 @@ class ItemReader:
             first item.
         extra: with ``spec=None``, keys pinn does not know that items may give, as for
             :func:`check_structure` (the declared keys of ``spec`` otherwise).
+        source_of: function item → the text naming it in messages (default: its ``source``
+            attribute, as a :class:`Frame`'s, or its ``repr``).
     """
 
-    def __init__(self, read_item, name, float_dtype="float32", spec=None, extra=None):
+    def __init__(self, read_item, name, float_dtype="float32", spec=None, extra=None, source_of=None):
         self.read_item = read_item
+        self.source_of = source_of or (lambda item: getattr(item, "source", None) or repr(item))
         self.name = name
         self.float_dtype = float_dtype
         self.spec = spec
@@ -221,7 +224,7 @@ class ItemReader:
         Raises:
             DataError: naming the item (its ``source`` attribute or its ``repr``).
         """
-        source = getattr(item, "source", None) or repr(item)
+        source = self.source_of(item)
         try:
             raw = self.read_item(item)
         except DataError:
@@ -266,7 +269,7 @@ class ItemReader:
             for item in items:
                 structure = self.read(item)
                 if set(structure) != expected:
-                    source = getattr(item, "source", None) or repr(item)
+                    source = self.source_of(item)
                     raise DataError(f"{source}: keys {sorted(structure)} differ from the first "
                                     f"structure's {sorted(expected)}")
                 yield structure

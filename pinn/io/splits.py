@@ -21,7 +21,7 @@ def split_items(items, split, shuffle=True, seed=0):
     """Split ``items`` into a (nested) dict of lists by ratio.
 
     Args:
-        items: a sequence.
+        items: a sequence (a NumPy array is split into arrays).
         split: ``False``/``None`` (no split: the items in their order), a positive number
             (upstream PiNN's ``split=1``: one subset of every item, in order), or a dict
             mapping names to positive ratios or to nested dicts of the
@@ -37,14 +37,14 @@ def split_items(items, split, shuffle=True, seed=0):
         ``split``.  Sizes are proportional to the ratios (largest remainder
         rounding), every item lands in exactly one subset.
     """
-    items = list(items)
+    items = items if isinstance(items, np.ndarray) else list(items)  # an array stays one (frame numbers)
     if not split:
         return items
     if isinstance(split, (int, float)) and not isinstance(split, bool) and split > 0:
         return items  # upstream's split=1: a single subset holding every item
     if shuffle:
         order = np.random.RandomState(seed).permutation(len(items))
-        items = [items[i] for i in order]
+        items = items[order] if isinstance(items, np.ndarray) else [items[i] for i in order]
     return _split(items, split, path="split")
 
 

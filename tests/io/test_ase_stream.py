@@ -1,0 +1,209 @@
+"""load_ase(stream=True): extended XYZ files and ASE databases read frame by frame.
+
+Streamed and held, the same files give the same structures, splits and order; the frames are read when
+the dataset reaches them (a file changed after the dataset was made is what it yields); the index pass
+finds every frame of files cut at any byte of its chunks, and names the file and frame of what it
+cannot read; Python's memory while streaming does not grow with the number of frames.
+"""
+import logging
+import os
+import tracemalloc
+
+import numpy as np
+import pytest
+from ase.build import bulk
+from ase.calculators.singlepoint import SinglePointCalculator
+from ase.io import read, write
+
+from pinn.io import ase_stream, load_ase
+from pinn.io.base import DataError
+
+SPLIT = {"train": 5, "eval": {"vali": 2, "test": 1}}
+
+
+def _frames(n, seed=0, atoms=8):
+    rng = np.random.RandomState(seed)
+    base = bulk("Cu", "fcc", a=3.61, cubic=True) * ((1, 1, 2) if atoms == 8 else (2, 2, 2))
+    out = []
+    for k in range(n):
+        frame = base.copy()
+        frame.positions += rng.normal(scale=0.1, size=frame.positions.shape)
+        if k % 3 == 1:
+            frame.numbers[0] = 79  # some gold: the elements vary too
+        frame.calc = SinglePointCalculator(frame, energy=float(rng.normal(-30, 1)),
+                                           forces=rng.normal(size=(len(frame), 3)), stress=rng.normal(size=6) * 0.01)
+        out.append(frame)
+    return out
+
+
+def _structures(dataset):
+    return [{key: value.numpy() for key, value in s.items()} for s in dataset]
+
+
+def _same(held, streamed):
+    if isinstance(held, dict):
+        assert held.keys() == streamed.keys()
+        for name in held:
+            _same(held[name], streamed[name])
+        return
+    a, b = _structures(held), _structures(streamed)
+    assert len(a) == len(b) > 0
+    for x, y in zip(a, b):
+        assert x.keys() == y.keys()
+        for key in x:
+            np.testing.assert_array_equal(x[key], y[key], err_msg=key)
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    root = tmp_path_factory.mktemp("stream")
+    frames = _frames(30)
+    write(root / "a.xyz", frames[:17], format="extxyz")
+    write(root / "b.extxyz", frames[17:], format="extxyz")
+    paths = {"xyz": [str(root / "a.xyz"), str(root / "b.extxyz")]}
+    for suffix in (".db", ".aselmdb"):
+        if suffix == ".aselmdb":
+            try:
+                import ase_db_backends  # noqa: F401
+            except ImportError:
+                continue
+        from ase.db import connect
+        with connect(str(root / f"c{suffix}")) as db:
+            for frame in frames:
+                db.write(frame)
+        paths[suffix[1:]] = [str(root / f"c{suffix}")]
+    return paths
+
+
+@pytest.mark.parametrize("kind", ["xyz", "db", "aselmdb"])
+@pytest.mark.parametrize("split", [False, SPLIT])
+def test_streamed_and_held_give_the_same_structures_splits_and_order(files, kind, split):
+    if kind not in files:
+        pytest.skip("ase-db-backends (the .aselmdb backend) is not installed")
+    paths = files[kind] if len(files[kind]) > 1 else files[kind][0]
+    for seed in (0, 5):
+        held = load_ase(paths, split=split, seed=seed, stream=False)
+        streamed = load_ase(paths, split=split, seed=seed, stream=True)
+        _same(held, streamed)
+    if split:  # another seed, other subsets
+        one = _structures(load_ase(paths, split=split, seed=0, stream=True)["train"])
+        other = _structures(load_ase(paths, split=split, seed=5, stream=True)["train"])
+        assert [s["e_data"] for s in one] != [s["e_data"] for s in other]
+
+
+def test_frames_are_read_when_the_dataset_reaches_them(tmp_path):
+    """The dataset holds where the frames are, not the frames: energies rewritten in place after it was
+    made (the same number of bytes) are what it yields."""
+    path = tmp_path / "x.xyz"
+    write(path, _frames(6), format="extxyz")
+    dataset = load_ase(str(path), stream=True)
+    before = [float(s["e_data"]) for s in dataset]
+    text = path.read_text()
+    assert text.count("energy=-") == 6 and min(before) < 0
+    path.write_text(text.replace("energy=-", "energy=+"))
+    after = [float(s["e_data"]) for s in dataset]
+    np.testing.assert_allclose(after, np.abs(before), rtol=1e-6)
+
+
+@pytest.mark.parametrize("chunk", [5, 64, 1000])
+def test_the_index_finds_every_frame_whatever_the_chunks(tmp_path, monkeypatch, chunk):
+    """Frames with empty comment lines, a last line without its newline and blank lines at the end; scanned
+    in chunks that cut lines anywhere, the offsets are where ASE's reader finds each frame."""
+    monkeypatch.setattr(ase_stream, "_CHUNK", chunk)
+    frames = _frames(7)
+    lines = []
+    for frame in frames:
+        lines += [str(len(frame)), ""] + [f"Cu {x:.6f} {y:.6f} {z:.6f}" for x, y, z in frame.positions]
+    for ending in ("\n", "\n\n\n", ""):
+        path = tmp_path / f"plain{len(ending)}.xyz"
+        path.write_text("\n".join(lines) + ending)
+        offsets = ase_stream.xyz_offsets(str(path))
+        assert len(offsets) == len(frames) + 1 and offsets[-1] == os.path.getsize(path)
+        data = path.read_bytes()
+        for k, frame in enumerate(frames):
+            piece = data[offsets[k]:offsets[k + 1]].decode()
+            assert piece.split("\n", 1)[0] == str(len(frame))
+            np.testing.assert_allclose(read(path, index=k).positions, frame.positions, atol=1e-6)
+
+
+def test_what_cannot_be_indexed_or_read_is_named(tmp_path):
+    good = tmp_path / "good.xyz"
+    write(good, _frames(4), format="extxyz")
+    lines = good.read_text().splitlines(keepends=True)
+    per_frame = len(lines) // 4
+    cut = tmp_path / "cut.xyz"
+    cut.write_text("".join(lines[:-2]))
+    with pytest.raises(DataError, match=r"cut.xyz, frame 3: the file ends inside this frame"):
+        load_ase(str(cut), stream=True)
+    header = tmp_path / "header.xyz"
+    header.write_text("".join(lines[:per_frame] + ["eight\n"] + lines[per_frame + 1:]))
+    with pytest.raises(DataError, match=r"header.xyz, frame 1: its first line b'eight' is not an atom count"):
+        load_ase(str(header), stream=True)
+    gap = tmp_path / "gap.xyz"
+    gap.write_text("".join(lines[:per_frame] + ["\n"] + lines[per_frame:]))
+    with pytest.raises(DataError, match=r"gap.xyz: a blank line \(line 11\) where frame 1 would start"):
+        load_ase(str(gap), stream=True)
+    bad = tmp_path / "bad.xyz"  # a coordinate of frame 2 that is not a number: found when the dataset reaches it
+    broken = list(lines)
+    broken[2 * per_frame + 3] = broken[2 * per_frame + 3].replace(" ", " x", 1)
+    bad.write_text("".join(broken))
+    dataset = load_ase(str(bad), stream=True)
+    with pytest.raises(Exception, match=r"bad.xyz, frame 2: ASE could not read it"):
+        _structures(dataset)
+    with pytest.raises(DataError, match=r"load_ase\(stream=True\): .*x.traj' is not an extended XYZ file"):
+        load_ase(str(tmp_path / "x.traj"), stream=True)
+    with pytest.raises(ValueError, match="stream must be True, False or None"):
+        load_ase(str(good), stream="yes")
+    with pytest.raises(DataError, match="missing.xyz: no such file"):
+        load_ase([str(good), str(tmp_path / "missing.xyz")], stream=True)
+
+
+def test_a_frame_without_the_first_frames_labels_is_named(tmp_path):
+    frames = _frames(5)
+    frames[3].calc = SinglePointCalculator(frames[3], energy=1.0)  # no forces or stress
+    path = tmp_path / "labels.xyz"
+    write(path, frames, format="extxyz")
+    with pytest.raises(Exception, match=r"labels.xyz, frame 3: keys .* differ from the first structure's"):
+        _structures(load_ase(str(path), stream=True))
+
+
+def test_by_default_large_inputs_stream_and_say_so(files, monkeypatch, caplog):
+    monkeypatch.setattr(ase_stream, "STREAM_ABOVE_BYTES", 1000)
+    with caplog.at_level(logging.INFO, logger="pinn.io.ase_stream"):
+        _same(load_ase(files["xyz"], stream=False), load_ase(files["xyz"]))
+    assert "load_ase: streaming the frames of 2 file(s)" in caplog.text
+    monkeypatch.setattr(ase_stream, "STREAM_ABOVE_BYTES", 10 ** 9)
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="pinn.io.ase_stream"):
+        load_ase(files["xyz"])
+    assert "streaming" not in caplog.text
+
+
+def _traced_peak(path, stream):
+    tracemalloc.start()
+    try:
+        for _ in load_ase(path, stream=stream):
+            pass
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_streamed_memory_does_not_grow_with_the_frames(tmp_path, monkeypatch):
+    """Python's peak allocations (tracemalloc) while making and iterating the datasets of 40 and of 320
+    frames of 32 atoms: held, they grow with the frames (some 9 kB a frame: the frames and, while reading,
+    ASE's Atoms); streamed, by a small fraction of that: the index (16 bytes a frame) and what TensorFlow's
+    iterator keeps of the elements it gave (~0.2 kB a frame here, in held datasets as well; it stops
+    growing over epochs).  The index pass reads 64 kB at a time here (16 MB by default: more than these files)."""
+    monkeypatch.setattr(ase_stream, "_CHUNK", 65536)
+    frames = _frames(320, atoms=32)
+    small, large = tmp_path / "small.xyz", tmp_path / "large.xyz"
+    write(small, frames[:40], format="extxyz")
+    write(large, frames, format="extxyz")
+    for stream in (True, False):  # first calls: imports, TensorFlow's function caches
+        _traced_peak(str(large), stream)
+        _traced_peak(str(small), stream)
+    held = _traced_peak(str(large), False) - _traced_peak(str(small), False)
+    streamed = _traced_peak(str(large), True) - _traced_peak(str(small), True)
+    assert held > 1_500_000, held  # 280 frames more, read and held: megabytes
+    assert streamed < held / 8, (streamed, held)
