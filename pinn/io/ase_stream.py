@@ -28,7 +28,7 @@ XYZ_SUFFIXES = (".xyz", ".extxyz")
 #: ASE databases (``.aselmdb`` needs the ``ase-db-backends`` package)
 DB_SUFFIXES = (".db", ".aselmdb")
 #: bytes read at a time by the scan of an XYZ file
-_CHUNK = 16 * 2 ** 20
+_CHUNK = 2 ** 20
 
 
 def streamable(path):
@@ -96,7 +96,14 @@ def xyz_offsets(path):
 
 
 def db_ids(db):
-    """The row ids of an open ASE database (``.db``, ``.aselmdb``), in the order ``select()`` gives them."""
+    """The row ids of an open ASE database (``.db``, ``.aselmdb``), in the order ``select()`` gives them.
+
+    An LMDB database (``ase-db-backends``) holds its ids already (its ``ids``, read from its keys when it
+    opened): they are taken as they are, without reading a row; SQLite's are selected without the rows' data.
+    """
+    known = getattr(db, "ids", None)
+    if isinstance(known, list):
+        return np.asarray(known, dtype=np.int64)
     return np.fromiter((row.id for row in db.select(include_data=False, columns=["id"])), dtype=np.int64)
 
 
