@@ -41,6 +41,10 @@ DATA_PARAMS = {
     "shuffle_buffer": Option(int, 1000, "size of the shuffle buffer of the training data (0: no shuffle)",
                              check=non_negative),
     "seed": Option(int, 0, "seed of the split and of the shuffle"),
+    "cache": Option(str, "auto", "where the training structures (with their neighbor lists) are kept after the "
+                    "first epoch: memory, none (read again every epoch), a file path (TensorFlow's cache on "
+                    "disk), or auto: memory, unless the training files hold more than 256 MiB (load_ase streams "
+                    "such files: data larger than memory, docs/data.md), then none", check=lambda value: _cache_problem(value)),
 }
 TRAIN_PARAMS = {
     "max_steps": Option((int, None), None, "train until this global step", check=positive),
@@ -49,6 +53,10 @@ TRAIN_PARAMS = {
 SECTIONS = {"data": DATA_PARAMS, "train": TRAIN_PARAMS}
 #: the top-level keys of a run file: the params of an input script (upstream PiNN's flat form too) and SECTIONS
 RUN_FILE_KEYS = [*TOP_LEVEL, "network_params", "model_params", *SECTIONS]
+
+
+def _cache_problem(value):
+    return None if value.strip() else "an empty path; give memory, none, auto or a file path"
 
 
 def read_config(path):
@@ -272,8 +280,12 @@ def input_fns(data, train_section, world, rc, atom_types=None, member=0, embeddi
     seed = data["seed"]
     by_epochs = train_section["max_epochs"] is not None
 
+    cache = _cache_of(data)
+
     def train_fn():
-        dataset = train.apply(add_neighbors(rc)).cache()
+        dataset = train.apply(add_neighbors(rc))
+        if cache is not None:
+            dataset = dataset.cache(cache)
         if not by_epochs:
             dataset = dataset.repeat()
         if buffer:
@@ -282,6 +294,27 @@ def input_fns(data, train_section, world, rc, atom_types=None, member=0, embeddi
 
     eval_fn = (lambda: evaluation.apply(sparse_batch(size))) if evaluation is not None else None
     return train_fn, eval_fn
+
+
+def _cache_of(data):
+    """The argument of ``dataset.cache`` for ``data.cache`` (``''``: memory, a path: a file), or ``None``: none.
+
+    ``auto``: memory, unless the training files (``data.train``, or ``data.mimic``'s trajectories) hold more
+    than :data:`pinn.io.ase_stream.STREAM_ABOVE_BYTES` on disk (above which ``load_ase`` streams): then none.
+    """
+    from pinn.io.ase_stream import STREAM_ABOVE_BYTES
+    choice = data["cache"]
+    if choice != "auto":
+        return {"memory": "", "none": None}.get(choice, choice)
+    sources = data["train"] if data["mimic"] is None else data["mimic"].get("trr")
+    files = [sources] if isinstance(sources, (str, os.PathLike)) else list(sources or [])
+    size = sum(os.path.getsize(f) for f in files if os.path.isfile(f))
+    if size <= STREAM_ABOVE_BYTES:
+        return ""
+    log.info("data.cache auto: the training files hold %.0f MiB (> %.0f MiB), so the structures are read again "
+             "every epoch instead of cached in memory (data.cache: memory, or a file path to cache them on disk)",
+             size / 2 ** 20, STREAM_ABOVE_BYTES / 2 ** 20)
+    return None
 
 
 #: the shuffle seeds of committee members lie this far apart (beyond any rank's offset)

@@ -177,9 +177,8 @@ def _stream_frames(paths, split, shuffle, seed):
     if not len(index):
         raise DataError(f"{', '.join(paths)}: no structures found")
 
-    def read_frame(k):
-        source = index.source(k)
-        return check_structure(atoms_to_structure(index.read(k), source), source)
+    def read_frame(k):  # checked by the reader (check_structure), once
+        return atoms_to_structure(index.read(k), index.source(k))
 
     reader = ItemReader(read_frame, "load_ase", source_of=index.source)
     return reader.datasets(split_items(np.arange(len(index)), split, shuffle=shuffle, seed=seed))

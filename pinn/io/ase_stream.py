@@ -104,6 +104,11 @@ def db_ids(db):
     known = getattr(db, "ids", None)
     if isinstance(known, list):
         return np.asarray(known, dtype=np.int64)
+    if type(db).__name__ == "SQLite3Database" and hasattr(db, "managed_connection"):
+        # ASE's SQLite table of rows, in the order its select() (no sort) gives them: ~100x faster than
+        # building a row object for each id (0.24 ms a row)
+        with db.managed_connection() as connection:
+            return np.fromiter((row[0] for row in connection.execute("SELECT id FROM systems")), dtype=np.int64)
     return np.fromiter((row.id for row in db.select(include_data=False, columns=["id"])), dtype=np.int64)
 
 
@@ -211,6 +216,6 @@ def stream_paths(dataset, stream):
         size = sum(os.path.getsize(p) for p in paths if os.path.exists(p))
         if size <= STREAM_ABOVE_BYTES:
             return None
-        log.info("load_ase: streaming the frames of %d file(s), %.0f MB (> %.0f MB; stream=False holds them in "
-                 "memory)", len(paths), size / 1e6, STREAM_ABOVE_BYTES / 1e6)
+        log.info("load_ase: streaming the frames of %d file(s), %.0f MiB (> %.0f MiB; stream=False holds them in "
+                 "memory)", len(paths), size / 2 ** 20, STREAM_ABOVE_BYTES / 2 ** 20)
     return [os.fspath(p) for p in paths]

@@ -207,3 +207,48 @@ def test_streamed_memory_does_not_grow_with_the_frames(tmp_path, monkeypatch):
     streamed = _traced_peak(str(large), True) - _traced_peak(str(small), True)
     assert held > 1_500_000, held  # 280 frames more, read and held: megabytes
     assert streamed < held / 8, (streamed, held)
+
+
+@pytest.mark.parametrize("cache", ["auto", "memory", "none", "file"])
+def test_the_run_files_cache_of_streamed_training_data(tmp_path, monkeypatch, caplog, cache):
+    """`pinn train`'s data.cache with streamed training files (streamed as large files are): auto and none read
+    the files again every epoch (a file rewritten between two epochs is seen), memory and a file path keep the
+    first epoch's structures (the path: TensorFlow's cache files appear)."""
+    import yaml
+
+    from pinn.cli.runconfig import input_fns, read_config
+    from pinn.parallel.serial import SerialWorld
+    monkeypatch.setattr(ase_stream, "STREAM_ABOVE_BYTES", 0)
+    data = tmp_path / "train.xyz"
+    write(data, _frames(8), format="extxyz")
+    choice = str(tmp_path / "cache" / "train") if cache == "file" else cache
+    os.makedirs(tmp_path / "cache")
+    run = tmp_path / "run.yml"
+    run.write_text(yaml.safe_dump({"data": {"train": str(data), "batch_size": 4, "shuffle_buffer": 0,
+                                            "cache": choice}, "train": {"max_epochs": 1}}))
+    _, section_data, section_train = read_config(str(run))
+    with caplog.at_level(logging.INFO, logger="pinn"):
+        train_fn, _ = input_fns(section_data, section_train, SerialWorld(), rc=4.5)
+    dataset = train_fn()
+    first = np.concatenate([batch["e_data"].numpy() for batch in dataset])
+    data.write_text(data.read_text().replace("energy=-", "energy=+"))
+    second = np.concatenate([batch["e_data"].numpy() for batch in dataset])
+    assert len(first) == 8 and first.max() < 0
+    if cache in ("auto", "none"):
+        np.testing.assert_allclose(second, -first, rtol=1e-6)
+    else:
+        np.testing.assert_array_equal(second, first)
+    assert ("data.cache auto: the training files hold" in caplog.text) == (cache == "auto")
+    if cache == "file":
+        assert any(name.startswith("train") and name.endswith(".index") for name in os.listdir(tmp_path / "cache"))
+
+
+def test_a_bad_cache_is_refused_by_name(tmp_path):
+    import yaml
+
+    from pinn.cli.runconfig import read_config
+    from pinn.schema import ParamsError
+    run = tmp_path / "run.yml"
+    run.write_text(yaml.safe_dump({"data": {"train": "x.xyz", "cache": " "}, "train": {"max_epochs": 1}}))
+    with pytest.raises(ParamsError, match="data.cache: an empty path"):
+        read_config(str(run))
