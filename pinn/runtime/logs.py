@@ -14,6 +14,19 @@ def _format(rank):
     return f"%(asctime)s {tag} %(levelname)s %(message)s"
 
 
+class _CurrentStderr(logging.StreamHandler):
+    """A stream handler that writes to whatever ``sys.stderr`` is when a line is logged (a notebook's or a
+    test's capture made after the handler), never to a stream that was replaced and closed since."""
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value):  # logging.StreamHandler sets it; the current sys.stderr is always used
+        pass
+
+
 def setup_logging(model_dir=None, level=logging.INFO, rank=None):
     """Attach a stderr handler (once) and a file handler for ``model_dir``, in place of another
     directory's (the model made last logs to its own ``train.log``; no file stays open per run).
@@ -31,7 +44,7 @@ def setup_logging(model_dir=None, level=logging.INFO, rank=None):
     logger.propagate = False
     stream = [h for h in logger.handlers if getattr(h, "_pinn_stream", False)]
     if not stream:
-        handler = logging.StreamHandler(sys.stderr)
+        handler = _CurrentStderr()
         handler._pinn_stream = True
         logger.addHandler(handler)
         stream = [handler]

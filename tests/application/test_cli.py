@@ -94,6 +94,12 @@ def test_train_a_committee_and_report_it(workdir, tmp_path, capsys):
     assert main(["train", str(workdir / "run.yml"), "--member", "1"]) == 1
 
 
+def _without_log_lines(err):
+    """Standard error without the ``pinn`` logger's lines (``12:01:02 pinn INFO ...``): what the command printed."""
+    import re
+    return "".join(line for line in err.splitlines(keepends=True) if not re.match(r"\d\d:\d\d:\d\d pinn", line))
+
+
 def test_train_bad_run_files(tmp_path, capsys):
     (tmp_path / "water.xyz").write_text("")
     cases = [
@@ -115,7 +121,7 @@ def test_train_bad_run_files(tmp_path, capsys):
     for changes, message in cases:
         path = _run_file(tmp_path, **changes)
         assert main(["train", path]) == 1
-        err = capsys.readouterr().err
+        err = _without_log_lines(capsys.readouterr().err)
         assert err.startswith("pinn train: error:") and message in err and err.count("\n") == 1, err
     assert main(["train", str(tmp_path / "nothing.yml")]) == 1
     assert "nothing.yml: no such file" in capsys.readouterr().err
@@ -127,7 +133,7 @@ def test_train_bad_run_files(tmp_path, capsys):
     for data_section, where in (({"train": "water.xyz", "eval": "water.xyz"}, "error: {}/water.xyz:"),
                                 ({"train": "water.xyz", "split": {"train": 3, "eval": 1}}, "data.train ({}/water.xyz):")):
         assert main(["train", _run_file(data, network=hydrogen_only, data=data_section)]) == 1
-        err = capsys.readouterr().err
+        err = _without_log_lines(capsys.readouterr().err)
         assert err.count("\n") == 1 and "Traceback" not in err, err
         assert f"{where.format(data)} element(s) O (8) not in network.params.atom_types [1]" in err, err
     assert main(["train", str(tmp_path / "params.txt")]) == 1
