@@ -203,8 +203,9 @@ def test_streamed_memory_does_not_grow_with_the_frames(tmp_path, monkeypatch):
     for stream in (True, False):  # first calls: imports, TensorFlow's function caches
         _traced_peak(str(large), stream)
         _traced_peak(str(small), stream)
-    held = _traced_peak(str(large), False) - _traced_peak(str(small), False)
-    streamed = _traced_peak(str(large), True) - _traced_peak(str(small), True)
+    def growth(stream):  # the least of three: a lazy cache of TensorFlow's filled in one pass is not the data's
+        return min(_traced_peak(str(large), stream) - _traced_peak(str(small), stream) for _ in range(3))
+    held, streamed = growth(False), growth(True)
     assert held > 1_500_000, held  # 280 frames more, read and held: megabytes
     assert streamed < held / 8, (streamed, held)
 
