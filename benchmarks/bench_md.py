@@ -1,7 +1,7 @@
 """ASE molecular-dynamics time per step with the pinn calculator.
 
 Usage:  python benchmarks/bench_md.py [ethanol ethanol16 cu108 cu256 cu864 cu10976] [--engine numba|tensorflow]
-                                      [--model DIR] [--members N]
+                                      [--model DIR] [--members N] [--dispersion d3bj --functional PBE]
 
 VelocityVerlet, 0.5 fs, 200 steps, median ms/step after 5 warm-up steps; Cu from
 the perfect lattice at 800 K, ethanol (and ``ethanol16``'s 16 molecules, 12 Å apart) from its
@@ -13,6 +13,7 @@ different members cost) and reports its ms/step beside the plain calculator's (`
 with ``--drive first --deviation-every K`` the first member drives the MD and an observer asks
 for the deviation every K steps (the other members run then only).  Each line has the median
 and the mean over the steps (the mean counts the steps that evaluate the whole committee).
+``--dispersion d3bj --functional PBE``: the model plus D3 (``pinn.get_calc(dispersion=, functional=)``).
 """
 import argparse
 import os
@@ -65,6 +66,8 @@ def main():
                     "(get_calc(drive=...))")
     ap.add_argument("--deviation-every", type=int, default=0, help="ask for the committee's max force "
                     "deviation every this many steps (0: never; with --drive mean it comes with every step)")
+    ap.add_argument("--dispersion", default=None, help="add D3 with this damping (d3bj, ...): get_calc(dispersion=)")
+    ap.add_argument("--functional", default=None, help="with --dispersion: the functional (e.g. PBE)")
     args = ap.parse_args()
     if (args.drive != "mean" or args.deviation_every) and not args.members:
         ap.error("--drive and --deviation-every are for a committee (--members N)")
@@ -72,11 +75,12 @@ def main():
     if unknown:
         ap.error(f"unknown systems {unknown}; choose from {list(SYSTEMS)}")
     if len(args.systems) > 1:  # one process per system: peak RSS of that system alone
+        d3 = ["--dispersion", args.dispersion, "--functional", args.functional] if args.dispersion else []
         for name in args.systems:
             model = ["--model", args.model] if args.model else []
             subprocess.run([sys.executable, __file__, name, "--steps", str(args.steps), "--engine", args.engine,
                             "--members", str(args.members), "--drive", args.drive,
-                            "--deviation-every", str(args.deviation_every)] + model, check=True)
+                            "--deviation-every", str(args.deviation_every)] + model + d3, check=True)
         return
     import pinn
     for name in args.systems:
@@ -87,7 +91,9 @@ def main():
         atoms = build()
         committee = dict(drive=args.drive) if args.members else {}
         atoms.calc = calc = pinn.get_calc([model_dir] * args.members if args.members else model_dir,
-                                          engine=args.engine, **committee)
+                                          engine=args.engine, dispersion=args.dispersion, functional=args.functional,
+                                          **committee)
+        model = getattr(calc, "model", calc)  # the model's calculator (with D3: the sum's first part)
         thermalize(atoms, temperature, rng=np.random.RandomState(0))
         md = VelocityVerlet(atoms, 0.5 * units.fs)
         if args.deviation_every:
@@ -101,9 +107,10 @@ def main():
         emit(benchmark="md", system=name, atoms=len(atoms), engine=calc.engine,
              ms_per_step=round(1000 * float(np.median(times)), 3),
              mean_ms_per_step=round(1000 * float(np.mean(times)), 3), peak_rss_mb=round(peak_rss_mb()),
-             neighbor_builds=calc.neighbors.builds, threads=_threads(calc), model=model_dir, members=args.members,
+             neighbor_builds=model.neighbors.builds, threads=_threads(model), model=model_dir, members=args.members,
+             **(dict(dispersion=args.dispersion, functional=args.functional) if args.dispersion else {}),
              **(dict(drive=args.drive, deviation_every=args.deviation_every,
-                     committee_evaluations=calc.committee_evaluations) if args.members else {}))
+                     committee_evaluations=model.committee_evaluations) if args.members else {}))
 
 
 def _threads(calc):
