@@ -344,3 +344,14 @@ def test_pinet2_with_the_electrostatic_embedding_on_both_engines(tmp_path):
     assert np.abs(results["numba"][1][~atoms.arrays["qm"]]).max() > 1e-6  # the MM atoms feel the QM charges
     np.testing.assert_allclose(results["numba"][1], results["tensorflow"][1], atol=1e-9)
     np.testing.assert_allclose(results["numba"][2], results["tensorflow"][2], atol=1e-9)
+
+
+def test_d3_dispersion_is_refused_for_an_embedding(tmp_path):
+    """get_calc(..., dispersion=): D3 of the whole QM/MM frame is not the QM region's, so a model with the
+    electrostatic embedding is refused by name (not summed with D3 of every atom)."""
+    pytest.importorskip("dftd3.ase", reason="dftd3 (pip install 'pinn[d3]') is not installed")
+    import pinn
+    from pinn.models import get_model
+    model = get_model({**params_of(embedding_damping=0.0), "model_dir": str(tmp_path / "model")})
+    with pytest.raises(ValueError, match="D3 dispersion with a QM/MM model \\(embedding 'electrostatic'\\)"):
+        pinn.get_calc(model, dispersion="d3bj", functional="PBE")
