@@ -11,7 +11,8 @@ Each measurement runs in a fresh process that builds the dataset and iterates it
 - ``tfrecord``: ``load_tfrecord`` of that cache.
 
 Each prints a JSON line: the frames, the file's MB, the peak resident memory (MB, the process's whole:
-TensorFlow's share included; and of it the anonymous memory, without the file pages LMDB maps in), the seconds to build the dataset and to iterate it, and frames per second
+TensorFlow's share included; and of it the anonymous memory, without the file pages LMDB maps in), the
+seconds to build the dataset and to iterate it, and frames per second
 over both.  Run on an idle machine: ``python benchmarks/bench_streaming.py --frames 2500``.
 """
 import argparse
@@ -108,7 +109,8 @@ def measure(mode, path, cache):
         count = sum(1 for _ in dataset)
     done = time.perf_counter()
     import tensorflow as tf
-    return {"tensorflow": tf.__version__, "frames": count, "build_s": round(built - start, 2), "iterate_s": round(done - built, 2),
+    return {"tensorflow": tf.__version__, "frames": count, "build_s": round(built - start, 2),
+            "iterate_s": round(done - built, 2),
             "frames_per_s": round(count / (done - start), 1), "peak_rss_mb": round(peak_rss_mb(), 1),
             "peak_anonymous_mb": anonymous.stop()}
 

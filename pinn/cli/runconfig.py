@@ -44,7 +44,8 @@ DATA_PARAMS = {
     "cache": Option(str, "auto", "where the training structures (with their neighbor lists) are kept after the "
                     "first epoch: memory, none (read again every epoch), a file path (TensorFlow's cache on "
                     "disk), or auto: memory, unless the training files hold more than 256 MiB (load_ase streams "
-                    "such files: data larger than memory, docs/data.md), then none", check=lambda value: _cache_problem(value)),
+                    "such files: data larger than memory, docs/data.md), then none",
+                    check=lambda value: _cache_problem(value)),
 }
 TRAIN_PARAMS = {
     "max_steps": Option((int, None), None, "train until this global step", check=positive),
