@@ -5,7 +5,8 @@
 offset (extended XYZ) or row id (an ASE database: SQLite ``.db``, LMDB ``.aselmdb`` through
 the ``ase-db-backends`` package), 8 bytes, and 8 more for the frame numbers a split shuffles; found by
 one pass over the files that parses no number but the atom counts.  The datasets read each frame
-when they reach it, so their memory does not grow with the number of frames.  The items split and shuffled are the frame numbers, in the same way as
+when they reach it, so their memory does not grow with the number of frames.  The items split and
+shuffled are the frame numbers, in the same way as
 the frames held in memory are (:func:`pinn.io.split_items`): a seed gives the same splits and the same
 order whether the frames are streamed or not.
 """
