@@ -303,13 +303,13 @@ def _cache_of(data):
     ``auto``: memory, unless the training files (``data.train``, or ``data.mimic``'s trajectories) hold more
     than :data:`pinn.io.ase_stream.STREAM_ABOVE_BYTES` on disk (above which ``load_ase`` streams): then none.
     """
-    from pinn.io.ase_stream import STREAM_ABOVE_BYTES
+    from pinn.io.ase_stream import STREAM_ABOVE_BYTES, bytes_on_disk
     choice = data["cache"]
     if choice != "auto":
         return {"memory": "", "none": None}.get(choice, choice)
     sources = data["train"] if data["mimic"] is None else data["mimic"].get("trr")
     files = [sources] if isinstance(sources, (str, os.PathLike)) else list(sources or [])
-    size = sum(os.path.getsize(f) for f in files if os.path.isfile(f))
+    size = bytes_on_disk(files)
     if size <= STREAM_ABOVE_BYTES:
         return ""
     log.info("data.cache auto: the training files hold %.0f MiB (> %.0f MiB), so the structures are read again "

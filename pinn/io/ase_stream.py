@@ -32,6 +32,11 @@ DB_SUFFIXES = (".db", ".aselmdb")
 _CHUNK = 2 ** 20
 
 
+def bytes_on_disk(paths):
+    """The bytes the existing files of ``paths`` hold in all (what :data:`STREAM_ABOVE_BYTES` is compared with)."""
+    return sum(os.path.getsize(p) for p in paths if os.path.isfile(p))
+
+
 def streamable(path):
     """Whether ``path`` (a file name) is of a kind :class:`FrameIndex` can index: extended XYZ or a database."""
     return isinstance(path, (str, os.PathLike)) and os.fspath(path).endswith(XYZ_SUFFIXES + DB_SUFFIXES)
@@ -214,7 +219,7 @@ def stream_paths(dataset, stream):
                             "stream=False, or pinn convert to TFRecords)")
         return None
     if stream is None:
-        size = sum(os.path.getsize(p) for p in paths if os.path.exists(p))
+        size = bytes_on_disk(paths)
         if size <= STREAM_ABOVE_BYTES:
             return None
         log.info("load_ase: streaming the frames of %d file(s), %.0f MiB (> %.0f MiB; stream=False holds them in "
