@@ -36,8 +36,9 @@ import numpy as np
 from ase.calculators.calculator import Calculator, PropertyNotImplementedError, all_changes
 from ase.stress import full_3x3_to_voigt_6_stress
 
-from pinn.committee import CommitteeCalc, changed_since, is_committee_directory, member_directories
+from pinn.committee import CommitteeCalc, is_committee_directory, member_directories
 from pinn.files.model_file import is_model_file
+from pinn.io.atoms_input import changed_since, check_atoms
 from pinn.io.neighbors import VerletNeighbors
 from pinn.io.qmmm_atoms import network_atoms
 
@@ -102,7 +103,9 @@ class PiNNCalc(Calculator):
         ASE asks for the forces three times per Verlet step, and its own test (``allclose``
         with ``tol`` on every array) costs about as much as a small molecule's forces.  Here
         a property counts as changed when any of its values differs at all: the same answer
-        as ASE's except for differences below ``tol`` (1e-15), which recompute.
+        as ASE's except for differences below ``tol`` (1e-15), which recompute.  A QM/MM frame's
+        ``qm`` array and region charge (``info["charge"]``), which ASE's test ignores, count too
+        (:func:`pinn.io.atoms_input.changed_since`).
         """
         if self.atoms is None:
             return list(all_changes)
@@ -118,6 +121,7 @@ class PiNNCalc(Calculator):
         atoms = self.atoms
         if "stress" in properties and not atoms.pbc.any():
             raise PropertyNotImplementedError("stress needs a periodic cell")
+        check_atoms(atoms)
         network_atoms(atoms, self.embedding, self.atom_types, "the model")
         pred = self._engine(atoms, self.neighbors)
         if not self.is_potential:
@@ -393,6 +397,9 @@ def get_calc(model, checkpoint=None, jit=None, skin=0.5, engine="auto", *, check
             raise ValueError(f"get_calc: functional={functional!r} chooses D3's parameters; give dispersion= "
                              "(e.g. 'd3bj') too, or neither")
         check_d3(dispersion, functional)  # before the model loads
+        from pinn.dispersion.d3 import check_d3_elements
+        for name, elements in _declared_elements(model):
+            check_d3_elements(elements, f"{name} (its atom_types)")
         calc = get_calc(model, checkpoint, jit, skin, engine, checkpoint_path=checkpoint_path, to_eV=to_eV,
                         properties=properties, drive=drive, label=label, directory=directory)
         calc = with_dispersion(calc, dispersion, functional)
@@ -444,6 +451,31 @@ def get_calc(model, checkpoint=None, jit=None, skin=0.5, engine="auto", *, check
         exported.save_engine_weights(calc._engine.fast.arrays, calc._engine.e_unit, model, handle.checkpoint,
                                      calc._engine.embedding, calc._engine.damping)
     return calc
+
+
+def _declared_elements(model):
+    """``(name, atom_types)`` of each model that ``model`` (what :func:`get_calc` takes) names on disk, read from its
+    ``params.yml`` or its model file's header without loading it; none for a model object or a network without
+    ``atom_types``."""
+    from pinn.params import read_params_file
+    if isinstance(model, dict) and "network" in model:
+        return [("the params' network", model["network"].get("params", {}).get("atom_types") or [])]
+    is_path = isinstance(model, (str, bytes)) or hasattr(model, "__fspath__")
+    if is_path and is_model_file(model):
+        from pinn.files.model_file import read_model_file
+        members = read_model_file(model).members
+        return [(f"{os.fspath(model)} ({member['name']})", member["atom_types"]) for member in members]
+    if isinstance(model, (list, tuple)) or (is_path and is_committee_directory(model)):
+        directories = member_directories(model)
+    elif is_path and os.path.isfile(os.path.join(os.fsdecode(model), "params.yml")):
+        directories = [os.fsdecode(model)]
+    else:
+        return []
+    found = []
+    for directory in directories:
+        params = read_params_file(os.path.join(directory, "params.yml"))
+        found.append((directory, ((params.get("network") or {}).get("params") or {}).get("atom_types") or []))
+    return found
 
 
 def _calc_of_model_file(path, checkpoint, jit, skin, engine, drive, options):

@@ -31,6 +31,7 @@ import numpy as np
 from ase.calculators.calculator import Calculator, PropertyNotImplementedError, all_changes
 from ase.stress import full_3x3_to_voigt_6_stress
 
+from pinn.io.atoms_input import changed_since, check_atoms
 from pinn.io.qmmm_atoms import network_atoms
 
 log = logging.getLogger(__name__)
@@ -195,7 +196,8 @@ class CommitteeCalc(Calculator):
         return len(self.members)
 
     def check_state(self, atoms, tol=1e-15):
-        """Changes since the last calculation, by exact comparison (as :class:`pinn.calculator.PiNNCalc`)."""
+        """Changes since the last calculation, by exact comparison, the QM/MM inputs included
+        (:func:`pinn.io.atoms_input.changed_since`, as :class:`pinn.calculator.PiNNCalc`)."""
         if self.atoms is None:
             return list(all_changes)
         return changed_since(self.atoms, atoms, [name for name in all_changes if name not in self.ignored_changes])
@@ -233,6 +235,7 @@ class CommitteeCalc(Calculator):
         for name in ("stress", "energies", "energies_deviation"):
             if name in properties and self.embedding != "mechanical":
                 raise PropertyNotImplementedError(f"a model with embedding {self.embedding!r} gives no {name}")
+        check_atoms(atoms)
         network_atoms(atoms, self.embedding, self.atom_types, "the committee")
         if system_changes:
             self.calculations += 1
@@ -282,19 +285,3 @@ class CommitteeCalc(Calculator):
             self._set_prediction({"energy": energy, **atomic, "forces": mean_forces,
                                   **({"stress": pred["stress"].mean(axis=0)} if "stress" in pred else {})})
 
-
-def changed_since(old, new, properties):
-    """Names among ``properties`` (ASE's ``all_changes``) whose values differ at all between the atoms
-    ``old`` and ``new`` (exact comparison: ASE's own, with tolerances, costs about as much as a small
-    molecule's forces)."""
-    changed = []
-    for name in properties:
-        if name in ("cell", "pbc"):
-            same = np.array_equal(getattr(old, name), getattr(new, name))
-        else:
-            a = old.arrays.get(name)
-            b = new.arrays.get(name)
-            same = (a is None and b is None) or (a is not None and b is not None and np.array_equal(a, b))
-        if not same:
-            changed.append(name)
-    return changed

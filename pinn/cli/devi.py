@@ -90,6 +90,7 @@ def run(args):
 
     from pinn.calculator import get_calc
     from pinn.committee import CommitteeCalc, deviations
+    from pinn.io.errors import DataError
     *members, trajectory = args.paths
     if not members:
         raise ValueError("give the members (model directories) before the trajectory")
@@ -106,9 +107,13 @@ def run(args):
     chosen = []
     started = time.monotonic()
     shown = time.monotonic()
-    for step, time_ps, atoms in _frames(args, trajectory):
+    for index, (step, time_ps, atoms) in enumerate(_frames(args, trajectory)):
         atoms.calc = calc
-        atoms.get_forces()
+        try:
+            atoms.get_forces()
+        except ValueError as error:  # what the calculator refuses (pinn.io.atoms_input), named by its frame
+            where = f"frame {index}" + (f" (step {step})" if time_ps is not None else "")
+            raise DataError(f"{trajectory}, {where}: {error}") from None
         res = calc.results
         n = len(atoms)
         virials = None

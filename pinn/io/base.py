@@ -14,7 +14,7 @@ import tensorflow as tf
 
 from pinn import keys as K
 from pinn.io.errors import DataError  # noqa: F401  (re-exported)
-from pinn.io.geometry import coincident_pair, coincident_problem, nonfinite_problem
+from pinn.io.geometry import coincident_pair, coincident_problem, nonfinite_problem, nonfinite_values_problem
 from pinn.io.splits import chosen_split, split_items
 from pinn.runtime.py_funcs import dataset_holding_callbacks
 
@@ -83,9 +83,8 @@ def check_structure(data, source, float_dtype="float32", extra=None):
             problem = nonfinite_problem(value)
             if problem:
                 raise DataError(f"{source}: {problem}")
-        elif value.dtype.kind == "f" and not np.all(np.isfinite(value)):
-            bad = np.argwhere(~np.isfinite(value.reshape(len(value), -1) if value.ndim else value[None]))
-            raise DataError(f"{source}: non-finite values in {key!r} (first at index {bad[0].tolist()})")
+        elif value.dtype.kind == "f" and nonfinite_values_problem(key, value):
+            raise DataError(f"{source}: {nonfinite_values_problem(key, value)}")
     if np.any(out[K.ELEMS] <= 0) or np.any(out[K.ELEMS] > 118):
         raise DataError(f"{source}: atomic numbers must be in 1..118, got {sorted(set(out[K.ELEMS].tolist()))}")
     if K.PBC in out and K.CELL not in out and out[K.PBC].any():

@@ -75,6 +75,25 @@ def nonfinite_problem(coord, cell=None):
     return None
 
 
+def nonfinite_values_problem(key, value):
+    """The line for non-finite entries of a data key's array (other than the positions), or ``None``.
+
+    Args:
+        key: the data key (``'f_data'``, ``'mm_charge'``, …), named in the line.
+        value: its array (any shape; a scalar too).
+
+    Returns:
+        str (``non-finite values in 'f_data' (first at index [3, 0])``: the first entry's index, one number per
+        axis) or ``None``.
+    """
+    value = np.asarray(value)
+    finite = np.isfinite(value)
+    if finite.all():
+        return None
+    first = np.argwhere(~finite.reshape(value.shape or (1,)))[0]
+    return f"non-finite values in {key!r} (first at index {first.tolist()})"
+
+
 def geometry_problem(coord, cell=None, pbc=None):
     """What no model can evaluate in one structure's geometry, or ``None``: a non-finite position or
     cell (:func:`nonfinite_problem`), or two atoms at one place (:func:`coincident_pair`).

@@ -28,33 +28,68 @@ def qmmm_arrays(atoms, source):
     """
     if ASE_QM_ARRAY not in atoms.arrays:
         return {}
+    problem = qmmm_problem(atoms)
+    if problem:
+        raise DataError(f"{source}: {problem}")
+    qm = np.asarray(atoms.arrays[ASE_QM_ARRAY]).astype(bool)
+    charges = np.asarray(atoms.get_initial_charges(), dtype=float)
+    return {K.QM: qm, K.MM_CHARGE: np.where(qm, 0.0, charges), K.QM_CHARGE: float(atoms.info.get("charge", 0))}
+
+
+def qmmm_problem(atoms):
+    """What makes an ``ase.Atoms`` with a ``qm`` array no QM/MM frame (:func:`qmmm_arrays`), or ``None``.
+
+    Returns:
+        str (one line, without a source) or ``None``: a ``qm`` array that is not one bool (or 0/1) per atom, no
+        QM atom, MM atoms without ``initial_charges``, a region charge that is not a finite number.
+    """
     raw = np.asarray(atoms.arrays[ASE_QM_ARRAY])
     if raw.shape != (len(atoms),) or not (raw.dtype == bool or np.all(np.isin(raw, (0, 1)))):
-        raise DataError(f"{source}: the per-atom array 'qm' must be one bool (or 0/1) per atom, got dtype "
-                        f"{raw.dtype} and shape {raw.shape}")
+        return (f"the per-atom array 'qm' must be one bool (or 0/1) per atom, got dtype {raw.dtype} and shape "
+                f"{raw.shape}")
     qm = raw.astype(bool)
     if not qm.any():
-        raise DataError(f"{source}: its 'qm' array marks no atom as QM")
+        return "its 'qm' array marks no atom as QM"
     if not qm.all() and "initial_charges" not in atoms.arrays:
-        raise DataError(f"{source}: {int((~qm).sum())} MM atom(s) (qm False) but no point charges: give the MM "
-                        "charges (e) as the frame's initial_charges (extxyz: initial_charges:R:1)")
-    charges = np.asarray(atoms.get_initial_charges(), dtype=float)
-    region_charge = atoms.info.get("charge", 0)
-    try:
-        region_charge = float(region_charge)
-    except (TypeError, ValueError):
-        raise DataError(f"{source}: info['charge'] (the QM region's total charge) is {region_charge!r}, "
-                        "not a number") from None
-    if not np.isfinite(region_charge):
-        raise DataError(f"{source}: info['charge'] (the QM region's total charge) is {region_charge}")
-    return {K.QM: qm, K.MM_CHARGE: np.where(qm, 0.0, charges), K.QM_CHARGE: region_charge}
+        return (f"{int((~qm).sum())} MM atom(s) (qm False) but no point charges: give the MM charges (e) as the "
+                "frame's initial_charges (extxyz: initial_charges:R:1)")
+    return region_charge_problem(atoms.info.get("charge", 0), "info['charge']")
+
+
+def region_charge_problem(value, name):
+    """What is wrong with a QM region's total charge (e), or ``None``: it must be a finite number.
+
+    Args:
+        value: the charge as given.
+        name: where it was given, for the message (``"info['charge']"``, ``"qm_charge"``).
+
+    Returns:
+        str (one line) or ``None``.
+    """
+    number = None
+    if not isinstance(value, (bool, np.bool_)):
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            number = None
+    if number is None:
+        return f"{name} (the QM region's total charge) is {value!r}, not a number"
+    if not np.isfinite(number):
+        return f"{name} (the QM region's total charge) is {number}"
+    return None
 
 
 def region_arrays(atoms):
     """:func:`qmmm_arrays` of an ``ase.Atoms`` (errors name ``"atoms"``), or for Atoms without ``qm`` those of a QM
     region without environment: every atom QM, no MM charge, the region's charge ``info["charge"]`` (0)."""
-    return qmmm_arrays(atoms, "atoms") or {K.QM: np.ones(len(atoms), bool), K.MM_CHARGE: np.zeros(len(atoms)),
-                                           K.QM_CHARGE: float(atoms.info.get("charge", 0))}
+    arrays = qmmm_arrays(atoms, "atoms")
+    if arrays:
+        return arrays
+    problem = region_charge_problem(atoms.info.get("charge", 0), "info['charge']")
+    if problem:
+        raise DataError(f"atoms: {problem}")
+    return {K.QM: np.ones(len(atoms), bool), K.MM_CHARGE: np.zeros(len(atoms)),
+            K.QM_CHARGE: float(atoms.info.get("charge", 0))}
 
 
 def network_atoms(atoms, embedding, atom_types, who):

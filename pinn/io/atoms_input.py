@@ -1,0 +1,109 @@
+"""An ``ase.Atoms`` as a model's input at inference: what it must hold to be evaluated, and what defines the result.
+
+Every calculator of pinn (both engines, committees, D3 sums, the model file's) and so every program that runs one
+(``pinn md``, ``pinn devi``, OpenMM, i-PI, LAMMPS) checks its atoms with :func:`atoms_problem` and knows its last
+result stale by :func:`changed_since`.
+
+- :func:`atoms_problem` refuses what the loaders refuse in training data (:func:`pinn.io.base.check_structure`,
+  :func:`pinn.io.qmmm_atoms.qmmm_arrays`), with the same one-line messages: a non-finite position or cell,
+  a non-finite MM charge, a region charge (``info["charge"]``) that is not a finite number, and two atoms at
+  one place.  Two atoms of the network's own pairs at one place are found by the calculator's neighbor list
+  (:class:`pinn.io.neighbors.VerletNeighbors`, which finds every pair closer than the cutoff); those of a QM/MM
+  frame's MM atoms (QM–MM and MM–MM pairs) here.
+- :func:`changed_since` compares what a result depends on: ASE's ``all_changes`` (positions, numbers, cell,
+  pbc, initial charges, magnetic moments) and the QM/MM frame's ``qm`` array and region charge
+  (``info["charge"]``), which ASE's own check ignores.
+
+NumPy and ASE only (the calculator of a model file runs without TensorFlow).
+"""
+import numpy as np
+
+from pinn import keys as K
+from pinn.io.errors import DataError
+from pinn.io.geometry import coincident_pair, coincident_problem, nonfinite_problem, nonfinite_values_problem
+from pinn.io.qmmm_atoms import ASE_QM_ARRAY, qmmm_problem
+
+#: what a result depends on besides ASE's ``all_changes``: the per-atom QM mask and the region's charge
+#: (the key of ``atoms.info``)
+QMMM_INPUTS = (ASE_QM_ARRAY, "charge")
+
+
+def atoms_problem(atoms):
+    """What no model can evaluate in an ``ase.Atoms``, or ``None``.
+
+    Args:
+        atoms: ``ase.Atoms``; a QM/MM frame (``arrays["qm"]``, ``initial_charges``, ``info["charge"]``;
+            docs/qmmm.md) or a structure.
+
+    Returns:
+        str (one line, as the loaders word it, without naming a source) or ``None``.  In this order: a
+        non-finite position or cell (naming the first atom); for a QM/MM frame (``qm``): a bad ``qm`` array or
+        a region charge that is not a finite number, a non-finite MM charge (its index), two atoms at one
+        place among all of a frame with MM atoms (naming both).
+    """
+    pbc = np.asarray(atoms.pbc, bool)
+    problem = nonfinite_problem(atoms.positions, atoms.cell.array if pbc.any() else None)
+    if problem:
+        return problem
+    if ASE_QM_ARRAY not in atoms.arrays:
+        return None
+    problem = qmmm_problem(atoms)
+    if problem:
+        return problem
+    qm = np.asarray(atoms.arrays[ASE_QM_ARRAY]).astype(bool)
+    if qm.all():
+        return None
+    problem = nonfinite_values_problem(K.MM_CHARGE, np.where(qm, 0.0, atoms.get_initial_charges()))
+    if problem:
+        return problem
+    pair = coincident_pair(atoms.positions, atoms.cell.array if pbc.any() else None, pbc)
+    return coincident_problem(*pair, atoms.positions[pair[0]]) if pair else None
+
+
+def check_atoms(atoms, source=None):
+    """Raise :class:`pinn.io.errors.DataError` (a ValueError) with :func:`atoms_problem`'s line, if any, after
+    ``source`` (e.g. ``'run.xyz, frame 3'``) where one is given."""
+    problem = atoms_problem(atoms)
+    if problem:
+        raise DataError(f"{source}: {problem}" if source else problem)
+
+
+def changed_since(old, new, properties):
+    """What differs at all between the atoms ``old`` (of the last result) and ``new``.
+
+    Exact comparison: ASE's own, with tolerances, costs about as much as a small molecule's forces.
+
+    Args:
+        old, new: ``ase.Atoms``.
+        properties: names of ASE's ``all_changes`` to compare; the QM/MM inputs (:data:`QMMM_INPUTS`) are
+            compared always.
+
+    Returns:
+        list of str: the names that differ (``'qm'`` and ``'charge'`` for the QM mask and the region charge).
+    """
+    changed = []
+    for name in properties:
+        if name in ("cell", "pbc"):
+            same = np.array_equal(getattr(old, name), getattr(new, name))
+        else:
+            same = _same_array(old.arrays.get(name), new.arrays.get(name))
+        if not same:
+            changed.append(name)
+    if not _same_array(old.arrays.get(ASE_QM_ARRAY), new.arrays.get(ASE_QM_ARRAY)):
+        changed.append(ASE_QM_ARRAY)
+    if not _same_value(old.info.get("charge"), new.info.get("charge")):
+        changed.append("charge")
+    return changed
+
+
+def _same_array(a, b):
+    return (a is None and b is None) or (a is not None and b is not None and np.array_equal(a, b))
+
+
+def _same_value(a, b):
+    if a is None or b is None:
+        return a is None and b is None
+    try:
+        return bool(np.array_equal(np.asarray(a), np.asarray(b))) and type(a) is type(b)
+    except (TypeError, ValueError):
+        return False
