@@ -30,6 +30,7 @@ from pinn import keys as K
 from pinn import units
 from pinn.io.base import Frame, list_loader
 from pinn.io.errors import DataError
+from pinn.io.qmmm_atoms import region_charge_problem
 from pinn.io.readers.cpmd import FTrajectory, gromacs_to_cpmd_order, read_overlaps
 from pinn.io.readers.energies import last_occurrence, read_energies
 from pinn.io.readers.mpt import read_mpt
@@ -113,6 +114,9 @@ def load_mimic(mpt, trr, energies, split=False, shuffle=True, seed=0, *, splits=
         raise DataError(f"load_mimic: forces={forces!r}; allowed: {list(FORCE_SOURCES)}")
     qmmm = mm_energies is not None
     if qmmm:
+        charge_problem = region_charge_problem(qm_charge, "load_mimic: qm_charge")
+        if charge_problem:
+            raise DataError(charge_problem)
         forces = _qmmm_forces(forces, ftrajectory, energy_column, select)
     elif qm is not None:
         raise DataError("load_mimic: qm= makes QM/MM frames, whose energy is EKS minus GROMACS's MM energy: give "

@@ -178,6 +178,59 @@ def test_bad_d3_arguments_are_refused_by_name(ethanol_model, tmp_path, capsys):
     assert "no energy, forces or stress labels" in capsys.readouterr().err
 
 
+def test_elements_without_d3_parameters_are_refused_by_name(ethanol_model, tmp_path, capsys):
+    """dftd3 covers H to Lr (Z 1-103) and above gives 0 (Z 104), NaN (106) or asks for 25.8 GB (118): a structure
+    with such an element is refused by the D3 term, and a model that knows one before it loads (its params.yml
+    alone: no checkpoint is read)."""
+    import shutil
+
+    import yaml
+    from ase import Atoms
+
+    from pinn.dispersion import D3Term
+    for z, name in ((104, "Rf"), (106, "Sg"), (118, "Og")):
+        atoms = Atoms(numbers=[z, 6], positions=[[0, 0, 0], [0, 0, 2.5]])
+        atoms.calc = D3Term("d3bj", "PBE")
+        with pytest.raises(ValueError, match=rf"element\(s\) {name} \({z}\), which dftd3 has no parameters for"):
+            atoms.get_potential_energy()
+    model = tmp_path / "heavy"
+    model.mkdir()
+    params = yaml.safe_load(open(f"{ethanol_model}/params.yml"))
+    params["network"]["params"]["atom_types"] = [1, 6, 8, 118]
+    (model / "params.yml").write_text(yaml.safe_dump(params))  # no checkpoint: loading would fail otherwise
+    with pytest.raises(ValueError, match=rf"^D3 dispersion: {model} \(its atom_types\) hold\(s\) element\(s\) Og"):
+        get_calc(str(model), dispersion="d3bj", functional="PBE")
+    shutil.copytree(model, tmp_path / "members" / "member-0")
+    shutil.copytree(ethanol_model, tmp_path / "members" / "member-1", ignore=shutil.ignore_patterns(".pinn.lock"))
+    capsys.readouterr()
+    assert main(["md", str(tmp_path / "members"), str(_written(tmp_path, _ethanol(False))), "--steps", "1",
+                 "--dispersion", "d3bj", "--functional", "PBE", "--log", str(tmp_path / "md.log")]) == 1
+    err = capsys.readouterr().err
+    assert "member-0 (its atom_types) hold(s) element(s) Og (118)" in err and "Traceback" not in err
+
+
+def _written(directory, atoms):
+    from ase.io import write
+    path = directory / "start.xyz"
+    write(path, atoms)
+    return path
+
+
+def test_the_sum_follows_the_qmmm_inputs_as_the_model_does(ethanol_model):
+    """The D3 sum's record of the last structure counts the region's charge and the QM mask, as the model's
+    calculator does (ASE's own check ignores both)."""
+    atoms = _ethanol(False)
+    atoms.calc = calc = get_calc(ethanol_model, dispersion="d3bj", functional="PBE")
+    atoms.get_potential_energy()
+    changed = atoms.copy()
+    changed.info["charge"] = -1
+    assert calc.check_state(changed) == ["charge"]
+    changed = atoms.copy()
+    changed.arrays["qm"] = np.ones(len(atoms), bool)
+    assert calc.check_state(changed) == ["qm"]
+    assert calc.check_state(atoms.copy()) == []
+
+
 def test_without_dftd3_the_error_says_how_to_install_it(ethanol_model):
     """In a process where the dftd3 package cannot be imported, get_calc(dispersion=) says what to install."""
     code = ("import sys; sys.modules['dftd3'] = None\n"

@@ -63,6 +63,9 @@ def test_energies_only_and_what_is_missing_is_named(run, tmp_path):
                                                             "not 'EHAM'"),
         (dict(mm_energies=run["mm_energies"], forces="none"), "QM/MM frames need the QM region: qm=<selection> "
                                                               "or cpmd_input="),
+        # blamed on "run.trr, frame 2" once: the region's charge is checked where it is given
+        (dict(common, forces="none", qm_charge="minus one"), "qm_charge (the QM region's total charge) is "
+                                                             "'minus one', not a number"),
     ]
     for kwargs, message in cases:
         with pytest.raises(DataError, match="^" + re.escape(f"load_mimic: {message}")):
