@@ -132,3 +132,178 @@ def test_each_ensemble_runs_and_holds_what_it_should(members, structure, ensembl
         np.testing.assert_allclose(shape, cell / np.cbrt(abs(np.linalg.det(cell))), atol=1e-8)
     else:
         np.testing.assert_array_equal(atoms.cell[:], cell)
+
+
+# ---- outputs: nothing opened before the start is evaluated and every option checked (issue 75, item 4) ----
+
+def _failing_emt(at, error=RuntimeError):
+    """ASE's EMT (Cu and Au: the alloy's elements; no TensorFlow) that raises ``error`` at its ``at``-th
+    evaluation (0: the start's; -1: never)."""
+    from ase.calculators.emt import EMT
+
+    class Failing(EMT):
+        calls = 0
+
+        def calculate(self, *args, **kwargs):
+            if Failing.calls == at:
+                raise error(f"evaluation {at} failed")
+            Failing.calls += 1
+            super().calculate(*args, **kwargs)
+
+    return Failing()
+
+
+def _error(err):
+    """The one error line of `pinn md`'s standard error (its INFO lines aside), and no traceback."""
+    lines = [line for line in err.splitlines() if line.startswith("pinn md: error: ")]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+def _files(folder):
+    """{name: bytes} of every file in ``folder``."""
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()}
+
+
+@pytest.fixture
+def outputs(tmp_path, monkeypatch):
+    """A working directory with an earlier run's log and trajectories, as a user's would be."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "md.log").write_text("# step time_ps\n0 0.0\n")
+    (tmp_path / "run.xyz").write_text("an earlier trajectory\n")
+    (tmp_path / "run.traj").write_bytes(b"an earlier ASE trajectory")
+    return tmp_path
+
+
+@pytest.mark.parametrize("case", ["element", "suffix", "nve-temperature", "existing-log", "existing-traj",
+                                  "existing-stop"])
+def test_a_refused_run_keeps_every_existing_file_and_creates_none(members, structure, outputs, case, capsys):
+    """A run refused at step 0 (an element the model lacks, a bad --traj suffix, a negative temperature, an
+    existing output without --overwrite) leaves the earlier run's files byte for byte and writes no file."""
+    start = structure
+    if case == "element":
+        atoms = read(structure)
+        atoms.numbers[0] = 8  # O: the alloy's model knows Cu and Au
+        write(outputs / "oxide.xyz", atoms)
+        start = str(outputs / "oxide.xyz")
+    options = {"element": ["--traj", "run.xyz", "--overwrite"],
+               "suffix": ["--traj", "run.dcd", "--overwrite"],
+               "nve-temperature": ["--temperature", "-5", "--traj", "run.traj", "--overwrite"],
+               "existing-log": [],
+               "existing-traj": ["--log", "new.log", "--traj", "run.traj"],
+               "existing-stop": ["--log", "new.log", "--stop-deviation", "1", "--stop-file", "run.xyz"]}[case]
+    expected = {"element": "['O']", "suffix": "write .traj (ASE) or .xyz", "nve-temperature": "temperature",
+                "existing-log": "md.log: exists", "existing-traj": "run.traj: exists",
+                "existing-stop": "run.xyz: exists"}[case]
+    before = _files(outputs)
+    if "--overwrite" in options:  # without it too (refused as existing now, cut at step 0 before)
+        main(["md", *members, start, "--steps", "2", *[o for o in options if o != "--overwrite"]])
+        assert _files(outputs) == before
+        capsys.readouterr()
+    assert main(["md", *members, start, "--steps", "2", *options]) == 1
+    assert expected in _error(capsys.readouterr().err)
+    assert _files(outputs) == before
+
+
+@pytest.mark.parametrize("output", ["--traj", "--log"])
+def test_an_output_naming_the_input_structure_is_refused(members, structure, tmp_path, output, capsys):
+    """--traj or --log naming the structure (itself or through a link) is refused, --overwrite or not, with
+    both named; the structure is left as it was."""
+    link = tmp_path / "link.xyz"
+    link.symlink_to(structure)
+    before = open(structure, "rb").read()
+    for path, overwrite in ((structure, []), (str(link), []), (structure, ["--overwrite"])):
+        assert main(["md", *members, structure, "--steps", "2", output, path, *overwrite,
+                     *(["--log", str(tmp_path / "md.log")] if output == "--traj" else [])]) == 1
+        err = _error(capsys.readouterr().err)
+        assert f"{path} is the input {structure}" in err
+        assert open(structure, "rb").read() == before
+    assert not (tmp_path / "md.log").exists()
+
+
+@pytest.mark.parametrize("option", ["--stop-file", "--selected", "--log", "--traj"])
+def test_an_output_in_a_missing_directory_is_refused_before_step_0(members, structure, tmp_path, monkeypatch,
+                                                                   option, capsys):
+    """A stop file (or selected file, log, trajectory) in a directory that does not exist is refused before the
+    first step, naming it: not found at the stop, with the stop's frames lost."""
+    monkeypatch.chdir(tmp_path)
+    extra = {"--stop-file": ["--stop-deviation", "1e-9"], "--selected": ["--select", "0:100"]}.get(option, [])
+    assert main(["md", *members, structure, "--steps", "3", *extra, option, "missing/out.xyz"]) == 1
+    err = _error(capsys.readouterr().err)
+    assert "missing/out.xyz" in err and "does not exist" in err
+    assert list(tmp_path.iterdir()) == []  # no md.log either
+
+
+@pytest.mark.parametrize("ensemble", ["nve", "langevin", "nvt"])
+def test_a_negative_temperature_is_named(members, structure, tmp_path, ensemble):
+    """T < 0 is refused by name in every ensemble (NVE included: its velocities would be NaN); 0 K runs in NVE."""
+    with pytest.raises(ValueError, match=r"temperature must be .*-5"):
+        run_md(read(structure), get_calc(members[0]), 2, ensemble=ensemble, temperature=-5.0,
+               log=str(tmp_path / "md.log"), progress=False)
+    assert list(tmp_path.iterdir()) == []
+    atoms = read(structure)
+    run_md(atoms, get_calc(members[0]), 2, temperature=0.0, log=str(tmp_path / "md.log"), progress=False)
+    assert _log(tmp_path / "md.log")[1][0, 5] == 0.0
+
+
+@pytest.mark.parametrize("suffix", [".xyz", ".traj"])
+def test_overwrite_replaces_and_append_extends(structure, tmp_path, suffix):
+    """An existing log and trajectory: refused by default (naming the file and both options); --overwrite
+    replaces them; --append adds the new run's frames and log lines (no second header, steps from 0 again)."""
+    log, traj = str(tmp_path / "md.log"), str(tmp_path / f"run{suffix}")
+
+    def run(steps, **existing):
+        run_md(read(structure), _failing_emt(at=-1), steps, dt=1.0, temperature=300, log=log, traj=traj,
+               traj_every=1, progress=False, **existing)
+
+    run(2)
+    with pytest.raises(ValueError, match=r"md.log: exists.*--overwrite.*--append"):
+        run(3)
+    run(3, existing="append")
+    header, rows = _log(log)
+    assert header[:2] == ["step", "time_ps"] and open(log).read().count("#") == 1
+    assert rows[:, 0].tolist() == [0, 1, 2, 0, 1, 2, 3]
+    frames = read(traj, ":")
+    assert len(frames) == 7 and frames[3].info["step"] == 0 and frames[-1].info["step"] == 3
+    assert "energy" in frames[1].calc.results  # the earlier frames keep their energies
+    run(1, existing="overwrite")
+    assert _log(log)[1][:, 0].tolist() == [0, 1] and len(read(traj, ":")) == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["md.log", f"run{suffix}"])
+
+
+@pytest.mark.parametrize("error", [RuntimeError, KeyboardInterrupt])
+def test_a_run_failing_midway_keeps_the_steps_done(structure, tmp_path, error):
+    """A calculator that fails at step 5 (or an interrupt there): the log and the trajectory hold steps 0-4, in
+    place of the earlier files, and no temporary file is left; failing at the start (step 0), the earlier files
+    are kept as they were."""
+    log, traj = tmp_path / "md.log", tmp_path / "run.xyz"
+    log.write_text("earlier\n")
+    traj.write_text("earlier\n")
+    with pytest.raises(error):
+        run_md(read(structure), _failing_emt(at=0, error=error), 20, log=str(log), traj=str(traj),
+               traj_every=1, existing="overwrite", progress=False)
+    assert log.read_text() == traj.read_text() == "earlier\n" and len(list(tmp_path.iterdir())) == 2
+    with pytest.raises(error):
+        run_md(read(structure), _failing_emt(at=5, error=error), 20, log=str(log), traj=str(traj),
+               traj_every=1, existing="overwrite", progress=False)
+    assert _log(log)[1][:, 0].tolist() == [0, 1, 2, 3, 4]
+    assert [f.info["step"] for f in read(traj, ":")] == [0, 1, 2, 3, 4]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["md.log", "run.xyz"]
+
+
+def test_an_interrupted_pinn_md_says_so_in_one_line(structure, tmp_path, monkeypatch, capsys):
+    """Ctrl-C in `pinn md`: the steps done in the log, one line (no traceback), exit status 130."""
+    import pinn.calculator
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(pinn.calculator, "get_calc", lambda *a, **k: _failing_emt(at=4, error=KeyboardInterrupt))
+    assert main(["md", "model", structure, "--steps", "10"]) == 130
+    err = capsys.readouterr().err
+    assert "pinn md: interrupted after step 3; the steps done in log md.log" in err and "Traceback" not in err
+    assert _log("md.log")[1][:, 0].tolist() == [0, 1, 2, 3]
+
+
+def test_pinn_md_help_says_what_happens_to_existing_files(capsys):
+    with pytest.raises(SystemExit):
+        main(["md", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "--overwrite" in out and "--append" in out and "--stop-file and --selected" in out
