@@ -8,8 +8,9 @@ result stale by :func:`changed_since`.
   :func:`pinn.io.qmmm_atoms.qmmm_arrays`), with the same one-line messages: a non-finite position or cell,
   a non-finite MM charge, a region charge (``info["charge"]``) that is not a finite number, and two atoms at
   one place.  Two atoms of the network's own pairs at one place are found by the calculator's neighbor list
-  (:class:`pinn.io.neighbors.VerletNeighbors`, which finds every pair closer than the cutoff); those of a QM/MM
-  frame's MM atoms (QM–MM and MM–MM pairs) here.
+  (:class:`pinn.io.neighbors.VerletNeighbors`, which finds every pair closer than the cutoff), a QM and an MM atom
+  here (in the minimum image: what the embedding sees).  Two MM atoms at one place, which the loaders refuse in
+  training data, enter no model's result and are the MM engine's to refuse: not searched for at every step.
 - :func:`changed_since` compares what a result depends on: ASE's ``all_changes`` (positions, numbers, cell,
   pbc, initial charges, magnetic moments) and the QM/MM frame's ``qm`` array and region charge
   (``info["charge"]``), which ASE's own check ignores.
@@ -20,7 +21,8 @@ import numpy as np
 
 from pinn import keys as K
 from pinn.io.errors import DataError
-from pinn.io.geometry import coincident_pair, coincident_problem, nonfinite_problem, nonfinite_values_problem
+from pinn.io.geometry import (MIN_DISTANCE, coincident_problem, complete_lattice, nonfinite_problem,
+                              nonfinite_values_problem)
 from pinn.io.qmmm_atoms import ASE_QM_ARRAY, qmmm_problem
 
 #: what a result depends on besides ASE's ``all_changes``: the per-atom QM mask and the region's charge
@@ -38,8 +40,8 @@ def atoms_problem(atoms):
     Returns:
         str (one line, as the loaders word it, without naming a source) or ``None``.  In this order: a
         non-finite position or cell (naming the first atom); for a QM/MM frame (``qm``): a bad ``qm`` array or
-        a region charge that is not a finite number, a non-finite MM charge (its index), two atoms at one
-        place among all of a frame with MM atoms (naming both).
+        a region charge that is not a finite number, a non-finite MM charge (its index), a QM and an MM atom at
+        one place (naming both).
     """
     pbc = np.asarray(atoms.pbc, bool)
     problem = nonfinite_problem(atoms.positions, atoms.cell.array if pbc.any() else None)
@@ -56,8 +58,35 @@ def atoms_problem(atoms):
     problem = nonfinite_values_problem(K.MM_CHARGE, np.where(qm, 0.0, atoms.get_initial_charges()))
     if problem:
         return problem
-    pair = coincident_pair(atoms.positions, atoms.cell.array if pbc.any() else None, pbc)
-    return coincident_problem(*pair, atoms.positions[pair[0]]) if pair else None
+    return qm_mm_coincident_problem(atoms.positions, qm, atoms.cell.array, pbc)
+
+
+def qm_mm_coincident_problem(coord, qm, cell, pbc):
+    """The line for a QM and an MM atom at one place (closer than :data:`pinn.io.geometry.MIN_DISTANCE`, in the
+    minimum image along periodic axes), or ``None``: the closest such pair, named as the loaders name it.
+
+    Args:
+        coord: [n, 3] finite positions, Å; qm: [n] bool; cell: [3, 3] rows a, b, c, Å; pbc: three booleans.
+
+    Returns:
+        str or ``None``.  The QM atoms' own pairs are the neighbor list's to refuse; MM–MM pairs enter no model.
+    """
+    qm_index = np.flatnonzero(qm)
+    mm_index = np.flatnonzero(~qm)
+    vectors = coord[mm_index][None, :, :] - coord[qm_index][:, None, :]  # [n_qm, n_mm, 3]
+    if np.any(pbc):
+        lattice = np.asarray(cell, np.float64)
+        lattice = lattice if np.all(pbc) else complete_lattice(lattice, pbc)
+        fractional = vectors @ np.linalg.inv(lattice)
+        vectors = vectors - (np.round(fractional) * np.asarray(pbc, bool)) @ lattice
+    squared = np.einsum("ijk,ijk->ij", vectors, vectors)
+    if not squared.size:
+        return None
+    a, m = np.unravel_index(int(np.argmin(squared)), squared.shape)
+    if not squared[a, m] < MIN_DISTANCE ** 2:
+        return None
+    i, j = sorted((int(qm_index[a]), int(mm_index[m])))
+    return coincident_problem(i, j, float(np.sqrt(squared[a, m])), coord[i])
 
 
 def check_atoms(atoms, source=None):
