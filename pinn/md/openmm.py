@@ -22,15 +22,24 @@ constraints whose atoms all lie in the ML region, sets every ML–ML pair of the
 ``NonbondedForce`` to an exclusion (no Coulomb or Lennard-Jones inside the region; with PME its
 reciprocal part is taken back for those pairs as for any exclusion), keeps every ML–MM and MM–MM
 term, and adds the pinn force on the ML atoms in its own force group.
+
+Saving: OpenMM's ``XmlSerializer`` pickles the pinn force's computation into the XML, and
+``XmlSerializer.deserialize`` unpickles it, which runs whatever code the file holds: load such XML only if you
+wrote it yourself.  :func:`save_system` and :func:`load_system` (:mod:`pinn.md.openmm_files`) save and load a
+system without pickle.  Either way the model is found by the absolute path it had when the force was built and
+must still have the SHA-256 it had then.
 """
 import logging
 
 import numpy as np
 
-from pinn.md.openmm_computation import ANGSTROM_PER_NM, KJ_PER_MOL_PER_EV, EmbeddedComputation, PinnComputation
+from pinn.md.openmm_computation import (ANGSTROM_PER_NM, KJ_PER_MOL_PER_EV, EmbeddedComputation, PinnComputation,
+                                        python_force)
+from pinn.md.openmm_files import load_system, save_system
 
 log = logging.getLogger("pinn")
-__all__ = ["pinn_force", "create_mixed_system", "KJ_PER_MOL_PER_EV", "ANGSTROM_PER_NM"]
+__all__ = ["pinn_force", "create_mixed_system", "save_system", "load_system", "KJ_PER_MOL_PER_EV",
+           "ANGSTROM_PER_NM"]
 
 
 def pinn_force(model, numbers, particles=None, periodic=False, force_group=None, **calc_options):
@@ -46,8 +55,10 @@ def pinn_force(model, numbers, particles=None, periodic=False, force_group=None,
 
     Returns:
         ``openmm.PythonForce`` of a :class:`pinn.md.openmm_computation.PinnComputation`, which OpenMM keeps
-        pickled: the system is saved (``XmlSerializer``, ``copy.deepcopy``, ``pickle``) when ``model`` is a
-        model directory or file, and refuses to be, naming the model, otherwise.
+        pickled: the system is saved (``XmlSerializer``, ``copy.deepcopy``, ``pickle``; without pickle:
+        :func:`save_system`) when ``model`` is a model directory or file, or a committee's list of directories
+        (kept as absolute paths with the model's SHA-256, checked when a restored force first makes its
+        calculator), and refuses to be, naming the model, otherwise.
 
     Raises:
         ValueError: ``numbers`` and ``particles`` of different lengths.
@@ -57,19 +68,7 @@ def pinn_force(model, numbers, particles=None, periodic=False, force_group=None,
         raise ValueError(f"pinn_force: {len(numbers)} atomic numbers for {len(particles)} particles")
     computation = PinnComputation(model, numbers, periodic, calc_options)
     computation.calc  # made now: a bad model fails here, not at the first step
-    return _python_force(computation, particles, periodic, force_group)
-
-
-def _python_force(computation, particles, periodic, force_group):
-    import openmm
-    force = openmm.PythonForce(computation)
-    force.setName("pinn")
-    force.setUsesPeriodicBoundaryConditions(bool(periodic))
-    if particles is not None:
-        force.setParticles([int(i) for i in particles])
-    if force_group is not None:
-        force.setForceGroup(int(force_group))
-    return force
+    return python_force(computation, particles, periodic, force_group)
 
 
 def create_mixed_system(system, topology, ml_atoms, model, force_group=1, embedding="mechanical", qm_charge=None,
@@ -80,8 +79,8 @@ def create_mixed_system(system, topology, ml_atoms, model, force_group=1, embedd
         system: the MM ``openmm.System`` (e.g. of ``GromacsTopFile.createSystem``); not changed.
         topology: its ``openmm.app.Topology`` (the ML atoms' elements, the residues).
         ml_atoms: the indices of the ML region's atoms.
-        model: a model directory or model file (the system can then be saved), or what :func:`pinn.get_calc`
-            takes, or an ASE calculator.
+        model: a model directory or model file (the system can then be saved: :func:`save_system`), or what
+            :func:`pinn.get_calc` takes, or an ASE calculator.
         force_group: the pinn force's group (its energy alone: ``getState(groups={force_group})``).
         embedding: ``'mechanical'`` (the module's description) or ``'electrostatic'``: the region's charges
             are the model's (a potential model with ``embedding: electrostatic``): they are zero in the
@@ -143,7 +142,7 @@ def create_mixed_system(system, topology, ml_atoms, model, force_group=1, embedd
         computation, particles, described = _electrostatic(new, nonbonded, topology, ml, model, qm_charge, cutoff,
                                                            switch_width, calc_options)
     _check_model_embedding(computation.calc, embedding)
-    new.addForce(_python_force(computation, particles, periodic, force_group))
+    new.addForce(python_force(computation, particles, periodic, force_group))
     log.info("ML/MM system: %d ML atoms of %d (%s embedding); removed inside the ML region: %s; %s", len(ml),
              system.getNumParticles(), embedding, ", ".join(f"{n} {k}" for k, n in removed.items()), described)
     return new

@@ -1,6 +1,8 @@
 """What a pinn force computes in OpenMM (``openmm.PythonForce``): picklable, so a system holding one is saved by
-``XmlSerializer``, ``copy.deepcopy`` and ``pickle`` (the model travels as its path; the calculator is made again
-where the computation first runs).
+``XmlSerializer``, ``copy.deepcopy`` and ``pickle`` (the model travels as its absolute path and its SHA-256; the
+calculator is made again where the computation first runs, after the model there is checked against that hash).
+OpenMM's XML of such a system holds the pickled computation, and loading it runs code: :mod:`pinn.md.openmm_files`
+saves and loads a system without pickle.
 
 - :class:`PinnComputation`: the potential of the force's particles (mechanical embedding).
 - :class:`EmbeddedComputation`: a QM region in the field of the MM charges (``embedding: electrostatic``). The
@@ -19,6 +21,7 @@ where the computation first runs).
 
 Energies eV → kJ/mol, forces eV/Å → kJ/mol/nm, positions nm → Å.
 """
+import hashlib
 import os
 
 import numpy as np
@@ -27,40 +30,154 @@ import numpy as np
 KJ_PER_MOL_PER_EV = 96.48533212331002
 #: Å per nm
 ANGSTROM_PER_NM = 10.0
+#: the calc options that name a checkpoint (of :func:`pinn.get_calc`)
+_CHECKPOINT_OPTIONS = ("checkpoint", "checkpoint_path")
+
+
+def _is_path(value):
+    return isinstance(value, (str, bytes, os.PathLike))
+
+
+def absolute_model(model):
+    """``model`` with its path(s) made absolute (a path, or a committee's list of paths, as ``str``); anything
+    else (a model in memory, a calculator, a params dict) as it is."""
+    if _is_path(model):
+        return os.path.abspath(os.fsdecode(os.fspath(model)))
+    if isinstance(model, (list, tuple)) and model and all(_is_path(m) for m in model):
+        return [absolute_model(m) for m in model]
+    return model
+
+
+def model_place(model):
+    """The model's path(s), for messages."""
+    return ", ".join(model) if isinstance(model, list) else str(model)
+
+
+def model_sha256(model, checkpoint=None):
+    """SHA-256 (hex) of what defines a model's weights, without loading it.
+
+    Args:
+        model: a model file (its bytes); a model directory (its ``params.yml`` and the files of the checkpoint
+            that :func:`pinn.get_calc` loads: ``.index`` and ``.data-*``); a directory of ``member-K/`` or a list
+            of model directories (a committee: its members' hashes, in order).
+        checkpoint: the ``checkpoint`` option of :func:`pinn.get_calc` (``None``, ``'last'``, ``'best'``, a path).
+
+    Raises:
+        ValueError: no model at a path (naming it).
+    """
+    from pinn.committee import is_committee_directory, member_directories
+    if isinstance(model, list) or is_committee_directory(model):
+        members = [_model_dir_sha256(d, checkpoint) for d in member_directories(model)]
+        return hashlib.sha256("committee\n".join(members).encode()).hexdigest()
+    if not os.path.exists(model):
+        raise ValueError(f"pinn force: no model at {model}")
+    if os.path.isfile(model):
+        digest = hashlib.sha256()
+        _hash_file(digest, model)
+        return digest.hexdigest()
+    return _model_dir_sha256(model, checkpoint)
+
+
+def _model_dir_sha256(model_dir, checkpoint):
+    from pinn.engines.exported import checkpoint_path
+    from pinn.files.checkpoint_dir import files_of
+    if not os.path.isdir(model_dir):
+        raise ValueError(f"pinn force: no model directory at {model_dir}")
+    ckpt = checkpoint_path(model_dir, checkpoint)
+    files = [os.path.join(model_dir, "params.yml")]
+    files += [f for f in files_of(ckpt) if os.path.isfile(f)] if ckpt else []
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(os.path.basename(path).encode() + b"\0")
+        _hash_file(digest, path)
+    return digest.hexdigest()
+
+
+def _hash_file(digest, path):
+    try:
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+    except FileNotFoundError:
+        raise ValueError(f"pinn force: no model file {path}") from None
+
+
+def python_force(computation, particles, periodic, force_group, name="pinn"):
+    """The ``openmm.PythonForce`` of ``computation`` on ``particles`` (``None``: all) in ``force_group``
+    (``None``: 0)."""
+    import openmm
+    force = openmm.PythonForce(computation)
+    force.setName(name)
+    force.setUsesPeriodicBoundaryConditions(bool(periodic))
+    if particles is not None:
+        force.setParticles([int(i) for i in particles])
+    if force_group is not None:
+        force.setForceGroup(int(force_group))
+    return force
 
 
 class PinnComputation:
     """The energy and forces of a pinn potential on a force's particles (see the module).
 
     Args:
-        model: a model directory or model file (saved with the system), or what :func:`pinn.get_calc` takes
+        model: a model directory or model file, or a committee's list of model directories (saved with the system:
+            its absolute path, made here, and its :func:`model_sha256`), or what :func:`pinn.get_calc` takes
             (a model in memory, an ASE calculator: not saved).
         numbers: the particles' atomic numbers, in the force's order.
         periodic: whether OpenMM passes a periodic box.
-        calc_options: keyword arguments of :func:`pinn.get_calc`.
+        calc_options: keyword arguments of :func:`pinn.get_calc` (a checkpoint path made absolute).
+        saved_sha256: the model's hash when the system was saved (a restored computation, as unpickling gives):
+            the model at the path is checked against it when the calculator is made.
     """
 
-    def __init__(self, model, numbers, periodic=False, calc_options=None):
-        self.model = model
+    def __init__(self, model, numbers, periodic=False, calc_options=None, saved_sha256=None):
+        self.model = absolute_model(model)
         self.numbers = np.asarray(numbers, int)
         self.periodic = bool(periodic)
-        self.calc_options = dict(calc_options or {})
+        self.calc_options = {key: absolute_model(value) if key in _CHECKPOINT_OPTIONS and _is_path(value)
+                             and value not in ("last", "best") else value
+                             for key, value in dict(calc_options or {}).items()}
+        self._restored = saved_sha256 is not None
+        self.model_sha256 = saved_sha256 if self._restored else (
+            model_sha256(self.model, self._checkpoint()) if self._saveable() else None)
         self._calc = None
         self._atoms = None
 
+    def _saveable(self):
+        return isinstance(self.model, (str, list))
+
+    def _checkpoint(self):
+        return next((self.calc_options[k] for k in _CHECKPOINT_OPTIONS if self.calc_options.get(k) is not None),
+                    None)
+
     @property
     def calc(self):
-        """The ASE calculator, made on first use."""
+        """The ASE calculator, made on first use (for a restored computation, after the model's hash is checked)."""
         if self._calc is None:
             from ase.calculators.calculator import Calculator
 
             from pinn.calculator import get_calc
+            if self._restored:
+                self.check_model()
             self._calc = self.model if isinstance(self.model, Calculator) else get_calc(self.model,
                                                                                           **self.calc_options)
         return self._calc
 
+    def check_model(self):
+        """Refuse (ValueError, one line naming the path and both hashes) a model that is not the one the system
+        was saved with."""
+        place = model_place(self.model)
+        if self.model_sha256 is None:
+            raise ValueError(f"pinn force: the system was saved without the hash of its model {place} (by an older "
+                             "pinn); build it again from the model")
+        now = model_sha256(self.model, self._checkpoint())
+        if now != self.model_sha256:
+            raise ValueError(f"pinn force: the model at {place} is not the one the system was saved with (sha256 "
+                             f"{self.model_sha256[:12]} saved, {now[:12]} there now); restore that model or build "
+                             "the system again")
+
     def __getstate__(self):
-        if not isinstance(self.model, (str, os.PathLike)):
+        if not self._saveable():
             import logging
             import pickle
             message = (f"a pinn force of a {type(self.model).__name__} cannot be saved with the system "
@@ -68,12 +185,44 @@ class PinnComputation:
             logging.getLogger("pinn").error("%s", message)  # OpenMM's serializer replaces the exception's message
             raise pickle.PicklingError(message)
         state = dict(self.__dict__)
-        state["model"] = os.fspath(self.model)
         state["_calc"] = state["_atoms"] = None
+        state.pop("_restored", None)
         return state
 
     def __setstate__(self, state):
         self.__dict__.update(state)
+        self.__dict__.setdefault("model_sha256", None)
+        self._restored = True
+
+    def describe(self):
+        """What rebuilds this computation (:meth:`from_description`), as JSON values.
+
+        Raises:
+            ValueError: a model that is not saved (in memory), or a calc option that is not JSON (naming it).
+        """
+        import json
+        if not self._saveable():
+            raise ValueError(f"a pinn force of a {type(self.model).__name__} cannot be saved: build it from the "
+                             "model directory or model file")
+        for key, value in self.calc_options.items():
+            try:
+                json.dumps(value, allow_nan=False)
+            except (TypeError, ValueError):
+                raise ValueError(f"the pinn force's calc option {key}={value!r} is not JSON: it cannot be "
+                                 "saved") from None
+        return {"kind": "mechanical", "model": self.model, "model_sha256": self.model_sha256,
+                "numbers": self.numbers.tolist(), "periodic": self.periodic, "calc_options": self.calc_options}
+
+    @classmethod
+    def from_description(cls, description):
+        """The computation :meth:`describe` gave, restored: its model checked when the calculator is made."""
+        d = description
+        common = dict(model=d["model"], numbers=d["numbers"], periodic=d["periodic"], calc_options=d["calc_options"],
+                      saved_sha256=d["model_sha256"])
+        if d["kind"] == "mechanical":
+            return PinnComputation(**common)
+        return EmbeddedComputation(qm=d["qm"], charges=d["charges"], residues=d["residues"], qm_charge=d["qm_charge"],
+                                   cutoff=d["cutoff"], switch_width=d["switch_width"], damping=d["damping"], **common)
 
     def _box(self, state):
         return state.getPeriodicBoxVectors(asNumpy=True)._value * ANGSTROM_PER_NM
@@ -108,11 +257,12 @@ class EmbeddedComputation(PinnComputation):
         switch_width: Å, the width of the switching shell below ``cutoff``.
         damping: r_d of the model's Coulomb kernel (Å; ``model.params.embedding_damping``).
         calc_options: keyword arguments of :func:`pinn.get_calc`.
+        saved_sha256: as :class:`PinnComputation`.
     """
 
     def __init__(self, model, numbers, qm, charges, residues, qm_charge=0.0, periodic=False, cutoff=None,
-                 switch_width=1.0, damping=0.0, calc_options=None):
-        super().__init__(model, numbers, periodic, calc_options)
+                 switch_width=1.0, damping=0.0, calc_options=None, saved_sha256=None):
+        super().__init__(model, numbers, periodic, calc_options, saved_sha256)
         self.qm = np.asarray(qm, bool)
         self.charges = np.where(self.qm, 0.0, np.asarray(charges, float))
         self.residues = np.unique(np.asarray(residues), return_inverse=True)[1]
@@ -130,6 +280,12 @@ class EmbeddedComputation(PinnComputation):
         _, self._residue_place, self._residue_size = np.unique(self.residues[self._mm_by_residue],
                                                                return_inverse=True, return_counts=True)
         self._residue_first = np.r_[0, np.cumsum(self._residue_size)[:-1]].astype(int)
+
+    def describe(self):
+        return {**super().describe(), "kind": "electrostatic", "qm": self.qm.tolist(), "charges": self.charges.tolist(),
+                "residues": self.residues.tolist(), "qm_charge": self.qm_charge,
+                "cutoff": None if self.cutoff is None else float(self.cutoff), "switch_width": self.switch_width,
+                "damping": self.damping}
 
     def __call__(self, state):
         from ase import Atoms

@@ -1,6 +1,7 @@
 """OpenMM: a pinn force (openmm.PythonForce) and an ML/MM system from a GROMACS topology (acetone in
-water, tests/data/mimic: the MiMiC acetone tutorial's system): the ML region's energy and forces are the ASE calculator's, its MM
-terms are gone, ML-MM terms stay, and NVE with a small step conserves the total energy."""
+water, tests/data/mimic: the MiMiC acetone tutorial's system): the ML region's energy and forces are the ASE
+calculator's, its MM terms are gone, ML-MM terms stay, and NVE with a small step conserves the total energy; a saved
+system keeps its model by absolute path and hash, and save_system/load_system save it without pickle."""
 import gzip
 import os
 import shutil
@@ -103,3 +104,144 @@ def test_ml_mm_interactions_stay_and_nve_conserves_the_energy(acetone_in_water, 
     drift = max(totals) - min(totals)
     print(f"NVE, 200 steps of 0.25 fs: total energy within {drift:.3f} kJ/mol (kinetic {kinetic:.0f} kJ/mol)")
     assert drift < 1e-3 * kinetic
+
+
+@pytest.fixture(scope="module")
+def two_model_files(tmp_path_factory, ethanol_model, ethanol_pinet2_model):
+    """Two directories a/ and b/, each with a model file model.pinn: two different models at one relative path."""
+    from pinn.cli.export import export_model
+    root = tmp_path_factory.mktemp("two-models")
+    for name, model in (("a", ethanol_model), ("b", ethanol_pinet2_model)):
+        (root / name).mkdir()
+        export_model(model, str(root / name / "model.pinn"))
+    return root
+
+
+def _sha(path):
+    import hashlib
+    return hashlib.sha256(open(path, "rb").read()).hexdigest()
+
+
+def _state(system, positions):
+    state = _context(system, positions).getState(getEnergy=True, getForces=True)
+    return (state.getPotentialEnergy().value_in_unit(unit.kilojoule_per_mole),
+            state.getForces(asNumpy=True).value_in_unit(unit.kilojoule_per_mole / unit.nanometer))
+
+
+def test_a_relative_model_path_is_kept_absolute_and_its_model_checked(acetone_in_water, two_model_files, monkeypatch):
+    """The user's case: a system built from "model.pinn" and restored (XmlSerializer, pickle) in another directory
+    with another model.pinn keeps the first model (before: the other one's energy, silently); once the model at the
+    absolute path is another, a restored system refuses, naming the path and both hashes; a missing one, the path."""
+    import pickle
+
+    from pinn.md.openmm import create_mixed_system
+    gro, top, mm, ml = acetone_in_water
+    a, b = two_model_files / "a", two_model_files / "b"
+    monkeypatch.chdir(b)
+    other = _energy(_context(create_mixed_system(mm, top.topology, ml, "model.pinn"), gro.positions), {1})
+    monkeypatch.chdir(a)
+    system = create_mixed_system(mm, top.topology, ml, "model.pinn")
+    energy = _energy(_context(system, gro.positions), {1})
+    assert abs(energy - other) > 0.1  # two different models
+    xml, pickled = openmm.XmlSerializer.serialize(system), pickle.dumps(system)
+    monkeypatch.chdir(b)
+    for restored in (openmm.XmlSerializer.deserialize(xml), pickle.loads(pickled)):
+        assert _energy(_context(restored, gro.positions), {1}) == pytest.approx(energy, rel=1e-12)
+    saved, now = _sha(a / "model.pinn"), _sha(b / "model.pinn")
+    shutil.copy(a / "model.pinn", a / "kept.pinn")
+    try:
+        shutil.copy(b / "model.pinn", a / "model.pinn")  # the model at a/model.pinn replaced
+        for restored in (openmm.XmlSerializer.deserialize(xml), pickle.loads(pickled)):
+            with pytest.raises(openmm.OpenMMException) as refused:
+                _energy(_context(restored, gro.positions), {1})
+            message = str(refused.value)
+            assert "\n" not in message and str(a / "model.pinn") in message
+            assert f"sha256 {saved[:12]} saved, {now[:12]} there now" in message
+        os.remove(a / "model.pinn")
+        with pytest.raises(openmm.OpenMMException, match=f"no model at {a / 'model.pinn'}$"):
+            _energy(_context(openmm.XmlSerializer.deserialize(xml), gro.positions), {1})
+    finally:
+        shutil.copy(a / "kept.pinn", a / "model.pinn")
+
+
+def test_save_system_and_load_system_round_trip_without_pickle(acetone_in_water, two_model_files, monkeypatch):
+    """save_system/load_system: the system from "model.pinn" in a/, loaded in b/ (another model.pinn there), has
+    the same forces in the same order and groups, the same energy and forces; the file's XML holds no PythonForce;
+    a model replaced at the saved path is refused by load_system, naming it and both hashes."""
+    import json
+
+    from pinn.md.openmm import create_mixed_system, load_system, save_system
+    gro, top, mm, ml = acetone_in_water
+    a, b = two_model_files / "a", two_model_files / "b"
+    monkeypatch.chdir(a)
+    system = create_mixed_system(mm, top.topology, ml, "model.pinn", force_group=3)
+    save_system(system, "system.json")
+    energy, forces = _state(system, gro.positions)
+    document = json.loads((a / "system.json").read_text())
+    assert "PythonForce" not in document["system"]
+    assert [f["model"] for f in document["forces"]] == [str(a / "model.pinn")]
+    monkeypatch.chdir(b)
+    loaded = load_system(a / "system.json")
+    assert [(type(f).__name__, f.getForceGroup(), f.getName()) for f in loaded.getForces()] == \
+        [(type(f).__name__, f.getForceGroup(), f.getName()) for f in system.getForces()]
+    loaded_energy, loaded_forces = _state(loaded, gro.positions)
+    assert loaded_energy == pytest.approx(energy, rel=1e-6)
+    # the CPU platform's single-precision PME: 1e-6 of the largest force (two contexts of one system differ so)
+    np.testing.assert_allclose(loaded_forces, forces, rtol=0, atol=1e-6 * np.abs(forces).max())
+    assert _energy(_context(loaded, gro.positions), {3}) == pytest.approx(
+        _energy(_context(system, gro.positions), {3}), rel=1e-9)
+    saved, now = _sha(a / "model.pinn"), _sha(b / "model.pinn")
+    shutil.copy(a / "model.pinn", a / "kept.pinn")
+    try:
+        shutil.copy(b / "model.pinn", a / "model.pinn")
+        with pytest.raises(ValueError, match=f"{a / 'model.pinn'} .*sha256 {saved[:12]} saved, {now[:12]} there now"):
+            load_system(a / "system.json")
+    finally:
+        shutil.copy(a / "kept.pinn", a / "model.pinn")
+
+
+class _WritesAFile:
+    """What a crafted system file pickles: unpickled, it opens (creates) ``path``."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+def _zero(state):
+    return 0.0, np.zeros((1, 3))
+
+
+def test_load_system_refuses_a_python_force_without_unpickling_it(tmp_path):
+    """A file whose system XML holds a PythonForce (its pickle would create a marker file) is refused by
+    load_system, which says why, and the marker is never made; OpenMM's own XML is refused as not pinn's file;
+    save_system refuses a PythonForce that is not pinn's, naming it."""
+    import json
+    import pickle
+
+    from pinn.md.openmm import load_system, save_system
+    proof = tmp_path / "proof"
+    pickle.loads(pickle.dumps(_WritesAFile(str(proof)))).close()
+    assert proof.exists()  # the payload is live
+    marker = tmp_path / "marker"
+    system = openmm.System()
+    system.addParticle(1.0)
+    xml = openmm.XmlSerializer.serialize(system)
+    force = (f'<Force forceGroup="0" function="{pickle.dumps(_WritesAFile(str(marker))).hex()}" name="pinn" '
+             'type="PythonForce" usesPeriodic="0" version="2"><GlobalParameters/><Particles/></Force>')
+    assert "<Forces/>" in xml
+    crafted = xml.replace("<Forces/>", f"<Forces>{force}</Forces>")
+    (tmp_path / "crafted.json").write_text(json.dumps({"format": "pinn-openmm-system", "version": 1,
+                                                       "system": crafted, "forces": []}))
+    (tmp_path / "crafted.xml").write_text(crafted)
+    with pytest.raises(ValueError, match="holds a PythonForce .*which OpenMM unpickles, running code"):
+        load_system(tmp_path / "crafted.json")
+    with pytest.raises(ValueError, match="not a file of save_system"):
+        load_system(tmp_path / "crafted.xml")
+    assert not marker.exists()
+    system.addForce(openmm.PythonForce(_zero))
+    with pytest.raises(ValueError, match=r"force 0 \('PythonForce'\): a PythonForce of .*_zero, not pinn's"):
+        save_system(system, tmp_path / "foreign.json")
+    assert not (tmp_path / "foreign.json").exists()

@@ -5,6 +5,7 @@ switched off smoothly (PME; forces equal finite differences, also in the switchi
 energy; the mixed system is saved and restored (XmlSerializer, deepcopy, pickle) and refuses to be for a model in
 memory; a CMAP torsion inside the region is switched off."""
 import copy
+import os
 import pickle
 
 import numpy as np
@@ -203,3 +204,82 @@ def test_cmap_inside_the_region_is_switched_off(model_dir):
     forces = [f for f in system.getForces() if isinstance(f, openmm.CMAPTorsionForce)][0]
     assert forces.getTorsionParameters(0)[0] != level and forces.getTorsionParameters(1)[0] == level
     assert 0 < kept < total
+
+
+def retrained(model_dir, target, steps=3):
+    """A copy of ``model_dir`` at ``target`` trained on to step ``steps`` by `pinn train` (another model)."""
+    import shutil
+
+    from pinn.cli import main
+    run = yaml.safe_load(open(os.path.join(os.path.dirname(model_dir), "run.yml")))
+    shutil.copytree(model_dir, target)
+    run["model_dir"] = str(target)
+    run["train"]["max_steps"] = steps
+    (target.parent / "run.yml").write_text(yaml.safe_dump(run))
+    assert main(["train", str(target.parent / "run.yml")]) == 0
+    return target
+
+
+def _all_state(system, positions):
+    state = context_of(system, positions).getState(getEnergy=True, getForces=True)
+    return (state.getPotentialEnergy().value_in_unit(unit.kilojoule_per_mole),
+            state.getForces(asNumpy=True).value_in_unit(unit.kilojoule_per_mole / unit.nanometer))
+
+
+def test_a_saved_system_loads_elsewhere_and_refuses_a_retrained_model(model_dir, tmp_path, monkeypatch):
+    """Electrostatic embedding (PME), the model given as the relative path "model": save_system in a/, load_system
+    (and XmlSerializer) in b/, where "model" is another (retrained) model, give the same energy and forces; once
+    a/model is retrained (its latest checkpoint another), both refuse, naming a/model and both hashes."""
+    import shutil
+
+    from pinn.md.openmm import create_mixed_system, load_system, save_system
+    from pinn.md.openmm_computation import model_sha256
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    shutil.copytree(model_dir, a / "model")
+    retrained(model_dir, b / "model")
+    topology, mm, positions = water(app.PME)
+    monkeypatch.chdir(b)
+    other = pinn_state(context_of(create_mixed_system(mm, topology, [0, 1, 2], "model", embedding="electrostatic"),
+                                  positions))
+    monkeypatch.chdir(a)
+    system = create_mixed_system(mm, topology, [0, 1, 2], "model", embedding="electrostatic")
+    energy, forces = _all_state(system, positions)
+    assert abs(pinn_state(context_of(system, positions)) - other) > 1e-3  # two different models
+    save_system(system, "system.json")
+    xml = openmm.XmlSerializer.serialize(system)
+    monkeypatch.chdir(b)
+    for restored in (load_system(a / "system.json"), openmm.XmlSerializer.deserialize(xml)):
+        restored_energy, restored_forces = _all_state(restored, positions)
+        assert restored_energy == pytest.approx(energy, rel=1e-6)
+        np.testing.assert_allclose(restored_forces, forces, rtol=1e-6, atol=1e-6)
+    saved = model_sha256(str(a / "model"))
+    for name in os.listdir(b / "model"):  # a/model retrained: b's checkpoint there too, and the latest
+        if name.startswith("ckpt-3") or name == "checkpoint":
+            shutil.copy(b / "model" / name, a / "model" / name)
+    now = model_sha256(str(a / "model"))
+    assert now == model_sha256(str(b / "model")) != saved
+    expected = f"{a / 'model'} .*sha256 {saved[:12]} saved, {now[:12]} there now"
+    with pytest.raises(ValueError, match=expected):
+        load_system(a / "system.json")
+    with pytest.raises(openmm.OpenMMException, match=expected):
+        pinn_state(context_of(openmm.XmlSerializer.deserialize(xml), positions))
+
+
+def test_save_system_refuses_what_it_cannot_describe(model_dir, tmp_path):
+    """A pinn force of a model in memory, or with a calc option that is not JSON, is refused by name."""
+    import pathlib
+
+    import pinn
+    from pinn.md.openmm import pinn_force, save_system
+    system = openmm.System()
+    for _ in range(3):
+        system.addParticle(1.0)
+    system.addForce(pinn_force(model_dir, [8, 1, 1], directory=pathlib.Path(".")))
+    with pytest.raises(ValueError, match=r"force 0 \('pinn'\): .*option directory=<pathlib.PosixPath> is not JSON"):
+        save_system(system, tmp_path / "system.json")
+    system.removeForce(0)
+    system.addForce(pinn_force(pinn.get_calc(model_dir), [8, 1, 1]))
+    with pytest.raises(ValueError, match="cannot be pickled .*build it from the model directory or model file"):
+        save_system(system, tmp_path / "system.json")
+    assert not (tmp_path / "system.json").exists()
