@@ -5,6 +5,7 @@ switched off smoothly (PME; forces equal finite differences, also in the switchi
 energy; the mixed system is saved and restored (XmlSerializer, deepcopy, pickle) and refuses to be for a model in
 memory; a CMAP torsion inside the region is switched off."""
 import copy
+import re
 import os
 import pickle
 
@@ -283,3 +284,23 @@ def test_save_system_refuses_what_it_cannot_describe(model_dir, tmp_path):
     with pytest.raises(ValueError, match="cannot be pickled .*build it from the model directory or model file"):
         save_system(system, tmp_path / "system.json")
     assert not (tmp_path / "system.json").exists()
+
+
+@pytest.mark.parametrize("case", ["MM atom on a QM atom", "NaN MM charge"])
+def test_a_bad_frame_is_refused_with_the_loaders_line(model_dir, case):
+    """What inference refuses (pinn.io.atoms_input) reaches OpenMM's caller as the loaders' line, where the pinn
+    force gave an infinite or NaN energy."""
+    from pinn.md.openmm import create_mixed_system
+    topology, mm, positions = water(app.NoCutoff)
+    xyz = positions.value_in_unit(unit.nanometer)
+    if case == "MM atom on a QM atom":
+        xyz[5] = xyz[1]
+        line = "atoms 1 and 5 are at the same position"
+    else:
+        nonbonded = next(f for f in mm.getForces() if isinstance(f, openmm.NonbondedForce))
+        charge, sigma, epsilon = nonbonded.getParticleParameters(5)
+        nonbonded.setParticleParameters(5, float("nan"), sigma, epsilon)
+        line = "non-finite values in 'mm_charge' (first at index [5])"
+    system = create_mixed_system(mm, topology, [0, 1, 2], model_dir, embedding="electrostatic")
+    with pytest.raises(openmm.OpenMMException, match=re.escape(line)):
+        pinn_state(context_of(system, xyz * unit.nanometer))
