@@ -43,7 +43,8 @@ DATA_PARAMS = {
     "seed": Option(int, 0, "seed of the split and of the shuffle"),
     "cache": Option(str, "auto", "where the training structures (with their neighbor lists) are kept after the "
                     "first epoch: memory, none (read again every epoch), a file path (TensorFlow's cache on "
-                    "disk), or auto: memory, unless the training files hold more than 256 MiB (load_ase streams "
+                    "disk, relative to the run file; rebuilt when the data, rc, elements, split or seed differ "
+                    "from what it was made from), or auto: memory, unless the training files hold more than 256 MiB (load_ase streams "
                     "such files: data larger than memory, docs/data.md), then none",
                     check=lambda value: _cache_problem(value)),
 }
@@ -138,8 +139,12 @@ def _relative_to(params, base):
     return params
 
 
+#: the values of data.cache that name no file
+CACHE_CHOICES = ("memory", "none", "auto")
+
+
 def _data_relative_to(data, base):
-    """File names in the data section are relative to the run file's directory."""
+    """File names in the data section (data.cache's path too) are relative to the run file's directory."""
     def fix(value):
         if isinstance(value, str):
             return value if os.path.isabs(value) else os.path.normpath(os.path.join(base, value))
@@ -151,6 +156,8 @@ def _data_relative_to(data, base):
         data[key] = fix(data[key])
     if data["mimic"]:
         data["mimic"] = {k: (fix(v) if k in MIMIC_FILES else v) for k, v in data["mimic"].items()}
+    if data["cache"] not in CACHE_CHOICES:
+        data["cache"] = fix(data["cache"])
     return data
 
 
@@ -273,15 +280,18 @@ def input_fns(data, train_section, world, rc, atom_types=None, member=0, embeddi
     each list is computed once, not at every epoch.  ``member``: a committee member's number; the
     members share the split and shuffle the training data each in their own order.  ``embedding``: the
     model's (``model.params.embedding``; QM/MM frames are cut to their region for a mechanical one).
+    A cache file (``data.cache: PATH``) is this rank's (:func:`_file_cache`), checked against what it
+    was made from before the data are read.
     """
     from pinn.io import add_neighbors, sparse_batch
+    cache = _cache_of(data)
+    if cache:
+        cache = _file_cache(cache, data, world, rc, atom_types, embedding)
     train, evaluation = datasets(data, world, atom_types, embedding)
     size = data["batch_size"]
     buffer = data["shuffle_buffer"]
     seed = data["seed"]
     by_epochs = train_section["max_epochs"] is not None
-
-    cache = _cache_of(data)
 
     def train_fn():
         dataset = train.apply(add_neighbors(rc))
@@ -318,6 +328,34 @@ def _cache_of(data):
     return None
 
 
+def _file_cache(path, data, world, rc, atom_types, embedding):
+    """This rank's cache file of ``data.cache: PATH`` (``PATH``, or ``PATH-rankN`` for rank N > 0 of a parallel
+    run: each rank caches its own share), ready for ``dataset.cache``: a complete cache of the same training
+    files (sizes and modification times), ``rc``, elements, split, seed, MiMiC options, embedding and ranks
+    is reused, anything else there removed and cached again in the first epoch
+    (:func:`pinn.io.cache_stamp.prepare_cache`, which logs which and why).  Call it before the data are read.
+    """
+    from pinn.io.cache_stamp import made_from, prepare_cache, rank_path
+    rank, ranks = (world.rank, world.size) if world.is_parallel else (0, 1)
+    if data["mimic"] is None:
+        files = _listed(data["train"])
+        options = None
+    else:
+        files = [f for key in MIMIC_FILES for f in _listed(data["mimic"].get(key))]
+        options = {k: v for k, v in data["mimic"].items() if k not in MIMIC_FILES}
+    path = rank_path(path, rank)
+    prepare_cache(path, made_from(files, rc, atom_types, data["split"], data["seed"], options, embedding, rank,
+                                  ranks))
+    return path
+
+
+def _listed(value):
+    """A file name or a list of them (or ``None``) as a list."""
+    if value is None:
+        return []
+    return [value] if isinstance(value, (str, os.PathLike)) else list(value)
+
+
 #: the shuffle seeds of committee members lie this far apart (beyond any rank's offset)
 MEMBER_SEED_STRIDE = 100003
 
@@ -339,10 +377,11 @@ def run_training(path, model_dir=None, max_steps=None, init_model=None, member=N
         released: it evaluates and predicts), and the final validation metrics (``None`` without
         validation data).
     """
-    from pinn.models import get_model
     from pinn.networks import atom_types_of
     from pinn.parallel import init
     from pinn.params import resolve
+    from pinn.physics.registry import MODELS
+    from pinn.training.trainer import Trainer
     params, data, train_section = read_config(path)
     if model_dir is not None:
         params["model_dir"] = model_dir
@@ -361,9 +400,10 @@ def run_training(path, model_dir=None, max_steps=None, init_model=None, member=N
         model_section["params"] = {**(model_section.get("params") or {}), "init_model": init_model}
     params = resolve(params)
     # the world where the program starts; the model, which opens train.log in model_dir; the data from
-    # the params alone (their notes go to that log)
+    # the params alone (their notes go to that log); params.yml once train() has its data (a run refused by
+    # them leaves the model directory's params.yml as it was)
     world = init(params)
-    model = get_model(params, world=world)
+    model = Trainer(params, MODELS[params["model"]["name"]], world, defer_params=True)
     try:
         # potential models have an embedding (docs/qmmm.md), dipole models none
         embedding = params["model"]["params"].get("embedding", "mechanical")

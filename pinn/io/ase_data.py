@@ -68,8 +68,9 @@ def _read_atoms(dataset):
     if isinstance(dataset, (str, os.PathLike)):
         return _read_file(os.fspath(dataset))
     if hasattr(dataset, "select"):  # an open ase.db connection (the user's: its queries made this process's)
+        name = getattr(dataset, "filename", None)
         with ase_files.per_process():
-            return [(f"database row {row.id}", row.toatoms()) for row in dataset.select()]
+            return _database_rows(dataset, f"{name}, row" if name else "database row", name or "the database")
     items = list(dataset)
     is_path = [isinstance(item, (str, os.PathLike)) for item in items]
     for i, item in enumerate(items):
@@ -92,8 +93,11 @@ def _read_file(path):
     if os.path.getsize(path) == 0:
         raise DataError(f"{path}: file is empty")
     if path.endswith((".db", ".aselmdb", ".json")) and _is_ase_db(path):
-        db = ase_files.database(path)  # shared with a streamed dataset of the file (one LMDB env per process)
-        return [(f"{path}, row {row.id}", row.toatoms(add_additional_information=False)) for row in db.select()]
+        try:
+            db = ase_files.database(path)  # shared with a streamed dataset of the file (one LMDB env per process)
+        except Exception as err:
+            raise DataError(f"{path}: could not open it as an ASE database: {type(err).__name__}: {err}") from err
+        return _database_rows(db, f"{path}, row", path)
     try:
         frames = ase_files.read(path, index=":")
     except Exception as err:
@@ -101,6 +105,26 @@ def _read_file(path):
     if not isinstance(frames, list):
         frames = [frames]
     return [(f"{path}, frame {i}", a) for i, a in enumerate(frames)]
+
+
+def _database_rows(db, prefix, name):
+    """(source, Atoms) of every row of an open database; an error of the database names ``name`` (its file).
+
+    The database may be one this process holds open already (:func:`pinn.io.ase_files.database`: an LMDB
+    database opened by a streamed dataset keeps the rows it listed then), so a row another process deleted
+    since is an error here, said with the file's name."""
+    frames = []
+    last = None
+    try:
+        for row in db.select():
+            frames.append((f"{prefix} {row.id}", row.toatoms(add_additional_information=False)))
+            last = row.id
+    except Exception as err:
+        after = f" (after row {last})" if last is not None else ""
+        held = ("; it was open in this process already (a streamed dataset of it holds it, as it was then): "
+                "another process changed it since?" if str(name).endswith(".aselmdb") else "")
+        raise DataError(f"{name}: could not read its rows{after}: {type(err).__name__}: {err}{held}") from err
+    return frames
 
 
 def _is_ase_db(path):
@@ -145,7 +169,8 @@ def load_ase(dataset, split=False, shuffle=True, seed=0, splits=None, stream=Non
             frame has, non-finite values, a list that mixes file names and
             ``Atoms``; messages name the file and frame.  Streamed, a frame's
             problem is found when the dataset reaches it (the index pass checks
-            the files' frame structure only).
+            the files' frame structure only), and so is a file that changed
+            since it was indexed (its size or modification time: refused by name).
     """
     from pinn.io.ase_stream import stream_paths
     split = chosen_split(split, splits, "load_ase")

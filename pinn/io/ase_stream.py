@@ -9,6 +9,11 @@ when they reach it, so their memory does not grow with the number of frames.  Th
 shuffled are the frame numbers, in the same way as
 the frames held in memory are (:func:`pinn.io.split_items`): a seed gives the same splits and the same
 order whether the frames are streamed or not.
+
+The index is of the files as they were when it was made: each file's size and modification time
+(nanoseconds) are recorded then and compared at every read of a frame (one ``stat``, microseconds),
+so that a file rewritten or appended to since (an active-learning loop adding frames while a run
+trains) is refused by name instead of read at stale offsets or row ids.
 """
 import array
 import io
@@ -35,6 +40,20 @@ _CHUNK = 2 ** 20
 def bytes_on_disk(paths):
     """The bytes the existing files of ``paths`` hold in all (what :data:`STREAM_ABOVE_BYTES` is compared with)."""
     return sum(os.path.getsize(p) for p in paths if os.path.isfile(p))
+
+
+def file_stamp(path):
+    """``(size in bytes, modification time in ns)`` of ``path``: what :class:`FrameIndex` records of each file
+    and compares at every read."""
+    stat = os.stat(path)
+    return stat.st_size, stat.st_mtime_ns
+
+
+def _stamp_change(before, now):
+    """What differs between two :func:`file_stamp` s, in words."""
+    if before[0] != now[0]:
+        return f"{before[0]} bytes then, {now[0]} now"
+    return "the same size, modified since"
 
 
 def streamable(path):
@@ -126,23 +145,35 @@ class FrameIndex:
     Args:
         paths: file names, each extended XYZ or an ASE database (:func:`streamable`), in order.
 
+    Attributes:
+        stamps: per file, its ``(size, mtime_ns)`` when it was indexed (:func:`file_stamp`); a read finds
+            the file so or refuses it (:meth:`check`).
+
     Raises:
-        DataError: a missing or empty file, or what :func:`xyz_offsets` finds.
+        DataError: a missing or empty file, a database that cannot be opened or listed, or what
+            :func:`xyz_offsets` finds; naming the file.
     """
 
     def __init__(self, paths):
         self.files = [os.fspath(p) for p in paths]
         self._databases = {}  # open while the datasets that read them are (pinn.io.ase_files.database)
         self.positions = []
+        self.stamps = []
         for path in self.files:
             if not os.path.exists(path):
                 raise DataError(f"{path}: no such file")
             if os.path.getsize(path) == 0:
                 raise DataError(f"{path}: file is empty")
             if path.endswith(DB_SUFFIXES):
-                self._databases[path] = ase_files.database(path)
-                self.positions.append(db_ids(self._databases[path]))
+                try:
+                    self._databases[path] = ase_files.database(path)
+                    self.positions.append(db_ids(self._databases[path]))
+                except Exception as err:
+                    raise DataError(f"{path}: could not open it as an ASE database: {type(err).__name__}: "
+                                    f"{err}") from err
+                self.stamps.append(file_stamp(path))  # after opening: what the open may write counts
             else:
+                self.stamps.append(file_stamp(path))  # before the scan: a change during it is seen later
                 self.positions.append(xyz_offsets(path))
         counts = [len(p) - (0 if f.endswith(DB_SUFFIXES) else 1) for f, p in zip(self.files, self.positions)]
         self.first = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
@@ -168,21 +199,47 @@ class FrameIndex:
             return f"{path}, row {int(self.positions[f][local])}"
         return f"{path}, frame {local}"
 
+    def check(self, f, stamp=None):
+        """Refuse file number ``f`` if it is not as it was indexed (size and modification time).
+
+        Args:
+            f: the file's number.
+            stamp: its ``(size, mtime_ns)`` now, if known (an ``fstat`` of an open handle); else a ``stat``.
+
+        Raises:
+            DataError: naming the file, what changed, and what to do.
+        """
+        path = self.files[f]
+        if stamp is None:
+            try:
+                stamp = file_stamp(path)
+            except OSError as err:
+                raise DataError(f"{path}: changed since it was indexed (now: {err.strerror.lower()}); load the "
+                                "data again") from err
+        if stamp != self.stamps[f]:
+            raise DataError(f"{path}: changed since it was indexed ({_stamp_change(self.stamps[f], stamp)}); "
+                            "its frames would be read at the places they had then: load the data again (a new "
+                            "dataset, a new pinn train run), and do not change streamed files while they are read")
+
     def read(self, k):
         """Frame ``k`` as ``ase.Atoms`` (with its stored energy, forces, … as the calculator's results).
 
         Raises:
-            DataError: ASE cannot read it (naming the file and frame).
+            DataError: ASE cannot read it, or its file changed since it was indexed (:meth:`check`),
+                naming the file and frame.
         """
         f, local = self._locate(k)
         path = self.files[f]
         if path.endswith(DB_SUFFIXES):
+            self.check(f)
             try:
                 row = self._databases[path].get(id=int(self.positions[f][local]))
+                return row.toatoms(add_additional_information=False)
             except Exception as err:
                 raise DataError(f"{self.source(k)}: could not read it: {type(err).__name__}: {err}") from err
-            return row.toatoms(add_additional_information=False)
         with open(path, "rb") as handle:
+            stat = os.fstat(handle.fileno())
+            self.check(f, (stat.st_size, stat.st_mtime_ns))
             start, stop = self.positions[f][local:local + 2]
             handle.seek(int(start))
             text = handle.read(int(stop - start)).decode()

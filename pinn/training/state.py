@@ -3,8 +3,9 @@
 :class:`TrainingState` holds the step, the learning-rate factor, the optimizer's state (Adam's
 moments, or the Kalman filter's P), the weight average and the early-stopping state beside the
 model, and the :class:`~pinn.training.checkpoints.CheckpointStore` of the model directory.  It
-restores on rank 0 (a failure there raises on every rank), broadcasts rank 0's state, rolls back
-to the latest checkpoint and keeps in-memory copies for the loss-jump guard.
+restores on rank 0 (a failure there raises on every rank), writes ``params.yml`` there (at once, or
+once the run is accepted), broadcasts rank 0's state, rolls back to the latest checkpoint and keeps
+in-memory copies for the loss-jump guard.
 """
 import logging
 
@@ -12,6 +13,7 @@ import numpy as np
 import tensorflow as tf
 
 from pinn.training.adam import Adam, decayed_flags
+from pinn.training.checkpoint_files import CheckpointWriteFailed
 from pinn.training.checkpoints import CheckpointStore, NoIntactCheckpoint
 from pinn.training.early_stopping import EarlyStopping
 from pinn.training.ema import WeightAverage
@@ -80,10 +82,15 @@ class TrainingState:
         if self.loss_scale is not None:
             parts["loss_scale"] = self.loss_scale
         self.store = CheckpointStore(model_dir, parts, world.is_chief, mp["keep_checkpoint_max"])
+        #: the params that params.yml is to hold once the run is accepted (restore_on_chief(defer_params=True)),
+        #: until write_params or a save writes them (rank 0); None: written, or nothing to write
+        self.pending_params = None
+        self._params_agreed = True  # whether write_params has had its one exchange over the ranks
 
     def save(self):
         """Write a checkpoint of the current step (the store writes on rank 0 alone), after giving TensorFlow
-        the weights the host steps keep; refused while the variables hold the weight average.
+        the weights the host steps keep; refused while the variables hold the weight average.  Params still
+        pending (:meth:`write_params`) are written first, so that no checkpoint lies there without them.
 
         Returns:
             the checkpoint's path on rank 0, ``None`` elsewhere.
@@ -92,17 +99,43 @@ class TrainingState:
         if self.ema is not None and self.ema.swapped:
             raise RuntimeError("save: the model holds its averaged weights (inference only); a checkpoint "
                                "stores the raw weights")
+        if self.pending_params is not None and self.world.is_chief:
+            self.store.write_params(self.pending_params)
+            self.pending_params = None
         return self.store.save(int(self.step.numpy()))
+
+    def write_params(self):
+        """Write the pending ``params.yml`` (rank 0) now that the run is accepted, on every rank at the same
+        point: a failure on rank 0 (a full disk, a read-only directory) raises on every rank (no hang).  Does
+        nothing when nothing is pending (or after its first call)."""
+        if self._params_agreed:
+            return
+        self._params_agreed = True
+        error = None
+        if self.world.is_chief and self.pending_params is not None:
+            try:
+                self.store.write_params(self.pending_params)
+            except (Exception, CheckpointWriteFailed) as err:  # noqa: BLE001 (raised below, on every rank)
+                error = err
+            self.pending_params = None
+        if self.world.is_parallel and self.world.allreduce_sum_numpy(np.array([float(error is not None)]))[0]:
+            if error is None:
+                raise ValueError(f"rank {self.world.rank}: rank 0 could not write {self.store.model_dir}/params.yml "
+                                 "(see its error)")
+        if error is not None:
+            raise error
 
     def optimizer_part(self):
         """The checkpoint part of the optimizer's state: ``{'optimizer': Adam}`` or ``{'kalman': KalmanFilter}``."""
         return {"kalman": self.kalman} if self.kalman is not None else {"optimizer": self.optimizer}
 
-    def restore_on_chief(self, which, params):
+    def restore_on_chief(self, which, params, defer_params=False):
         """Restore checkpoint ``which`` on rank 0 (or, for a fresh run with ``init_model``, that directory's
         weights: :mod:`pinn.training.warm_start`) and write ``params.yml`` once that succeeded, then broadcast; a
-        failure on rank 0 raises on every rank (no hang).  Returns the run's own checkpoint's path, or
-        ``None``."""
+        failure on rank 0 raises on every rank (no hang).  With ``defer_params``, ``params.yml`` is not written
+        here but kept pending until the run is accepted (:meth:`write_params`, or the first :meth:`save`), so
+        that a run refused before (its data) leaves the file as it was.  Returns the run's own checkpoint's
+        path, or ``None``."""
         error = None
         path = None
         if self.world.is_chief:
@@ -122,7 +155,8 @@ class TrainingState:
                         log.info("%s holds no weight average (trained without ema_decay): the average starts "
                                  "at its weights", path)
                 self.early_stopping.restart_if_metric_changed(self.store.best_metric_name())
-                self.store.write_params(params)  # last: a run refused above leaves params.yml as it was
+                if not defer_params:
+                    self.store.write_params(params)  # last: a run refused above leaves params.yml as it was
             except (ValueError, NoIntactCheckpoint) as err:
                 error = err
         if self.world.is_parallel and self.world.allreduce_sum_numpy(np.array([float(error is not None)]))[0]:
@@ -130,6 +164,9 @@ class TrainingState:
                 raise ValueError(f"rank 0 could not set up {self.store.model_dir} (see its error)")
         if error is not None:
             raise error
+        if defer_params:
+            self.pending_params = params if self.world.is_chief else None
+            self._params_agreed = False
         self.broadcast()
         return path
 

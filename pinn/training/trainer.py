@@ -85,6 +85,9 @@ class Trainer(metaclass=_ModelClass):
         checkpoint: which checkpoint to restore: ``None`` or ``'last'`` (the
             latest in ``model_dir``), ``'best'`` (the best by the validation
             metric, in ``model_dir/best``) or a checkpoint path.
+        defer_params: write ``model_dir/params.yml`` when :meth:`train` has its input (read, planned,
+            e_dress fitted) and starts its steps, or at the first :meth:`save`, instead of now: a run
+            refused before then (by its data) leaves the stored params as they were (``pinn train``).
 
     ``input_fn`` is a function with no arguments returning a
     ``tf.data.Dataset`` of sparse batches (see :func:`pinn.io.sparse_batch`);
@@ -93,7 +96,7 @@ class Trainer(metaclass=_ModelClass):
     (:func:`pinn.io.distribute_data`, or ``dataset.shard(size, rank)``).
     """
 
-    def __init__(self, params, model_cls, world=None, checkpoint=None):
+    def __init__(self, params, model_cls, world=None, checkpoint=None, defer_params=False):
         if isinstance(params, (str, os.PathLike)):
             params = read_params(params)
         if not isinstance(params, ResolvedParams):
@@ -119,7 +122,7 @@ class Trainer(metaclass=_ModelClass):
             self.state = state = TrainingState(self.model, mp, self.world, self.backend, self.model_dir,
                                                self.learning_rate)
         with self.claim.released_on_error():
-            self.restored = state.restore_on_chief(checkpoint, self.params)
+            self.restored = state.restore_on_chief(checkpoint, self.params, defer_params=defer_params)
         self.step_functions = None  # StepFunctions of the training input's spec (_steps_spec)
         self._steps_spec = None
         self.evaluator = Evaluator(self.model, self.world, self.averaged_weights)
@@ -290,6 +293,7 @@ class Trainer(metaclass=_ModelClass):
             self.step_functions = StepFunctions(dataset.element_spec, self.state, self.learning_rate, self.world,
                                                 self.backend, self.mp["max_grad_norm"])
             self._steps_spec = dataset.element_spec
+        self.state.write_params()  # the input is accepted: params.yml, if pending (every rank in step)
         if self.is_chief and not self.store.latest:
             self.save()  # something to roll back to
         self._log_start(plan)

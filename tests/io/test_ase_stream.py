@@ -1,7 +1,7 @@
 """load_ase(stream=True): extended XYZ files and ASE databases read frame by frame.
 
 Streamed and held, the same files give the same structures, splits and order; the frames are read when
-the dataset reaches them (a file changed after the dataset was made is what it yields); the index pass
+the dataset reaches them (a file changed after it was indexed is refused by name); the index pass
 finds every frame of files cut at any byte of its chunks, and names the file and frame of what it
 cannot read; Python's memory while streaming does not grow with the number of frames.
 """
@@ -92,17 +92,82 @@ def test_streamed_and_held_give_the_same_structures_splits_and_order(files, kind
 
 
 def test_frames_are_read_when_the_dataset_reaches_them(tmp_path):
-    """The dataset holds where the frames are, not the frames: energies rewritten in place after it was
-    made (the same number of bytes) are what it yields."""
+    """The dataset holds where the frames are, not the frames: a frame that cannot be parsed is found when
+    the dataset reaches it (the frames before it are given)."""
+    path = tmp_path / "x.xyz"
+    write(path, _frames(6), format="extxyz")
+    lines = path.read_text().splitlines(keepends=True)
+    per_frame = len(lines) // 6
+    lines[4 * per_frame + 2] = lines[4 * per_frame + 2].replace(" ", " x", 1)
+    path.write_text("".join(lines))
+    given = []
+    with pytest.raises(Exception, match=r"x.xyz, frame 4: ASE could not read it"):
+        for structure in load_ase(str(path), stream=True):
+            given.append(float(structure["e_data"]))
+    assert len(given) == 4
+
+
+def _rewritten(path, change):
+    """``path`` rewritten by ``change`` (text -> text), its modification time surely another."""
+    stat = os.stat(path)
+    path.write_text(change(path.read_text()))
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10 ** 9))
+
+
+@pytest.mark.parametrize("change", ["same size", "appended"])
+def test_a_streamed_file_that_changed_since_it_was_indexed_is_refused(tmp_path, change):
+    """Energies rewritten in place (the same number of bytes) or frames appended between two passes: the
+    frames would be read at the old offsets, so the next read is refused, naming the file."""
     path = tmp_path / "x.xyz"
     write(path, _frames(6), format="extxyz")
     dataset = load_ase(str(path), stream=True)
     before = [float(s["e_data"]) for s in dataset]
-    text = path.read_text()
-    assert text.count("energy=-") == 6 and min(before) < 0
-    path.write_text(text.replace("energy=-", "energy=+"))
-    after = [float(s["e_data"]) for s in dataset]
-    np.testing.assert_allclose(after, np.abs(before), rtol=1e-6)
+    assert len(before) == 6 and min(before) < 0
+    if change == "same size":
+        _rewritten(path, lambda text: text.replace("energy=-", "energy=+"))
+    else:
+        _rewritten(path, lambda text: text + text)
+    with pytest.raises(Exception, match=r"x.xyz: changed since it was indexed .*load the data again"):
+        _structures(dataset)
+
+
+def test_a_streamed_database_that_changed_is_refused_by_name(tmp_path):
+    """A streamed SQLite database written to after it was indexed: refused by name as an XYZ file is."""
+    from ase.db import connect
+    path = str(tmp_path / "c.db")
+    with connect(path) as db:
+        for frame in _frames(4):
+            db.write(frame)
+    dataset = load_ase(path, stream=True)
+    assert len(_structures(dataset)) == 4
+    stat = os.stat(path)
+    with connect(path) as db:
+        db.delete([2])
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10 ** 9))
+    with pytest.raises(Exception, match=r"c.db: changed since it was indexed"):
+        _structures(dataset)
+
+
+def test_a_missing_row_of_a_held_database_names_the_file(tmp_path):
+    """An .aselmdb database held open by a streamed dataset keeps the rows it found when it opened; a row
+    deleted since (by another process) is an error naming the file, for the held and the streamed reader."""
+    pytest.importorskip("ase_db_backends")
+    import subprocess
+    import sys
+
+    from ase.db import connect
+    path = str(tmp_path / "c.aselmdb")
+    with connect(path) as db:
+        for frame in _frames(4):
+            db.write(frame)
+    streamed = load_ase(path, stream=True)  # holds the database open
+    subprocess.run([sys.executable, "-c", f"from ase.db import connect\nwith connect({path!r}) as db: db.delete([3])"],
+                   check=True)
+    with pytest.raises(DataError, match=r"c.aselmdb: could not read its rows \(after row 2\): KeyError: .*Id 3"):
+        load_ase(path, stream=False)
+    with pytest.raises(Exception, match=r"c.aselmdb: changed since it was indexed"):
+        _structures(streamed)
+    del streamed
 
 
 @pytest.mark.parametrize("chunk", [5, 64, 1000])
@@ -213,8 +278,8 @@ def test_streamed_memory_does_not_grow_with_the_frames(tmp_path, monkeypatch):
 @pytest.mark.parametrize("cache", ["auto", "memory", "none", "file"])
 def test_the_run_files_cache_of_streamed_training_data(tmp_path, monkeypatch, caplog, cache):
     """`pinn train`'s data.cache with streamed training files (streamed as large files are): auto and none read
-    the files again every epoch (a file rewritten between two epochs is seen), memory and a file path keep the
-    first epoch's structures (the path: TensorFlow's cache files appear)."""
+    the files again every epoch (a file rewritten between two epochs is refused by name), memory and a file
+    path keep the first epoch's structures (the path: TensorFlow's cache files appear)."""
     import yaml
 
     from pinn.cli.runconfig import input_fns, read_config
@@ -232,13 +297,13 @@ def test_the_run_files_cache_of_streamed_training_data(tmp_path, monkeypatch, ca
         train_fn, _ = input_fns(section_data, section_train, SerialWorld(), rc=4.5)
     dataset = train_fn()
     first = np.concatenate([batch["e_data"].numpy() for batch in dataset])
-    data.write_text(data.read_text().replace("energy=-", "energy=+"))
-    second = np.concatenate([batch["e_data"].numpy() for batch in dataset])
+    _rewritten(data, lambda text: text.replace("energy=-", "energy=+"))
     assert len(first) == 8 and first.max() < 0
     if cache in ("auto", "none"):
-        np.testing.assert_allclose(second, -first, rtol=1e-6)
+        with pytest.raises(Exception, match=r"train.xyz: changed since it was indexed"):
+            np.concatenate([batch["e_data"].numpy() for batch in dataset])
     else:
-        np.testing.assert_array_equal(second, first)
+        np.testing.assert_array_equal(np.concatenate([batch["e_data"].numpy() for batch in dataset]), first)
     assert ("data.cache auto: the training files hold" in caplog.text) == (cache == "auto")
     if cache == "file":
         assert any(name.startswith("train") and name.endswith(".index") for name in os.listdir(tmp_path / "cache"))
