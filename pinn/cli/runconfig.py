@@ -44,8 +44,8 @@ DATA_PARAMS = {
     "cache": Option(str, "auto", "where the training structures (with their neighbor lists) are kept after the "
                     "first epoch: memory, none (read again every epoch), a file path (TensorFlow's cache on "
                     "disk, relative to the run file; rebuilt when the data, rc, elements, split or seed differ "
-                    "from what it was made from), or auto: memory, unless the training files hold more than 256 MiB (load_ase streams "
-                    "such files: data larger than memory, docs/data.md), then none",
+                    "from what it was made from), or auto: memory, unless the training files hold more than "
+                    "256 MiB (load_ase streams such files: data larger than memory, docs/data.md), then none",
                     check=lambda value: _cache_problem(value)),
 }
 TRAIN_PARAMS = {
