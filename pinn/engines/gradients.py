@@ -40,7 +40,8 @@ class TrainingEngine:
             ``NUMBA_NUM_THREADS``); a rank of a parallel run gets its share of the cores.
 
     Call it with a NumPy batch and the current weights (:meth:`__call__`); it computes what
-    the TensorFlow step's ``part_gradients`` computes (:mod:`pinn.trainer`).
+    the TensorFlow step's ``part_gradients`` computes
+    (:meth:`pinn.training.backends.TensorFlowBackend.part_gradients`).
     """
 
     def __init__(self, model, threads=None):
@@ -327,7 +328,8 @@ def step_stats(out, metric_keys, one_hot_rank, dtype):
 
 def tensorflow_gradients(engine, batch, variables, terms, weights, counts, metric_keys, one_hot_rank, dtype):
     """The training step's gradients and statistics from ``engine``, as TensorFlow ops (one
-    ``tf.numpy_function`` call): what ``part_gradients`` of :mod:`pinn.trainer` returns.
+    ``tf.numpy_function`` call): what the function that
+    :meth:`pinn.training.backends.TensorFlowBackend.part_gradients` makes returns.
 
     Args:
         engine: a :class:`TrainingEngine`.

@@ -15,7 +15,7 @@ The arithmetic is :class:`pinn.training.adam.Adam`'s (Keras 2.15's: ``m += (g �
 ``v += (g² − v)(1 − β₂)``, ``w −= α m / (√v + ε)``, ``α = lr √(1 − β₂ᵗ) / (1 − β₁ᵗ)``),
 with its decoupled weight decay (``w −= w · weight_decay · lr`` first, for the variables it decays),
 ``tf.clip_by_global_norm`` and :class:`pinn.training.ema.WeightAverage`, in the variables' precision;
-float64 training gives TensorFlow's numbers to rounding (tested, :mod:`tests.test_fast_train`).
+float64 training gives TensorFlow's numbers to rounding (tested, ``tests/engines/test_fast_train.py``).
 """
 import numpy as np
 

@@ -3,10 +3,10 @@ step strategy and the hooks built from the run's parts, the loop under stop sign
 stall watchdog).
 
 :class:`~pinn.training.trainer.Trainer` is the facade: it checks the model may train, asks
-:func:`plan_run` for the plan, prepares the model and the input, and hands the rest to
-:func:`execute`.  Nothing here takes the Trainer: the hooks get the parts they act on (the
-:class:`~pinn.training.state.TrainingState`, the step functions, an
-:class:`~pinn.training.evaluation.Evaluation`).
+:func:`plan_run` for the plan, prepares the model and the input, and hands the rest to an
+:class:`Execution` of that plan on the run's :class:`RunParts`.  Nothing here takes the Trainer: the
+hooks get the parts they act on (the :class:`~pinn.training.state.TrainingState`, the step functions,
+an :class:`~pinn.training.evaluation.Evaluation`).
 """
 import dataclasses
 import functools
