@@ -292,7 +292,7 @@ def main():
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--engines", default="ase,lammps,openmm,ipi,ipi-direct")
     args = ap.parse_args()
-    from pinn.cli.export import export_model
+    from pinn.models.export import export_model
     tmp = tempfile.mkdtemp(prefix="bench-engines-")
     for name in args.systems:
         atoms, model_name = _structure(name)

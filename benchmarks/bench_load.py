@@ -7,17 +7,20 @@ for 2 steps on the ethanol data with the given optimizer (the EKF keeps P, n × 
 weights, in every checkpoint), then measures, each in a process of its own so that its
 peak RSS is its own, from the interpreter's start:
 
-- ``eval``: ``pinn eval DIR ethanol-val.xyz --json`` (200 frames);
+- ``eval``: ``pinn eval DIR ethanol-val.xyz --json`` (200 frames), the command itself
+  (``python -m pinn.cli.commands``: the benchmark runs it, never imports it);
 - ``get_calc_first``: ``pinn.get_calc(DIR)`` with no ``engine-weights.npz`` beside the
   checkpoint, and one energy and forces of ethanol;
 - ``get_calc_cached``: the same once ``engine-weights.npz`` exists.
 
-One JSON line per measurement: ``wall_s`` (process start to exit) and ``peak_rss_mb``.
+One JSON line per measurement: ``wall_s`` (process start to exit) and ``peak_rss_mb`` (the
+process's, as the kernel reports it when the process ends).
 """
 import argparse
 import os
 import subprocess
 import sys
+import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -34,22 +37,16 @@ potential_model(params).train(lambda: data.take(64).repeat().apply(sparse_batch(
 """
 
 CALC = """
-import resource, sys
+import sys
 from ase.io import read
 import pinn
 atoms = read(sys.argv[2])
 atoms.calc = pinn.get_calc(sys.argv[1])
 atoms.get_forces()
-print("PEAK", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0)
 """
 
-EVAL = """
-import resource, sys
-from pinn.cli import main
-code = main(["eval", sys.argv[1], sys.argv[2], "--json"])
-print("PEAK", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0)
-sys.exit(code)
-"""
+#: the arguments of the interpreter that runs the `pinn` command
+PINN = ["-m", "pinn.cli.commands"]
 
 
 def model_dir_of(optimizer):
@@ -60,13 +57,18 @@ def model_dir_of(optimizer):
     return path
 
 
-def measure(code, *args):
-    """(wall s, peak RSS MB) of ``python -c code *args``."""
-    start = time.perf_counter()
-    out = subprocess.run([sys.executable, "-c", code, *args], check=True, capture_output=True, text=True)
-    wall = time.perf_counter() - start
-    peak = [float(line.split()[1]) for line in out.stdout.splitlines() if line.startswith("PEAK ")][-1]
-    return wall, peak
+def measure(*argv):
+    """(wall s, peak RSS MB) of the process ``python *argv``, from its start to its exit."""
+    with tempfile.TemporaryFile() as errors:
+        start = time.perf_counter()
+        process = subprocess.Popen([sys.executable, *argv], stdout=subprocess.DEVNULL, stderr=errors)
+        _, status, usage = os.wait4(process.pid, 0)
+        wall = time.perf_counter() - start
+        process.returncode = os.waitstatus_to_exitcode(status)
+        if process.returncode:
+            errors.seek(0)
+            raise subprocess.CalledProcessError(process.returncode, argv, stderr=errors.read().decode())
+    return wall, usage.ru_maxrss / 1024.0
 
 
 def main():
@@ -82,8 +84,8 @@ def main():
         for kind in ("eval", "get_calc_first", "get_calc_cached"):
             if kind == "get_calc_first" and os.path.exists(weights):
                 os.remove(weights)
-            code, files = (EVAL, (model_dir, data)) if kind == "eval" else (CALC, (model_dir, data))
-            wall, peak = measure(code, *files)
+            argv = [*PINN, "eval", model_dir, data, "--json"] if kind == "eval" else ["-c", CALC, model_dir, data]
+            wall, peak = measure(*argv)
             emit(bench="load", kind=kind, optimizer=args.optimizer, wall_s=round(wall, 2), peak_rss_mb=round(peak, 1),
                  version=pinn.__version__)
 

@@ -89,8 +89,8 @@ def main():
     ap.add_argument("--embeddings", nargs="+", default=["mechanical", "electrostatic"])
     ap.add_argument("--workdir", default=None)
     args = ap.parse_args()
-    from pinn.cli.runconfig import run_training
     from pinn.io import ase_files
+    from pinn.training.run_file import run_training
     frames = ase_files.read(args.frames, index=":")
     order = np.random.default_rng(args.seed).permutation(len(frames))
     workdir = args.workdir or tempfile.mkdtemp(prefix="bench-qmmm-models-")

@@ -37,6 +37,7 @@ from ase.calculators.calculator import Calculator, PropertyNotImplementedError, 
 from ase.stress import full_3x3_to_voigt_6_stress
 
 from pinn.committee import CommitteeCalc, is_committee_directory, member_directories
+from pinn.physics.embedding_kinds import MECHANICAL, embedding_of
 from pinn.files.model_file import is_model_file
 from pinn.io.atoms_input import changed_since, check_atoms
 from pinn.io.neighbors import VerletNeighbors
@@ -72,16 +73,11 @@ class PiNNCalc(Calculator):
         self.jit = getattr(self._engine, "jit", False)
         self.rc = self._engine.rc
         self.is_potential = self._engine.is_potential
-        #: a potential model's embedding of QM/MM frames (docs/qmmm.md)
-        self.embedding = getattr(self._engine, "embedding", "mechanical")
+        #: a potential model's embedding of QM/MM frames (:class:`pinn.physics.embedding_kinds.Embedding`, docs/qmmm.md)
+        self.embedding = self._engine.embedding
         #: its ``embedding_damping`` (Å)
         self.embedding_damping = float(getattr(self._engine, "damping", 0.0))
-        if not self.is_potential:
-            gives = self._engine.dipole_outputs
-        elif self.embedding == "mechanical":
-            gives = ["energy", "free_energy", "energies", "forces", "stress"]
-        else:  # a QM region in its MM environment: no stress; the QM atoms' charges
-            gives = ["energy", "free_energy", "forces", "charges"]
+        gives = list(self.embedding.gives) if self.is_potential else self._engine.dipole_outputs
         if properties is not None:
             properties = [properties] if isinstance(properties, str) else list(properties)
             unknown = [p for p in properties if p not in gives]
@@ -133,11 +129,11 @@ class PiNNCalc(Calculator):
         self.results["energy"] = energy
         self.results["free_energy"] = energy
         self.results["forces"] = pred["forces"].astype(np.float64) * self.e_unit
-        if self.embedding != "mechanical":
+        if "charges" in self.embedding.gives:  # the QM atoms' predicted charges, the MM atoms' own
             self.results["charges"] = pred["charges"].astype(np.float64)
-            return
-        self.results["energies"] = pred["energies"].astype(np.float64) * self.e_unit
-        if atoms.pbc.any():
+        if self.embedding.gives_atomic_energies:
+            self.results["energies"] = pred["energies"].astype(np.float64) * self.e_unit
+        if self.embedding.gives_stress and atoms.pbc.any():
             self.results["stress"] = full_3x3_to_voigt_6_stress(pred["stress"][0].astype(np.float64)) \
                 * self.e_unit
 
@@ -168,11 +164,11 @@ class _NumbaEngine:
             options = model.model.params
         self.rc = self.fast.rc
         self.atom_types = self.fast.atom_types
-        #: the model's embedding of QM/MM frames; an electrostatic one runs through FastEmbeddedPiNet
-        self.embedding = str(options.get("embedding", "mechanical"))
+        #: the model's embedding of QM/MM frames; one that sees the environment runs through FastEmbeddedPiNet
+        self.embedding = embedding_of(options)
         self.damping = float(options.get("embedding_damping", 0.0))
         self.embedded = None
-        if self.embedding != "mechanical":
+        if self.embedding.sees_environment:
             from pinn.engines.embedded import FastEmbeddedPiNet
             self.embedded = FastEmbeddedPiNet(self.fast, self.damping)
 
@@ -228,7 +224,7 @@ class _TensorFlowEngine:
         self.dipole_outputs = ["dipole", "charges"] if getattr(model.model, "has_charges", True) else ["dipole"]
         self.d_unit = 1.0 if self.is_potential else float(model.model.params.get("d_unit", 1.0))
         self.oxidation = bool(getattr(model.model, "OXIDATION", False))
-        self.embedding = getattr(model.model, "embedding", "mechanical")
+        self.embedding = embedding_of(getattr(model.model, "embedding", MECHANICAL))
         self.damping = float(model.model.params.get("embedding_damping", 0.0))
         self.atom_types = model.atom_types
         dtype = model.dtype
@@ -238,24 +234,23 @@ class _TensorFlowEngine:
                 K.SHIFT: tf.TensorSpec([None, 3], dtype)}
         if self.oxidation:
             spec["oxidation"] = tf.TensorSpec([None], dtype)
-        if self.embedding != "mechanical":
+        if self.embedding.sees_environment:
             spec.update({K.QM: tf.TensorSpec([None], tf.bool), K.MM_CHARGE: tf.TensorSpec([None], dtype),
                          K.QM_CHARGE: tf.TensorSpec([None], dtype)})
-            if jit:
-                raise ValueError(f"get_calc: jit=True; XLA cannot compile the model with embedding "
-                                 f"{self.embedding!r} (its QM–MM pairs vary); leave jit unset")
+        if jit and not self.embedding.compiles_with_xla:
+            raise ValueError(f"get_calc: jit=True; XLA cannot compile the model with embedding "
+                             f"{self.embedding.name!r} (its QM–MM pairs vary); leave jit unset")
         self._np_dtype = dtype.as_numpy_dtype
         network = model.model.network
-        self.jit = (bool(getattr(network, "JIT_COMPATIBLE", False)) and self.embedding == "mechanical"
+        self.jit = (bool(getattr(network, "JIT_COMPATIBLE", False)) and self.embedding.compiles_with_xla
                     if jit is None else bool(jit))
         self._pad_element = int(self.atom_types[0])
         # the concrete function, traced here once: calling it skips tf.function's argument
         # binding and signature matching, about a third of a small molecule's step
-        if self.is_potential and self.embedding != "mechanical":  # a region in its environment: no stress
-            predict = lambda tensors: model.model.predict(tensors, stress=False)  # noqa: E731
-        else:
-            predict = lambda tensors: model.model.predict(  # noqa: E731
-                tensors, **({"energies": True} if self.is_potential else {}))
+        # what the model gives: a potential's stress and per-atom energies where its embedding has them
+        outputs = {} if not self.is_potential else {"stress": self.embedding.gives_stress,
+                                                    "energies": self.embedding.gives_atomic_energies}
+        predict = lambda tensors: model.model.predict(tensors, **outputs)  # noqa: E731
         self._function = tf.function(predict, input_signature=[spec], jit_compile=self.jit, autograph=False)
         self._predict = self._function.get_concrete_function()
         # its flat call on tensors made here skips the binding of a dict of NumPy arrays to the
@@ -279,7 +274,7 @@ class _TensorFlowEngine:
         from pinn.io.batch import batch_from_atoms
         from pinn.io.padding import pad_batch, unpad
         with self.handle.averaged_weights():
-            if self.embedding != "mechanical":
+            if self.embedding.sees_environment:
                 return self._run(self._qmmm_batch(atoms, neighbors))
             batch = batch_from_atoms(atoms, self.rc, self._np_dtype, neighbors=neighbors)
             if self.oxidation:

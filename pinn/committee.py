@@ -23,70 +23,25 @@ What the deviation is not: an error bar.  Members trained on the same data share
 part, so a small deviation does not prove a small error; it ranks configurations by how far
 they lie from the data (docs/committee.md shows how well, on held-back frames).
 """
-import glob
 import logging
-import os
 
 import numpy as np
 from ase.calculators.calculator import Calculator, PropertyNotImplementedError, all_changes
 from ase.stress import full_3x3_to_voigt_6_stress
 
+# a committee directory's members, here for get_calc and the scripts that import them from pinn.committee
+from pinn.files.committee_dir import MEMBER_PREFIX, is_committee_directory, member_directories  # noqa: F401
 from pinn.io.atoms_input import changed_since, check_atoms
 from pinn.io.qmmm_atoms import network_atoms
 
 log = logging.getLogger(__name__)
 
-#: a committee directory holds its members as ``member-0``, ``member-1``, …
-MEMBER_PREFIX = "member-"
 #: what drives MD: the members' mean (every member at every step) or the first member (the others
 #: only when a deviation is asked for: DeePMD-kit's LAMMPS practice with ``out_freq``)
 DRIVES = ("mean", "first")
 #: the results that need every member
 COMMITTEE_PROPERTIES = frozenset({"energy_deviation", "energies_deviation", "forces_deviation",
                                   "max_forces_deviation", "member_energies", "member_forces", "member_stresses"})
-
-
-def member_directories(spec):
-    """The model directories of a committee.
-
-    Args:
-        spec: a list (or tuple) of model directories, or one directory holding ``member-K/``
-            model directories.
-
-    Returns:
-        list of str: the members' directories (``member-K`` sorted by K).
-
-    Raises:
-        TypeError: a list whose elements are not paths (naming the first that is not).
-        ValueError: an empty list, a directory without members, or a member that is no model
-            directory (no ``params.yml``).
-    """
-    if isinstance(spec, (list, tuple)):
-        if not spec:
-            raise ValueError("get_calc: an empty list; a committee is a list of model directories")
-        for k, item in enumerate(spec):
-            if not isinstance(item, (str, bytes)) and not hasattr(item, "__fspath__"):
-                raise TypeError(f"get_calc: a list is a committee of model directories; element {k} is a "
-                                f"{type(item).__name__}, not a path")
-        dirs = [os.fsdecode(os.fspath(item)) for item in spec]
-    else:
-        root = os.fsdecode(os.fspath(spec))
-        found = glob.glob(os.path.join(root, MEMBER_PREFIX + "*"))
-        dirs = sorted((d for d in found if os.path.basename(d)[len(MEMBER_PREFIX):].isdigit()),
-                      key=lambda d: int(os.path.basename(d)[len(MEMBER_PREFIX):]))
-        if not dirs:
-            raise ValueError(f"get_calc: {root} holds neither params.yml nor {MEMBER_PREFIX}K/ model directories")
-    for d in dirs:
-        if not os.path.isfile(os.path.join(d, "params.yml")):
-            raise ValueError(f"get_calc: committee member {d} is not a model directory (no params.yml)")
-    return dirs
-
-
-def is_committee_directory(path):
-    """Whether ``path`` is a directory of members (``member-K/``) rather than one model directory."""
-    path = os.fsdecode(os.fspath(path))
-    return (os.path.isdir(path) and not os.path.isfile(os.path.join(path, "params.yml"))
-            and bool(glob.glob(os.path.join(path, MEMBER_PREFIX + "[0-9]*", "params.yml"))))
 
 
 def deviations(energies, forces, n_atoms=None, virials=None):
@@ -174,7 +129,7 @@ class CommitteeCalc(Calculator):
         embeddings = {m.embedding for m in self.members}
         if len(embeddings) > 1:
             raise ValueError(f"get_calc: the committee's members differ in model.params.embedding "
-                             f"({sorted(embeddings)})")
+                             f"({sorted(kind.name for kind in embeddings)})")
         #: the members' embedding of QM/MM frames
         self.embedding = embeddings.pop()
         self.rc = self.members[0].rc
@@ -184,7 +139,7 @@ class CommitteeCalc(Calculator):
             if any(m.engine == "numba" for m in self.members) else "tensorflow"
         # one neighbor search for all members' networks; an embedding runs member by member
         self._fast = FastCommittee([m._engine.fast for m in self.members], self.names) \
-            if self.engine == "numba" and self.embedding == "mechanical" else None
+            if self.engine == "numba" and not self.embedding.sees_environment else None
         self.neighbors = VerletNeighbors(self.rc, skin)
         self.calculations = 0  # structures calculated
         self.committee_evaluations = 0  # of them, those on which every member was evaluated
@@ -215,7 +170,7 @@ class CommitteeCalc(Calculator):
             preds = [self.members[k]._engine(atoms, self.neighbors) for k in members]
             out = {"energy": np.array([float(p["energy"][0]) for p in preds]),
                    "forces": np.stack([np.asarray(p["forces"], np.float64) for p in preds])}
-            if self.embedding == "mechanical":
+            if self.embedding.gives_atomic_energies:
                 out["energies"] = np.stack([np.asarray(p["energies"], np.float64) for p in preds])
             if atoms.pbc.any() and all("stress" in p for p in preds):
                 out["stress"] = np.stack([np.asarray(p["stress"][0], np.float64) for p in preds])
@@ -232,9 +187,10 @@ class CommitteeCalc(Calculator):
         atoms = self.atoms
         if "stress" in properties and not atoms.pbc.any():
             raise PropertyNotImplementedError("stress needs a periodic cell")
-        for name in ("stress", "energies", "energies_deviation"):
-            if name in properties and self.embedding != "mechanical":
-                raise PropertyNotImplementedError(f"a model with embedding {self.embedding!r} gives no {name}")
+        for name, given in (("stress", self.embedding.gives_stress), ("energies", self.embedding.gives_atomic_energies),
+                            ("energies_deviation", self.embedding.gives_atomic_energies)):
+            if name in properties and not given:
+                raise PropertyNotImplementedError(f"a model with embedding {self.embedding.name!r} gives no {name}")
         check_atoms(atoms)
         network_atoms(atoms, self.embedding, self.atom_types, "the committee")
         if system_changes:

@@ -30,7 +30,7 @@ MOVED = {
     "pinn.host_optimizer": "pinn.engines.host_optimizer",
     "pinn.verlet_filter": "pinn.io.verlet_filter",
     "pinn.report": "pinn.cli.report",
-    "pinn.runconfig": "pinn.cli.runconfig",
+    "pinn.runconfig": "pinn.training.run_file",
     # pinn 0.19: the numba training engine's module named for what it computes
     "pinn.engines.training": "pinn.engines.gradients",
     # pinn 0.19: params, their schema and upstream's sections in one package
@@ -52,6 +52,8 @@ MOVED = {
     "pinn.engines.velocities": "pinn.md.velocities",
     "pinn.training.options": "pinn.params.training_options",
     "pinn.training.inference": "pinn.models.inference",
+    # pinn 0.30: the run file and its data pipeline below the command (nothing imports pinn.cli)
+    "pinn.cli.runconfig": "pinn.training.run_file",
 }
 
 #: pinn 0.30: the Model classes below training (pinn.physics); pinn.models keeps upstream's model functions
@@ -66,7 +68,8 @@ MOVED_IN = {name: "0.19" for name in ("pinn.engines.training", "pinn.upstream_pa
 MOVED_IN.update({name: "0.20" for name in ("pinn.logs", "pinn.lazy", "pinn.velocities")})
 MOVED_IN.update({name: "0.30" for name in ("pinn.params.schema", "pinn.parallel.ranks",
                                            "pinn.engines.numba.verlet_filter", "pinn.engines.velocities",
-                                           "pinn.training.options", "pinn.training.inference")})
+                                           "pinn.training.options", "pinn.training.inference",
+                                           "pinn.cli.runconfig", "pinn.runconfig")})
 MOVED_IN.update({f"pinn.models.{name}": "0.30" for name in PHYSICS})
 
 

@@ -12,12 +12,12 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)  # the checkout's pinn, even when it is not installed
 
-from pinn.cli.runconfig import DATA_PARAMS, TRAIN_PARAMS  # noqa: E402
 from pinn.networks import NETWORKS  # noqa: E402
 from pinn.parallel.worlds import PARAMS as PARALLEL_PARAMS  # noqa: E402
 from pinn.params import TOP_LEVEL, model_schema  # noqa: E402
 from pinn.physics.registry import MODELS  # noqa: E402
 from pinn.schema import describe  # noqa: E402
+from pinn.training.run_file import DATA_PARAMS, TRAIN_PARAMS  # noqa: E402
 
 OUT = os.path.join(ROOT, "docs", "params.md")
 

@@ -1,5 +1,7 @@
-"""The ``pinn`` command (:mod:`pinn.cli.commands`), its YAML run files (:mod:`pinn.cli.runconfig`)
-and the training report (:mod:`pinn.cli.report`)."""
+"""The ``pinn`` command (:mod:`pinn.cli.commands`, one module per command) and the training report
+(:mod:`pinn.cli.report`).  The commands parse their arguments and call the library: a run file and its
+data pipeline are :mod:`pinn.training.run_file`, a model file's export :mod:`pinn.models.export`.
+Nothing outside this package imports it (``tests/project/test_architecture.py``)."""
 
 
 def main(argv=None):

@@ -26,8 +26,8 @@ def refuse_per_atom(model, model_dir):
     if not isinstance(model, PotentialModel):
         raise ValueError(f"--per-atom: {model_dir} is a {type(model).__name__}; per-atom energies are a "
                          "potential model's")
-    if model.embedding != "mechanical":
-        raise ValueError(f"--per-atom: {model_dir} has embedding {model.embedding!r}; its energy includes the "
+    if not model.embedding.gives_atomic_energies:
+        raise ValueError(f"--per-atom: {model_dir} has embedding {model.embedding.name!r}; its energy includes the "
                          "QM region's Coulomb energy, which is not split over atoms")
 
 

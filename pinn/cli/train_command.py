@@ -1,10 +1,26 @@
 """``pinn train``: a run file (params with ``data`` and ``train`` sections), upstream PiNN's params file
-trained on ``-t``/``-e`` data, or an input script; ``--committee N`` trains N members."""
+trained on ``-t``/``-e`` data, or an input script; ``--committee N`` trains N members.
+
+A run file trains through :func:`pinn.training.run_file.run_training`; upstream PiNN's form through
+:mod:`pinn.cli.upstream_train`, on the same input pipeline."""
 import argparse
 import os
 import sys
 
 from pinn.cli.arguments import positive_int
+
+
+def add_parser(commands, common):
+    """Add ``pinn train`` to the ``pinn`` command's subparsers."""
+    parser = commands.add_parser("train", parents=[common], help="train from a YAML run file or an input script",
+                                 description="Train a model.  A .yml/.yaml file holds the params of an input "
+                                 "script plus `data` and `train` sections (see docs/cli.md), or only the params "
+                                 "(upstream PiNN's params.yml), trained on the data of -t and -e; a .py file is "
+                                 "run as an input script, with the remaining arguments as its sys.argv.  In a "
+                                 "parallel run, launch `pinn train` itself with srun, mpirun or horovodrun.")
+    parser.add_argument("config", help="run file or params file (.yml, .yaml) or input script (.py)")
+    train_arguments(parser)
+    parser.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments of an input script")
 
 
 def train_arguments(parser):
@@ -23,8 +39,9 @@ def train_arguments(parser):
     add_options(parser)
 
 
-def train_options(args):
-    """Options given after a YAML file (``pinn train run.yml --max-steps 10``); an input script's are its own."""
+def prepare(args):
+    """Options given after a YAML file (``pinn train run.yml --max-steps 10``); an input script's are its own.
+    Called before anything else of the command (``--verbose`` given late included)."""
     if args.config.endswith(".py") or not args.script_args:
         return
     late = argparse.ArgumentParser(prog="pinn train", add_help=False)
@@ -39,7 +56,7 @@ def train_options(args):
     args.script_args = []
 
 
-def train(args):
+def run(args):
     """``pinn train``; returns the exit status."""
     path = args.config
     if path.endswith(".py"):
@@ -71,7 +88,7 @@ def train(args):
     if given:
         raise ValueError(f"{given[0]}: for a params file without a data section (upstream PiNN's form); {path} "
                          "has a data section, which says the data, and its model.params the run's settings")
-    from pinn.cli.runconfig import run_training
+    from pinn.training.run_file import run_training
     if args.committee is None:
         if args.member is not None:
             raise ValueError("--member K needs --committee N")

@@ -27,8 +27,10 @@ option                 default     meaning
 =====================  ==========  ============================================================
 
 As upstream, the training input is batched, prepared, cached, repeated and then shuffled (whole
-batches); the params file's own ``model.params`` keys win over the defaults of ``--log-every``,
-``--ckpt-every`` and ``--max-ckpts`` (an option given on the command line wins over both).
+batches), by the pipeline of a run file (:func:`pinn.training.run_file.input_pipeline`) in
+upstream's order; the params file's own ``model.params`` keys win over the defaults of
+``--log-every``, ``--ckpt-every`` and ``--max-ckpts`` (an option given on the command line wins
+over both).
 """
 import logging
 import math
@@ -137,6 +139,7 @@ def run(path, args):
     from pinn.models import get_model
     from pinn.parallel import init
     from pinn.params import read_params_file, resolve
+    from pinn.training.run_file import input_pipeline
     opts = {k: (getattr(args, k, None) if getattr(args, k, None) is not None else v) for k, v in DEFAULTS.items()}
     params = apply_run_config(read_params_file(path), args)
     if args.model_dir is not None:
@@ -155,24 +158,21 @@ def run(path, args):
     if world.is_parallel:  # each rank its share of the batches
         train = train.shard(world.size, world.rank)
         evaluation = evaluation.shard(world.size, world.rank)
-    rc = params["network"]["params"]["rc"]
+    rc = params["network"]["params"]["rc"] if opts["preprocess"] else None
     model = get_model(params, world=world)
     scratch = tempfile.mkdtemp(prefix="pinn", dir=args.scratch_dir) if args.scratch_dir else None
-    try:
-        def prepared(dataset, name):
-            if opts["preprocess"]:
-                from pinn.io import add_neighbors
-                dataset = dataset.apply(add_neighbors(rc))
-            if opts["cache"]:
-                dataset = dataset.cache(os.path.join(scratch, name) if scratch else "")
-            return dataset
 
+    def cache(name):
+        return (os.path.join(scratch, name) if scratch else "") if opts["cache"] else None
+
+    try:
+        # upstream's order (pinn.training.run_file.input_pipeline): batches, neighbor lists, cache, repeat, shuffle
         def train_fn():
-            return prepared(train, "train").repeat().shuffle(max(opts["shuffle_buffer"], 1))
+            return input_pipeline(train, rc=rc, cache=cache("train"), repeat=True,
+                                  shuffle_buffer=max(opts["shuffle_buffer"], 1))
 
         def eval_fn():
-            dataset = prepared(evaluation, "eval")
-            return dataset.take(args.eval_steps) if args.eval_steps else dataset
+            return input_pipeline(evaluation, rc=rc, cache=cache("eval"), take=args.eval_steps)
 
         model.train(train_fn, max_steps=max_steps, eval_fn=eval_fn)
         last = model.last_validation
@@ -187,8 +187,8 @@ def run(path, args):
 def _structures_or_batches(source, batch, flag):
     """The dataset of ``source``, batched by ``batch`` when it holds single structures."""
     from pinn import keys as K
-    from pinn.cli.runconfig import load_structures
     from pinn.io import sparse_batch
+    from pinn.training.run_file import load_structures
     files = [source] if isinstance(source, str) else list(source)
     for name in files:
         if not os.path.exists(name):

@@ -5,6 +5,7 @@ from ase.calculators.calculator import Calculator, all_changes
 from ase.calculators.mixing import SumCalculator
 
 from pinn.committee import COMMITTEE_PROPERTIES
+from pinn.physics.embedding_kinds import MECHANICAL, embedding_of
 from pinn.io.atoms_input import changed_since
 
 #: the damping functions a ``dispersion=`` may name (``dftd3.ase.DFTD3``'s names) → ``dftd3.interface``'s
@@ -145,8 +146,9 @@ class DispersionCorrected(SumCalculator):
     def __init__(self, model, dispersion):
         if not getattr(model, "is_potential", True) or "energy" not in model.implemented_properties:
             raise ValueError("get_calc: D3 dispersion is added to a potential; this model gives no energy")
-        if getattr(model, "embedding", "mechanical") != "mechanical":
-            raise ValueError(f"get_calc: D3 dispersion with a QM/MM model (embedding {model.embedding!r}) would "
+        embedding = embedding_of(getattr(model, "embedding", MECHANICAL))
+        if not embedding.takes_dispersion:
+            raise ValueError(f"get_calc: D3 dispersion with a QM/MM model (embedding {embedding.name!r}) would "
                              "count the MM atoms as the QM region's partners; not supported")
         check_d3_elements(model.atom_types, "the model's elements (atom_types)")
         super().__init__([model, dispersion])

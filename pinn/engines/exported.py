@@ -27,6 +27,7 @@ import os
 import numpy as np
 import yaml
 
+from pinn.physics.embedding_kinds import MECHANICAL, embedding_of
 from pinn.files import checkpoint_dir
 from pinn.files.durable import existing_dir, replacing
 
@@ -121,7 +122,7 @@ def load_engine_weights(model_dir, checkpoint=None):
     return arrays
 
 
-def save_engine_weights(arrays, e_unit, model_dir, ckpt, embedding="mechanical", damping=0.0):
+def save_engine_weights(arrays, e_unit, model_dir, ckpt, embedding=MECHANICAL, damping=0.0):
     """Write the engine weights of checkpoint ``ckpt`` of ``model_dir`` (atomically).
 
     Args:
@@ -130,7 +131,8 @@ def save_engine_weights(arrays, e_unit, model_dir, ckpt, embedding="mechanical",
         e_unit: the model's ``e_unit`` (eV per energy unit of the data).
         model_dir: the model directory (its ``params.yml`` is part of the file's identity).
         ckpt: the checkpoint's path prefix.
-        embedding: the model's ``model.params.embedding`` (stored beside the arrays).
+        embedding: the model's embedding (:class:`pinn.physics.embedding_kinds.Embedding` or its name; its
+            name is stored beside the arrays).
         damping: its ``embedding_damping`` (Å).
 
     Returns:
@@ -148,7 +150,7 @@ def save_engine_weights(arrays, e_unit, model_dir, ckpt, embedding="mechanical",
     try:
         source = _source(model_dir, ckpt)
         with replacing(path, "wb") as f:
-            np.savez(f, **arrays, e_unit=np.float64(e_unit), embedding=np.str_(embedding),
+            np.savez(f, **arrays, e_unit=np.float64(e_unit), embedding=np.str_(embedding_of(embedding).name),
                      embedding_damping=np.float64(damping), **source)
     except OSError as err:
         log.info("%s: not written (%s); the next run loads the weights with TensorFlow again", path, err)

@@ -81,8 +81,8 @@ def refusal(model, purpose="md"):
     potential = potential_of(model)
     if potential is None:
         return f"{engine} runs potential models with a PiNet or PiNet2 network only"
-    if potential.params["embedding"] != "mechanical" and purpose == "training":
-        return (f"model.params.embedding {potential.params['embedding']!r}: {engine} implements the QM region "
+    if potential.embedding.sees_environment and purpose == "training":
+        return (f"model.params.embedding {potential.embedding.name!r}: {engine} implements the QM region "
                 "alone (the electrostatic embedding trains in TensorFlow)")
     network = type(potential.network)  # exactly these classes: the kernels implement their equations only
     if network not in (PiNet, PiNet2):

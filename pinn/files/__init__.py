@@ -5,5 +5,6 @@
 - :mod:`pinn.files.checkpoint_dir`: the checkpoints of a directory and TensorFlow's
   ``checkpoint`` state file, read and written without TensorFlow.
 - :mod:`pinn.files.lock`: one writer per model directory (a lock file, taken over when its
-  holder is gone).
+  holder is gone);
+- :mod:`pinn.files.committee_dir`: a committee's directory and its ``member-K`` model directories.
 """

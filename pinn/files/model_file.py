@@ -1,6 +1,6 @@
 """One model file: a trained model (or a committee) as a single versioned file.
 
-``pinn export MODEL_DIR -o model.pinn`` (:mod:`pinn.cli.export`) writes what inference needs of a
+``pinn export MODEL_DIR -o model.pinn`` (:mod:`pinn.models.export`) writes what inference needs of a
 model directory's checkpoint into one file that :func:`pinn.get_calc` loads.  This module is the
 format alone (NumPy and JSON):
 
@@ -138,7 +138,8 @@ class ModelFile:
             return None
         options = self.members[k]["params"].get("model", {}).get("params", {})
         return {**weights, "e_unit": self.members[k]["e_unit"], "source": f"{self.path} ({self.members[k]['name']})",
-                "embedding": options.get("embedding", "mechanical"),
+                # a name for pinn.physics.embedding_kinds.embedding_of (None: mechanical)
+                "embedding": options.get("embedding"),
                 "embedding_damping": float(options.get("embedding_damping", 0.0))}
 
     def variables(self, k):

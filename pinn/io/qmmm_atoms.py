@@ -98,7 +98,8 @@ def network_atoms(atoms, embedding, atom_types, who):
 
     Args:
         atoms: ``ase.Atoms``.
-        embedding: the model's ``model.params.embedding``.
+        embedding: the model's kind of embedding (:class:`pinn.physics.embedding_kinds.Embedding`: whether it
+            sees a QM/MM frame's environment, and its name).
         atom_types: the elements the model knows.
         who: what to name in messages (``"the model"``, ``"the committee"``).
 
@@ -110,17 +111,18 @@ def network_atoms(atoms, embedding, atom_types, who):
             mechanical embedding; a bad QM/MM frame (:func:`qmmm_arrays`, as DataError).
     """
     from ase.data import chemical_symbols
+    kind = embedding
     seen = np.ones(len(atoms), bool)
     partial = ASE_QM_ARRAY in atoms.arrays and not np.all(atoms.arrays[ASE_QM_ARRAY])
-    if embedding != "mechanical" and ASE_QM_ARRAY in atoms.arrays:
+    if kind.sees_environment and ASE_QM_ARRAY in atoms.arrays:
         seen = qmmm_arrays(atoms, "atoms")[K.QM]
     unknown = set(atoms.numbers[seen].tolist()) - {int(z) for z in atom_types}
     if unknown:
         raise ValueError(f"atoms contain elements {sorted(chemical_symbols[z] for z in unknown)} that {who} does not "
                          f"know (atom_types {sorted(int(z) for z in atom_types)})"
                          + (" in their QM region" if not seen.all() else ""))
-    if embedding == "mechanical" and partial:
-        raise ValueError(f"these atoms are a QM/MM frame (MM atoms: 'qm' False), and {who} has mechanical "
+    if partial and not kind.sees_environment:
+        raise ValueError(f"these atoms are a QM/MM frame (MM atoms: 'qm' False), and {who} has {kind.name} "
                          "embedding: it would read the MM atoms as part of the QM region. Give it the QM region "
                          "alone, atoms[atoms.arrays['qm']] (docs/qmmm.md)")
     return seen

@@ -33,6 +33,7 @@ import logging
 
 import numpy as np
 
+from pinn.physics.embedding_kinds import MECHANICAL, embedding_of
 from pinn.md.openmm_computation import (ANGSTROM_PER_NM, KJ_PER_MOL_PER_EV, EmbeddedComputation, PinnComputation,
                                         python_force)
 from pinn.md.openmm_files import load_system, save_system
@@ -71,7 +72,7 @@ def pinn_force(model, numbers, particles=None, periodic=False, force_group=None,
     return python_force(computation, particles, periodic, force_group)
 
 
-def create_mixed_system(system, topology, ml_atoms, model, force_group=1, embedding="mechanical", qm_charge=None,
+def create_mixed_system(system, topology, ml_atoms, model, force_group=1, embedding=MECHANICAL.name, qm_charge=None,
                         cutoff=None, switch_width=0.1, **calc_options):
     """An ML/MM system: ``system`` with the ML region's MM terms removed and a pinn force on it.
 
@@ -104,8 +105,10 @@ def create_mixed_system(system, topology, ml_atoms, model, force_group=1, embedd
             ``NonbondedForce``.
     """
     import openmm
-    if embedding not in ("mechanical", "electrostatic"):
-        raise ValueError(f"create_mixed_system: embedding must be 'mechanical' or 'electrostatic', got {embedding!r}")
+    try:
+        kind = embedding_of(embedding)
+    except ValueError as error:
+        raise ValueError(f"create_mixed_system: {error}") from None
     ml = sorted({int(i) for i in ml_atoms})
     if not ml:
         raise ValueError("create_mixed_system: no ML atoms")
@@ -134,24 +137,24 @@ def create_mixed_system(system, topology, ml_atoms, model, force_group=1, embedd
             if count:
                 removed[name] = count
     periodic = system.usesPeriodicBoundaryConditions()
-    if embedding == "mechanical":
+    if not kind.sees_environment:
         computation = PinnComputation(model, [atoms[i].element.atomic_number for i in ml], periodic, calc_options)
         particles = ml
         described = "ML-ML nonbonded pairs excluded"
     else:
         computation, particles, described = _electrostatic(new, nonbonded, topology, ml, model, qm_charge, cutoff,
                                                            switch_width, calc_options)
-    _check_model_embedding(computation.calc, embedding)
+    _check_model_embedding(computation.calc, kind)
     new.addForce(python_force(computation, particles, periodic, force_group))
     log.info("ML/MM system: %d ML atoms of %d (%s embedding); removed inside the ML region: %s; %s", len(ml),
-             system.getNumParticles(), embedding, ", ".join(f"{n} {k}" for k, n in removed.items()), described)
+             system.getNumParticles(), kind.name, ", ".join(f"{n} {k}" for k, n in removed.items()), described)
     return new
 
 
-def _check_model_embedding(calc, embedding):
-    has = getattr(calc, "embedding", "mechanical")
-    if has != embedding:
-        raise ValueError(f"create_mixed_system: embedding={embedding!r}, but the model's embedding is {has!r} "
+def _check_model_embedding(calc, kind):
+    has = embedding_of(getattr(calc, "embedding", MECHANICAL))
+    if has is not kind:
+        raise ValueError(f"create_mixed_system: embedding={kind.name!r}, but the model's embedding is {has.name!r} "
                          "(model.params.embedding)")
 
 

@@ -26,6 +26,8 @@ import os
 
 import numpy as np
 
+from pinn.physics.embedding_kinds import ELECTROSTATIC, MECHANICAL, embedding_of
+
 #: kJ/mol per eV (CODATA 2018, as ASE's units)
 KJ_PER_MOL_PER_EV = 96.48533212331002
 #: Å per nm
@@ -130,6 +132,9 @@ class PinnComputation:
             the model at the path is checked against it when the calculator is made.
     """
 
+    #: the embedding whose force this computes (its name is the ``kind`` of :meth:`describe`)
+    EMBEDDING = MECHANICAL
+
     def __init__(self, model, numbers, periodic=False, calc_options=None, saved_sha256=None):
         self.model = absolute_model(model)
         self.numbers = np.asarray(numbers, int)
@@ -210,7 +215,7 @@ class PinnComputation:
             except (TypeError, ValueError):
                 raise ValueError(f"the pinn force's calc option {key}={value!r} is not JSON: it cannot be "
                                  "saved") from None
-        return {"kind": "mechanical", "model": self.model, "model_sha256": self.model_sha256,
+        return {"kind": self.EMBEDDING.name, "model": self.model, "model_sha256": self.model_sha256,
                 "numbers": self.numbers.tolist(), "periodic": self.periodic, "calc_options": self.calc_options}
 
     @classmethod
@@ -219,7 +224,7 @@ class PinnComputation:
         d = description
         common = dict(model=d["model"], numbers=d["numbers"], periodic=d["periodic"], calc_options=d["calc_options"],
                       saved_sha256=d["model_sha256"])
-        if d["kind"] == "mechanical":
+        if embedding_of(d["kind"]) is PinnComputation.EMBEDDING:
             return PinnComputation(**common)
         return EmbeddedComputation(qm=d["qm"], charges=d["charges"], residues=d["residues"], qm_charge=d["qm_charge"],
                                    cutoff=d["cutoff"], switch_width=d["switch_width"], damping=d["damping"], **common)
@@ -260,6 +265,8 @@ class EmbeddedComputation(PinnComputation):
         saved_sha256: as :class:`PinnComputation`.
     """
 
+    EMBEDDING = ELECTROSTATIC
+
     def __init__(self, model, numbers, qm, charges, residues, qm_charge=0.0, periodic=False, cutoff=None,
                  switch_width=1.0, damping=0.0, calc_options=None, saved_sha256=None):
         super().__init__(model, numbers, periodic, calc_options, saved_sha256)
@@ -282,7 +289,7 @@ class EmbeddedComputation(PinnComputation):
         self._residue_first = np.r_[0, np.cumsum(self._residue_size)[:-1]].astype(int)
 
     def describe(self):
-        return {**super().describe(), "kind": "electrostatic", "qm": self.qm.tolist(), "charges": self.charges.tolist(),
+        return {**super().describe(), "qm": self.qm.tolist(), "charges": self.charges.tolist(),
                 "residues": self.residues.tolist(), "qm_charge": self.qm_charge,
                 "cutoff": None if self.cutoff is None else float(self.cutoff), "switch_width": self.switch_width,
                 "damping": self.damping}

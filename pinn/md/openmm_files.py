@@ -22,6 +22,7 @@ import os
 import pickle
 import xml.etree.ElementTree as ET
 
+from pinn.physics.embedding_kinds import embedding_of
 from pinn.md.openmm_computation import PinnComputation, python_force
 
 #: the ``format`` of the file
@@ -204,9 +205,11 @@ _EMBEDDED_FIELDS = {"qm": list, "charges": list, "residues": list, "qm_charge": 
 def _pinn_force(entry, path):
     """The PythonForce of a force description, its calculator made (the model checked)."""
     where = f"load_system: {path}: force {entry['index']}"
-    if entry.get("kind") not in ("mechanical", "electrostatic"):
-        raise ValueError(f"{where}: kind must be 'mechanical' or 'electrostatic', got {entry.get('kind')!r}")
-    fields = {**_FIELDS, **(_EMBEDDED_FIELDS if entry["kind"] == "electrostatic" else {})}
+    try:
+        kind = embedding_of(entry.get("kind") if isinstance(entry.get("kind"), str) else repr(entry.get("kind")))
+    except ValueError as error:
+        raise ValueError(f"{where}: kind: {error}") from None
+    fields = {**_FIELDS, **(_EMBEDDED_FIELDS if kind.sees_environment else {})}
     for key, kind in fields.items():
         if not isinstance(entry.get(key), kind):
             raise ValueError(f"{where}: {key} is missing or not a {kind}")

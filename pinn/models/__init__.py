@@ -152,8 +152,8 @@ def _with_model_name(params, expected):
 
 
 def _model_class(params):
-    from pinn.physics.registry import MODELS
-    return MODELS[params["model"]["name"]]
+    from pinn.physics.registry import model_class
+    return model_class(params)
 
 
 __all__ = ["potential_model", "dipole_model", "get_model", "load_for_inference", "build_model",

@@ -97,6 +97,7 @@ def resolve(params):
     out = validate_section(convert_optimizer(legacy(params)), TOP_LEVEL, "params")
     if out["params_format"] == 1:
         out = _from_format_1(out)
+    written_network = dict((out["network"] or {}).get("params") or {}) if isinstance(out["network"], dict) else {}
     out["network"] = resolve_network(out["network"])
     model = validate_section(out["model"], {"name": Option(str, "potential_model", "model name"),
                                             "params": Option(dict, {}, "model options")}, "model")
@@ -108,11 +109,27 @@ def resolve(params):
                                                model_schema(model["name"]), "model.params")}
     out["parallel_params"] = validate_section(out["parallel_params"], PARALLEL_PARAMS, "parallel_params")
     _set_model_extras(out, MODELS[model["name"]])
+    _set_embedding_needs(out, written_network)
     model_check = getattr(MODELS[model["name"]], "check_params", None)
     if model_check is not None:
         model_check(out)
     check_training(out)
     return ResolvedParams(out)
+
+
+def _set_embedding_needs(params, written):
+    """Give the network what the potential model's embedding needs of it (:attr:`pinn.physics.embedding_kinds.Embedding.
+    network_needs`, e.g. two outputs per atom) where the written network params (``written``) leave it unset and
+    the network has the key; a value the params set otherwise is the model's check to refuse, by name."""
+    from pinn.physics.embedding_kinds import embedding_of
+    if "embedding" not in params["model"]["params"]:
+        return
+    net = params["network"]["params"]
+    for key, value in embedding_of(params["model"]["params"]).network_needs:
+        if key not in written and key in net and net[key] != value:
+            log.info("network.params.%s: %s, as model.params.embedding %r needs", key, value,
+                     params["model"]["params"]["embedding"])
+            net[key] = value
 
 
 def _set_model_extras(params, model_cls):

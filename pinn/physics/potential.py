@@ -15,9 +15,10 @@ Forces and stress come from one backward pass through the pair vectors
 
 which holds because the networks see positions only through ``diff``.
 
-With ``embedding: electrostatic`` the model takes QM/MM frames (:mod:`pinn.io.qmmm`): the energy is the
-QM region's in the field of the MM point charges, the forces −∂E/∂r on every atom (no stress; see
-:mod:`pinn.physics.embedding`).
+This is the model of mechanical embedding (:data:`pinn.physics.embedding_kinds.MECHANICAL`: a QM region alone); with
+``embedding: electrostatic`` the registry builds :class:`pinn.physics.embedded_potential.EmbeddedPotentialModel`,
+which takes QM/MM frames whole.  Both ask their kind (``self.embedding``, :mod:`pinn.physics.embedding_kinds`)
+what they can do.
 """
 import logging
 
@@ -25,10 +26,10 @@ import numpy as np
 import tensorflow as tf
 
 from pinn import keys as K
+from pinn.physics.embedding_kinds import MECHANICAL
 from pinn.io.batch import add_neighbors, pair_geometry, with_cell_and_pbc  # pair_geometry: also its old home
 from pinn.networks.layers import atomic_number, scatter_sum
 from pinn.physics.base import Model, abs_sq_count, cast_floats, check_atomic_outputs
-from pinn.physics.embedding import conserved_charges, embedding_energy, qm_atoms_view, qm_mask
 from pinn.physics.energy_offsets import fit_offsets
 from pinn.physics.loss_weights import atom_weights, drawn, structure_weights
 from pinn.physics.potential_params import ALIASES, PARAMS, check_embedding
@@ -89,14 +90,18 @@ class PotentialModel(Model):
     #: cross-field checks of resolved params (:func:`pinn.params.resolve` calls it)
     check_params = staticmethod(check_embedding)
 
+    #: the embedding this class is the model of (:mod:`pinn.physics.embedding_kinds`)
+    EMBEDDING = MECHANICAL
+
     def __init__(self, network, params, atom_types, dtype=tf.float32, name="potential"):
         super().__init__(params, name=name)
         check_atomic_outputs(network)
-        self.embedding = self.params["embedding"]
-        if self.embedding != "mechanical" and network.params.get("out_units") != 2:
-            raise ParamsError(f"network.params.out_units: model.params.embedding {self.embedding!r} reads two "
-                              "outputs per atom (energy, charge); the network has "
-                              f"{network.params.get('out_units', 'no out_units')}")
+        #: the kind of embedding (:class:`pinn.physics.embedding_kinds.Embedding`): what the model can do
+        self.embedding = self.EMBEDDING
+        for key, value in self.embedding.network_needs:
+            if network.params.get(key) != value:
+                raise ParamsError(f"network.params.{key}: model.params.embedding {self.embedding.name!r} needs "
+                                  f"{key} {value!r}; the network has {network.params.get(key, f'no {key}')}")
         self.network = network
         self.dtype = dtype
         self.atom_types = [int(z) for z in atom_types]
@@ -117,24 +122,13 @@ class PotentialModel(Model):
 
     @property
     def jit_compatible(self):
-        """Whether XLA can compile this model's step: not with an embedding (its QM–MM pairs are per batch)."""
-        return self.embedding == "mechanical"
-
-    def check_frames(self, spec, what):
-        """QM/MM frames (``qm`` in ``spec``): refused with mechanical embedding (:meth:`Model.check_frames`),
-        taken with electrostatic embedding."""
-        if self.embedding == "mechanical":
-            super().check_frames(spec, what)
+        """Whether XLA can compile this model's step (its embedding says)."""
+        return self.embedding.compiles_with_xla
 
     def dress_energy(self, tensors, n_struct, dtype=tf.float64):
-        """[n_struct] Σ e_dress over each structure's atoms (its QM atoms with an embedding), eV, as ``dtype``."""
-        elems = tensors[K.ELEMS]
-        structure = tensors[K.IND_1][:, 0]
-        if self.embedding != "mechanical":
-            qm = qm_mask(tensors)
-            elems, structure = tf.boolean_mask(elems, qm), tf.boolean_mask(structure, qm)
-        dress = tf.gather(tf.cast(self.e_dress, dtype), self.network.element_index(elems))
-        return scatter_sum(dress, structure, n_struct)
+        """[n_struct] Σ e_dress over each structure's atoms, eV, as ``dtype``."""
+        dress = tf.gather(tf.cast(self.e_dress, dtype), self.network.element_index(tensors[K.ELEMS]))
+        return scatter_sum(dress, tensors[K.IND_1][:, 0], n_struct)
 
     def upstream_metric_scales(self):
         """Upstream PiNN reports E, E_PER_ATOM, F and S errors × ``e_scale`` (its training units)."""
@@ -154,20 +148,10 @@ class PotentialModel(Model):
             dict with ``energy`` [n_struct] (eV), and ``forces`` [n_atoms, 3]
             (eV/Å), ``stress`` [n_struct, 3, 3] (eV/Å³; zero for open
             structures), ``energies`` [n_atoms] (eV, summing to each structure's energy) when asked for.
-            With ``embedding: electrostatic`` (QM/MM batches with ``qm``,
-            ``mm_charge``, ``qm_charge``): ``energy``, ``forces`` on every atom and ``charges`` [n_atoms] (e),
-            no stress and no per-atom energies (asking for them raises ValueError).
         """
         tensors = with_cell_and_pbc(tensors)
         n_struct = tf.shape(tensors[K.CELL])[0]
         tensors = cast_floats(tensors, self.dtype)
-        if self.embedding != "mechanical":
-            for name, asked in (("stress", stress), ("energies", energies)):
-                if asked:
-                    raise ValueError(f"{name}: the model with embedding {self.embedding!r} gives energy and "
-                                     f"forces of a QM region in its MM environment, no {name} (predict with "
-                                     f"{name}=False)")
-            return self._predict_embedded(tensors, n_struct, forces)
         with tf.GradientTape(watch_accessed_variables=False) as tape:
             geo = pair_geometry(tensors)
             tape.watch(geo[K.DIFF])
@@ -181,38 +165,6 @@ class PotentialModel(Model):
         out.update(forces_and_stress(tensors, geo[K.DIFF], g, n_struct, forces, stress))
         return out
 
-    def _predict_embedded(self, tensors, n_struct, forces):
-        """:meth:`predict` with electrostatic embedding: the QM atoms' network energy and the Coulomb energy of
-        their conserved charges with the MM charges (:mod:`pinn.physics.embedding`); forces −∂E/∂r on every
-        atom, from one backward pass to the positions.
-
-        Returns:
-            dict with ``energy`` [n_struct] (eV), ``charges`` [n_atoms] (e: the QM atoms' predicted charges,
-            the MM atoms' own) and, when asked for, ``forces`` [n_atoms, 3] (eV/Å).
-        """
-        qm = qm_mask(tensors)
-        coord = tf.reshape(tensors[K.COORD], [-1, 3])
-        with tf.GradientTape(watch_accessed_variables=False) as tape:
-            tape.watch(coord)
-            geo = pair_geometry({**tensors, K.COORD: coord})
-            view, qm_index = qm_atoms_view(geo, qm)
-            outputs = self.network.atomic_outputs(view)
-            structure = view[K.IND_1][:, 0]
-            atomic = outputs[:, 0] / self.params["e_scale"] + tf.gather(
-                self.e_dress, self.network.element_index(view[K.ELEMS]))
-            energy = scatter_sum(atomic, structure, n_struct)
-            region_charge = tensors[K.QM_CHARGE] if K.QM_CHARGE in tensors else tf.zeros([n_struct], self.dtype)
-            charges = conserved_charges(outputs[:, 1], structure, n_struct, region_charge)
-            if K.MM_CHARGE in tensors:
-                energy = energy + embedding_energy(tensors, coord, charges, qm, n_struct,
-                                                   self.params["embedding_damping"])
-        mm_charge = tf.cast(tensors[K.MM_CHARGE], self.dtype) if K.MM_CHARGE in tensors else tf.zeros_like(coord[:, 0])
-        out = {"energy": energy, "charges": tf.where(qm, tf.scatter_nd(qm_index[:, None], charges, tf.shape(qm)),
-                                                     mm_charge)}
-        if forces:
-            out["forces"] = -tape.gradient(energy, coord, unconnected_gradients=tf.UnconnectedGradients.ZERO)
-        return out
-
     def enabled_terms(self):
         p = self.params
         return ({"energy"} | ({"forces"} if p["use_force"] else set()) | ({"stress"} if p["use_stress"] else set())
@@ -224,16 +176,13 @@ class PotentialModel(Model):
 
     def eval_outputs(self, spec):
         """Keyword arguments of :meth:`predict` when evaluating data with element spec ``spec``."""
-        return {"forces": K.F_DATA in spec, "stress": K.S_DATA in spec and self.embedding == "mechanical"}
+        return {"forces": K.F_DATA in spec, "stress": K.S_DATA in spec and self.embedding.gives_stress}
 
     def metric_keys(self, spec, outputs):
-        """Error metrics (``E``, ``F``, ``S``) available for data ``spec`` and predict options ``outputs``; with an
-        embedding, on QM/MM data, ``F_QM``: the forces on the QM atoms alone (``F`` counts every atom)."""
+        """Error metrics (``E``, ``F``, ``S``) available for data ``spec`` and predict options ``outputs``."""
         keys = ["E"] if K.E_DATA in spec else []
         if outputs["forces"] and K.F_DATA in spec:
             keys.append("F")
-            if self.embedding != "mechanical" and K.QM in spec:
-                keys.append("F_QM")
         if outputs["stress"] and K.S_DATA in spec:
             keys.append("S")
         return keys
@@ -254,14 +203,10 @@ class PotentialModel(Model):
 
         Returns:
             dict term → count (float64 scalar): structures for ``energy``, force components for
-            ``forces`` (with an embedding, the QM atoms' components: the MM atoms' errors add to the sum
-            without diluting the QM atoms' share), 9 × periodic structures for ``stress``, 1 for ``l2`` (see
-            :meth:`loss_sums`).
+            ``forces``, 9 × periodic structures for ``stress``, 1 for ``l2`` (see :meth:`loss_sums`).
         """
         masks = self.loss_masks(tensors, tf.float64)
         counts = {t: tf.reduce_sum(m) for t, m in masks.items()}
-        if self.embedding != "mechanical" and "forces" in masks:  # the MM atoms' errors add, uncounted
-            counts["forces"] = tf.reduce_sum(masks["forces"] * tf.repeat(tf.cast(qm_mask(tensors), tf.float64), 3))
         if self.params["use_l2"]:
             counts["l2"] = tf.constant(1.0, tf.float64)
         return counts
@@ -356,8 +301,7 @@ class PotentialModel(Model):
 
     def error_sums(self, tensors, pred):
         """Sums for MAE/RMSE metrics: dict metric → (Σ|err|, Σerr², count) for E, F, S when labels exist
-        (padding left out), E_PER_ATOM with ``log_e_per_atom`` or ``use_e_per_atom``, and F_QM (the QM atoms'
-        forces) with an embedding on QM/MM data."""
+        (padding left out), E_PER_ATOM with ``log_e_per_atom`` or ``use_e_per_atom``."""
         dtype = pred["energy"].dtype
         out = {}
         if K.E_DATA in tensors:
@@ -369,9 +313,6 @@ class PotentialModel(Model):
                                                  structure_weights(tensors, dtype))
         if K.F_DATA in tensors and "forces" in pred:
             out["F"] = abs_sq_count(pred["forces"] - tf.cast(tensors[K.F_DATA], dtype), atom_weights(tensors, dtype))
-            if self.embedding != "mechanical" and K.QM in tensors:
-                out["F_QM"] = abs_sq_count(pred["forces"] - tf.cast(tensors[K.F_DATA], dtype),
-                                           atom_weights(tensors, dtype) * tf.cast(tensors[K.QM], dtype))
         if K.S_DATA in tensors and "stress" in pred:
             out["S"] = abs_sq_count(pred["stress"] - tf.cast(tensors[K.S_DATA], dtype),
                                     self._stress_weights(tensors, dtype))
@@ -391,14 +332,12 @@ class PotentialModel(Model):
         return out
 
     def structure_predict(self, tensors):
-        """:meth:`predict` with per-atom energies (but for an embedding, which has none; no stress then)."""
-        if self.embedding != "mechanical":
-            return self.predict(tensors, stress=False)
+        """:meth:`predict` with per-atom energies."""
         return self.predict(tensors, energies=True)
 
     def structure_outputs(self, batch, pred):
         """Split a predicted batch (NumPy) into one dict per structure: ``energy`` (eV), ``forces``
-        [n_atoms, 3] (eV/Å), ``energies`` [n_atoms] (eV, per atom; not with an embedding), ``stress`` [3, 3]
+        [n_atoms, 3] (eV/Å), ``energies`` [n_atoms] (eV, per atom, where the model gives them), ``stress`` [3, 3]
         (eV/Å³, periodic structures), and the structure: ``elems``, ``coord`` [n_atoms, 3] (Å), ``cell``
         [3, 3] (Å) and ``pbc`` [3]."""
         ind_1 = np.asarray(batch[K.IND_1])[:, 0]
@@ -464,17 +403,8 @@ class PotentialModel(Model):
         Returns:
             dict atomic number → offset (eV).
         """
-        if self.embedding != "mechanical":  # the offsets are the QM atoms'
-            batches = [region_atoms(b) for b in batches]
         solution = fit_offsets(batches, self.atom_types, reduce)
         self.e_dress.assign(solution)
         self.dress_fitted.assign(True)
         return {z: float(x) for z, x in zip(self.atom_types, solution)}
 
-
-def region_atoms(batch):
-    """A NumPy batch with ``elems`` and ``ind_1`` of its QM atoms only (all atoms where it has no ``qm``)."""
-    if K.QM not in batch:
-        return batch
-    qm = np.asarray(batch[K.QM], bool).reshape(-1)
-    return {**batch, K.ELEMS: np.asarray(batch[K.ELEMS])[qm], K.IND_1: np.asarray(batch[K.IND_1])[qm]}

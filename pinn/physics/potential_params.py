@@ -1,4 +1,5 @@
 """The options of the potential model (:mod:`pinn.physics.potential`): upstream PiNN's keys and meanings."""
+from pinn.physics.embedding_kinds import KINDS, MECHANICAL, embedding_of
 from pinn.physics.base import COMMON_PARAMS
 from pinn.schema import Option, ParamsError, false_or_positive, non_negative, positive
 
@@ -37,11 +38,10 @@ PARAMS = {
     "fit_e_dress_batches": Option(int, 100, "number of training batches (per rank; per device with backend "
                                   "mirrored) used to fit e_dress",
                                   check=positive),
-    "embedding": Option(str, "mechanical", "how the QM region of QM/MM frames (docs/qmmm.md) meets its MM "
-                        "environment: 'mechanical' (the network sees the QM atoms alone; QM/MM frames are cut to "
-                        "their region) or 'electrostatic' (the energy in the field of the MM point charges: the "
-                        "network's atomic charges, conserved, times the MM charges' Coulomb potential; forces on "
-                        "QM and MM atoms; network.params.out_units 2)", choices=("mechanical", "electrostatic")),
+    "embedding": Option(str, MECHANICAL.name, "how the QM region of QM/MM frames (docs/qmmm.md) meets its MM "
+                        "environment: " + "; ".join(f"'{kind.name}' ({kind.what})" for kind in KINDS.values())
+                        + " (network.params.out_units is set to 2 for it where the params leave it unset)",
+                        choices=tuple(KINDS)),
     "embedding_damping": Option(float, 0.0, "with embedding 'electrostatic': r_d (Å) of MiMiC's smeared Coulomb "
                                 "kernel (r_d⁴ − r⁴)/(r_d⁵ − r⁵) between QM charges and MM charges; 0: bare 1/r",
                                 check=non_negative),
@@ -53,29 +53,31 @@ ALIASES = {"max_force": "max_force_comp", "use_f_weights": "use_f_weight"}
 
 
 def check_embedding(params):
-    """Refuse what an ``embedding`` other than mechanical cannot follow (resolved ``params``).
+    """Refuse what the model's embedding (:func:`pinn.physics.embedding_kinds.embedding_of`) cannot follow (resolved
+    ``params``).
 
     Raises:
-        ParamsError: naming ``network.params.out_units`` (two outputs per atom: energy and charge),
-            ``model.params.use_stress`` (no stress of a region in its environment) or ``model.params.jit``
-            (the QM–MM pairs vary per batch); ``model.params.embedding_damping`` set without an embedding.
+        ParamsError: naming ``network.params.out_units`` (or another key the kind needs of the network, set by
+            :func:`pinn.params.resolve` where the params leave it unset), ``model.params.use_stress`` (a kind
+            without stress), ``model.params.jit`` (a kind XLA cannot compile) or ``model.params.embedding_damping``
+            (set for a kind without damping).
     """
     mp = params["model"]["params"]
     network = params["network"]
-    if mp["embedding"] == "mechanical":
-        if mp["embedding_damping"]:
-            raise ParamsError("model.params.embedding_damping: damps the Coulomb energy of an electrostatic "
-                              "embedding; embedding is mechanical")
-        return
-    where = f"model.params.embedding {mp['embedding']!r}"
-    units = network["params"].get("out_units")
-    if units != 2:
-        raise ParamsError(f"network.params.out_units: {where} reads two outputs per atom (energy, charge); set "
-                          f"out_units: 2" + ("" if units is not None else
-                                             f" (the {network['name']} network has none: use PiNet or PiNet2)"))
-    if mp["use_stress"]:
+    kind = embedding_of(mp)
+    where = f"model.params.embedding {kind.name!r}"
+    if mp["embedding_damping"] and not kind.damped:
+        raise ParamsError(f"model.params.embedding_damping: damps the Coulomb energy of an electrostatic "
+                          f"embedding; embedding is {kind.name}")
+    for key, value in kind.network_needs:
+        given = network["params"].get(key)
+        if given != value:
+            raise ParamsError(f"network.params.{key}: {where} needs {key}: {value!r}, the params say {given!r}"
+                              + ("" if given is not None else
+                                 f" (the {network['name']} network has no {key}: use PiNet or PiNet2)"))
+    if mp["use_stress"] and not kind.gives_stress:
         raise ParamsError(f"model.params.use_stress: {where} gives a QM region's energy and forces in its MM "
                           "environment, no stress")
-    if mp["jit"]:
+    if mp["jit"] and not kind.compiles_with_xla:
         raise ParamsError(f"model.params.jit: {where}: XLA cannot compile the step (the QM–MM pairs vary from "
                           "batch to batch); leave jit unset or false")

@@ -1,7 +1,9 @@
 """The models by their params name (``params['model']['name']``)."""
+from pinn.physics.embedding_kinds import embedding_of
 from pinn.physics.dipole import ACDipoleModel, DipoleModel
 from pinn.physics.dipole_variants import VARIANTS
 from pinn.physics.polarizability import POLARIZABILITY_MODELS
+from pinn.physics.embedded_potential import POTENTIAL_KINDS
 from pinn.physics.potential import PotentialModel
 
 MODELS = {"potential_model": PotentialModel, "dipole_model": DipoleModel,
@@ -13,6 +15,16 @@ MODELS = {"potential_model": PotentialModel, "dipole_model": DipoleModel,
 NOT_YET = {name: "one of upstream PiNN 2.x's dipole models" for name in (
     "AC_quadrupole_model", "combined_dipole_model")}
 
+
+
+def model_class(params):
+    """The model class of resolved ``params``: ``MODELS[model.name]``, and for the potential model the class of
+    its embedding (:data:`pinn.physics.embedded_potential.POTENTIAL_KINDS`, the kind read by
+    :func:`pinn.physics.embedding_kinds.embedding_of`)."""
+    cls = MODELS[params["model"]["name"]]
+    if cls is PotentialModel:
+        return POTENTIAL_KINDS[embedding_of(params["model"]["params"])]
+    return cls
 
 
 def build_model(params):
@@ -29,5 +41,5 @@ def build_model(params):
     from pinn.networks import get_network
     from pinn.networks.layers import precision_dtypes
     network = get_network(params)
-    return MODELS[params["model"]["name"]](network, params["model"]["params"], network.atom_types,
-                                           precision_dtypes(params["precision"])[0])
+    return model_class(params)(network, params["model"]["params"], network.atom_types,
+                               precision_dtypes(params["precision"])[0])

@@ -79,9 +79,10 @@ class Trainer(metaclass=_ModelClass):
         params: resolved params (:func:`pinn.params.resolve`, which checks them once), or a model
             directory holding ``params.yml``.
         model_cls: the model class (e.g. :class:`pinn.physics.potential.PotentialModel`).
-        world: :class:`pinn.parallel.worlds.SerialWorld` (default) or the
-            :class:`pinn.parallel.worlds.HorovodWorld` from
-            :func:`pinn.parallel.parallelize_model`.
+        world: :class:`pinn.parallel.serial.SerialWorld` (default) or the world that
+            :func:`pinn.parallel.worlds.parallelize_model` (or :func:`pinn.parallel.init`) returns:
+            :class:`~pinn.parallel.worlds.HorovodWorld`, :class:`~pinn.parallel.mpi_world.MpiWorld`
+            or :class:`~pinn.parallel.mirrored.MirroredWorld`.
         checkpoint: which checkpoint to restore: ``None`` or ``'last'`` (the
             latest in ``model_dir``), ``'best'`` (the best by the validation
             metric, in ``model_dir/best``) or a checkpoint path.
@@ -137,9 +138,9 @@ class Trainer(metaclass=_ModelClass):
     def from_model_dir(cls, model_dir, checkpoint=None):
         """The model of ``model_dir`` (its ``params.yml``) in this one process, whatever its stored
         ``parallel`` says, restored from ``checkpoint`` (see the class)."""
-        from pinn.physics.registry import MODELS
+        from pinn.physics.registry import model_class
         params = read_params(model_dir)
-        return cls(params, MODELS[params["model"]["name"]], None, checkpoint)
+        return cls(params, model_class(params), None, checkpoint)
 
     @property
     def best_dir(self):

@@ -454,7 +454,7 @@ def test_any_error_is_one_line_and_its_traceback_shown_with_verbose(monkeypatch,
     for err, line in zip(errors, lines):
         def fail(args, err=err):
             raise err
-        monkeypatch.setitem(commands.COMMANDS, "version", fail)
+        monkeypatch.setattr(commands.COMMANDS["version"], "run", fail)
         assert main(["version"]) == 1
         assert capsys.readouterr().err == f"pinn version: error: {line}\n"
         assert main(["version", "--verbose"]) == 1

@@ -15,8 +15,8 @@ from ase.io import read
 from pinn import get_calc
 from pinn.cli.commands import main
 from pinn.committee import CommitteeCalc
-from pinn.cli.export import export_model
 from pinn.files.model_file import FORMAT_VERSION, ModelFileError, read_model_file
+from pinn.models.export import export_model
 
 
 @pytest.fixture(scope="module")

@@ -75,7 +75,7 @@ def test_a_cache_of_other_data_is_rebuilt(frames, tmp_path, monkeypatch):
 
 
 def _input_fns(run, world=None, rc=4.0):
-    from pinn.cli.runconfig import input_fns, read_config
+    from pinn.training.run_file import input_fns, read_config
     from pinn.parallel.serial import SerialWorld
     _, data, train = read_config(run)
     return input_fns(data, train, world or SerialWorld(), rc=rc, atom_types=[1, 8])

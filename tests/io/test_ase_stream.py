@@ -282,7 +282,7 @@ def test_the_run_files_cache_of_streamed_training_data(tmp_path, monkeypatch, ca
     path keep the first epoch's structures (the path: TensorFlow's cache files appear)."""
     import yaml
 
-    from pinn.cli.runconfig import input_fns, read_config
+    from pinn.training.run_file import input_fns, read_config
     from pinn.parallel.serial import SerialWorld
     monkeypatch.setattr(ase_stream, "STREAM_ABOVE_BYTES", 0)
     data = tmp_path / "train.xyz"
@@ -312,7 +312,7 @@ def test_the_run_files_cache_of_streamed_training_data(tmp_path, monkeypatch, ca
 def test_a_bad_cache_is_refused_by_name(tmp_path):
     import yaml
 
-    from pinn.cli.runconfig import read_config
+    from pinn.training.run_file import read_config
     from pinn.schema import ParamsError
     run = tmp_path / "run.yml"
     run.write_text(yaml.safe_dump({"data": {"train": "x.xyz", "cache": " "}, "train": {"max_epochs": 1}}))

@@ -109,7 +109,7 @@ def test_ml_mm_interactions_stay_and_nve_conserves_the_energy(acetone_in_water, 
 @pytest.fixture(scope="module")
 def two_model_files(tmp_path_factory, ethanol_model, ethanol_pinet2_model):
     """Two directories a/ and b/, each with a model file model.pinn: two different models at one relative path."""
-    from pinn.cli.export import export_model
+    from pinn.models.export import export_model
     root = tmp_path_factory.mktemp("two-models")
     for name, model in (("a", ethanol_model), ("b", ethanol_pinet2_model)):
         (root / name).mkdir()

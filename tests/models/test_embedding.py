@@ -195,6 +195,23 @@ def test_settings_it_cannot_follow_are_refused(change, key, tmp_path):
         get_model(params)
 
 
+def test_the_kind_asks_the_network_for_what_it_needs(caplog):
+    """`embedding: electrostatic` without `out_units` gives the network its two outputs per atom (said in the log),
+    and the registry builds the kind's model class, which answers what it can do."""
+    import logging
+
+    from pinn.physics.embedded_potential import EmbeddedPotentialModel
+    from pinn.physics.embedding_kinds import ELECTROSTATIC
+    network = {"name": "PiNet", "params": {k: v for k, v in NETWORK["params"].items() if k != "out_units"}}
+    with caplog.at_level(logging.INFO, logger="pinn"):
+        params = resolve({**params_of(), "network": network})
+    assert params["network"]["params"]["out_units"] == 2
+    assert "network.params.out_units: 2, as model.params.embedding 'electrostatic' needs" in caplog.text
+    model = build_model(params)
+    assert type(model) is EmbeddedPotentialModel and model.embedding is ELECTROSTATIC
+    assert not model.jit_compatible and not model.embedding.gives_stress and "charges" in model.embedding.gives
+
+
 @pytest.fixture(scope="module")
 def trained(frames_file, tmp_path_factory):
     """A model directory trained by `pinn train` on the extended XYZ file (4 steps), and its train.log."""

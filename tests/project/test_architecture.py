@@ -200,6 +200,45 @@ def test_the_check_finds_a_violation(tmp_path):
     assert layer_of("pinn.keys", table)[0] < layer_of("pinn.io.readers.x", table)[0]
 
 
+#: the folders of the repository besides pinn/ whose Python files must not import the command either
+NOT_THE_COMMAND = ("benchmarks", "tools", "inputs", "scripts")
+
+
+def command_imports(module, path, modules):
+    """The modules of pinn/cli (the ``pinn`` command) that a file imports, inside functions too."""
+    internal, _ = imports_of(module, path, modules)
+    return sorted(target for target in internal if folder_of(target) == "pinn.cli")
+
+
+def outside_files():
+    """{module name: path} of the Python files of :data:`NOT_THE_COMMAND`."""
+    files = {}
+    for top in NOT_THE_COMMAND:
+        for folder, _, names in os.walk(os.path.join(ROOT, top)):
+            for name in names:
+                if name.endswith(".py"):
+                    path = os.path.join(folder, name)
+                    files[os.path.relpath(path, ROOT)[:-3].replace(os.sep, ".")] = path
+    return files
+
+
+def test_nothing_imports_the_command(graph, tmp_path):
+    """The ``pinn`` command parses its arguments and calls the library, and nothing imports it: no module of
+    pinn/ outside pinn/cli, no file of benchmarks/, tools/, inputs/ or scripts/ (what they need of a run file,
+    an export, is the library's: ``pinn.training.run_file``, ``pinn.models.export``).  ``pinn.moved``, the table
+    of old names, is the one exception: ``pinn.report`` is ``pinn.cli.report``.  Tests of the command import
+    it; a benchmark of a command runs it as a process."""
+    modules, edges = graph
+    wrong = {module: sorted(t for t in internal if folder_of(t) == "pinn.cli")
+             for module, (internal, _) in edges.items() if folder_of(module) != "pinn.cli" and module != "pinn.moved"}
+    wrong.update({module: command_imports(module, path, modules) for module, path in outside_files().items()})
+    wrong = {module: targets for module, targets in wrong.items() if targets}
+    assert not wrong, f"imports of the pinn command (pinn.cli) outside it: {wrong}"
+    path = tmp_path / "bench.py"  # the check sees an import inside a function, and `from pinn.cli import x`
+    path.write_text("def f():\n    from pinn.cli.export import export_model\n    from pinn.cli import main\n")
+    assert command_imports("benchmarks.bench", str(path), modules) == ["pinn.cli", "pinn.cli.export"]
+
+
 PUBLIC_NAMES = ["pinn.io.load_ase", "pinn.io.load_mimic", "pinn.io.distribute_data", "pinn.io.sparse_batch",
                 "pinn.io.add_neighbors", "pinn.io.load_numpy", "pinn.io.list_loader", "pinn.io.load_tfrecord",
                 "pinn.models.potential_model", "pinn.models.dipole_model", "pinn.models.get_model",
@@ -240,3 +279,23 @@ def test_every_part_of_the_trainer_is_on_the_page():
     modules = {name[:-3] for name in os.listdir(os.path.join(PACKAGE, "training"))
                if name.endswith(".py") and name not in ("__init__.py", "trainer.py")}
     assert named == modules, f"not on the page: {sorted(modules - named)}; gone: {sorted(named - modules)}"
+
+
+def test_the_embedding_is_compared_by_name_in_one_module():
+    """The kinds of embedding are asked what they can do (pinn.physics.embedding_kinds); their names are compared
+    (==, !=, in) in that module alone."""
+    from pinn.physics.embedding_kinds import KINDS
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "pinn")
+    found = []
+    for folder, _, files in os.walk(root):
+        for name in files:
+            path = os.path.join(folder, name)
+            if not name.endswith(".py") or path.endswith(os.path.join("physics", "embedding_kinds.py")):
+                continue
+            for node in ast.walk(ast.parse(open(path).read())):
+                if isinstance(node, ast.Compare):
+                    values = [node.left, *node.comparators]
+                    values += [e for v in values if isinstance(v, (ast.Tuple, ast.List, ast.Set)) for e in v.elts]
+                    if any(isinstance(v, ast.Constant) and v.value in KINDS for v in values):
+                        found.append(f"{os.path.relpath(path, root)}:{node.lineno}")
+    assert not found, f"an embedding's name compared outside pinn/physics/embedding_kinds.py: {found}"

@@ -62,7 +62,7 @@ API_OBJECTS = {
                 ("pinn.training.ema.WeightAverage", "pinn/training/ema.py", "WeightAverage")],
     "report": [("pinn.cli.report.write_report", "pinn/cli/report.py", "write_report")],
     "cli": [("pinn.cli.commands.main", "pinn/cli/commands.py", "main"),
-            ("pinn.cli.runconfig.run_training", "pinn/cli/runconfig.py", "run_training")],
+            ("pinn.training.run_file.run_training", "pinn/training/run_file.py", "run_training")],
     "parallel": [("pinn.parallel.worlds.init", "pinn/parallel/worlds.py", "init")],
     "networks": [("pinn.networks.pinet.PiNet", "pinn/networks/pinet.py", "PiNet"),
                  ("pinn.networks.pinet2.PiNet2", "pinn/networks/pinet2.py", "PiNet2"),

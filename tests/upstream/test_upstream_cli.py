@@ -105,7 +105,7 @@ def test_upstream_train_options(quick_start, monkeypatch, capsys):
 
 
 def test_upstream_convert_options_and_load_ds(quick_start, monkeypatch, capsys):
-    from pinn.cli.commands import LOADER_FORMATS
+    from pinn.cli.convert import LOADER_FORMATS
     from pinn.io import load_ase, load_ds, load_tfrecord
     from pinn.io.formats import LOADERS
     assert set(LOADER_FORMATS) == set(LOADERS)

@@ -17,6 +17,11 @@ MiMiC data go under ``data.mimic`` (``mpt``, ``trr``, ``energies`` and any
 other :func:`pinn.io.load_mimic` option) instead of ``data.train``.  With
 ``parallel: true`` every rank takes its share: whole MiMiC runs through
 :func:`pinn.io.distribute_data`, other data by ``Dataset.shard``.
+
+The input pipeline of both forms of ``pinn train`` is one function, :func:`input_pipeline`: a run
+file's (:func:`input_fns`) and upstream PiNN's params file trained on ``-t``/``-e`` data
+(:mod:`pinn.cli.upstream_train`).  The ``pinn`` command parses its arguments and calls what is
+here; a script calls :func:`run_training` as ``pinn train run.yml`` does.
 """
 import logging
 import os
@@ -24,6 +29,7 @@ import os
 import yaml
 
 from pinn.params import TOP_LEVEL
+from pinn.physics.embedding_kinds import MECHANICAL, embedding_of
 from pinn.schema import Option, ParamsError, did_you_mean, non_negative, positive, validate_section
 
 log = logging.getLogger("pinn")
@@ -209,12 +215,12 @@ def load_structures(source, atom_types=None):
     return dataset
 
 
-def region_for_model(dataset, source, world=None, embedding="mechanical"):
+def region_for_model(dataset, source, world=None, embedding=MECHANICAL):
     """``dataset`` as the model takes it: for a model with mechanical embedding, QM/MM frames (``qm`` in the
     data) cut to their QM region (:func:`pinn.io.qm_region`), said once in the log naming ``source``; other
     data, and any data for a model with another ``embedding`` (``model.params.embedding``), as they are."""
     from pinn.io.qmmm import is_qmmm, qm_region
-    if dataset is None or not is_qmmm(dataset.element_spec) or embedding != "mechanical":
+    if dataset is None or not is_qmmm(dataset.element_spec) or embedding_of(embedding).sees_environment:
         return dataset
     if world is None or world.is_chief:
         log.info("%s: QM/MM frames: the model (mechanical embedding) sees each frame's QM region alone, "
@@ -223,7 +229,7 @@ def region_for_model(dataset, source, world=None, embedding="mechanical"):
     return dataset.apply(qm_region())
 
 
-def datasets(data, world, atom_types=None, embedding="mechanical"):
+def datasets(data, world, atom_types=None, embedding=MECHANICAL):
     """(train, eval or ``None``) datasets of structures for this rank; with ``atom_types``, checked to hold
     only those elements (:func:`check_elements`); QM/MM frames as a model of ``embedding`` takes them
     (:func:`region_for_model`)."""
@@ -273,7 +279,7 @@ def datasets(data, world, atom_types=None, embedding="mechanical"):
     return train, evaluation
 
 
-def input_fns(data, train_section, world, rc, atom_types=None, member=0, embedding="mechanical"):
+def input_fns(data, train_section, world, rc, atom_types=None, member=0, embedding=MECHANICAL):
     """(train_fn, eval_fn or ``None``): input functions of sparse batches for :meth:`Trainer.train`.
 
     The training structures get their neighbor lists (cutoff ``rc``, Å) before the cache, so
@@ -283,7 +289,6 @@ def input_fns(data, train_section, world, rc, atom_types=None, member=0, embeddi
     A cache file (``data.cache: PATH``) is this rank's (:func:`_file_cache`), checked against what it
     was made from before the data are read.
     """
-    from pinn.io import add_neighbors, sparse_batch
     cache = _cache_of(data)
     if cache:
         cache = _file_cache(cache, data, world, rc, atom_types, embedding)
@@ -294,17 +299,46 @@ def input_fns(data, train_section, world, rc, atom_types=None, member=0, embeddi
     by_epochs = train_section["max_epochs"] is not None
 
     def train_fn():
-        dataset = train.apply(add_neighbors(rc))
-        if cache is not None:
-            dataset = dataset.cache(cache)
-        if not by_epochs:
-            dataset = dataset.repeat()
-        if buffer:
-            dataset = dataset.shuffle(buffer, seed=seed + world.rank + MEMBER_SEED_STRIDE * member)
-        return dataset.apply(sparse_batch(size))
+        return input_pipeline(train, rc=rc, cache=cache, repeat=not by_epochs, shuffle_buffer=buffer,
+                              seed=seed + world.rank + MEMBER_SEED_STRIDE * member, batch_size=size)
 
-    eval_fn = (lambda: evaluation.apply(sparse_batch(size))) if evaluation is not None else None
+    eval_fn = (lambda: input_pipeline(evaluation, batch_size=size)) if evaluation is not None else None
     return train_fn, eval_fn
+
+
+def input_pipeline(dataset, rc=None, cache=None, repeat=False, shuffle_buffer=0, seed=None, batch_size=None,
+                   take=None):
+    """The input pipeline of ``pinn train``, a run file's (:func:`input_fns`) and upstream PiNN's params file
+    trained on ``-t``/``-e`` (:mod:`pinn.cli.upstream_train`): each step in this order, where asked for.
+
+    Args:
+        dataset: ``tf.data.Dataset`` of structures, or of sparse batches (upstream's form batches first).
+        rc: neighbor lists at this cutoff (Å; :func:`pinn.io.add_neighbors`), before the cache so that each
+            is computed once; ``None``: none.
+        cache: the argument of ``dataset.cache`` (``''``: memory; a path: a file); ``None``: no cache.
+        repeat: repeat the data without end (a run by steps).
+        shuffle_buffer: shuffle the elements in a buffer of this many (``0``: no shuffle), with ``seed``.
+        batch_size: sparse batches of this many structures (:func:`pinn.io.sparse_batch`); ``None``: the
+            elements are batches already.
+        take: only the first ``take`` elements (``None``: all).
+
+    Returns:
+        the ``tf.data.Dataset``.
+    """
+    from pinn.io import add_neighbors, sparse_batch
+    if rc is not None:
+        dataset = dataset.apply(add_neighbors(rc))
+    if cache is not None:
+        dataset = dataset.cache(cache)
+    if repeat:
+        dataset = dataset.repeat()
+    if shuffle_buffer:
+        dataset = dataset.shuffle(shuffle_buffer, seed=seed)
+    if batch_size is not None:
+        dataset = dataset.apply(sparse_batch(batch_size))
+    if take:
+        dataset = dataset.take(take)
+    return dataset
 
 
 def _cache_of(data):
@@ -344,8 +378,8 @@ def _file_cache(path, data, world, rc, atom_types, embedding):
         files = [f for key in MIMIC_FILES for f in _listed(data["mimic"].get(key))]
         options = {k: v for k, v in data["mimic"].items() if k not in MIMIC_FILES}
     path = rank_path(path, rank)
-    prepare_cache(path, made_from(files, rc, atom_types, data["split"], data["seed"], options, embedding, rank,
-                                  ranks))
+    prepare_cache(path, made_from(files, rc, atom_types, data["split"], data["seed"], options,
+                                  embedding_of(embedding).name, rank, ranks))
     return path
 
 
@@ -380,7 +414,7 @@ def run_training(path, model_dir=None, max_steps=None, init_model=None, member=N
     from pinn.networks import atom_types_of
     from pinn.parallel import init
     from pinn.params import resolve
-    from pinn.physics.registry import MODELS
+    from pinn.physics.registry import model_class
     from pinn.training.trainer import Trainer
     params, data, train_section = read_config(path)
     if model_dir is not None:
@@ -390,7 +424,7 @@ def run_training(path, model_dir=None, max_steps=None, init_model=None, member=N
     if "model_dir" not in params:
         raise ParamsError(f"{path}: params.model_dir: required key is missing (or give --model-dir)")
     if member is not None:
-        from pinn.committee import MEMBER_PREFIX, is_committee_directory
+        from pinn.files.committee_dir import MEMBER_PREFIX, is_committee_directory
         params["model_dir"] = os.path.join(params["model_dir"], f"{MEMBER_PREFIX}{member}")
         params["seed"] = int(params.get("seed", 0)) + member
         if init_model is not None and is_committee_directory(init_model):
@@ -403,10 +437,10 @@ def run_training(path, model_dir=None, max_steps=None, init_model=None, member=N
     # the params alone (their notes go to that log); params.yml once train() has its data (a run refused by
     # them leaves the model directory's params.yml as it was)
     world = init(params)
-    model = Trainer(params, MODELS[params["model"]["name"]], world, defer_params=True)
+    model = Trainer(params, model_class(params), world, defer_params=True)
     try:
         # potential models have an embedding (docs/qmmm.md), dipole models none
-        embedding = params["model"]["params"].get("embedding", "mechanical")
+        embedding = embedding_of(params["model"]["params"])
         train_fn, eval_fn = input_fns(data, train_section, world, params["network"]["params"]["rc"],
                                       atom_types_of(params), member=member or 0, embedding=embedding)
         model.train(train_fn, max_steps=train_section["max_steps"], max_epochs=train_section["max_epochs"],
@@ -419,4 +453,5 @@ def run_training(path, model_dir=None, max_steps=None, init_model=None, member=N
         model.close()  # the run is over, or failed: its model directory is free for the next
 
 
-__all__ = ["read_config", "run_training", "input_fns", "load_structures", "DATA_PARAMS", "TRAIN_PARAMS"]
+__all__ = ["read_config", "run_training", "input_fns", "input_pipeline", "load_structures", "check_elements",
+           "region_for_model", "DATA_PARAMS", "TRAIN_PARAMS"]
