@@ -225,9 +225,19 @@ class RestoredModel:
             self._trainer = Trainer.from_model_dir(self._path, self.restored)
         return self._trainer
 
+    #: what the Trainer alone has: asking for one of these builds it (and locks the directory); any other name
+    #: that the class does not have raises AttributeError at once (a typo builds nothing)
+    TRAINING_ATTRIBUTES = frozenset({
+        "train", "save", "close", "store", "optimizer", "kalman", "ema", "early_stopping", "lr_factor",
+        "current_learning_rate", "learning_rate", "averaged_weights", "freeze_averaged_weights", "frozen",
+        "holds_average", "best_dir", "last_validation", "evaluate_with_parity", "engine", "jit", "parts",
+        "model", "network", "world", "backend", "state", "claim", "is_chief", "mp", "dtype", "evaluation",
+        "evaluator", "step_functions", "bar"})
+
     def __getattr__(self, name):
-        if name.startswith("__") or name in ("_path", "_handle", "_trainer"):
-            raise AttributeError(name)
+        if name not in RestoredModel.TRAINING_ATTRIBUTES:
+            raise AttributeError(f"{type(self).__name__} of {self.__dict__.get('_path')!r} has no attribute "
+                                 f"{name!r} (a Trainer's attributes: {sorted(RestoredModel.TRAINING_ATTRIBUTES)})")
         return getattr(self.as_trainer(), name)
 
     def __repr__(self):

@@ -43,6 +43,10 @@ def test_get_model_takes_params_a_model_directory_or_a_params_file(small_model, 
     batches = lambda: load_ase(alloy_xyz).take(8).apply(sparse_batch(4))  # noqa: E731
     assert by_dir.evaluate(batches) == pytest.approx(by_file.evaluate(batches), rel=1e-6)
     by_file.close()
+    # a misspelt name builds nothing and takes no lock: an AttributeError naming what a Trainer has
+    with pytest.raises(AttributeError, match="has no attribute 'trian'"):
+        by_dir.trian
+    assert "for inference" in repr(by_dir)  # no Trainer was built, so no lock was taken
     # ... until something of training is asked for: then the whole Trainer, at the same checkpoint
     assert by_dir.store.latest.endswith("ckpt-3") and "a Trainer" in repr(by_dir)
     assert isinstance(by_dir.as_trainer(), Trainer) and int(by_dir.step) == 3
