@@ -29,6 +29,8 @@ Both use a Verlet neighbor list (:class:`pinn.io.neighbors.VerletNeighbors`) wit
 rebuilt only when an atom has moved more than skin/2, filtered to the cutoff at every
 step, so the pairs are exactly those within the cutoff.
 """
+import dataclasses
+import functools
 import logging
 import os
 
@@ -311,13 +313,19 @@ class _TensorFlowEngine:
 ENGINES = ("auto", "numba", "tensorflow")
 
 
+def _checked_engine(engine):
+    """``engine``, refused unless it is one of :data:`ENGINES`: the one check of the name, which :func:`get_calc`
+    makes before any model loads and :func:`_choose_engine` for a :class:`PiNNCalc` made directly."""
+    if engine not in ENGINES:
+        raise ValueError(f"get_calc: engine must be one of {ENGINES}, got {engine!r}")
+    return engine
+
+
 def _choose_engine(model, engine):
     """The engine for ``model``: ``engine``, or for 'auto' numba where it can
     (:func:`pinn.engines.lowering.refusal`), else tensorflow, with the reason in the log."""
     from pinn.engines import lowering
-    if engine not in ENGINES:
-        raise ValueError(f"get_calc: engine must be one of {ENGINES}, got {engine!r}")
-    if engine == "tensorflow":
+    if _checked_engine(engine) == "tensorflow":
         return engine
     reason = lowering.refusal(model, "md")
     if reason is None:
@@ -384,130 +392,310 @@ def get_calc(model, checkpoint=None, jit=None, skin=0.5, engine="auto", *, check
             params whose network is not the directory's; ``dispersion`` without ``functional`` or the
             other way round, or one ``dftd3`` does not know.
         ImportError: ``dispersion`` without the ``dftd3`` package.
+        TypeError: a model of none of these kinds (naming what get_calc takes).
     """
-    from pinn.engines import lowering
-    if dispersion is not None or functional is not None:
-        from pinn.dispersion import check_d3, with_dispersion
-        if dispersion is None:
-            raise ValueError(f"get_calc: functional={functional!r} chooses D3's parameters; give dispersion= "
-                             "(e.g. 'd3bj') too, or neither")
-        check_d3(dispersion, functional)  # before the model loads
-        from pinn.dispersion.d3 import check_d3_elements
-        for name, elements in _declared_elements(model):
-            check_d3_elements(elements, f"{name} (its atom_types)")
-        calc = get_calc(model, checkpoint, jit, skin, engine, checkpoint_path=checkpoint_path, to_eV=to_eV,
-                        properties=properties, drive=drive, label=label, directory=directory)
-        calc = with_dispersion(calc, dispersion, functional)
-        if atoms is not None:
-            atoms.calc = calc
-        return calc
     if checkpoint_path is not None:
         if checkpoint is not None:
             raise ValueError("get_calc: checkpoint= and checkpoint_path= are the same argument "
                              "(checkpoint_path= is upstream PiNN's name); pass one of them")
         checkpoint = checkpoint_path
-    if isinstance(model, dict) and "network" in model:
-        from pinn.models.inference import model_of_params
-        model = model_of_params(model, checkpoint)
-    options = dict(to_eV=to_eV, properties=properties, atoms=atoms, label=label, directory=directory)
-    is_directory = isinstance(model, (str, bytes)) or hasattr(model, "__fspath__")
-    if engine not in ENGINES:
-        raise ValueError(f"get_calc: engine must be one of {ENGINES}, got {engine!r}")
-    if is_directory and is_model_file(model):
-        return _calc_of_model_file(model, checkpoint, jit, skin, engine, drive, options)
-    if isinstance(model, (list, tuple)) or (is_directory and is_committee_directory(model)):
-        if to_eV != 1.0 or properties is not None:
-            raise ValueError("get_calc: a committee takes neither to_eV nor properties (each member's own units "
-                             "apply; it gives energy, forces, stress and the deviations)")
-        dirs = member_directories(model)
-        members = [get_calc(d, checkpoint=checkpoint, jit=jit, skin=skin, engine=engine) for d in dirs]
-        calc = CommitteeCalc(members, dirs, skin=skin, drive=drive or "mean", atoms=atoms, label=label,
-                             directory=directory)
-        log.info("committee of %d members (%s engine): %s", calc.size, calc.engine, ", ".join(dirs))
-        return calc
-    if drive is not None:
-        one = os.fspath(model) if is_directory else f"a {type(model).__name__}"
-        raise ValueError(f"get_calc: drive={drive!r} chooses what drives a committee; {one!r} is one model")
-    if not is_directory:
-        if checkpoint is not None:
-            raise ValueError("get_calc: checkpoint= selects a checkpoint of a model directory; a model object is "
-                             "used with its current weights")
-        return PiNNCalc(model, jit=jit, skin=skin, engine=engine, **options)
-    from pinn.engines import exported
-    if engine != "tensorflow" and lowering.available():
-        weights = exported.load_engine_weights(model, checkpoint)
-        if weights is not None:
-            log.info("%s: weights from %s (no TensorFlow)", model, weights["source"])
-            return PiNNCalc(weights, skin=skin, engine=engine, **options)
-    from pinn.models.inference import load_for_inference
-    handle = load_for_inference(model, checkpoint)
-    calc = PiNNCalc(handle, jit=jit, skin=skin, engine=engine, **options)
-    if calc.engine == "numba":
-        exported.save_engine_weights(calc._engine.fast.arrays, calc._engine.e_unit, model, handle.checkpoint,
-                                     calc._engine.embedding, calc._engine.damping)
+    options = _Options(checkpoint, jit, skin, _checked_engine(engine), to_eV, properties, drive, atoms, label,
+                       directory)
+    source = _Source.from_(model)
+    if dispersion is None and functional is None:
+        return source.calc(options)
+    return _with_dispersion(source, options, dispersion, functional)
+
+
+def _with_dispersion(source, options, dispersion, functional):
+    """``source``'s calculator plus D3 dispersion (:func:`pinn.dispersion.with_dispersion`): D3's arguments, and the
+    elements of each model that the source declares, checked before the model loads."""
+    from pinn.dispersion import check_d3, with_dispersion
+    if dispersion is None:
+        raise ValueError(f"get_calc: functional={functional!r} chooses D3's parameters; give dispersion= "
+                         "(e.g. 'd3bj') too, or neither")
+    check_d3(dispersion, functional)
+    from pinn.dispersion.d3 import check_d3_elements
+    for name, elements in source.declared_elements():
+        check_d3_elements(elements, f"{name} (its atom_types)")
+    calc = with_dispersion(source.calc(dataclasses.replace(options, atoms=None)), dispersion, functional)
+    if options.atoms is not None:
+        options.atoms.calc = calc
     return calc
 
 
-def _declared_elements(model):
-    """``(name, atom_types)`` of each model that ``model`` (what :func:`get_calc` takes) names on disk, read from its
-    ``params.yml`` or its model file's header without loading it; none for a model object or a network without
-    ``atom_types``."""
-    from pinn.params import read_params_file
-    if isinstance(model, dict) and "network" in model:
-        return [("the params' network", model["network"].get("params", {}).get("atom_types") or [])]
-    is_path = isinstance(model, (str, bytes)) or hasattr(model, "__fspath__")
-    if is_path and is_model_file(model):
-        from pinn.files.model_file import read_model_file
-        members = read_model_file(model).members
-        return [(f"{os.fspath(model)} ({member['name']})", member["atom_types"]) for member in members]
-    if isinstance(model, (list, tuple)) or (is_path and is_committee_directory(model)):
-        directories = member_directories(model)
-    elif is_path and os.path.isfile(os.path.join(os.fsdecode(model), "params.yml")):
-        directories = [os.fsdecode(model)]
-    else:
+@dataclasses.dataclass(frozen=True)
+class _Options:
+    """What :func:`get_calc` was asked for besides the model and D3: ``checkpoint`` (``checkpoint_path`` taken) and
+    the ``engine``'s name checked, the rest as given."""
+    checkpoint: object = None
+    jit: object = None
+    skin: float = 0.5
+    engine: str = "auto"
+    to_eV: float = 1.0
+    properties: object = None
+    drive: object = None
+    atoms: object = None
+    label: object = None
+    directory: object = "."
+
+    def of_member(self):
+        """A committee member's options: the checkpoint and the engine's (the committee's calculator has the rest)."""
+        return _Options(self.checkpoint, self.jit, self.skin, self.engine)
+
+    def calc(self, model):
+        """The :class:`PiNNCalc` of ``model`` (an inference handle, a model object or engine weights)."""
+        return PiNNCalc(model, jit=self.jit, skin=self.skin, engine=self.engine, to_eV=self.to_eV,
+                        properties=self.properties, atoms=self.atoms, label=self.label, directory=self.directory)
+
+
+def _is_path(model):
+    return isinstance(model, (str, bytes)) or hasattr(model, "__fspath__")
+
+
+def _atom_types(params):
+    """The ``atom_types`` of a params dict's network (none where it declares none)."""
+    return ((params.get("network") or {}).get("params") or {}).get("atom_types") or []
+
+
+class _Source:
+    """One kind of model that :func:`get_calc` takes: :meth:`from_` recognises it (the kinds of :data:`_KINDS`, in
+    order), :meth:`calc` gives its calculator.
+
+    The options that only some kinds take are checked here, once for all: ``checkpoint`` (:attr:`takes_checkpoint`),
+    ``drive`` (a committee's) and ``to_eV`` and ``properties`` (one model's).  A kind gives its one model's
+    calculator (:meth:`one`) or, where :attr:`is_committee`, its members' (:meth:`members`), and, where it knows
+    them without loading, the elements of each model (:meth:`declared_elements`, which D3 checks).
+    """
+
+    #: what get_calc takes of this kind (the error for a model of no kind lists them)
+    what = ""
+    #: whether ``checkpoint=`` chooses the weights of this kind
+    takes_checkpoint = False
+    #: whether it is a committee (a model file's header says)
+    is_committee = False
+
+    def __init__(self, model):
+        self.model = model
+
+    @staticmethod
+    def recognises(model):
+        """Whether ``model`` is of this kind (asked in the order of :data:`_KINDS`)."""
+        raise NotImplementedError
+
+    @staticmethod
+    def from_(model):
+        """The source of ``model``: the first kind of :data:`_KINDS` that recognises it."""
+        for kind in _KINDS:
+            if kind.recognises(model):
+                return kind(model)
+        raise TypeError(f"get_calc: the model is a {type(model).__name__}, none of what get_calc takes: "
+                        + "; ".join(kind.what for kind in _KINDS))
+
+    def declared_elements(self):
+        """``(name, atom_types)`` of each model, read without loading it (none where they are not known so)."""
         return []
-    found = []
-    for directory in directories:
-        params = read_params_file(os.path.join(directory, "params.yml"))
-        found.append((directory, ((params.get("network") or {}).get("params") or {}).get("atom_types") or []))
-    return found
 
+    def checkpoint_refusal(self):
+        return ("get_calc: checkpoint= selects a checkpoint of a model directory; a model object is used with its "
+                "current weights")
 
-def _calc_of_model_file(path, checkpoint, jit, skin, engine, drive, options):
-    """The calculator of a model file (:mod:`pinn.files.model_file`): a member on the Numba engine from its
-    engine arrays without TensorFlow where it can, else rebuilt with TensorFlow; a committee of its members."""
-    from pinn.engines import lowering
-    from pinn.files.model_file import read_model_file
-    if checkpoint is not None:
-        raise ValueError(f"get_calc: {os.fspath(path)} is a model file, which holds one checkpoint's weights; "
-                         "checkpoint= is for a model directory")
-    model_file = read_model_file(path)
+    def one_model(self):
+        """The end of the message that refuses ``drive`` for one model."""
+        return f"{f'a {type(self.model).__name__}'!r} is one model"
 
-    def member(k, **extra):
-        weights = model_file.engine_weights(k)
-        if weights is not None and engine != "tensorflow" and lowering.available():
-            return PiNNCalc(weights, skin=skin, engine=engine, **extra)
-        from pinn.models.inference import handle_of_values  # TensorFlow
-        info = model_file.members[k]
-        handle = handle_of_values(info["params"], model_file.variables(k), f"{os.fspath(path)} ({info['name']})",
-                                  info["step"], info["averaged"])
-        return PiNNCalc(handle, jit=jit, skin=skin, engine=engine, **extra)
+    def one(self, options):
+        """The calculator of one model (options checked)."""
+        return options.calc(self.model)
 
-    names = [f"{os.fspath(path)} ({m['name']})" for m in model_file.members]
-    if not model_file.is_committee:
-        if drive is not None:
-            raise ValueError(f"get_calc: drive={drive!r} chooses what drives a committee; {os.fspath(path)} holds "
-                             "one model")
-        calc = member(0, **options)
-    else:
-        if options["to_eV"] != 1.0 or options["properties"] is not None:
+    def members(self, options):
+        """A committee's names and members' calculators (options checked; a member's: :meth:`_Options.of_member`)."""
+        raise NotImplementedError
+
+    def calc(self, options):
+        """The calculator with ``options``, checked here for every kind."""
+        if options.checkpoint is not None and not self.takes_checkpoint:
+            raise ValueError(self.checkpoint_refusal())
+        if not self.is_committee:
+            if options.drive is not None:
+                raise ValueError(f"get_calc: drive={options.drive!r} chooses what drives a committee; "
+                                 f"{self.one_model()}")
+            return self.one(options)
+        if options.to_eV != 1.0 or options.properties is not None:
             raise ValueError("get_calc: a committee takes neither to_eV nor properties (each member's own units "
                              "apply; it gives energy, forces, stress and the deviations)")
-        calc = CommitteeCalc([member(k) for k in range(len(names))], names, skin=skin, drive=drive or "mean",
-                             atoms=options["atoms"], label=options["label"], directory=options["directory"])
-    log.info("%s: %s written by pinn %s (%s engine)", os.fspath(path), model_file.header["kind"],
-             model_file.header["pinn_version"], calc.engine)
-    return calc
+        names, members = self.members(options.of_member())
+        return CommitteeCalc(members, names, skin=options.skin, drive=options.drive or "mean", atoms=options.atoms,
+                             label=options.label, directory=options.directory)
+
+
+class _ParamsDict(_Source):
+    """Upstream PiNN's ``get_calc(params)``: the model directory of the params, or their model with its initial
+    weights where it holds no checkpoint (:func:`pinn.models.inference.model_of_params`)."""
+
+    what = "a params dict naming its model_dir (upstream PiNN's get_calc(params))"
+    takes_checkpoint = True
+
+    @staticmethod
+    def recognises(model):
+        return isinstance(model, dict) and "network" in model
+
+    def declared_elements(self):
+        return [("the params' network", _atom_types(self.model))]
+
+    def one_model(self):
+        return f"the params' model_dir {self.model.get('model_dir')!r} is one model"
+
+    def one(self, options):
+        from pinn.models.inference import model_of_params  # TensorFlow
+        found = model_of_params(self.model, options.checkpoint)
+        return (_ModelDirectory(found) if _is_path(found) else _InMemory(found)).one(options)
+
+
+class _EngineWeights(_Source):
+    """The engine weights of a PiNet or PiNet2 potential (:func:`pinn.engines.exported.load_engine_weights`): the
+    Numba engine without TensorFlow."""
+
+    what = "engine weights (the dict of pinn.engines.exported.load_engine_weights)"
+
+    @staticmethod
+    def recognises(model):
+        return isinstance(model, dict)
+
+
+class _ModelFile(_Source):
+    """A model file of ``pinn export`` (:mod:`pinn.files.model_file`), one model or a committee: a member on the
+    Numba engine from its engine arrays without TensorFlow where it can, else rebuilt with TensorFlow."""
+
+    what = "a model file of pinn export (one model or a committee)"
+
+    @staticmethod
+    def recognises(model):
+        return _is_path(model) and is_model_file(model)
+
+    @functools.cached_property
+    def file(self):
+        """The file, read and checked once."""
+        from pinn.files.model_file import read_model_file
+        return read_model_file(self.model)
+
+    @property
+    def is_committee(self):
+        return self.file.is_committee
+
+    @property
+    def names(self):
+        return [f"{os.fspath(self.model)} ({member['name']})" for member in self.file.members]
+
+    def declared_elements(self):
+        return [(name, member["atom_types"]) for name, member in zip(self.names, self.file.members)]
+
+    def checkpoint_refusal(self):
+        return (f"get_calc: {os.fspath(self.model)} is a model file, which holds one checkpoint's weights; "
+                "checkpoint= is for a model directory")
+
+    def one_model(self):
+        return f"{os.fspath(self.model)} holds one model"
+
+    def one(self, options):
+        return self._member(0, options)
+
+    def members(self, options):
+        return self.names, [self._member(k, options) for k in range(len(self.names))]
+
+    def _member(self, k, options):
+        from pinn.engines import lowering
+        weights = self.file.engine_weights(k)
+        if weights is not None and options.engine != "tensorflow" and lowering.available():
+            return options.calc(weights)
+        from pinn.models.inference import handle_of_values  # TensorFlow
+        info = self.file.members[k]
+        return options.calc(handle_of_values(info["params"], self.file.variables(k), self.names[k], info["step"],
+                                             info["averaged"]))
+
+    def calc(self, options):
+        calc = super().calc(options)
+        log.info("%s: %s written by pinn %s (%s engine)", os.fspath(self.model), self.file.header["kind"],
+                 self.file.header["pinn_version"], calc.engine)
+        return calc
+
+
+class _Committee(_Source):
+    """A committee of model directories (:mod:`pinn.committee`): a list of them, or a directory of ``member-K/``."""
+
+    what = "a list of model directories or a directory of member-K/ model directories (a committee)"
+    takes_checkpoint = True  # every member's
+    is_committee = True
+
+    @staticmethod
+    def recognises(model):
+        return isinstance(model, (list, tuple)) or (_is_path(model) and is_committee_directory(model))
+
+    @functools.cached_property
+    def directories(self):
+        return member_directories(self.model)
+
+    def declared_elements(self):
+        return [found for directory in self.directories for found in _ModelDirectory(directory).declared_elements()]
+
+    def members(self, options):
+        return self.directories, [_ModelDirectory(directory).one(options) for directory in self.directories]
+
+    def calc(self, options):
+        calc = super().calc(options)
+        log.info("committee of %d members (%s engine): %s", calc.size, calc.engine, ", ".join(self.directories))
+        return calc
+
+
+class _ModelDirectory(_Source):
+    """A model directory (``params.yml`` and checkpoints): on the Numba engine from the checkpoint's
+    ``engine-weights.npz`` without TensorFlow when that file is up to date, else loaded for inference (and the file
+    written for the next time)."""
+
+    what = "a model directory"
+    takes_checkpoint = True
+
+    @staticmethod
+    def recognises(model):
+        return _is_path(model)
+
+    def declared_elements(self):
+        from pinn.params import read_params_file
+        path = os.path.join(os.fsdecode(self.model), "params.yml")
+        return [(os.fsdecode(self.model), _atom_types(read_params_file(path)))] if os.path.isfile(path) else []
+
+    def one_model(self):
+        return f"{os.fspath(self.model)!r} is one model"
+
+    def one(self, options):
+        from pinn.engines import exported, lowering
+        if options.engine != "tensorflow" and lowering.available():
+            weights = exported.load_engine_weights(self.model, options.checkpoint)
+            if weights is not None:
+                log.info("%s: weights from %s (no TensorFlow)", self.model, weights["source"])
+                return options.calc(weights)
+        from pinn.models.inference import load_for_inference  # TensorFlow
+        handle = load_for_inference(self.model, options.checkpoint)
+        calc = options.calc(handle)
+        if calc.engine == "numba":
+            exported.save_engine_weights(calc._engine.fast.arrays, calc._engine.e_unit, self.model, handle.checkpoint,
+                                         calc._engine.embedding, calc._engine.damping)
+        return calc
+
+
+class _InMemory(_Source):
+    """A model object in memory (a Trainer, a ``RestoredModel``, an ``InferenceHandle``), with its current
+    weights."""
+
+    what = "a model object (potential_model(), dipole_model(), get_model(), an InferenceHandle)"
+
+    @staticmethod
+    def recognises(model):
+        return hasattr(model, "params")  # asked last: TensorFlow's classes are not imported to recognise it
+
+
+#: the kinds of model that get_calc takes, in the order they are asked
+_KINDS = (_ParamsDict, _EngineWeights, _ModelFile, _Committee, _ModelDirectory, _InMemory)
 
 
 #: upstream PiNN's name of the calculator class

@@ -257,3 +257,62 @@ def test_a_checkpoint_outside_the_model_directory_is_refused(trained_alloy_model
     assert (tmp_path / "model" / "engine-weights.npz").exists() is False
     pinn.get_calc(str(tmp_path / "model"))
     assert (tmp_path / "model" / "engine-weights.npz").exists()  # its own checkpoint: written, inside
+
+
+def test_each_kind_of_model_is_recognised_and_anything_else_is_refused_naming_the_kinds(tmp_path):
+    """get_calc's sources, each recognised in order without loading anything; a model of none of these kinds is a
+    TypeError that names every kind get_calc takes."""
+    from pinn import calculator
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    (model_dir / "params.yml").write_text("{}\n")
+    committee = tmp_path / "committee"
+    (committee / "member-0").mkdir(parents=True)
+    (committee / "member-0" / "params.yml").write_text("{}\n")
+    model_file = tmp_path / "model.pinn"
+    model_file.write_bytes(b"")
+
+    class InMemory:
+        params = {}
+
+    for model, kind in [({"network": {}, "model_dir": "m"}, calculator._ParamsDict),
+                        ({"e_unit": 1.0}, calculator._EngineWeights),
+                        (str(model_file), calculator._ModelFile), (model_file, calculator._ModelFile),
+                        ([str(model_dir)], calculator._Committee), ((model_dir,), calculator._Committee),
+                        (str(committee), calculator._Committee), (committee, calculator._Committee),
+                        (str(model_dir), calculator._ModelDirectory), (model_dir, calculator._ModelDirectory),
+                        (str(tmp_path / "nowhere"), calculator._ModelDirectory), (InMemory(), calculator._InMemory)]:
+        assert type(calculator._Source.from_(model)) is kind, model
+    for other in (42, None, {29, 79}):
+        with pytest.raises(TypeError, match=rf"^get_calc: the model is a {type(other).__name__}, none of what "
+                           r"get_calc takes: a params dict .*; engine weights .*; a model file .*; a list of model "
+                           r"directories .*; a model directory; a model object"):
+            pinn.get_calc(other)
+
+
+def test_options_of_some_kinds_are_refused_for_the_others_before_anything_loads(trained_alloy_model, tmp_path):
+    """checkpoint= (a directory's), drive= (a committee's), to_eV= and properties= (one model's) and the engine's
+    name: each refused by one check, the same for every kind, before a model loads; a model file's committee
+    like a committee of directories."""
+    from pinn.models.export import export_model
+    nowhere = str(tmp_path / "nowhere")
+    with pytest.raises(ValueError, match="engine must be one of"):
+        pinn.get_calc(nowhere, engine="cuda")
+    with pytest.raises(ValueError, match="checkpoint= selects a checkpoint of a model directory"):
+        pinn.get_calc({"e_unit": 1.0}, checkpoint="best")
+    with pytest.raises(ValueError, match=r"drive='first' chooses what drives a committee; 'a dict' is one model"):
+        pinn.get_calc({"e_unit": 1.0}, drive="first")
+    with pytest.raises(ValueError, match=r"drive='first' chooses .*; the params' model_dir '.*nowhere' is one model"):
+        pinn.get_calc({"model_dir": nowhere, "network": {"name": "PiNet"}}, drive="first")
+    for options in ({"to_eV": 2.0}, {"properties": ["energy"]}):
+        with pytest.raises(ValueError, match="a committee takes neither to_eV nor properties"):
+            pinn.get_calc([nowhere, nowhere], **options)
+    path = tmp_path / "committee.pinn"
+    export_model([trained_alloy_model, trained_alloy_model], str(path))
+    for options in ({"to_eV": 2.0}, {"properties": ["energy"]}):
+        with pytest.raises(ValueError, match="a committee takes neither to_eV nor properties"):
+            pinn.get_calc(str(path), **options)
+    with pytest.raises(ValueError, match="holds one checkpoint's weights; checkpoint= is for a model directory"):
+        pinn.get_calc(str(path), checkpoint="best")
+    calc = pinn.get_calc(str(path), drive="first")
+    assert calc.size == 2 and calc.drive == "first"
