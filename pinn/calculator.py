@@ -41,14 +41,14 @@ from ase.stress import full_3x3_to_voigt_6_stress
 from pinn.committee import CommitteeCalc, is_committee_directory, member_directories
 from pinn.physics.embedding_kinds import MECHANICAL, embedding_of
 from pinn.files.model_file import is_model_file
-from pinn.io.atoms_input import changed_since, check_atoms
+from pinn.io.atoms_input import FollowsInputs, check_atoms
 from pinn.io.neighbors import VerletNeighbors
 from pinn.io.qmmm_atoms import network_atoms
 
 log = logging.getLogger(__name__)
 
 
-class PiNNCalc(Calculator):
+class PiNNCalc(FollowsInputs, Calculator):
     """ASE calculator wrapping a trained model (see :func:`get_calc` for the arguments).
 
     ``model`` is a :class:`pinn.models.inference.InferenceHandle` (or a
@@ -94,20 +94,6 @@ class PiNNCalc(Calculator):
         self.e_unit = self._engine.e_unit * self.to_eV  # the model's own energy unit, then upstream's factor
         self.atom_types = set(self._engine.atom_types)
         self.neighbors = VerletNeighbors(self.rc, skin)
-
-    def check_state(self, atoms, tol=1e-15):
-        """Changes since the last calculation, by exact comparison.
-
-        ASE asks for the forces three times per Verlet step, and its own test (``allclose``
-        with ``tol`` on every array) costs about as much as a small molecule's forces.  Here
-        a property counts as changed when any of its values differs at all: the same answer
-        as ASE's except for differences below ``tol`` (1e-15), which recompute.  A QM/MM frame's
-        ``qm`` array and region charge (``info["charge"]``), which ASE's test ignores, count too
-        (:func:`pinn.io.atoms_input.changed_since`).
-        """
-        if self.atoms is None:
-            return list(all_changes)
-        return changed_since(self.atoms, atoms, [name for name in all_changes if name not in self.ignored_changes])
 
     def calculate(self, atoms=None, properties=("energy",), system_changes=all_changes):
         missing = [p for p in properties if p not in self.implemented_properties]

@@ -31,7 +31,7 @@ from ase.stress import full_3x3_to_voigt_6_stress
 
 # a committee directory's members, here for get_calc and the scripts that import them from pinn.committee
 from pinn.files.committee_dir import MEMBER_PREFIX, is_committee_directory, member_directories  # noqa: F401
-from pinn.io.atoms_input import changed_since, check_atoms
+from pinn.io.atoms_input import FollowsInputs, check_atoms
 from pinn.io.qmmm_atoms import network_atoms
 
 log = logging.getLogger(__name__)
@@ -80,7 +80,7 @@ def deviations(energies, forces, n_atoms=None, virials=None):
     return out
 
 
-class CommitteeCalc(Calculator):
+class CommitteeCalc(FollowsInputs, Calculator):
     """ASE calculator of a committee of potentials: the members' mean, and their deviation in ``results``.
 
     Made by :func:`pinn.get_calc` from a list of model directories or a directory of members.  On the
@@ -149,13 +149,6 @@ class CommitteeCalc(Calculator):
     def size(self):
         """The number of members."""
         return len(self.members)
-
-    def check_state(self, atoms, tol=1e-15):
-        """Changes since the last calculation, by exact comparison, the QM/MM inputs included
-        (:func:`pinn.io.atoms_input.changed_since`, as :class:`pinn.calculator.PiNNCalc`)."""
-        if self.atoms is None:
-            return list(all_changes)
-        return changed_since(self.atoms, atoms, [name for name in all_changes if name not in self.ignored_changes])
 
     def _predict(self, atoms, members):
         """The energy [K], per-atom energies [K, n], forces [K, n, 3] and, periodic, stress [K, 3, 3] (eV, Å)

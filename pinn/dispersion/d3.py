@@ -6,7 +6,7 @@ from ase.calculators.mixing import SumCalculator
 
 from pinn.committee import COMMITTEE_PROPERTIES
 from pinn.physics.embedding_kinds import MECHANICAL, embedding_of
-from pinn.io.atoms_input import changed_since
+from pinn.io.atoms_input import FollowsInputs
 
 #: the damping functions a ``dispersion=`` may name (``dftd3.ase.DFTD3``'s names) → ``dftd3.interface``'s
 #: parameter class: d3bj Becke–Johnson (rational), d3zero zero damping, their modified forms, optimized power
@@ -14,7 +14,7 @@ DAMPINGS = {"d3bj": "RationalDampingParam", "d3zero": "ZeroDampingParam", "d3bjm
             "d3zerom": "ModifiedZeroDampingParam", "d3op": "OptimizedPowerDampingParam"}
 
 #: the heaviest element dftd3 has D3 parameters for: Lr (Z 103).  Heavier ones it does not refuse: measured with
-#: dftd3 1.7, PBE/d3bj, Z 104 and 107-111 give 0, Z 105 -6e205 eV, Z 106 NaN, and Z 118 asks for 25.8 GB
+#: dftd3 1.7, PBE/d3bj, Z 104 and 107-111 give 0, Z 105 -6e205 eV, Z 106 NaN; Z 118 takes the process down
 D3_LAST_ELEMENT = 103
 
 #: a committee's per-member properties, which get the D3 term added (one per member)
@@ -128,7 +128,7 @@ class D3Term(Calculator):
         return f"D3Term({self.damping}, {self.functional})"
 
 
-class DispersionCorrected(SumCalculator):
+class DispersionCorrected(FollowsInputs, SumCalculator):
     """A pinn calculator plus :class:`D3Term`: ASE's ``SumCalculator`` that also passes a committee's deviations on.
 
     ``energy``, ``forces``, ``stress`` and (where the model gives them) ``energies`` are the sums of
@@ -158,13 +158,6 @@ class DispersionCorrected(SumCalculator):
         self.implemented_properties = list(self.implemented_properties) + forwarded
         #: the model's engine (``'numba'`` or ``'tensorflow'``; a committee's: also ``'mixed'``)
         self.engine = model.engine
-
-    def check_state(self, atoms, tol=1e-15):
-        """Changes since the last result, the QM/MM inputs (``qm``, ``info["charge"]``) included, as the model's
-        calculator sees them (:func:`pinn.io.atoms_input.changed_since`)."""
-        if self.atoms is None:
-            return list(all_changes)
-        return changed_since(self.atoms, atoms, all_changes)
 
     def calculate(self, atoms=None, properties=("energy",), system_changes=all_changes):
         summed = [p for p in properties if p not in COMMITTEE_PROPERTIES] or ["energy"]

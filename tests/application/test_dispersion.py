@@ -179,7 +179,7 @@ def test_bad_d3_arguments_are_refused_by_name(ethanol_model, tmp_path, capsys):
 
 
 def test_elements_without_d3_parameters_are_refused_by_name(ethanol_model, tmp_path, capsys):
-    """dftd3 covers H to Lr (Z 1-103) and above gives 0 (Z 104), NaN (106) or asks for 25.8 GB (118): a structure
+    """dftd3 covers H to Lr (Z 1-103) and above gives 0 (Z 104), NaN (106) or takes the process down (118): a structure
     with such an element is refused by the D3 term, and a model that knows one before it loads (its params.yml
     alone: no checkpoint is read)."""
     import shutil
