@@ -52,7 +52,7 @@ def test_errors(model_dir, test_file, embedding):
 
     from pinn import keys as K
     from pinn.io import add_neighbors, load_ase, qm_region, sparse_batch
-    from pinn.models.inference import load_for_inference
+    from pinn.inference.handle import load_for_inference
     handle = load_for_inference(model_dir)
     rc = handle.model.network.rc
     whole = load_ase(test_file, shuffle=False)

@@ -51,8 +51,8 @@ log = logging.getLogger(__name__)
 class PiNNCalc(FollowsInputs, Calculator):
     """ASE calculator wrapping a trained model (see :func:`get_calc` for the arguments).
 
-    ``model`` is a :class:`pinn.models.inference.InferenceHandle` (or a
-    :class:`pinn.training.trainer.Trainer`, whose handle :func:`pinn.models.inference.handle_of` takes),
+    ``model`` is a :class:`pinn.inference.handle.InferenceHandle` (or a
+    :class:`pinn.training.trainer.Trainer`, whose handle :func:`pinn.models.restored.handle_of` takes),
     or the engine weights of a PiNet or PiNet2 potential (the dict of
     :func:`pinn.engines.exported.load_engine_weights`), which run on the Numba engine without TensorFlow.
     """
@@ -66,7 +66,8 @@ class PiNNCalc(FollowsInputs, Calculator):
         if isinstance(model, dict):
             self._engine = _NumbaEngine(model, engine=engine)
         else:
-            from pinn.models.inference import InferenceHandle, handle_of  # TensorFlow
+            from pinn.inference.handle import InferenceHandle  # TensorFlow
+            from pinn.models.restored import handle_of
             model = model if isinstance(model, InferenceHandle) else handle_of(model)
             self.handle = model
             chosen = _choose_engine(model, engine)
@@ -517,7 +518,7 @@ class _Source:
 
 class _ParamsDict(_Source):
     """Upstream PiNN's ``get_calc(params)``: the model directory of the params, or their model with its initial
-    weights where it holds no checkpoint (:func:`pinn.models.inference.model_of_params`)."""
+    weights where it holds no checkpoint (:func:`pinn.inference.handle.model_of_params`)."""
 
     what = "a params dict naming its model_dir (upstream PiNN's get_calc(params))"
     takes_checkpoint = True
@@ -533,7 +534,7 @@ class _ParamsDict(_Source):
         return f"the params' model_dir {self.model.get('model_dir')!r} is one model"
 
     def one(self, options):
-        from pinn.models.inference import model_of_params  # TensorFlow
+        from pinn.inference.handle import model_of_params  # TensorFlow
         found = model_of_params(self.model, options.checkpoint)
         return (_ModelDirectory(found) if _is_path(found) else _InMemory(found)).one(options)
 
@@ -594,7 +595,7 @@ class _ModelFile(_Source):
         weights = self.file.engine_weights(k)
         if weights is not None and options.engine != "tensorflow" and lowering.available():
             return options.calc(weights)
-        from pinn.models.inference import handle_of_values  # TensorFlow
+        from pinn.inference.handle import handle_of_values  # TensorFlow
         info = self.file.members[k]
         return options.calc(handle_of_values(info["params"], self.file.variables(k), self.names[k], info["step"],
                                              info["averaged"]))
@@ -660,7 +661,7 @@ class _ModelDirectory(_Source):
             if weights is not None:
                 log.info("%s: weights from %s (no TensorFlow)", self.model, weights["source"])
                 return options.calc(weights)
-        from pinn.models.inference import load_for_inference  # TensorFlow
+        from pinn.inference.handle import load_for_inference  # TensorFlow
         handle = load_for_inference(self.model, options.checkpoint)
         calc = options.calc(handle)
         if calc.engine == "numba":

@@ -51,7 +51,9 @@ MOVED = {
     "pinn.engines.numba.verlet_filter": "pinn.io.verlet_filter",
     "pinn.engines.velocities": "pinn.md.velocities",
     "pinn.training.options": "pinn.params.training_options",
-    "pinn.training.inference": "pinn.models.inference",
+    "pinn.training.inference": "pinn.inference.handle",
+    # pinn 0.30: inference below training (pinn.models.restored keeps RestoredModel and handle_of)
+    "pinn.models.inference": "pinn.inference.handle",
     # pinn 0.30: the run file and its data pipeline below the command (nothing imports pinn.cli)
     "pinn.cli.runconfig": "pinn.training.run_file",
 }

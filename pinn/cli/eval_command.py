@@ -1,5 +1,5 @@
 """``pinn eval``: the errors of a trained model on data (a table, or JSON), through the inference loader
-(:func:`pinn.models.inference.load_for_inference`); ``--per-atom``: the predictions as extended XYZ
+(:func:`pinn.inference.handle.load_for_inference`); ``--per-atom``: the predictions as extended XYZ
 (:mod:`pinn.cli.predictions`)."""
 import json
 import os
@@ -27,7 +27,7 @@ def run(args):
     from pinn.cli.predictions import refuse_per_atom, write_predictions
     from pinn.cli.train_command import metrics_table
     from pinn.io import sparse_batch
-    from pinn.models.inference import load_for_inference
+    from pinn.inference.handle import load_for_inference
     from pinn.physics.embedding_kinds import embedding_of
     from pinn.training.run_file import load_structures, region_for_model
     if not os.path.isdir(args.model_dir):

@@ -15,7 +15,7 @@ def refuse_per_atom(model, model_dir):
     """Refuse ``--per-atom`` for a model that has no per-atom energies.
 
     Args:
-        model: the restored model (:attr:`pinn.models.inference.InferenceHandle.model`).
+        model: the restored model (:attr:`pinn.inference.handle.InferenceHandle.model`).
         model_dir: its directory, for the message.
 
     Raises:

@@ -16,7 +16,7 @@ format alone (NumPy and JSON):
 
 A PiNet or PiNet2 potential loads and runs from the file on the Numba engine without importing
 TensorFlow; other models (BPNN, PiNet2, LJ, dipole models) are rebuilt with TensorFlow from the
-params and take the variables' values (:func:`pinn.models.inference.handle_of_values`).  A committee
+params and take the variables' values (:func:`pinn.inference.handle.handle_of_values`).  A committee
 (a list of model directories, or a directory of ``member-K/``) exports to one file of several members.
 
 The container is a NumPy ``.npz`` (a zip archive, no pickles, arrays stored uncompressed).  A

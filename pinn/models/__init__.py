@@ -22,7 +22,7 @@ log = logging.getLogger("pinn")
 
 _EXPORTS = {"PotentialModel": "pinn.physics.potential", "DipoleModel": "pinn.physics.dipole",
             "MODELS": "pinn.physics.registry", "build_model": "pinn.physics.registry",
-            "load_for_inference": "pinn.models.inference", "RestoredModel": "pinn.models.inference"}
+            "load_for_inference": "pinn.inference.handle", "RestoredModel": "pinn.models.restored"}
 
 
 def potential_model(params, world=None):
@@ -66,40 +66,41 @@ def get_model(params, checkpoint=None, world=None):
         world: as for :func:`potential_model`.
 
     Returns:
-        for a trained model's directory, a :class:`~pinn.models.inference.RestoredModel`: restored for
-        inference (:func:`load_for_inference`: no optimizer, no Kalman state, no lock), which becomes the
-        whole Trainer the first time something of training is asked of it; else a
-        :class:`pinn.training.trainer.Trainer`.
+        one kind of object per kind of input: for params (a dict or a params file), a
+        :class:`pinn.training.trainer.Trainer`; for a model directory, a
+        :class:`~pinn.models.restored.RestoredModel`: restored for inference (:func:`load_for_inference`: no
+        optimizer, no Kalman state, no lock), which becomes the whole Trainer the first time something of
+        training is asked of it (at once where the directory holds no checkpoint yet).
 
     Raises:
         ParamsError: bad params, naming the key (or the file that is not a params mapping).
         ValueError: a parallel ``world`` for a model directory (a model rebuilt from it runs in one process).
     """
-    from pinn.params import read_params_file
     if isinstance(params, (str, os.PathLike)) and os.path.isfile(params):
-        params = read_params_file(params)
-    if isinstance(params, (str, os.PathLike)) and _trained(params, checkpoint):
-        if world is not None and world.is_parallel:
-            raise ValueError("get_model: a model rebuilt from its directory runs in one process; build it from "
-                             "its params (a dict) to train it on the ranks of a world")
-        from pinn.models.inference import RestoredModel
-        return RestoredModel(params, checkpoint)
+        from pinn.params import read_params_file
+        return _build(read_params_file(params), None, checkpoint, world)
+    if isinstance(params, (str, os.PathLike)):
+        return _restored(params, checkpoint, world)
     return _build(params, None, checkpoint, world)
 
 
-def _trained(model_dir, checkpoint):
-    """Whether ``model_dir`` holds what ``checkpoint`` asks for (any checkpoint for ``None``/``'last'``;
-    ``'best'`` or a path: yes, and loading says what is missing)."""
-    from pinn.files import checkpoint_dir
-    if checkpoint not in (None, "last"):
-        return True
-    return os.path.isdir(model_dir) and checkpoint_dir.latest(model_dir) is not None
+def _restored(model_dir, checkpoint, world):
+    """``get_model(model_dir)``: the :class:`~pinn.models.restored.RestoredModel` of the directory, in this one
+    process."""
+    from pinn.params import read_params
+    if world is not None and world.is_parallel:
+        raise ValueError("get_model: a model rebuilt from its directory runs in one process; build it from "
+                         "its params (a dict) to train it on the ranks of a world")
+    read_params(model_dir)  # a directory without params.yml: said before anything is built
+    from pinn.models.restored import RestoredModel
+    return RestoredModel(model_dir, checkpoint)
 
 
 def _build(params, expected, checkpoint=None, world=None):
     """The Trainer of ``params`` (a dict or a model directory), whose model must be ``expected`` (a
     ``model.name``; ``None``: any): the params resolved once, the world made once."""
     from pinn.params import read_params, resolve
+    from pinn.training.parts import assemble
     from pinn.training.trainer import Trainer
     from_model_dir = isinstance(params, (str, os.PathLike))
     if from_model_dir:
@@ -112,7 +113,7 @@ def _build(params, expected, checkpoint=None, world=None):
         params = resolve(params)
     if params["parallel"] and not from_model_dir:
         world = _world_of(params, world)
-    return Trainer(params, _model_class(params), world, checkpoint)
+    return Trainer(assemble(params, _model_class(params), world, checkpoint))
 
 
 def _world_of(params, world):

@@ -3,7 +3,7 @@ export`` does (:mod:`pinn.cli.export` parses its arguments and calls :func:`expo
 
 The model file's format, read and checked without TensorFlow, is :mod:`pinn.files.model_file`; writing
 one reads each model directory with TensorFlow, through the inference loader
-(:func:`pinn.models.inference.load_for_inference`), and packs the variables the model predicts with and,
+(:func:`pinn.inference.handle.load_for_inference`), and packs the variables the model predicts with and,
 for a PiNet or PiNet2 potential, the Numba engine's arrays (:mod:`pinn.engines.lowering`).
 """
 import os
@@ -49,7 +49,7 @@ def _member(directory, checkpoint):
     import numpy as np
 
     from pinn.engines.lowering import capability
-    from pinn.models.inference import load_for_inference, variable_values
+    from pinn.inference.handle import load_for_inference, variable_values
     handle = load_for_inference(directory, checkpoint)
     params = dict(handle.params)
     params.pop("model_dir", None)

@@ -7,7 +7,8 @@ and take rank 0's state by broadcast (:class:`pinn.training.trainer.Trainer`).
 
 What a crash can do, and what is done about it:
 
-- **Restore verifies.**  A checkpoint is read whole before it is used: its index and data
+- **Restore verifies** (the store reads as inference does: :mod:`pinn.inference.checkpoint_reader`).
+  A checkpoint is read whole before it is used: its index and data
   (TensorFlow checks each tensor's checksum), every variable of the model, optimizer and
   weight average present with its shape, and every floating-point value finite.  A damaged
   newest checkpoint is passed over with a warning naming it and the one used instead; only
@@ -20,7 +21,7 @@ What a crash can do, and what is done about it:
   ``best/`` is built beside the old one and put in its place whole.  A damaged checkpoint
   passed over by a resume is moved to ``model_dir/damaged/`` before the next save.
 - **A full disk** (or quota) during a save ends training with one line naming the file,
-  the free space and the space needed, and exit status :data:`SAVE_FAILED_EXIT_CODE`
+  the free space and the space needed, and exit status :data:`~pinn.training.checkpoint_files.SAVE_FAILED_EXIT_CODE`
   (:class:`CheckpointWriteFailed`); the partial files are removed and the previous
   checkpoint stays the latest.
 
@@ -37,16 +38,14 @@ import time
 import tensorflow as tf
 
 from pinn.files import checkpoint_dir as ckdir
-from pinn.files.durable import existing_dir, fsync_dir, fsync_file, recover_dir, replace_dir, write_atomic
+from pinn.files.durable import fsync_dir, fsync_file, recover_dir, replace_dir, write_atomic
+from pinn.inference.checkpoint_reader import (
+    BEST_DIR, CheckpointDamaged, CheckpointReader, NoIntactCheckpoint, damaged_text, first_line, verify_files)
 from pinn.params import ParamsError, read_params, write_params
-from pinn.training.checkpoint_files import (  # noqa: F401
-    SAVE_FAILED_EXIT_CODE, CheckpointDamaged, CheckpointWriteFailed, NoIntactCheckpoint, first_line,
-    stop_when_disk_full, verify_files)
+from pinn.training.checkpoint_files import stop_when_disk_full
 
 log = logging.getLogger("pinn")
 
-#: the folder of the best checkpoint, inside model_dir
-BEST_DIR = "best"
 #: the file naming the best checkpoint's step, metric and value, in :data:`BEST_DIR`
 BEST_JSON = "best.json"
 #: the parts holding an optimizer's state (Adam's, the Kalman filter's): a checkpoint holding one of them may
@@ -55,8 +54,9 @@ OPTIMIZER_PARTS = ("optimizer", "kalman")
 _SLOW_SAVE = "PINN_TEST_SLOW_SAVE"
 
 
-class CheckpointStore:
-    """The checkpoints of one model directory.
+class CheckpointStore(CheckpointReader):
+    """The checkpoints of one model directory: read as the inference reader reads them
+    (:class:`~pinn.inference.checkpoint_reader.CheckpointReader`), and written.
 
     Args:
         model_dir: the directory.
@@ -69,8 +69,7 @@ class CheckpointStore:
     """
 
     def __init__(self, model_dir, parts, is_chief, keep):
-        self.model_dir = os.fspath(model_dir)
-        self.parts = dict(parts)
+        super().__init__(model_dir, parts, interchangeable=OPTIMIZER_PARTS)
         self.checkpoint = tf.train.Checkpoint(**self.parts)
         self.checkpoint.save_counter  # created now, so every checkpoint holds what a restore expects  # noqa: B018
         self.is_chief = is_chief
@@ -83,11 +82,6 @@ class CheckpointStore:
     def latest(self):
         """Path of the latest checkpoint: the one restored or saved here, else the newest on disk; or ``None``."""
         return self.current or ckdir.latest(self.model_dir)
-
-    @property
-    def best_dir(self):
-        """The folder holding the best checkpoint (``best``, or what a crash in its replacement left)."""
-        return existing_dir(os.path.join(self.model_dir, BEST_DIR))
 
     def write_params(self, params):
         """Write ``params.yml`` (rank 0) unless it holds these params already (a model loaded for inference, a
@@ -106,85 +100,17 @@ class CheckpointStore:
             write_params(params, self.model_dir)
 
     def restore(self, which):
-        """Restore a checkpoint, verified (see the module's docstring).
-
-        Args:
-            which: ``None`` or ``'last'`` (the newest intact one), ``'best'`` or a checkpoint path.
+        """Restore a checkpoint, verified (:meth:`CheckpointReader.restore`); the newest intact one restored
+        is the store's latest, and the damaged ones passed over are moved aside before the next save.
 
         Returns:
             its path, or ``None`` when there is none to restore (a fresh model).
-
-        Raises:
-            ValueError: ``'best'`` without a best checkpoint, or a path that is no checkpoint.
-            NoIntactCheckpoint: checkpoints exist but none of them is intact.
         """
-        if which in (None, "last"):
-            candidates, problem = ckdir.candidates(self.model_dir)
-            if problem:
-                log.warning("%s; using the checkpoints found beside it", problem)
-        elif which == "best":
-            candidates, problem = ckdir.candidates(self.best_dir)
-            if not candidates:
-                raise ValueError(f"{self.model_dir}: no best checkpoint (train with an eval_fn to keep one)")
-        else:
-            path = os.fspath(which)
-            if not tf.io.gfile.exists(path + ".index"):
-                raise ValueError(f"{path}: no such checkpoint (expected {path}.index)")
-            candidates = [path]
-        path, damaged = self._first_intact(candidates, self.parts)
-        if path is None:
-            if damaged:
-                raise NoIntactCheckpoint(f"no intact checkpoint in {os.path.dirname(damaged[0][0])}: "
-                                         f"{_damaged_text(damaged, names_only=True)}")
-            return None
-        if damaged:
-            log.warning("%s; using %s, the newest intact checkpoint", _damaged_text(damaged), path)
-        if which in (None, "last"):
+        path, damaged = self.restore_chosen(which)
+        if path is not None and which in (None, "last"):
             self.current = path
             self.passed_over = [p for p, _ in damaged]
         return path
-
-    def _first_intact(self, candidates, parts):
-        """Restore ``parts`` from the first of ``candidates`` that is intact.
-
-        Returns:
-            ``(path or None, [(damaged path, reason), …])``.
-        """
-        damaged = []
-        for path in candidates:
-            try:
-                self._load(path, parts)
-                return path, damaged
-            except CheckpointDamaged as err:
-                damaged.append((path, str(err)))
-        return None, damaged
-
-    def _load(self, path, parts):
-        """Verify checkpoint ``path`` and restore ``parts`` (dict name → trackable) from it.
-
-        Raises:
-            CheckpointDamaged: the files are damaged, or lack a variable of ``parts`` or its shape.
-        """
-        verify_files(path, set(parts))
-        if "weight_average" in parts and not self.holds(path, "weight_average"):
-            parts = {k: v for k, v in parts.items() if k != "weight_average"}
-        for name in OPTIMIZER_PARTS:
-            others = [other for other in OPTIMIZER_PARTS if other != name]
-            if name in parts and not self.holds(path, name) and any(self.holds(path, o) for o in others):
-                parts = {k: v for k, v in parts.items() if k != name}
-        try:
-            status = tf.train.Checkpoint(**parts).restore(path)
-            status.assert_existing_objects_matched()
-            status.expect_partial()
-        except (AssertionError, ValueError, tf.errors.OpError) as err:
-            raise CheckpointDamaged(first_line(err)) from None
-
-    @staticmethod
-    def holds(path, name):
-        """Whether the checkpoint at ``path`` holds a variable of the object ``name`` (e.g.
-        ``'weight_average'``, ``'kalman'``)."""
-        prefix = f"{name}/"
-        return any(key.startswith(prefix) for key in tf.train.load_checkpoint(path).get_variable_to_shape_map())
 
     def best_metric_name(self):
         """The metric that chose the stored best checkpoint (``best.json``), or ``None`` (also when it is
@@ -209,9 +135,9 @@ class CheckpointStore:
         """
         candidates = [self.current] if self.current else []
         candidates += [p for p in ckdir.candidates(self.model_dir)[0] if p != self.current]
-        path, damaged = self._first_intact(candidates, parts)
+        path, damaged = self.first_intact(candidates, parts)
         if path is None:
-            raise NoIntactCheckpoint(f"cannot roll back: {_damaged_text(damaged) if damaged else 'no checkpoint'}")
+            raise NoIntactCheckpoint(f"cannot roll back: {damaged_text(damaged) if damaged else 'no checkpoint'}")
         return path
 
     def last_checkpoint_text(self):
@@ -316,17 +242,6 @@ class CheckpointStore:
 
 def _without_dir(params):
     return {key: value for key, value in params.items() if key != "model_dir"}
-
-
-def _damaged_text(damaged, names_only=False):
-    """'A is damaged (reason)' for each (path, reason), joined; ``names_only``: the file names (one folder)
-    and each reason once."""
-    if not names_only:
-        return "; ".join(f"{path} is damaged ({reason})" for path, reason in damaged)
-    reasons = {}
-    for path, reason in damaged:
-        reasons.setdefault(reason, []).append(os.path.basename(path))
-    return "; ".join(f"{', '.join(names)} damaged ({reason})" for reason, names in reasons.items())
 
 
 def _pause_for_tests():

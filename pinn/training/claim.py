@@ -1,6 +1,6 @@
 """A run's claim on its model directory, made before anything is written there.
 
-:func:`claim_model_dir` is the first thing a :class:`~pinn.training.trainer.Trainer` does: rank 0
+:func:`claim_model_dir` is the first part :func:`~pinn.training.parts.assemble` builds for a Trainer: rank 0
 takes the directory's lock (:mod:`pinn.files.lock`: one writer per directory) and compares the
 given params with the stored ``params.yml``; every rank learns the outcome (one sum over the
 ranks), so that a refusal ends every rank alike; only then does the run's log (``train.log``)
@@ -33,16 +33,27 @@ class Claim:
     """A Trainer's hold on its model directory.
 
     Args:
-        owner: the Trainer; the lock is released when it is garbage-collected.
         lock: the :class:`~pinn.files.lock.DirLock` (rank 0), or ``None`` (the other ranks).
         model_dir: the directory (for messages).
+
+    The lock is held until :meth:`release`, or until the object it follows (:meth:`follow`: the Trainer) is
+    garbage-collected, or the process ends.
     """
 
-    def __init__(self, owner, lock, model_dir):
+    def __init__(self, lock, model_dir):
         self.lock = lock
         self.model_dir = model_dir
         self.closed = False
-        self._finalizer = weakref.finalize(owner, lock.release) if lock is not None and lock.held else None
+        self._finalizer = None
+
+    def follow(self, owner):
+        """Hold the directory as long as ``owner`` lives (the lock is released when it is garbage-collected),
+        instead of the previous owner."""
+        if self._finalizer is not None:
+            self._finalizer.detach()
+            self._finalizer = None
+        if self.lock is not None and self.lock.held and not self.closed:
+            self._finalizer = weakref.finalize(owner, self.lock.release)
 
     def release(self):
         """Give the directory back (on every rank): the Trainer evaluates and predicts, but no longer
@@ -50,6 +61,8 @@ class Claim:
         self.closed = True
         if self._finalizer is not None:
             self._finalizer()
+        elif self.lock is not None and self.lock.held:
+            self.lock.release()
 
     def require(self, action):
         """Refuse ``action`` ('train', 'save') once released.
@@ -71,7 +84,7 @@ class Claim:
             raise
 
 
-def claim_model_dir(params, world, owner):
+def claim_model_dir(params, world):
     """Take ``params['model_dir']`` for a run, then open its log.
 
     Rank 0 locks the directory and compares ``params`` with its ``params.yml``
@@ -80,7 +93,6 @@ def claim_model_dir(params, world, owner):
     Args:
         params: the run's resolved params.
         world: the run's world (rank 0 writes).
-        owner: the object whose life the lock follows (the Trainer).
 
     Returns:
         the :class:`Claim`.
@@ -114,7 +126,7 @@ def claim_model_dir(params, world, owner):
     _setup_logging(world, model_dir)
     for note in notes:
         log.warning("%s", note)
-    return Claim(owner, lock, model_dir)
+    return Claim(lock, model_dir)
 
 
 def check_stored_params(params):

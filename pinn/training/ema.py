@@ -13,9 +13,12 @@ import contextlib
 
 import tensorflow as tf
 
+from pinn.inference.weight_average import AverageSlots
 
-class WeightAverage(tf.Module):
-    """Shadow copies of ``variables`` and their update count.
+
+class WeightAverage(AverageSlots):
+    """Shadow copies of ``variables`` (:class:`~pinn.inference.weight_average.AverageSlots`, what inference
+    restores) and their update count.
 
     Args:
         variables: the trainable variables to average (not tracked here, so a
@@ -24,9 +27,8 @@ class WeightAverage(tf.Module):
     """
 
     def __init__(self, variables, decay, name="weight_average"):
-        super().__init__(name=name)
+        super().__init__(variables, name=name)
         self.decay = float(decay)
-        self.shadow = [tf.Variable(v, trainable=False, name=f"average_{i}") for i, v in enumerate(variables)]
         self.updates = tf.Variable(0, dtype=tf.int64, trainable=False, name="updates")
         #: whether the averaged variables hold the averages now (and the averages the raw weights)
         self.swapped = False

@@ -16,7 +16,7 @@ is unknown.  Error keys are ``<Q>_MAE`` / ``<Q>_RMSE`` for the quantities in
 ``model_dir/eval_predictions.npz``: predictions and labels of the latest
 evaluation, for parity plots (``pinn report``): ``step``; ``energy_ref``,
 ``energy_pred`` [n] (eV) and ``n_atoms`` [n]; ``forces_ref``, ``forces_pred``
-[m, 3] (eV/Å, at most :data:`MAX_PARITY_ROWS` atoms); ``dipole_ref``,
+[m, 3] (eV/Å, at most :data:`~pinn.inference.errors.MAX_PARITY_ROWS` atoms); ``dipole_ref``,
 ``dipole_pred`` [n, 3] (e·Å); ``charges_ref``, ``charges_pred`` [m] (e).
 Only the arrays the model predicts and the data labels are present.
 """
@@ -38,9 +38,6 @@ NAMES = {"E": "energy", "E_PER_ATOM": "energy per atom", "F": "forces", "F_QM": 
          "Q": "charges", "alpha_per_atom": "polarizability per atom",
          "alpha_per_atom_diag": "isotropic polarizability per atom",
          "alpha_per_atom_offdiag": "anisotropic polarizability per atom", "egap": "HOMO–LUMO gap"}
-#: per-atom rows kept for parity plots (a random subset of larger evaluations)
-MAX_PARITY_ROWS = 20000
-
 METRICS_FILE = "metrics.jsonl"
 PREDICTIONS_FILE = "eval_predictions.npz"
 
@@ -55,24 +52,6 @@ def append_metrics(model_dir, record):
     clean = {k: (float(v) if isinstance(v, (np.floating, np.integer)) and not isinstance(v, np.bool_) else v)
              for k, v in record.items()}
     append_line(metrics_path(model_dir), json.dumps(clean))
-
-
-def with_upstream_names(result, scales=None):
-    """``result`` (a dict of metrics) with each ``<Q>_MAE`` / ``<Q>_RMSE`` also under upstream PiNN's
-    name ``METRICS/<Q>_MAE`` / ``METRICS/<Q>_RMSE``, in upstream's training units (in place; returned).
-
-    Args:
-        result: the metrics, pinn's names and units (eV, eV/Å, e·Å, ...).
-        scales: quantity ``<Q>`` → factor of upstream's value (the model's
-            :meth:`~pinn.physics.base.Model.upstream_metric_scales`: ``e_scale`` for E, F, S,
-            ``d_scale`` for D); 1 for the others.
-    """
-    scales = scales or {}
-    for key, value in list(result.items()):
-        if key.endswith(("_MAE", "_RMSE")):
-            quantity = key.rsplit("_", 1)[0]
-            result[f"METRICS/{key}"] = value * scales[quantity] if quantity in scales else value
-    return result
 
 
 def read_metrics(model_dir, kind=None):

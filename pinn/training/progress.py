@@ -3,24 +3,8 @@ import time
 
 import numpy as np
 
+from pinn.inference.errors import errors_from_sums
 from pinn.training.metrics import UNITS
-
-
-def errors_from_sums(sums):
-    """MAE and RMSE from error sums.
-
-    Args:
-        sums: dict metric (``'E'``, ``'F'``, ``'S'``) → (Σ|err|, Σerr², count).
-
-    Returns:
-        dict ``'E_MAE'``, ``'E_RMSE'``, ... (units of the metric) for metrics with a count.
-    """
-    out = {}
-    for key, (abs_sum, sq_sum, count) in sums.items():
-        if count:
-            out[f"{key}_MAE"] = float(abs_sum / count)
-            out[f"{key}_RMSE"] = float(np.sqrt(sq_sum / count))
-    return out
 
 
 class Meter:

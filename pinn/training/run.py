@@ -3,8 +3,8 @@ step strategy and the hooks built from the run's parts, the loop under stop sign
 stall watchdog).
 
 :class:`~pinn.training.trainer.Trainer` is the facade: it checks the model may train, asks
-:func:`plan_run` for the plan, prepares the model and the input, and hands the rest to an
-:class:`Execution` of that plan on the run's :class:`RunParts`.  Nothing here takes the Trainer: the
+:func:`plan_run` for the plan, :func:`prepare_run` for the model and the input made ready, and hands the
+rest to an :class:`Execution` of that plan on the run's :class:`RunParts`.  Nothing here takes the Trainer: the
 hooks get the parts they act on (the :class:`~pinn.training.state.TrainingState`, the step functions,
 an :class:`~pinn.training.evaluation.Evaluation`).
 """
@@ -15,13 +15,15 @@ from typing import Any, Callable, Optional
 
 import tensorflow as tf
 
+from pinn.inference.inputs import prepared_input
 from pinn.training.guards import StopSignals, Watchdog
 from pinn.training.hooks import CheckpointHook, DivergenceHook, MemoryHook, ProgressHook, ValidationHook
-from pinn.training.inputs import steps_per_epoch_of
+from pinn.training.epochs import steps_per_epoch_of
 from pinn.training.loop import Run, TrainingLoop
 from pinn.training.progress import ProgressBar
 from pinn.training.recorder import RunRecorder
 from pinn.training.schedule import learning_rate_of
+from pinn.training.steps import StepFunctions
 from pinn.training.strategies import choose_strategy
 
 log = logging.getLogger("pinn")
@@ -106,6 +108,85 @@ def plan_run(mp, world, start, input_fn, max_steps, max_epochs, eval_fn, learnin
 def _epochs_of(input_fn, n_batches):
     """The input of a run counted in epochs: the first ``n_batches`` of each pass, repeated."""
     return lambda: input_fn().take(n_batches).repeat()
+
+
+class StepFunctionsCache:
+    """The step functions of a Trainer's runs, made anew when the input's spec or the schedule changes.
+
+    Args:
+        state: the :class:`~pinn.training.state.TrainingState`.
+        world: the run's world.
+        backend: the gradient backend.
+        max_grad_norm: ``model.params.max_grad_norm``.
+
+    Attributes:
+        current: the latest :class:`~pinn.training.steps.StepFunctions`, or ``None`` before the first run.
+    """
+
+    def __init__(self, state, world, backend, max_grad_norm):
+        self.state = state
+        self.world = world
+        self.backend = backend
+        self.max_grad_norm = max_grad_norm
+        self.current = None
+        self._spec = None
+        self._learning_rate = None
+
+    def __call__(self, spec, learning_rate):
+        """The step functions for batches of ``spec`` and the schedule ``learning_rate``."""
+        if self.current is None or self._spec != spec or self._learning_rate is not learning_rate:
+            self.current = StepFunctions(spec, self.state, learning_rate, self.world, self.backend,
+                                         self.max_grad_norm)
+            self._spec = spec
+            self._learning_rate = learning_rate
+        return self.current
+
+
+def prepare_run(plan, parts, steps_of):
+    """The model and the input made ready for ``plan``: the model prepared (e.g. ``fit_e_dress``, then rank 0's
+    state broadcast), the input with its neighbor lists (batches a resume has trained skipped, with
+    ``data_resume: skip``), the step functions, ``params.yml`` written now that the input is accepted, a first
+    checkpoint to roll back to, the line that says what the run does.
+
+    Args:
+        plan: the :class:`RunPlan`.
+        parts: the Trainer's :class:`~pinn.training.parts.TrainerParts`.
+        steps_of: ``(spec, learning_rate) -> StepFunctions`` (a :class:`StepFunctionsCache`).
+
+    Returns:
+        ``(dataset, RunParts)``: the prepared training input and what the execution acts on.
+    """
+    state = parts.state
+    world = parts.world
+    backend = parts.backend
+    mp = parts.params["model"]["params"]
+    if parts.model.prepare_training(plan.input_fn, world.allreduce_sum_numpy, world.local_replicas):
+        state.broadcast()
+    backend.reload()
+    skip = plan.start * plan.batches_per_step if mp["data_resume"] == "skip" else 0
+    dataset = prepared_input(plan.input_fn, parts.network, skip=skip, pad=backend.jit, parts=backend.parts)
+    steps = steps_of(dataset.element_spec, plan.learning_rate)
+    state.write_params()  # the input is accepted: params.yml, if pending (every rank in step)
+    if world.is_chief and not state.store.latest:
+        state.save()  # something to roll back to
+    _log_start(plan, parts)
+    return dataset, RunParts(state, steps, parts.evaluation, world, mp, parts.params["model_dir"])
+
+
+def _log_start(plan, parts):
+    """The line that says what a run trains, how long, where and how."""
+    state = parts.state
+    world = parts.world
+    mp = parts.params["model"]["params"]
+    if world.local_replicas > 1:
+        where = f"{world.local_replicas} devices of one process"
+    else:
+        where = f"{world.size} rank(s)"
+    average = f"; weight average with decay {mp['ema_decay']:g}" if state.ema is not None else ""
+    kalman = f"{state.kalman.describe()}; " if state.kalman is not None else ""
+    log.info("training %s from step %d to %s on %s; %s%s; %sgradients by %s; model_dir %s",
+             parts.params["network"]["name"], plan.start, plan.describe(), where, plan.learning_rate.describe(),
+             average, kalman, parts.backend.describe(), parts.params["model_dir"])
 
 
 @dataclasses.dataclass

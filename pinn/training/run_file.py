@@ -415,6 +415,7 @@ def run_training(path, model_dir=None, max_steps=None, init_model=None, member=N
     from pinn.parallel import init
     from pinn.params import resolve
     from pinn.physics.registry import model_class
+    from pinn.training.parts import assemble
     from pinn.training.trainer import Trainer
     params, data, train_section = read_config(path)
     if model_dir is not None:
@@ -437,7 +438,7 @@ def run_training(path, model_dir=None, max_steps=None, init_model=None, member=N
     # the params alone (their notes go to that log); params.yml once train() has its data (a run refused by
     # them leaves the model directory's params.yml as it was)
     world = init(params)
-    model = Trainer(params, model_class(params), world, defer_params=True)
+    model = Trainer(assemble(params, model_class(params), world, defer_params=True))
     try:
         # potential models have an embedding (docs/qmmm.md), dipole models none
         embedding = embedding_of(params["model"]["params"])

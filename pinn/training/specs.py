@@ -15,8 +15,9 @@ exporters, an evaluation throttle other than the estimator's default) is refused
 """
 from collections import namedtuple
 
-from pinn.training.inputs import evaluation_input
-from pinn.training.metrics import with_upstream_names
+from pinn.inference.errors import with_upstream_names
+from pinn.inference.inputs import evaluation_input
+
 
 #: the training half of the specs: an input function, the last global step (None: until the input ends)
 TrainSpec = namedtuple("TrainSpec", ["input_fn", "max_steps", "hooks", "saving_listeners"],

@@ -7,6 +7,7 @@ restores on rank 0 (a failure there raises on every rank), writes ``params.yml``
 once the run is accepted), broadcasts rank 0's state, rolls back to the latest checkpoint and keeps
 in-memory copies for the loss-jump guard.
 """
+import contextlib
 import logging
 
 import numpy as np
@@ -86,6 +87,15 @@ class TrainingState:
         #: until write_params or a save writes them (rank 0); None: written, or nothing to write
         self.pending_params = None
         self._params_agreed = True  # whether write_params has had its one exchange over the ranks
+
+    @contextlib.contextmanager
+    def averaged_weights(self):
+        """Within this block the model holds the averaged weights (``ema_decay``; otherwise the raw ones)."""
+        if self.ema is None:
+            yield
+            return
+        with self.ema.swapped_in(self.model.trainable_variables):
+            yield
 
     def save(self):
         """Write a checkpoint of the current step (the store writes on rank 0 alone), after giving TensorFlow

@@ -27,36 +27,25 @@ predictions to ``eval_predictions.npz`` (see :mod:`pinn.training.metrics`), and
 training stops early after ``early_stopping_patience`` evaluations without
 improvement.
 
-The Trainer is a facade over parts with one job each: a run's plan and its execution
-(:mod:`pinn.training.run`), the gradient backend
+The Trainer is a facade over parts with one job each, handed to it (:mod:`pinn.training.parts`): a run's
+plan, its preparation and its execution (:mod:`pinn.training.run`), the gradient backend
 (:mod:`pinn.training.backends`), the step functions (:mod:`pinn.training.steps`), the
 loop (:mod:`pinn.training.loop`), the checkpoints (:mod:`pinn.training.checkpoints`),
 early stopping (:mod:`pinn.training.early_stopping`), evaluation
-(:mod:`pinn.training.evaluation`), the learning rate (:mod:`pinn.training.schedule`)
-and the weight average (:mod:`pinn.training.ema`).
+(:mod:`pinn.training.evaluation` over :mod:`pinn.inference.evaluator`), the learning rate
+(:mod:`pinn.training.schedule`) and the weight average (:mod:`pinn.training.ema`).
 """
-import contextlib
 import logging
 import os
 
-
-from pinn.networks import get_network
+from pinn.inference.errors import with_upstream_names
 from pinn.networks.layers import precision_dtypes
-from pinn.parallel.worlds import SerialWorld
-from pinn.params import ResolvedParams, read_params
-from pinn.params.training_options import notes
+from pinn.params import read_params
 from pinn.runtime.py_funcs import held_by
-from pinn.training.backends import choose_backend
-from pinn.training.claim import claim_model_dir
-from pinn.training.evaluation import Evaluation, Evaluator
 from pinn.training.guards import TrainingDiverged
-from pinn.training.inputs import prepared_input
-from pinn.training.metrics import with_upstream_names
+from pinn.training.parts import TrainerParts, assemble
 from pinn.training.progress import ProgressBar
-from pinn.training.run import Execution, RunParts, plan_run
-from pinn.training.schedule import learning_rate_of
-from pinn.training.state import TrainingState
-from pinn.training.steps import StepFunctions
+from pinn.training.run import Execution, StepFunctionsCache, plan_run, prepare_run
 
 __all__ = ["Trainer", "TrainingDiverged"]
 
@@ -76,60 +65,28 @@ class Trainer(metaclass=_ModelClass):
     """A model with ``train(input_fn, max_steps)``, ``evaluate(input_fn)`` and ``predict(input_fn)``.
 
     Args:
-        params: resolved params (:func:`pinn.params.resolve`, which checks them once), or a model
-            directory holding ``params.yml``.
-        model_cls: the model class (e.g. :class:`pinn.physics.potential.PotentialModel`).
-        world: :class:`pinn.parallel.serial.SerialWorld` (default) or the world that
-            :func:`pinn.parallel.worlds.parallelize_model` (or :func:`pinn.parallel.init`) returns:
-            :class:`~pinn.parallel.worlds.HorovodWorld`, :class:`~pinn.parallel.mpi_world.MpiWorld`
-            or :class:`~pinn.parallel.mirrored.MirroredWorld`.
-        checkpoint: which checkpoint to restore: ``None`` or ``'last'`` (the
-            latest in ``model_dir``), ``'best'`` (the best by the validation
-            metric, in ``model_dir/best``) or a checkpoint path.
-        defer_params: write ``model_dir/params.yml`` when :meth:`train` has its input (read, planned,
-            e_dress fitted) and starts its steps, or at the first :meth:`save`, instead of now: a run
-            refused before then (by its data) leaves the stored params as they were (``pinn train``).
+        parts: the :class:`~pinn.training.parts.TrainerParts`, built where the program starts
+            (:func:`pinn.training.parts.assemble`: the claim on the model directory, the network and the model,
+            the gradient backend, the schedule, the restored training state, the evaluation).  The Trainer
+            builds nothing; it holds the model directory as long as it lives (until :meth:`close`).
 
-    ``input_fn`` is a function with no arguments returning a
+    ``pinn.models.potential_model(params)``, ``get_model(params)`` and ``pinn train`` build the parts and the
+    Trainer.  ``input_fn`` is a function with no arguments returning a
     ``tf.data.Dataset`` of sparse batches (see :func:`pinn.io.sparse_batch`);
     neighbor lists are added when the batches have none.  In a parallel run
     each rank's ``input_fn`` should give that rank's share of the data
     (:func:`pinn.io.distribute_data`, or ``dataset.shard(size, rank)``).
     """
 
-    def __init__(self, params, model_cls, world=None, checkpoint=None, defer_params=False):
-        if isinstance(params, (str, os.PathLike)):
-            params = read_params(params)
-        if not isinstance(params, ResolvedParams):
-            raise TypeError("Trainer: takes resolved params (pinn.params.resolve) or a model directory; build "
-                            "models with pinn.models.potential_model(params) or get_model(params)")
-        self.params = params
-        self.world = world or SerialWorld()
-        self.model_dir = self.params["model_dir"]
-        self.mp = mp = self.params["model"]["params"]
-        self.is_chief = self.world.is_chief
-        self.dtype = precision_dtypes(self.params["precision"])[0]
-        self.claim = claim_model_dir(self.params, self.world, self)  # lock, params check: before any write there
-        self.world.log_summary()
-        with self.world.variable_scope():  # a mirrored world's: each variable copied onto every device
-            self.network = get_network(self.params)
-            self.rc = self.params["network"]["params"]["rc"]
-            self.model = model_cls(self.network, mp, self.network.atom_types, self.dtype)
-            self.backend = choose_backend(self.params, self.model, self.world)
-            self.learning_rate = learning_rate_of(mp, self.world, mp["lr_cosine_steps"])
-            if self.is_chief:
-                for level, message in notes(self.params):
-                    log.log(level, message)
-            self.state = state = TrainingState(self.model, mp, self.world, self.backend, self.model_dir,
-                                               self.learning_rate)
-        with self.claim.released_on_error():
-            self.restored = state.restore_on_chief(checkpoint, self.params, defer_params=defer_params)
-        self.step_functions = None  # StepFunctions of the training input's spec (_steps_spec)
-        self._steps_spec = None
-        self.evaluator = Evaluator(self.model, self.world, self.averaged_weights)
-        #: errors and predictions on inputs (evaluate, predict, a run's validation)
-        self.evaluation = Evaluation(self.evaluator, self.network, self.backend, self.step,
-                                     self.learning_rate.single_rank_steps)
+    def __init__(self, parts):
+        if not isinstance(parts, TrainerParts):
+            raise TypeError("Trainer: takes its parts (pinn.training.parts.assemble(params, model_cls, world)); "
+                            "build models with pinn.models.potential_model(params) or get_model(params)")
+        self._given = parts
+        parts.claim.follow(self)
+        #: the schedule of the latest run (a cosine of unknown length spans the run that gave it)
+        self.learning_rate = parts.learning_rate
+        self._steps = StepFunctionsCache(parts.state, parts.world, parts.backend, self.mp["max_grad_norm"])
         self._frozen = False
         self.bar = ProgressBar(enabled=False)
         self._execution = None  # the Execution of the latest train()
@@ -137,10 +94,91 @@ class Trainer(metaclass=_ModelClass):
     @classmethod
     def from_model_dir(cls, model_dir, checkpoint=None):
         """The model of ``model_dir`` (its ``params.yml``) in this one process, whatever its stored
-        ``parallel`` says, restored from ``checkpoint`` (see the class)."""
+        ``parallel`` says, restored from ``checkpoint`` (see :func:`~pinn.training.parts.assemble`)."""
         from pinn.physics.registry import model_class
         params = read_params(model_dir)
-        return cls(params, model_class(params), None, checkpoint)
+        return cls(assemble(params, model_class(params), None, checkpoint))
+
+    # the parts, as given (read through, never copied)
+    @property
+    def params(self):
+        """The resolved params."""
+        return self._given.params
+
+    @property
+    def world(self):
+        """The run's world."""
+        return self._given.world
+
+    @property
+    def claim(self):
+        """The :class:`~pinn.training.claim.Claim` on the model directory."""
+        return self._given.claim
+
+    @property
+    def network(self):
+        """The network."""
+        return self._given.network
+
+    @property
+    def model(self):
+        """The model (:class:`~pinn.physics.potential.PotentialModel`, …)."""
+        return self._given.model
+
+    @property
+    def backend(self):
+        """The gradient backend (:mod:`pinn.training.backends`)."""
+        return self._given.backend
+
+    @property
+    def state(self):
+        """The :class:`~pinn.training.state.TrainingState`."""
+        return self._given.state
+
+    @property
+    def restored(self):
+        """The path of the checkpoint the model was restored from, or ``None``."""
+        return self._given.restored
+
+    @property
+    def evaluation(self):
+        """The :class:`~pinn.training.evaluation.Evaluation`: errors and predictions on inputs."""
+        return self._given.evaluation
+
+    @property
+    def evaluator(self):
+        """The :class:`~pinn.inference.evaluator.Evaluator` of the evaluation."""
+        return self.evaluation.evaluator
+
+    @property
+    def model_dir(self):
+        """The model directory."""
+        return self.params["model_dir"]
+
+    @property
+    def mp(self):
+        """The resolved ``model.params``."""
+        return self.params["model"]["params"]
+
+    @property
+    def is_chief(self):
+        """Whether this process is rank 0."""
+        return self.world.is_chief
+
+    @property
+    def dtype(self):
+        """The model's ``tf.DType``."""
+        return precision_dtypes(self.params["precision"])[0]
+
+    @property
+    def rc(self):
+        """The network's cutoff, Å."""
+        return self.params["network"]["params"]["rc"]
+
+    @property
+    def step_functions(self):
+        """The :class:`~pinn.training.steps.StepFunctions` of the latest run, or ``None`` before one."""
+        return self._steps.current
 
     @property
     def best_dir(self):
@@ -214,14 +252,9 @@ class Trainer(metaclass=_ModelClass):
         return self.learning_rate(self.step) * self.lr_factor
 
 
-    @contextlib.contextmanager
     def averaged_weights(self):
-        """Within this block the model holds the averaged weights (``ema_decay``; otherwise the raw ones)."""
-        if self.ema is None:
-            yield
-            return
-        with self.ema.swapped_in(self.model.trainable_variables):
-            yield
+        """A context in which the model holds the averaged weights (``ema_decay``; otherwise the raw ones)."""
+        return self.state.averaged_weights()
 
     def freeze_averaged_weights(self):
         """Put the averaged weights in the model for good (inference only: :meth:`train` then refuses)."""
@@ -233,10 +266,6 @@ class Trainer(metaclass=_ModelClass):
     def frozen(self):
         """Whether the weights are fixed for good (:meth:`freeze_averaged_weights`)."""
         return self._frozen
-
-    def _input(self, input_fn, skip=0, pad=False, parts=1):
-        """The dataset of ``input_fn`` ready for this model (:func:`pinn.training.inputs.prepared_input`)."""
-        return prepared_input(input_fn, self.network, skip=skip, pad=pad, parts=parts)
 
     # --------------------------------------------------------------- training
     def save(self):
@@ -273,7 +302,7 @@ class Trainer(metaclass=_ModelClass):
             return self._train(input_fn, max_steps, max_epochs, eval_fn)
 
     def _train(self, input_fn, max_steps, max_epochs, eval_fn):
-        """:meth:`train`: the plan of the run, the model and the input prepared, then its execution."""
+        """:meth:`train`: the plan of the run, made ready (:func:`~pinn.training.run.prepare_run`) and executed."""
         if self._frozen:
             raise RuntimeError("this model holds averaged weights for inference (freeze_averaged_weights); "
                                "build a new one from model_dir to train")
@@ -282,39 +311,12 @@ class Trainer(metaclass=_ModelClass):
                         self.learning_rate)
         if plan is None:
             return self
-        if plan.learning_rate is not self.learning_rate:  # a cosine of unknown length spans this run
-            self.learning_rate = plan.learning_rate
-            self.step_functions = None
-        if self.model.prepare_training(plan.input_fn, self.world.allreduce_sum_numpy, self.world.local_replicas):
-            self.state.broadcast()
-        self.backend.reload()
-        skip = plan.start * plan.batches_per_step if self.mp["data_resume"] == "skip" else 0
-        dataset = self._input(plan.input_fn, skip=skip, pad=self.backend.jit, parts=self.backend.parts)
-        if self.step_functions is None or self._steps_spec != dataset.element_spec:
-            self.step_functions = StepFunctions(dataset.element_spec, self.state, self.learning_rate, self.world,
-                                                self.backend, self.mp["max_grad_norm"])
-            self._steps_spec = dataset.element_spec
-        self.state.write_params()  # the input is accepted: params.yml, if pending (every rank in step)
-        if self.is_chief and not self.store.latest:
-            self.save()  # something to roll back to
-        self._log_start(plan)
-        self._execution = Execution(plan, RunParts(self.state, self.step_functions, self.evaluation, self.world,
-                                                   self.mp, self.model_dir))
+        self.learning_rate = plan.learning_rate
+        dataset, run_parts = prepare_run(plan, self._given, self._steps)
+        self._execution = Execution(plan, run_parts)
         self.bar = self._execution.bar
         self._execution(dataset)
         return self
-
-    def _log_start(self, plan):
-        mp = self.mp
-        if self.world.local_replicas > 1:
-            where = f"{self.world.local_replicas} devices of one process"
-        else:
-            where = f"{self.world.size} rank(s)"
-        average = f"; weight average with decay {mp['ema_decay']:g}" if self.ema is not None else ""
-        kalman = f"{self.kalman.describe()}; " if self.kalman is not None else ""
-        log.info("training %s from step %d to %s on %s; %s%s; %sgradients by %s; model_dir %s",
-                 self.params["network"]["name"], plan.start, plan.describe(), where, self.learning_rate.describe(),
-                 average, kalman, self.backend.describe(), self.model_dir)
 
     @property
     def last_validation(self):

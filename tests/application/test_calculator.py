@@ -33,6 +33,23 @@ def test_matches_model_predict(trained_alloy_model, alloy_xyz, engine):
     np.testing.assert_allclose(atoms.get_stress(), full_3x3_to_voigt_6_stress(pred["stress"]), atol=1e-6)
 
 
+def test_a_calculator_loads_no_training(trained_alloy_model):
+    """A calculator of a model directory, for MD, loads the model through the inference layer (pinn.inference):
+    its energy and forces come without a module of pinn.training imported."""
+    import subprocess
+    import sys
+    code = ("import sys, numpy as np, pinn\n"
+            "from ase.build import bulk\n"
+            f"calc = pinn.get_calc({trained_alloy_model!r}, engine='tensorflow')\n"
+            "atoms = bulk('Cu', 'fcc', a=3.7, cubic=True)\n"
+            "atoms.calc = calc\n"
+            "assert np.isfinite(atoms.get_potential_energy()) and np.isfinite(atoms.get_forces()).all()\n"
+            "print(sorted(m for m in sys.modules if m.startswith('pinn.training')))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
 def test_traced_once_for_all_sizes(trained_alloy_model):
     calc = pinn.get_calc(trained_alloy_model, engine="tensorflow")
     for size in [(1, 1, 1), (2, 2, 2), (2, 1, 3), (1, 1, 1)]:

@@ -251,7 +251,7 @@ def test_get_calc_on_qmmm_atoms(trained, frames_file, engine):
     forces on every atom and charges; its forces are −∇E; no stress; a sodium in the MM part is no element the
     model must know.  The numba engine (the default) needs no TensorFlow call."""
     import pinn
-    from pinn.models.inference import load_for_inference
+    from pinn.inference.handle import load_for_inference
     model_dir, _ = trained
     atoms = ase_files.read(frames_file, index=1)
     assert 11 in atoms.numbers[~atoms.arrays["qm"]]

@@ -299,3 +299,20 @@ def test_the_embedding_is_compared_by_name_in_one_module():
                     if any(isinstance(v, ast.Constant) and v.value in KINDS for v in values):
                         found.append(f"{os.path.relpath(path, root)}:{node.lineno}")
     assert not found, f"an embedding's name compared outside pinn/physics/embedding_kinds.py: {found}"
+
+
+def test_inference_sits_below_training_and_imports_none_of_it(graph, tmp_path):
+    """The inference layer (pinn.inference: the checkpoint reader, the weight average's slots, the evaluator, the
+    handle) sits below training on the page, and none of its modules imports pinn.training, inside functions
+    neither; the check sees such an import."""
+    modules, edges = graph
+    table = layer_table()
+    assert layer_of("pinn.inference.handle", table)[0] < layer_of("pinn.training.trainer", table)[0]
+    wrong = {module: sorted(t for t in internal if folder_of(t) == "pinn.training")
+             for module, (internal, _) in edges.items() if folder_of(module) == "pinn.inference"}
+    assert not {m: t for m, t in wrong.items() if t}, f"inference imports training: {wrong}"
+    assert {folder_of(m) for m in modules} >= {"pinn.inference"}
+    path = tmp_path / "reader.py"
+    path.write_text("def f():\n    from pinn.training.ema import WeightAverage\n")
+    internal, _ = imports_of("pinn.inference.reader", str(path), modules)
+    assert any(layer_of(t, table)[0] >= layer_of("pinn.inference.reader", table)[0] for t in internal)

@@ -23,7 +23,8 @@ from pinn.files import checkpoint_dir as ckdir
 from pinn.files import durable
 from pinn.models import potential_model
 from pinn.params import ParamsError, read_params
-from pinn.training.checkpoints import SAVE_FAILED_EXIT_CODE, NoIntactCheckpoint
+from pinn.inference.checkpoint_reader import NoIntactCheckpoint
+from pinn.training.checkpoint_files import SAVE_FAILED_EXIT_CODE
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

@@ -13,8 +13,9 @@ import tensorflow as tf
 import kalman_ranks
 from launching import ENV, horovod_has
 from pinn.files import checkpoint_dir
+from pinn.inference.handle import load_for_inference
+from pinn.inference.inputs import prepared_input
 from pinn.models import potential_model
-from pinn.models.inference import load_for_inference
 from pinn.params import read_params, resolve, write_params
 from pinn.params.training_options import TRAINING_PARAMS
 from pinn.schema import ParamsError
@@ -154,7 +155,7 @@ def test_one_step_of_a_model_is_the_update_of_its_errors(optimizer, rows, tmp_pa
     model = potential_model(params)
     assert f"gradients by TensorFlow, since model.params.optimizer '{optimizer}'" in _log(tmp_path / "m")
     source = kalman_ranks.train_input(0, 1)
-    batch = next(iter(model._input(source)))
+    batch = next(iter(prepared_input(source, model.network)))
     e, H = _rows(model, batch, ("energy", "forces", "stress"), MULTIPLIERS)
     w0, P0 = _flat(model.model.trainable_variables), model.kalman.P.numpy()
     rate = float(model.current_learning_rate())
@@ -191,7 +192,7 @@ def test_separate_errors_updates_one_term_after_the_other(tmp_path):
     (process noise added by each); not the joint update."""
     model = potential_model(_lj_params(tmp_path / "m", separate_errors=True, ekf_q_0=0.01))
     source = kalman_ranks.train_input(0, 1)
-    batch = next(iter(model._input(source)))
+    batch = next(iter(prepared_input(source, model.network)))
     variables = model.model.trainable_variables
     w0, P0, rate = _flat(variables), model.kalman.P.numpy(), float(model.current_learning_rate())  # 0.1 in float32
     model.train(source, max_steps=1)

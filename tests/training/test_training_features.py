@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from pinn.inference.handle import load_for_inference
 from pinn.io import load_ase, sparse_batch
 from pinn.models import get_model, potential_model
-from pinn.models.inference import load_for_inference
 from pinn.params import ParamsError
 from pinn.physics.loss_weights import piecewise_linear
 from pinn.training.metrics import read_eval_predictions, read_metrics

@@ -75,6 +75,7 @@ def test_mirrored_backend_on_one_device_trains_as_one_process(alloy_xyz, tmp_pat
     from pinn.parallel.mirrored import MirroredWorld, local_devices
     from pinn.params import resolve
     from pinn.physics.potential import PotentialModel
+    from pinn.training.parts import assemble
     from pinn.training.trainer import Trainer
     frames = ase.io.read(alloy_xyz, ":24")
     batches = [_batch(frames[4 * i:4 * i + 4]) for i in range(6)]
@@ -86,7 +87,8 @@ def test_mirrored_backend_on_one_device_trains_as_one_process(alloy_xyz, tmp_pat
                                "parallel_params": {"backend": "mirrored"}})
     devices = local_devices()
     assert len(devices) == 1, devices  # the test's premise: pytest's process has not split its CPU
-    mirrored = Trainer(mirrored_params, PotentialModel, MirroredWorld(devices, mirrored_params["parallel_params"]))
+    world = MirroredWorld(devices, mirrored_params["parallel_params"])
+    mirrored = Trainer(assemble(mirrored_params, PotentialModel, world))
     assert type(mirrored.model.trainable_variables[0]).__name__ == "MirroredVariable"
     assert mirrored.backend.name == "tensorflow"
     mirrored.train(_dataset(batches), max_steps=6)

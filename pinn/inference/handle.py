@@ -1,16 +1,18 @@
-"""What inference needs of a trained model, and nothing of its training.
+"""A trained model for inference, and nothing of its training.
 
 :func:`load_for_inference` reads a model directory's ``params.yml``, builds the network and
-the model, and restores from a checkpoint only what inference needs: the model's variables
+the model, and restores from a checkpoint only what inference needs
+(:class:`~pinn.inference.checkpoint_reader.CheckpointReader`, verified): the model's variables
 (weights and energy offsets), the step and, when the run kept one (``ema_decay``), the
-weight average, which then replaces the raw weights.  No optimizer, no Kalman filter (its
-P, n × n for n weights, is neither read nor checked), no checkpoint store that writes, no
-MPI: evaluating a 6-atom molecule with a model trained by the EKF costs what the model
-costs.
+weight average, which then replaces the raw weights (:mod:`pinn.inference.weight_average`).  No
+optimizer, no Kalman filter (its P, n × n for n weights, is neither read nor checked), no checkpoint
+store that writes, no MPI: evaluating a 6-atom molecule with a model trained by the EKF costs what the
+model costs.
 
 The result, an :class:`InferenceHandle`, is what the ASE calculator (:mod:`pinn.calculator`),
-``pinn eval`` and the engines take; a :class:`~pinn.training.trainer.Trainer` in memory gives
-one over its live weights (:func:`handle_of`).
+``pinn eval`` and the engines take; a model file's member is one too (:func:`handle_of_values`), and a
+:class:`~pinn.training.trainer.Trainer` in memory gives one over its live weights
+(:func:`pinn.models.restored.handle_of`).  Nothing here imports :mod:`pinn.training`.
 """
 import contextlib
 import logging
@@ -19,39 +21,17 @@ import os
 import numpy as np
 import tensorflow as tf
 
+from pinn.inference.checkpoint_reader import CheckpointReader
+from pinn.inference.errors import with_upstream_names
+from pinn.inference.evaluator import Evaluator
+from pinn.inference.inputs import evaluation_input, prepared_input
+from pinn.inference.weight_average import AverageSlots
 from pinn.networks.layers import precision_dtypes
-from pinn.parallel.worlds import SerialWorld
+from pinn.parallel.serial import SerialWorld
 from pinn.params import read_params, resolve
 from pinn.physics.registry import build_model
-from pinn.training.checkpoints import CheckpointStore
-from pinn.training.ema import WeightAverage
-from pinn.training.evaluation import Evaluator
-from pinn.training.inputs import evaluation_input, prepared_input
-from pinn.training.metrics import with_upstream_names
 
 log = logging.getLogger("pinn")
-
-
-def handle_of(trainer):
-    """An :class:`InferenceHandle` over a :class:`~pinn.training.trainer.Trainer`'s live weights (what the
-    calculator takes of a model in memory): the averaged ones inside its ``averaged_weights()``, or the ones
-    it holds for good after ``freeze_averaged_weights()``.
-
-    Args:
-        trainer: a Trainer (or another model object with the same ``model``, ``params``, ``restored``,
-            ``step``, ``frozen``, ``holds_average``, ``ema`` and ``averaged_weights``), or a
-            :class:`RestoredModel` (its own handle).
-
-    Returns:
-        :class:`InferenceHandle`.
-    """
-    if isinstance(trainer, RestoredModel):
-        return trainer.inference()
-    if trainer.frozen:
-        return InferenceHandle(trainer.model, trainer.params, trainer.restored, int(trainer.step.numpy()),
-                               averaged=trainer.holds_average)
-    return InferenceHandle(trainer.model, trainer.params, trainer.restored, trainer.step, trainer.averaged_weights,
-                           averaged=trainer.ema is not None)
 
 
 class InferenceHandle:
@@ -120,7 +100,7 @@ class InferenceHandle:
         return self.evaluator().predict(self._input(input_fn))
 
     def evaluator(self):
-        """The :class:`~pinn.training.evaluation.Evaluator` of this model in this one process."""
+        """The :class:`~pinn.inference.evaluator.Evaluator` of this model in this one process."""
         if self._evaluator is None:
             self._evaluator = Evaluator(self.model, SerialWorld(), self.averaged_weights)
         return self._evaluator
@@ -144,105 +124,23 @@ def load_for_inference(model_dir, checkpoint=None):
             ``params.yml``.
     """
     params = read_params(model_dir)
-    mp = params["model"]["params"]
     model = build_model(params)
     step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
     parts = dict(model=model, step=step)
-    average = WeightAverage(model.trainable_variables, mp["ema_decay"]) if mp["ema_decay"] else None
+    average = AverageSlots(model.trainable_variables) if params["model"]["params"]["ema_decay"] else None
     if average is not None:
         parts["weight_average"] = average
-    store = CheckpointStore(model_dir, parts, is_chief=False, keep=mp["keep_checkpoint_max"])
-    path = store.restore(checkpoint)
+    reader = CheckpointReader(model_dir, parts)
+    path = reader.restore(checkpoint)
     if path is None:
         raise ValueError(f"{os.fspath(model_dir)}: no checkpoint to load (train the model first)")
-    averaged = average is not None and store.holds(path, "weight_average")
+    averaged = average is not None and reader.holds(path, "weight_average")
     if averaged:
-        for variable, mean in zip(model.trainable_variables, average.shadow):
-            variable.assign(mean)
+        average.put_in(model.trainable_variables)
     elif average is not None:
         log.info("%s holds no weight average (trained without ema_decay): its raw weights are used", path)
     log.info("loaded %s (step %d) for inference", path, int(step))
     return InferenceHandle(model, params, path, int(step), averaged=averaged)
-
-
-class RestoredModel:
-    """The trained model of a model directory, as ``pinn.get_model(model_dir)`` gives it.
-
-    Inference (``evaluate``, ``predict``, ``get_calc``, the step, the params) goes through
-    :func:`load_for_inference`: the network, its weights (the average, when kept) and the step, no
-    optimizer, no Kalman state (an EKF's P is neither allocated nor read) and no lock on the directory.
-    The first time anything else is asked for (``train``, ``save``, the checkpoint store, the optimizer,
-    ``model`` and its raw weights, ``freeze_averaged_weights``, ...), the whole
-    :class:`~pinn.training.trainer.Trainer` is built in this one process, restored from the same
-    checkpoint, and every call goes to it from then on (upstream's ``get_model`` gave an estimator that
-    could go on training).
-
-    Args:
-        model_dir: the model directory.
-        checkpoint: ``None``/``'last'``, ``'best'`` or a checkpoint path.
-
-    Attributes:
-        params, rc, model_dir: the model's; ``restored``: the checkpoint's path.
-    """
-
-    def __init__(self, model_dir, checkpoint=None):
-        self._path = model_dir
-        self._handle = load_for_inference(model_dir, checkpoint)
-        self._trainer = None
-        self.params = self._handle.params
-        self.model_dir = self.params["model_dir"]
-        self.restored = self._handle.checkpoint
-
-    @property
-    def rc(self):
-        """The network's cutoff, Å."""
-        return self._handle.rc
-
-    @property
-    def step(self):
-        """The training step of the weights (the Trainer's step variable once it is built)."""
-        return self._trainer.step if self._trainer is not None else tf.constant(self._handle.step, tf.int64)
-
-    def inference(self):
-        """The :class:`InferenceHandle` of the model (the Trainer's live weights once it is built)."""
-        return handle_of(self._trainer) if self._trainer is not None else self._handle
-
-    def evaluate(self, input_fn, steps=None):
-        """Errors on an input (see :meth:`pinn.training.trainer.Trainer.evaluate`), in this one process."""
-        owner = self._trainer if self._trainer is not None else self._handle
-        return owner.evaluate(input_fn, steps=steps)
-
-    def predict(self, input_fn):
-        """One dict per structure of the input (see :meth:`pinn.training.trainer.Trainer.predict`)."""
-        owner = self._trainer if self._trainer is not None else self._handle
-        return owner.predict(input_fn)
-
-    def as_trainer(self):
-        """The :class:`~pinn.training.trainer.Trainer` of the model directory, restored from the checkpoint
-        the weights came from (built on first use; it locks the directory, as training does)."""
-        if self._trainer is None:
-            from pinn.training.trainer import Trainer
-            self._trainer = Trainer.from_model_dir(self._path, self.restored)
-        return self._trainer
-
-    #: what the Trainer alone has: asking for one of these builds it (and locks the directory); any other name
-    #: that the class does not have raises AttributeError at once (a typo builds nothing)
-    TRAINING_ATTRIBUTES = frozenset({
-        "train", "save", "close", "store", "optimizer", "kalman", "ema", "early_stopping", "lr_factor",
-        "current_learning_rate", "learning_rate", "averaged_weights", "freeze_averaged_weights", "frozen",
-        "holds_average", "best_dir", "last_validation", "evaluate_with_parity", "engine", "jit", "parts",
-        "model", "network", "world", "backend", "state", "claim", "is_chief", "mp", "dtype", "evaluation",
-        "evaluator", "step_functions", "bar"})
-
-    def __getattr__(self, name):
-        if name not in RestoredModel.TRAINING_ATTRIBUTES:
-            raise AttributeError(f"{type(self).__name__} of {self.__dict__.get('_path')!r} has no attribute "
-                                 f"{name!r} (a Trainer's attributes: {sorted(RestoredModel.TRAINING_ATTRIBUTES)})")
-        return getattr(self.as_trainer(), name)
-
-    def __repr__(self):
-        state = "a Trainer" if self._trainer is not None else "for inference"
-        return f"<pinn model of {self.model_dir} at step {int(self.step)} ({state})>"
 
 
 def variable_values(model):

@@ -1,15 +1,11 @@
-"""The training and evaluation input: checked, with neighbor lists, split and padded as the step needs;
-and the length of an epoch."""
-import logging
-
+"""A model's input for evaluation and prediction (and, padded and split, for training): checked, with
+``cell``/``pbc`` and neighbor lists."""
 import numpy as np
 import tensorflow as tf
 
 from pinn import keys as K
 from pinn.io.batch import add_neighbors, split_batch, with_cell_and_pbc
 from pinn.io.padding import pad_to_buckets
-
-log = logging.getLogger("pinn")
 
 
 def prepared_input(input_fn, network, skip=0, pad=False, parts=1):
@@ -74,28 +70,3 @@ def evaluation_input(dataset, steps=None):
         raise ValueError("evaluate: the input never ends (it is repeat()-ed): pass steps= (batches to evaluate) "
                          "or an input without repeat()")
     return dataset
-
-
-def steps_per_epoch_of(input_fn, k, world):
-    """Steps in one pass over every rank's input (the shortest rank's, in whole steps of ``k`` batches).
-
-    Raises:
-        ValueError: the input repeats forever, or an epoch is shorter than one step.
-    """
-    dataset = input_fn()
-    cardinality = int(dataset.cardinality())
-    if cardinality == tf.data.INFINITE_CARDINALITY:
-        raise ValueError("max_epochs: input_fn repeats forever; remove .repeat() so that one pass of it is "
-                         "an epoch (train repeats it), or give max_steps instead")
-    if cardinality < 0:
-        log.info("counting the batches of one epoch")
-        cardinality = int(dataset.reduce(np.int64(0), lambda n, _: n + 1))
-    per_rank = world.allgather_numpy(np.array([cardinality]))[:, 0]
-    steps = int(per_rank.min()) // k
-    if steps == 0:
-        raise ValueError(f"max_epochs: an epoch has {int(per_rank.min())} batches on the shortest rank, fewer "
-                         f"than accumulate_batches = {k}")
-    if per_rank.max() != per_rank.min():
-        log.info("ranks hold %d to %d batches per epoch: an epoch is %d steps (the shortest rank's)",
-                 per_rank.min(), per_rank.max(), steps)
-    return steps
