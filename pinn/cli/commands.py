@@ -29,16 +29,6 @@ COMMANDS = {"train": train_command, "convert": convert, "eval": eval_command, "r
 
 DESCRIPTION = """Train and use PiNN-style neural-network potentials and dipole models.
 
-commands:
-  train     train from a YAML run file or an input script
-  convert   write data (ASE-readable files or MiMiC runs) to TFRecord caches, optionally split
-  eval      errors of a trained model on data (a table, or JSON)
-  report    learning curves and parity plots (PNG) and a text summary of a model directory
-  log       the metrics a training run recorded (a table, or CSV)
-  devi      a committee's model deviation over a trajectory
-  md        MD with a model or a committee, stopping where the members disagree
-  version   the installed pinn version
-
 Run `pinn COMMAND --help` for the options of each.  TensorFlow's start-up messages are
 hidden unless you give --verbose or set TF_CPP_MIN_LOG_LEVEL yourself.  An error is one line
 naming the file, frame or key (exit status 1); --verbose adds its traceback."""
@@ -55,7 +45,7 @@ def _parser():
     # --verbose after the command too (SUPPRESS: absent there, the value before the command stays)
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help=VERBOSE_HELP)
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    commands = parser.add_subparsers(title="commands", dest="command", metavar="COMMAND")
     for command in COMMANDS.values():
         command.add_parser(commands, common)
     return parser

@@ -461,3 +461,14 @@ def test_any_error_is_one_line_and_its_traceback_shown_with_verbose(monkeypatch,
         err_text = capsys.readouterr().err
         assert err_text.startswith("Traceback (most recent call last):") and \
             err_text.endswith(f"pinn version: error: {line}\n"), err_text
+
+
+def test_the_help_lists_every_command_once(capsys):
+    """`pinn --help` lists each registered command (from its own module's parser), none twice, none left out."""
+    from pinn.cli.commands import COMMANDS, main
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = capsys.readouterr().out
+    listed = [line.split()[0] for line in text.split("\ncommands:\n", 1)[1].splitlines()[1:]
+              if line.startswith("    ") and not line.startswith("     ")]
+    assert listed == list(COMMANDS), listed
