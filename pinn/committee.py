@@ -13,7 +13,10 @@ is worth its cost.  ``pinn.get_calc([dir_a, dir_b, ...])`` (or a directory holdi
 - ``energies_deviation`` [n_atoms]: per atom the standard deviation of the members' atomic energies (eV),
   beside ``energies``, the members' mean per-atom energies (ASE's ``atoms.get_potential_energies()``);
 - ``member_energies`` [M], ``member_forces`` [M, n_atoms, 3] and, for a periodic cell,
-  ``member_stresses`` [M, 6] (Voigt, eV/Å³): what each member predicted.
+  ``member_stresses`` [M, 6] (Voigt, eV/Å³): what each member predicted;
+- with an electrostatic embedding, ``charges`` [n_atoms], the members' mean charges of the QM atoms (the MM
+  atoms' own), whose field is the mean energy's (the Coulomb energy is linear in them), and ``member_charges``
+  [M, n_atoms].
 
 Standard deviations are over the members with 1/M (NumPy's default, DeePMD-kit's).
 :func:`deviations` computes the figures of DeePMD-kit's ``model_devi.out`` (``pinn devi``): the
@@ -41,7 +44,8 @@ log = logging.getLogger(__name__)
 DRIVES = ("mean", "first")
 #: the results that need every member
 COMMITTEE_PROPERTIES = frozenset({"energy_deviation", "energies_deviation", "forces_deviation",
-                                  "max_forces_deviation", "member_energies", "member_forces", "member_stresses"})
+                                  "max_forces_deviation", "member_energies", "member_forces", "member_stresses",
+                                  "member_charges"})
 
 
 def deviations(energies, forces, n_atoms=None, virials=None):
@@ -109,12 +113,13 @@ class CommitteeCalc(FollowsInputs, Calculator):
             elements differ.
     """
 
-    implemented_properties = ["energy", "free_energy", "energies", "forces", "stress", "energy_deviation",
+    implemented_properties = ["energy", "free_energy", "energies", "forces", "stress", "charges", "energy_deviation",
                               "energies_deviation", "forces_deviation", "max_forces_deviation", "member_energies",
-                              "member_forces", "member_stresses"]
+                              "member_forces", "member_stresses", "member_charges"]
 
     def __init__(self, members, names, skin=0.5, drive="mean", atoms=None, label=None, directory="."):
         from pinn.engines.committee import FastCommittee, check_same_kind
+        from pinn.engines.embedded import FastEmbeddedCommittee
         from pinn.io.neighbors import VerletNeighbors
         super().__init__(atoms=atoms, label=label, directory=directory)
         if drive not in DRIVES:
@@ -132,14 +137,23 @@ class CommitteeCalc(FollowsInputs, Calculator):
                              f"({sorted(kind.name for kind in embeddings)})")
         #: the members' embedding of QM/MM frames
         self.embedding = embeddings.pop()
+        #: their ``embedding_damping`` (Å), which they share
+        self.embedding_damping = _shared_damping(self.members, self.names)
         self.rc = self.members[0].rc
         self.atom_types = self.members[0].atom_types
         self.e_units = np.array([m.e_unit for m in self.members])
         self.engine = "numba" if all(m.engine == "numba" for m in self.members) else "mixed" \
             if any(m.engine == "numba" for m in self.members) else "tensorflow"
-        # one neighbor search for all members' networks; an embedding runs member by member
-        self._fast = FastCommittee([m._engine.fast for m in self.members], self.names) \
-            if self.engine == "numba" and not self.embedding.sees_environment else None
+        # one neighbor search for all members' networks (with an embedding that sees the MM atoms: of the QM atoms,
+        # in the MM field they share), the members of one layout in one kernel call
+        self._fast = None
+        self._fast_embedded = None
+        if self.engine == "numba":
+            fast = FastCommittee([m._engine.fast for m in self.members], self.names)
+            if self.embedding.sees_environment:
+                self._fast_embedded = FastEmbeddedCommittee(fast, self.embedding_damping)
+            else:
+                self._fast = fast
         self.neighbors = VerletNeighbors(self.rc, skin)
         self.calculations = 0  # structures calculated
         self.committee_evaluations = 0  # of them, those on which every member was evaluated
@@ -153,35 +167,54 @@ class CommitteeCalc(FollowsInputs, Calculator):
     def _predict(self, atoms, members):
         """The energy [K], per-atom energies [K, n], forces [K, n, 3] and, periodic, stress [K, 3, 3] (eV, Å)
         of the K members whose indices are ``members``."""
-        if self._fast is not None:
+        if self._fast is not None or self._fast_embedded is not None:
             for k in members:
                 self.members[k]._engine._sync_weights()
-            first, second, offsets = self.neighbors.candidates(atoms.positions, atoms.cell[:], atoms.pbc)
-            out = self._fast(atoms.numbers, atoms.positions, first, second, offsets, atoms.cell[:], atoms.pbc,
-                             members=members)
+            out = self._fast_predictions(atoms, members)
         else:
             preds = [self.members[k]._engine(atoms, self.neighbors) for k in members]
             out = {"energy": np.array([float(p["energy"][0]) for p in preds]),
                    "forces": np.stack([np.asarray(p["forces"], np.float64) for p in preds])}
             if self.embedding.gives_atomic_energies:
                 out["energies"] = np.stack([np.asarray(p["energies"], np.float64) for p in preds])
+            if "charges" in self.embedding.gives:
+                out["charges"] = np.stack([np.asarray(p["charges"], np.float64) for p in preds])
             if atoms.pbc.any() and all("stress" in p for p in preds):
                 out["stress"] = np.stack([np.asarray(p["stress"][0], np.float64) for p in preds])
         scale = self.e_units[list(members)]
         result = {"energy": out["energy"] * scale, "forces": out["forces"] * scale[:, None, None]}
         if "energies" in out:
             result["energies"] = out["energies"] * scale[:, None]
+        if "charges" in out:
+            result["charges"] = np.asarray(out["charges"], np.float64)
         if atoms.pbc.any() and "stress" in out:
             result["stress"] = out["stress"] * scale[:, None, None]
         return result
+
+    def _fast_predictions(self, atoms, members):
+        """The Numba engine's predictions of ``members`` (indices), from one neighbor search."""
+        if self._fast is not None:
+            first, second, offsets = self.neighbors.candidates(atoms.positions, atoms.cell[:], atoms.pbc)
+            return self._fast(atoms.numbers, atoms.positions, first, second, offsets, atoms.cell[:], atoms.pbc,
+                              members=list(members))
+        from pinn import keys as K
+        from pinn.io.qmmm_atoms import region_arrays
+        arrays = region_arrays(atoms)
+        region = np.flatnonzero(arrays[K.QM])
+        first, second, offsets = self.neighbors.candidates(atoms.positions[region], atoms.cell[:], atoms.pbc)
+        return self._fast_embedded(atoms.numbers, atoms.positions, arrays[K.QM], arrays[K.MM_CHARGE],
+                                   arrays[K.QM_CHARGE], first, second, offsets, atoms.cell[:], atoms.pbc,
+                                   members=list(members))
 
     def calculate(self, atoms=None, properties=("energy",), system_changes=all_changes):
         super().calculate(atoms, properties, system_changes)
         atoms = self.atoms
         if "stress" in properties and not atoms.pbc.any():
             raise PropertyNotImplementedError("stress needs a periodic cell")
+        charged = "charges" in self.embedding.gives
         for name, given in (("stress", self.embedding.gives_stress), ("energies", self.embedding.gives_atomic_energies),
-                            ("energies_deviation", self.embedding.gives_atomic_energies)):
+                            ("energies_deviation", self.embedding.gives_atomic_energies), ("charges", charged),
+                            ("member_charges", charged)):
             if name in properties and not given:
                 raise PropertyNotImplementedError(f"a model with embedding {self.embedding.name!r} gives no {name}")
         check_atoms(atoms)
@@ -206,6 +239,8 @@ class CommitteeCalc(FollowsInputs, Calculator):
         self.results.update(energy=float(pred["energy"]), free_energy=float(pred["energy"]), forces=pred["forces"])
         if "energies" in pred:
             self.results["energies"] = pred["energies"]
+        if "charges" in pred:
+            self.results["charges"] = pred["charges"]
         if "stress" in pred:
             self.results["stress"] = full_3x3_to_voigt_6_stress(pred["stress"])
 
@@ -230,7 +265,24 @@ class CommitteeCalc(FollowsInputs, Calculator):
             self.results["energies_deviation"] = np.sqrt((spread * spread).sum(axis=0) / m)
         if "stress" in pred:
             self.results["member_stresses"] = np.stack([full_3x3_to_voigt_6_stress(s) for s in pred["stress"]])
+        if "charges" in pred:
+            self.results["member_charges"] = pred["charges"]
+            atomic["charges"] = pred["charges"].sum(axis=0) / m
         if mean:
             self._set_prediction({"energy": energy, **atomic, "forces": mean_forces,
                                   **({"stress": pred["stress"].mean(axis=0)} if "stress" in pred else {})})
 
+
+def _shared_damping(members, names):
+    """``model.params.embedding_damping`` of a committee's members (Å), which they must share (one MM field for
+    all).
+
+    Raises:
+        ValueError: members of different damping, naming the first that differs.
+    """
+    damping = [m.embedding_damping for m in members]
+    for name, value in zip(names[1:], damping[1:]):
+        if value != damping[0]:
+            raise ValueError(f"get_calc: the committee's members differ in model.params.embedding_damping ({name}: "
+                             f"{value:g} Å, {names[0]}: {damping[0]:g} Å)")
+    return damping[0]

@@ -8,9 +8,9 @@ One line per frame under the header (each name right-aligned in DeePMD-kit's col
 
 with the figures of :func:`pinn.committee.deviations` (forces in eV/Å; virial and energy per
 atom, eV; the virial columns are 0 for a structure without a periodic cell), so scripts written
-for ``dp model-devi`` output read it.  ``step`` is the frame's index in an ASE-readable file, and
-the trr's step for a MiMiC/GROMACS trajectory (``--mpt``, with ``--atoms`` for the atoms the
-members were trained on).
+for ``dp model-devi`` output read it (the layout: :mod:`pinn.io.model_devi`).  ``step`` is the
+frame's index in an ASE-readable file, and the trr's step for a MiMiC/GROMACS trajectory (``--mpt``,
+with ``--atoms`` for the atoms the members were trained on).
 
 ``--select LO:HI`` picks the frames whose ``max_devi_f`` lies in [LO, HI) (eV/Å) — the ones worth
 labelling: written as extended XYZ (``--selected``, default ``selected.xyz``; the deviations in
@@ -24,13 +24,6 @@ import sys
 import time
 
 import numpy as np
-
-#: the columns after ``step``, DeePMD-kit's order
-COLUMNS = ("max_devi_v", "min_devi_v", "avg_devi_v", "max_devi_f", "min_devi_f", "avg_devi_f", "devi_e")
-#: deviations() keys of the columns
-KEYS = ("max_virial_deviation", "min_virial_deviation", "avg_virial_deviation", "max_forces_deviation",
-        "min_forces_deviation", "avg_forces_deviation", "energy_deviation_per_atom")
-
 
 def add_parser(commands, common):
     """Add ``pinn devi`` to the ``pinn`` command's subparsers."""
@@ -91,6 +84,7 @@ def run(args):
     from pinn.calculator import get_calc
     from pinn.committee import CommitteeCalc, deviations
     from pinn.io.errors import DataError
+    from pinn.io.model_devi import row_of, write_model_devi
     *members, trajectory = args.paths
     if not members:
         raise ValueError("give the members (model directories) before the trajectory")
@@ -121,7 +115,7 @@ def run(args):
             volume = atoms.get_volume()
             virials = np.stack([-voigt_6_to_full_3x3_stress(s) * volume for s in res["member_stresses"]])
         devi = deviations(res["member_energies"], res["member_forces"], n, virials)
-        rows.append([step] + [devi.get(k, 0.0) for k in KEYS])
+        rows.append(row_of(step, devi))
         if window and window[0] <= devi["max_forces_deviation"] < window[1]:
             frame = atoms.copy()
             frame.info.update(step=step, max_devi_f=devi["max_forces_deviation"],
@@ -131,20 +125,11 @@ def run(args):
         if time.monotonic() - shown > 5:
             shown = time.monotonic()
             print(f"pinn devi: {len(rows)} frames, {len(rows) / (shown - started):.1f} frames/s", file=sys.stderr)
-    _write_table(args.output, rows)
+    write_model_devi(args.output, rows)
     print(f"pinn devi: {len(rows)} frames of {trajectory} -> {args.output}")
     if window:
         _write_selected(args, chosen, trajectory.endswith(".trr"))
     return 0
-
-
-def _write_table(path, rows):
-    """DeePMD-kit's layout: a header line, then ``step`` (%12d) and seven %19.6e columns."""
-    header = "#" + f"{'step':>11}" + "".join(f"{c:>19}" for c in COLUMNS)
-    with open(path, "w") as f:
-        f.write(header + "\n")
-        for row in rows:
-            f.write(f"{int(row[0]):12d}" + "".join(f"{v:19.6e}" for v in row[1:]) + "\n")
 
 
 def _write_selected(args, chosen, from_trr):

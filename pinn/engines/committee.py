@@ -41,7 +41,8 @@ class FastCommittee:
         self._stack = MemberStack(self.members) if self.stacked else None
         self._pairs_key = None  # (member 0's search count, numbers, positions, cell) of its pairs
 
-    def __call__(self, numbers, coord, cand_i, cand_j, cand_offset, cell=None, pbc=None, members=None):
+    def __call__(self, numbers, coord, cand_i, cand_j, cand_offset, cell=None, pbc=None, members=None,
+                 charge_seed=None):
         """Every member's predictions for one structure (see :meth:`pinn.engines.md.FastPiNet.__call__`
         for the arguments).
 
@@ -49,11 +50,15 @@ class FastCommittee:
             members: the indices of the members to evaluate, in order (default: all).  Without member
                 0, the pairs of member 0's last search are reused when that search was this committee's,
                 for the same numbers, positions and cell (else member 0 finds them again).
+            charge_seed: for networks of two outputs per atom (an electrostatic embedding): [n_atoms] ∂E/∂q̃ of
+                each atom's second output (eV/e), the same for every member (the potential of the MM charges:
+                :class:`pinn.engines.embedded.FastEmbeddedCommittee`); ``None``: 0.
 
         Returns:
             dict with ``energy`` [M] (eV), ``energies`` [M, n_atoms] (eV, per atom), ``forces``
             [M, n_atoms, 3] (eV/Å), ``virial`` [M, 3, 3] (eV) and, for a periodic cell, ``stress``
-            [M, 3, 3] (eV/Å³), float64, for the M members asked for.
+            [M, 3, 3] (eV/Å³), float64, for the M members asked for; with two outputs per atom also
+            ``charges_raw`` [M, n_atoms] (e), the second output.
         """
         members = list(range(len(self.members))) if members is None else list(members)
         first = self.members[0]
@@ -63,12 +68,10 @@ class FastCommittee:
                                None if cell is None else np.array(cell, np.float64))
         pairs = first.pairs()
         if self.in_one_call(len(members), len(pairs[0])):
-            return self._stack(numbers, pairs, cell, pbc, members)
-        outs = [self.members[k].on_pairs(numbers, *pairs, cell, pbc) for k in members]
-        result = {key: np.stack([o[key] for o in outs]) for key in ("energy", "energies", "forces", "virial")}
-        if "stress" in outs[0]:
-            result["stress"] = np.stack([o["stress"] for o in outs])
-        return result
+            return self._stack(numbers, pairs, cell, pbc, members, charge_seed)
+        outs = [self.members[k].on_pairs(numbers, *pairs, cell, pbc, charge_seed) for k in members]
+        keys = ("energy", "energies", "forces", "virial", "stress", "charges_raw")
+        return {key: np.stack([o[key] for o in outs]) for key in keys if key in outs[0]}
 
     def in_one_call(self, count, n_pairs):
         """Whether ``count`` members on ``n_pairs`` pairs run in one kernel call, a member per thread: when
@@ -123,9 +126,10 @@ class MemberStack:
             self._versions = versions
         return self.flat, self.scal
 
-    def __call__(self, numbers, pairs, cell, pbc, members):
+    def __call__(self, numbers, pairs, cell, pbc, members, charge_seed=None):
         """The predictions of ``members`` (indices) on ``pairs`` = (pair_i, pair_j, diff, dist) of one
-        structure, as :meth:`FastCommittee.__call__` returns them."""
+        structure, with the second output's ``charge_seed`` (``None``: 0), as :meth:`FastCommittee.__call__`
+        returns them."""
         pair_i, pair_j, diff, dist = pairs
         n_pairs = len(pair_i)
         flat, scal = self._weights()
@@ -138,15 +142,20 @@ class MemberStack:
         diff = np.ascontiguousarray(diff, np.float64)
         dist = np.ascontiguousarray(dist, np.float64)
         table, layers, blocks, codes = self._layout
+        two = first.outputs == 2
         with numba_threads(self.threads):
             if self.network == "PiNet2":
                 work = self._pinet2_work(len(types[0]), n_pairs, pair_i, pair_j)
+                if two:
+                    work["charge_seed"][:] = 0.0 if charge_seed is None else charge_seed
                 committee_kernels.pinet2_members(which, types, work["pair_i"], work["pair_j"], diff, dist, flat,
                                                  table, layers, blocks, codes, scal, work["charge_seed"],
                                                  work["atomic"], work["charge"], work["g_diff"], work["tile"],
                                                  *work["arrays"], work["forces"], work["virial"])
             else:
                 work = self._pinet_work(len(types[0]), n_pairs, dist)
+                if two:
+                    work["charge_seed"][:] = 0.0 if charge_seed is None else charge_seed
                 committee_kernels.pinet_members(which, types, n_pairs, pair_i, pair_j, work["dist"], diff, dist,
                                                 flat, table, layers, blocks, codes, scal, *work["arrays"],
                                                 work["forces"], work["virial"])
@@ -154,6 +163,8 @@ class MemberStack:
         energies = atomic + np.stack([self.members[k].arrays["e_dress"][types[k]] for k in members])
         result = {"energy": energies.sum(axis=1), "energies": energies, "forces": work["forces"][which],
                   "virial": work["virial"][which]}
+        if two:
+            result["charges_raw"] = work["charge"][which].astype(np.float64)
         if pbc is not None and np.any(pbc):
             cell = np.asarray(cell, np.float64)
             result["stress"] = result["virial"] / abs(np.dot(cell[0], np.cross(cell[1], cell[2])))
@@ -169,6 +180,7 @@ class MemberStack:
             order = ("basis", "dbasis", "zpair", "zatom", "pa", "pb", "buf", "grad_r", "atomic", "charge_seed",
                      "charge")  # pinet_members' arguments
             self._work = {"arrays": tuple(arrays[name] for name in order), "atomic": arrays["atomic"],
+                          "charge_seed": arrays["charge_seed"], "charge": arrays["charge"],
                           "dist": np.ones(capacity, self.dtype)} | self._outputs(n_atoms)
             self._work_key = (n_atoms, capacity)
         self._work["dist"][:n_pairs] = dist

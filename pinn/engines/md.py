@@ -224,7 +224,7 @@ class FastPiNet:
         n = self.last_pairs
         return self._pair_i[:n], self._pair_j[:n], self._diff[:n], self._dist[:n]
 
-    def on_pairs(self, numbers, pair_i, pair_j, diff, dist, cell=None, pbc=None):
+    def on_pairs(self, numbers, pair_i, pair_j, diff, dist, cell=None, pbc=None, charge_seed=None):
         """Energy, forces and stress of one structure from its pairs within the cutoff (e.g. another
         engine's :meth:`pairs` of the same structure, for a committee: one neighbor search for all).
 
@@ -232,7 +232,7 @@ class FastPiNet:
             numbers: [n_atoms] atomic numbers.
             pair_i, pair_j: [n_pairs] int32 atoms of each pair (every pair within ``rc``, both ways).
             diff: [n_pairs, 3] r_j + offset − r_i (Å); dist: [n_pairs] its length (Å), < ``rc``.
-            cell, pbc: as for :meth:`__call__`.
+            cell, pbc, charge_seed: as for :meth:`__call__`.
 
         Returns:
             as :meth:`__call__`.
@@ -240,7 +240,7 @@ class FastPiNet:
         types = self.types_of(numbers)
         n_pairs = len(pair_i)
         self._workspace(len(types), n_pairs)
-        return self._on_pairs(types, n_pairs, pair_i, pair_j, diff, dist, cell, pbc)
+        return self._on_pairs(types, n_pairs, pair_i, pair_j, diff, dist, cell, pbc, charge_seed)
 
     def types_of(self, numbers):
         """The model's type index of each atomic number (int array).

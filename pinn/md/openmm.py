@@ -16,6 +16,10 @@ subset's positions alone): positions nm → Å, the pinn calculator's energy (eV
 back in kJ/mol and kJ/mol/nm.  In a periodic system the calculator sees OpenMM's box (minimum
 images; OpenMM may wrap atoms one by one).
 
+:func:`create_mixed_system` with a committee (a list of model directories) drives the dynamics with the members'
+mean; a :class:`~pinn.md.openmm_deviation.DeviationMonitor` writes their deviation at each step and stops the
+run at the first step over a threshold.
+
 :func:`create_mixed_system` is mechanical embedding, as openmm-ml's ``createMixedSystem``: in a
 copy of an MM system it removes the bonded terms (bonds, angles, torsions, CMAP) and the
 constraints whose atoms all lie in the ML region, sets every ML–ML pair of the
@@ -36,14 +40,15 @@ import numpy as np
 from pinn.physics.embedding_kinds import MECHANICAL, embedding_of
 from pinn.md.openmm_computation import (ANGSTROM_PER_NM, KJ_PER_MOL_PER_EV, EmbeddedComputation, PinnComputation,
                                         python_force)
+from pinn.md.openmm_deviation import DeviationMonitor, DeviationStop
 from pinn.md.openmm_files import load_system, save_system
 
 log = logging.getLogger("pinn")
-__all__ = ["pinn_force", "create_mixed_system", "save_system", "load_system", "KJ_PER_MOL_PER_EV",
-           "ANGSTROM_PER_NM"]
+__all__ = ["pinn_force", "create_mixed_system", "save_system", "load_system", "DeviationMonitor", "DeviationStop",
+           "KJ_PER_MOL_PER_EV", "ANGSTROM_PER_NM"]
 
 
-def pinn_force(model, numbers, particles=None, periodic=False, force_group=None, **calc_options):
+def pinn_force(model, numbers, particles=None, periodic=False, force_group=None, monitor=None, **calc_options):
     """An OpenMM force of a pinn potential.
 
     Args:
@@ -52,6 +57,8 @@ def pinn_force(model, numbers, particles=None, periodic=False, force_group=None,
         particles: the indices of those atoms in the system (``None``: all of it).
         periodic: whether the system is periodic (OpenMM then passes its box).
         force_group: the force's group (``None``: OpenMM's default, 0).
+        monitor: a :class:`~pinn.md.openmm_deviation.DeviationMonitor` of a committee's deviation at each step
+            (``model`` a committee), or ``None``.
         calc_options: passed on to :func:`pinn.get_calc`.
 
     Returns:
@@ -62,26 +69,29 @@ def pinn_force(model, numbers, particles=None, periodic=False, force_group=None,
         calculator), and refuses to be, naming the model, otherwise.
 
     Raises:
-        ValueError: ``numbers`` and ``particles`` of different lengths.
+        ValueError: ``numbers`` and ``particles`` of different lengths; a ``monitor`` for a model that is no
+            committee.
     """
     numbers = np.asarray(numbers, int)
     if particles is not None and len(particles) != len(numbers):
         raise ValueError(f"pinn_force: {len(numbers)} atomic numbers for {len(particles)} particles")
     computation = PinnComputation(model, numbers, periodic, calc_options)
     computation.calc  # made now: a bad model fails here, not at the first step
+    computation.watch(monitor)
     return python_force(computation, particles, periodic, force_group)
 
 
 def create_mixed_system(system, topology, ml_atoms, model, force_group=1, embedding=MECHANICAL.name, qm_charge=None,
-                        cutoff=None, switch_width=0.1, **calc_options):
+                        cutoff=None, switch_width=0.1, monitor=None, **calc_options):
     """An ML/MM system: ``system`` with the ML region's MM terms removed and a pinn force on it.
 
     Args:
         system: the MM ``openmm.System`` (e.g. of ``GromacsTopFile.createSystem``); not changed.
         topology: its ``openmm.app.Topology`` (the ML atoms' elements, the residues).
         ml_atoms: the indices of the ML region's atoms.
-        model: a model directory or model file (the system can then be saved: :func:`save_system`), or what
-            :func:`pinn.get_calc` takes, or an ASE calculator.
+        model: a model directory or model file (the system can then be saved: :func:`save_system`), a committee
+            (a list of model directories, or a directory of ``member-K``: the members' mean drives the dynamics),
+            or what :func:`pinn.get_calc` takes, or an ASE calculator.
         force_group: the pinn force's group (its energy alone: ``getState(groups={force_group})``).
         embedding: ``'mechanical'`` (the module's description) or ``'electrostatic'``: the region's charges
             are the model's (a potential model with ``embedding: electrostatic``): they are zero in the
@@ -93,6 +103,8 @@ def create_mixed_system(system, topology, ml_atoms, model, force_group=1, embedd
         cutoff: nm, in a periodic system with electrostatic embedding: the MM residues whose centre lies within
             it of the region's centre are seen; ``None``: the ``NonbondedForce``'s cutoff.
         switch_width: nm, the width of the shell below ``cutoff`` where a residue's charges are switched off.
+        monitor: a :class:`~pinn.md.openmm_deviation.DeviationMonitor`: a committee's deviation at each step,
+            written and, with its ``stop_above``, the stop at the first step over it; ``None``: none.
         calc_options: passed on to :func:`pinn.get_calc`.
 
     Returns:
@@ -102,7 +114,7 @@ def create_mixed_system(system, topology, ml_atoms, model, force_group=1, embedd
         ValueError: an ML atom without an element, an index out of range, or no ML atoms; an unknown
             ``embedding``, or one the model does not have; with electrostatic embedding, a bond between the
             region and the MM atoms (the region must be whole molecules) or a system without
-            ``NonbondedForce``.
+            ``NonbondedForce``; a ``monitor`` for a model that is no committee.
     """
     import openmm
     try:
@@ -145,6 +157,7 @@ def create_mixed_system(system, topology, ml_atoms, model, force_group=1, embedd
         computation, particles, described = _electrostatic(new, nonbonded, topology, ml, model, qm_charge, cutoff,
                                                            switch_width, calc_options)
     _check_model_embedding(computation.calc, kind)
+    computation.watch(monitor)
     new.addForce(python_force(computation, particles, periodic, force_group))
     log.info("ML/MM system: %d ML atoms of %d (%s embedding); removed inside the ML region: %s; %s", len(ml),
              system.getNumParticles(), kind.name, ", ".join(f"{n} {k}" for k, n in removed.items()), described)

@@ -130,6 +130,10 @@ class PinnComputation:
         calc_options: keyword arguments of :func:`pinn.get_calc` (a checkpoint path made absolute).
         saved_sha256: the model's hash when the system was saved (a restored computation, as unpickling gives):
             the model at the path is checked against it when the calculator is made.
+
+    Attributes:
+        monitor: a :class:`~pinn.md.openmm_deviation.DeviationMonitor` that takes a committee's predictions of
+            each step (:meth:`watch`), or ``None``; not saved with the system.
     """
 
     #: the embedding whose force this computes (its name is the ``kind`` of :meth:`describe`)
@@ -147,6 +151,18 @@ class PinnComputation:
             model_sha256(self.model, self._checkpoint()) if self._saveable() else None)
         self._calc = None
         self._atoms = None
+        self.monitor = None
+
+    def watch(self, monitor):
+        """Give each step's committee predictions to ``monitor`` (a
+        :class:`~pinn.md.openmm_deviation.DeviationMonitor`; ``None``: no longer).
+
+        Raises:
+            ValueError: the model is no committee.
+        """
+        if monitor is not None:
+            monitor.attach_check(self.calc)
+        self.monitor = monitor
 
     def _saveable(self):
         return isinstance(self.model, (str, list))
@@ -190,13 +206,14 @@ class PinnComputation:
             logging.getLogger("pinn").error("%s", message)  # OpenMM's serializer replaces the exception's message
             raise pickle.PicklingError(message)
         state = dict(self.__dict__)
-        state["_calc"] = state["_atoms"] = None
+        state["_calc"] = state["_atoms"] = state["monitor"] = None
         state.pop("_restored", None)
         return state
 
     def __setstate__(self, state):
         self.__dict__.update(state)
         self.__dict__.setdefault("model_sha256", None)
+        self.__dict__.setdefault("monitor", None)
         self._restored = True
 
     def describe(self):
@@ -243,7 +260,10 @@ class PinnComputation:
         if self.periodic:
             atoms.cell = self._box(state)
         energy = atoms.get_potential_energy() * KJ_PER_MOL_PER_EV
-        return energy, atoms.get_forces() * (KJ_PER_MOL_PER_EV * ANGSTROM_PER_NM)
+        forces = atoms.get_forces() * (KJ_PER_MOL_PER_EV * ANGSTROM_PER_NM)
+        if self.monitor is not None:
+            self.monitor.record(state.getStepCount(), state.getTime()._value, atoms, self.calc.results)
+        return energy, forces
 
 
 class EmbeddedComputation(PinnComputation):
@@ -301,7 +321,8 @@ class EmbeddedComputation(PinnComputation):
         qm_index = np.flatnonzero(self.qm)
         region = positions[qm_index]
         if box is not None:
-            heights = abs(np.linalg.det(box)) / np.linalg.norm(np.cross(box[[1, 2, 0]], box[[2, 0, 1]]), axis=1)
+            box = _Box(box)
+            heights = box.heights
             if self.cutoff > heights.min() / 2:
                 raise ValueError(f"the embedding's cutoff {self.cutoff / ANGSTROM_PER_NM:g} nm exceeds half the box "
                                  f"({heights.min() / 2 / ANGSTROM_PER_NM:g} nm): residues would be cut by the box")
@@ -328,6 +349,8 @@ class EmbeddedComputation(PinnComputation):
         energy = atoms.get_potential_energy()
         forces = np.zeros((len(self.numbers), 3))
         forces[index] = atoms.get_forces()
+        if self.monitor is not None:
+            self.monitor.record(state.getStepCount(), state.getTime()._value, atoms, self.calc.results, seen_mm=~qm)
         if dscale is not None and len(mm_index):
             potential = _potential(atoms.get_charges()[:n_qm], region, mm_positions, self.damping)  # eV/e
             pull = np.bincount(residue_of, potential * self.charges[mm_index] * dscale, minlength=len(unit))
@@ -360,10 +383,29 @@ class EmbeddedComputation(PinnComputation):
         return (index[keep], shifted[keep], switch[place[keep]], dswitch[place[keep]], unit, residue_of)
 
 
+class _Box:
+    """A periodic box (rows a, b, c, Å; OpenMM's reduced form) with its inverse and face distances, made once per
+    step for the step's three minimum images (the inverse: the cross products over the volume).
+
+    Attributes:
+        matrix: [3, 3] the rows a, b, c (Å).
+        inverse: [3, 3] its inverse (1/Å).
+        heights: [3] the distances between opposite faces (Å).
+    """
+
+    def __init__(self, matrix):
+        self.matrix = np.asarray(matrix, np.float64)
+        a, b, c = self.matrix
+        crosses = np.array([np.cross(b, c), np.cross(c, a), np.cross(a, b)])
+        volume = float(a @ crosses[0])
+        self.inverse = crosses.T / volume
+        self.heights = abs(volume) / np.linalg.norm(crosses, axis=1)
+
+
 def _minimum_image(vectors, box):
-    """Vectors (Å) in the minimum image of a box (rows a, b, c; OpenMM's reduced form)."""
-    fractional = vectors @ np.linalg.inv(box)
-    return vectors - np.round(fractional) @ box
+    """Vectors (Å) in the minimum image of a :class:`_Box`."""
+    fractional = vectors @ box.inverse
+    return vectors - np.round(fractional) @ box.matrix
 
 
 def _potential(qm_charges, qm_positions, mm_positions, damping):

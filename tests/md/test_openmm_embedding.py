@@ -15,55 +15,17 @@ import yaml
 
 openmm = pytest.importorskip("openmm", reason="OpenMM is not installed (pip install 'pinn[md]' or openmm)")
 from openmm import app, unit  # noqa: E402
-from settings import qmmm_frame  # noqa: E402
-
-from pinn.io import ase_files  # noqa: E402
+from openmm_water import (BOX_NM, CUTOFF_NM, context_of, pinn_state,  # noqa: E402
+                          train_electrostatic_water_model, water)
 
 EV = 96.48533212331002  # kJ/mol
-BOX_NM, CUTOFF_NM = 2.0, 0.9
 PLATFORM = "CPU"
 
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
     """An electrostatic PiNet (float64) trained 2 steps by `pinn train` on synthetic QM/MM frames."""
-    from pinn.cli import main
-    workdir = tmp_path_factory.mktemp("es-model")
-    ase_files.write(str(workdir / "frames.xyz"), [qmmm_frame(seed) for seed in range(4)], format="extxyz")
-    run = {"model_dir": str(workdir / "model"), "precision": "float64",
-           "network": {"name": "PiNet", "params": {"atom_types": [1, 8], "rc": 4.0, "depth": 2, "pp_nodes": [8],
-                                                   "pi_nodes": [8], "ii_nodes": [8], "out_nodes": [8],
-                                                   "out_units": 2}},
-           "model": {"name": "potential_model", "params": {"embedding": "electrostatic", "use_force": True,
-                                                           "embedding_damping": 1.0}},
-           "data": {"train": str(workdir / "frames.xyz"), "batch_size": 2}, "train": {"max_steps": 2}}
-    (workdir / "run.yml").write_text(yaml.safe_dump(run))
-    assert main(["train", str(workdir / "run.yml")]) == 0
-    return str(workdir / "model")
-
-
-def water(method):
-    """(topology, system, positions) of flexible TIP3P water in a 2 nm box (``method``: app.PME or app.NoCutoff)."""
-    forcefield = app.ForceField("amber14/tip3p.xml")
-    modeller = app.Modeller(app.Topology(), [])
-    modeller.addSolvent(forcefield, model="tip3p", boxSize=openmm.Vec3(BOX_NM, BOX_NM, BOX_NM) * unit.nanometer)
-    options = {"nonbondedCutoff": CUTOFF_NM * unit.nanometer} if method is app.PME else {}
-    system = forcefield.createSystem(modeller.topology, nonbondedMethod=method, constraints=None, rigidWater=False,
-                                     **options)
-    return modeller.topology, system, modeller.positions
-
-
-def context_of(system, positions):
-    context = openmm.Context(system, openmm.VerletIntegrator(0.00025), openmm.Platform.getPlatformByName("Reference"))
-    context.setPositions(positions)
-    return context
-
-
-def pinn_state(context, forces=False):
-    state = context.getState(getEnergy=True, getForces=forces, groups={1})
-    energy = state.getPotentialEnergy().value_in_unit(unit.kilojoule_per_mole)
-    return (energy, state.getForces(asNumpy=True).value_in_unit(unit.kilojoule_per_mole / unit.nanometer)) \
-        if forces else energy
+    return train_electrostatic_water_model(tmp_path_factory.mktemp("es-model"))
 
 
 def test_no_cutoff_force_is_the_calculators_on_the_qmmm_frame(model_dir):

@@ -323,6 +323,40 @@ def test_model_file_committee_and_devi_on_qmmm_frames(trained, frames_file, tmp_
     assert rows.shape == (6, 8) and np.all(np.isfinite(rows))
 
 
+def test_an_embedded_committee_runs_in_one_call_and_gives_each_members_own_prediction(trained, frames_file,
+                                                                                          tmp_path):
+    """A committee of electrostatic models on the numba engine shares one MM field and one neighbor search of the
+    QM atoms, and its members (one layout) run in one kernel call: each member's energy, forces on every atom
+    and charges equal that member's own calculator's, on a NoCutoff-like frame and on the periodic one; the
+    calculator's energy and forces are their mean."""
+    import pinn
+    from pinn.models import get_model
+    model_dir, _ = trained
+    members = [model_dir]
+    for seed in (11, 12):  # other weights of the same layout: the same params, other seeds, untrained
+        params = {**params_of(embedding_damping=0.0), "model_dir": str(tmp_path / f"m{seed}"), "seed": seed}
+        other = get_model(params)
+        other.save()
+        other.close()
+        members.append(params["model_dir"])
+    calc = pinn.get_calc(members)
+    assert calc.engine == "numba" and calc._fast_embedded is not None and calc._fast_embedded.committee.stacked
+    for index in (1, 2):  # frame 2 is periodic
+        atoms = ase_files.read(frames_file, index=index)
+        atoms.calc = calc
+        energy, forces = atoms.get_potential_energy(), atoms.get_forces()
+        assert calc.committee_evaluations == index  # one committee evaluation each
+        mine = calc.results
+        for k, member in enumerate(members):
+            alone = atoms.copy()
+            alone.calc = pinn.get_calc(member)
+            assert mine["member_energies"][k] == pytest.approx(alone.get_potential_energy(), abs=1e-9)
+            np.testing.assert_allclose(mine["member_forces"][k], alone.get_forces(), atol=1e-9)
+        assert energy == pytest.approx(mine["member_energies"].mean(), abs=1e-12)
+        np.testing.assert_allclose(forces, mine["member_forces"].mean(axis=0), atol=1e-12)
+        assert mine["max_forces_deviation"] > 1e-3  # members of other weights disagree
+
+
 def test_a_mechanical_model_with_two_outputs_runs_on_both_engines(tmp_path):
     """A mechanical potential whose network has two outputs per atom (the second unused) gives the same energy and
     forces on the numba engine as on TensorFlow: the numba engine's second output enters nothing unseeded."""
