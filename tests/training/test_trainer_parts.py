@@ -88,3 +88,12 @@ def test_a_trainer_takes_parts_only(tmp_path):
     params = resolve(training_params(tmp_path / "m", small_net([29, 79], depth=1, width=4), {}))
     with pytest.raises(TypeError, match="assemble"):
         Trainer(params)
+
+
+def test_a_restored_model_knows_every_name_of_the_trainer():
+    """Every public name of the Trainer's class is a RestoredModel's own or one it hands to the Trainer (its
+    TRAINING_ATTRIBUTES), so that a name added to the Trainer is not an AttributeError on get_model(model_dir)."""
+    from pinn.models.restored import RestoredModel
+    trainer = {name for name in dir(Trainer) if not name.startswith("_")} - {"from_model_dir"}
+    own = {name for name in dir(RestoredModel) if not name.startswith("_")} | {"params", "model_dir", "restored"}
+    assert trainer - own - RestoredModel.TRAINING_ATTRIBUTES == set()
