@@ -17,14 +17,15 @@ import argparse
 import sys
 import traceback
 
-from pinn.cli import (convert, devi, eval_command, export, ipi, log_command, md_command, report_command,
-                      train_command, version)
+from pinn.cli import (convert, devi, eval_command, export, ipi, learn_command, log_command, md_command,
+                      report_command, train_command, version)
 from pinn.cli.errors import error_line
 
 EXIT_ERROR = 1
 #: the commands by name, in the order of `pinn --help`: each a module with add_parser(commands, common) and run(args)
 COMMANDS = {"train": train_command, "convert": convert, "eval": eval_command, "report": report_command,
-            "log": log_command, "devi": devi, "md": md_command, "export": export, "ipi": ipi, "version": version}
+            "log": log_command, "devi": devi, "md": md_command, "learn": learn_command, "export": export, "ipi": ipi,
+            "version": version}
 
 
 DESCRIPTION = """Train and use PiNN-style neural-network potentials and dipole models.

@@ -1,4 +1,6 @@
-"""Learning during a run: the oracles that label the frames a committee is unsure of (:mod:`pinn.learn.oracles`).
+"""Learning during ML/MM MD (``pinn learn``, :mod:`pinn.learn.loop`): a committee explores
+(:mod:`pinn.learn.explorer`), the frames it is unsure of are chosen (:mod:`pinn.learn.selection`) and labelled by
+an oracle (:mod:`pinn.learn.oracles`), the committee is retrained; the run file: :mod:`pinn.learn.config`.
 
 An oracle labels frames in pinn's QM/MM convention (docs/qmmm.md): the energy of the QM region in the field of
 the MM charges (eV) and the forces on every atom (eV/Å), or for frames without an MM part the energy and forces of

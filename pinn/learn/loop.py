@@ -1,0 +1,263 @@
+"""The loop of ``pinn learn``: a committee explores ML/MM MD, the oracle labels the frames it is unsure of, the
+committee is retrained on them (warm-started), and the run goes on from the last accepted state.
+
+Round 0 trains the committee on the initial data.  Each round k ≥ 1:
+
+1. **explores** (:class:`~pinn.learn.explorer.OpenMMExplorer`) with round k − 1's committee until its steps are
+   done or a step's deviation on the QM atoms exceeds ``select.high``;
+2. **selects** (:func:`~pinn.learn.selection.select_frames`) at most ``max_frames`` records in the band
+   [``low``, ``high``), spaced by ``min_spacing`` steps, and the stop's frame when it lies under ``abort``;
+3. **labels** them with the oracle (:mod:`pinn.learn.oracles`); frames that cannot be labelled are set aside and
+   named; more than ``max_failures`` of them stops the loop;
+4. **retrains** each member from its round k − 1 self on all labels (``pinn train``'s library, a warm start).
+
+The loop's directory holds ``state.json`` (the last finished stage), ``rounds.jsonl`` (a line per round), and per
+round ``round-K/``: ``committee/member-M`` (the models), ``model_devi.out`` and ``frames.xyz`` (the records),
+``selected.xyz``, ``labels.xyz`` (written whole), ``failed.txt``, ``state.npz`` (the accepted state the next round
+starts from) and ``train.yml``.  A loop started again (after SIGTERM, a requeue, a crash) resumes after its last
+finished stage: no frame is labelled twice.
+"""
+import json
+import logging
+import os
+import time
+
+import yaml
+
+from pinn.learn.config import read_learn_file
+from pinn.learn.selection import select_frames
+
+log = logging.getLogger("pinn")
+
+STAGES = ("explored", "labelled", "trained")
+
+
+class LoopState:
+    """``state.json`` of a loop's directory: the round and its last finished stage, written atomically.
+
+    Attributes:
+        round: the round (0: the first training).
+        stage: the round's last finished stage (:data:`STAGES`), or ``None`` (nothing done yet).
+        committee: the round whose committee is the latest (a round without labels keeps the one before).
+        time_ps: the simulated time of the accepted states so far (ps).
+    """
+
+    def __init__(self, workdir):
+        self.path = os.path.join(workdir, "state.json")
+        self.round, self.stage, self.committee, self.time_ps = 0, None, 0, 0.0
+        if os.path.exists(self.path):
+            with open(self.path) as f:
+                saved = json.load(f)
+            self.round, self.stage = int(saved["round"]), saved["stage"]
+            self.committee, self.time_ps = int(saved["committee"]), float(saved["time_ps"])
+
+    def finish(self, round_, stage, **changes):
+        """Say that ``stage`` of ``round_`` is done (written before the next stage starts)."""
+        from pinn.files.durable import write_atomic
+        self.round, self.stage = round_, stage
+        for key, value in changes.items():
+            setattr(self, key, value)
+        write_atomic(self.path, json.dumps({"round": self.round, "stage": self.stage, "committee": self.committee,
+                                            "time_ps": self.time_ps}))
+
+
+class LearningLoop:
+    """The loop of a ``pinn learn`` run file (see the module).
+
+    Args:
+        path: the run file (:mod:`pinn.learn.config`).
+    """
+
+    def __init__(self, path):
+        self.config = read_learn_file(path)
+        self.workdir = self.config["workdir"]
+        os.makedirs(self.workdir, exist_ok=True)
+        self.state = LoopState(self.workdir)
+        self.oracle_section = self.config["oracle"]
+        self._explorer = None
+
+    # ------------------------------------------------------------------ places
+    def round_dir(self, round_):
+        path = os.path.join(self.workdir, f"round-{round_}")
+        os.makedirs(path, exist_ok=True)
+        return path
+
+    def members(self, round_):
+        """The model directories of round ``round_``'s committee."""
+        folder = os.path.join(self.round_dir(round_), "committee")
+        return [os.path.join(folder, f"member-{m}") for m in range(self.config["committee"]["size"])]
+
+    def label_files(self, up_to):
+        """The initial data and every round's labels up to round ``up_to``."""
+        initial = self.config["initial"]["data"]
+        files = list(initial) if isinstance(initial, list) else [initial]
+        for round_ in range(1, up_to + 1):
+            labels = os.path.join(self.workdir, f"round-{round_}", "labels.xyz")
+            if os.path.exists(labels):
+                files.append(labels)
+        return files
+
+    @property
+    def explorer(self):
+        if self._explorer is None:
+            from pinn.learn.explorer import OpenMMExplorer
+            self._explorer = OpenMMExplorer(self.config["explorer"])
+        return self._explorer
+
+    # ------------------------------------------------------------------ the loop
+    def run(self):
+        """Run rounds until a stop of the run file's ``stop`` section; returns the reason the loop ended."""
+        stop = self.config["stop"]
+        started = time.monotonic()
+        if self.state.stage is None:  # round 0: the committee on the initial data
+            self.train(0, self.config["committee"]["max_steps"], init=None)
+            self.state.finish(0, "trained", committee=0)
+        while True:
+            if self.state.stage == "trained":
+                reason = self._stop_reason(stop, started)
+                if reason:
+                    log.info("pinn learn: %s", reason)
+                    return reason
+                round_ = self.state.round + 1
+            else:
+                round_ = self.state.round
+            outcome = self.round(round_)
+            if outcome:
+                return outcome
+
+    def _stop_reason(self, stop, started):
+        if stop["rounds"] is not None and self.state.round >= stop["rounds"]:
+            return f"{self.state.round} rounds done (stop.rounds)"
+        if stop["time_ps"] is not None and self.state.time_ps >= stop["time_ps"]:
+            return f"{self.state.time_ps:g} ps simulated (stop.time_ps {stop['time_ps']:g})"
+        if stop["wall_s"] is not None and time.monotonic() - started >= stop["wall_s"]:
+            return f"wall time over {stop['wall_s']:g} s (stop.wall_s)"
+        return None
+
+    def round(self, round_):
+        """Round ``round_`` from its stage after the last finished one; returns why the loop must end, or ``None``."""
+        folder = self.round_dir(round_)
+        stage = self.state.stage if self.state.round == round_ else None
+        if stage is None:
+            self.explore(round_, folder)
+            stage = "explored"
+        if stage == "explored":
+            failure = self.label(round_, folder)
+            if failure:
+                return failure
+            stage = "labelled"
+        if stage == "labelled":
+            labels = os.path.join(folder, "labels.xyz")
+            if os.path.exists(labels):
+                self.train(round_, self.config["retrain"]["max_steps"], init=self.state.committee)
+                self.state.finish(round_, "trained", committee=round_)
+            else:
+                log.info("round %d: nothing to label; the committee of round %d goes on", round_,
+                         self.state.committee)
+                self.state.finish(round_, "trained")
+        return None
+
+    def explore(self, round_, folder):
+        """Stage 1: explore from the last accepted state; the records, the selection and the accepted state."""
+        from pinn.io import ase_files
+        from pinn.learn.explorer import load_state, save_state
+        select = self.config["select"]
+        previous = os.path.join(self.workdir, f"round-{round_ - 1}", "state.npz")
+        start = load_state(previous) if os.path.exists(previous) else self.explorer.initial_state
+        exploration = self.explorer.explore(self.members(self.state.committee), start, select["high"],
+                                            select["abort"], os.path.join(folder, "model_devi.out"),
+                                            os.path.join(folder, "frames.xyz"))
+        chosen = [exploration.frames[k] for k in select_frames(exploration.steps, exploration.deviations,
+                                                               select["low"], select["high"], select["max_frames"],
+                                                               select["min_spacing"])]
+        stop = exploration.stop
+        if stop is not None and stop.deviation["max_devi_f_qm"] <= select["abort"]:
+            chosen.append(stop.atoms)
+        selected = os.path.join(folder, "selected.xyz")
+        if chosen:
+            ase_files.write(selected + ".part", chosen, format="extxyz")
+            os.replace(selected + ".part", selected)
+        save_state(os.path.join(folder, "state.npz"), exploration.state)
+        simulated = float(exploration.state["time_ps"])
+        record = {"round": round_, "committee": self.state.committee, "steps": exploration.steps_run,
+                  "time_ps": simulated, "records": len(exploration.steps), "selected": len(chosen),
+                  "stopped_at": None if stop is None else stop.step,
+                  "max_devi_f_qm": float(max(exploration.deviations)) if exploration.deviations else None}
+        with open(os.path.join(folder, "exploration.json"), "w") as f:
+            json.dump(record, f)
+        log.info("round %d: %d steps explored (%s), %d frame(s) selected", round_, exploration.steps_run,
+                 "stopped at step %d" % stop.step if stop is not None else "no stop", len(chosen))
+        self.state.finish(round_, "explored", time_ps=simulated)
+
+    def label(self, round_, folder):
+        """Stage 2: the selected frames labelled (written whole), those set aside named in ``failed.txt``."""
+        from pinn.io import ase_files
+        selected = os.path.join(folder, "selected.xyz")
+        frames = ase_files.read(selected, index=":") if os.path.exists(selected) else []
+        if frames:
+            labels = self.oracle(folder).label(frames)
+            with open(os.path.join(folder, "failed.txt"), "w") as f:
+                f.writelines(f"{index} {reason}\n" for index, reason in labels.failed)
+            if labels.labelled:
+                path = os.path.join(folder, "labels.xyz")
+                ase_files.write(path + ".part", [atoms for _, atoms in labels.labelled], format="extxyz")
+                os.replace(path + ".part", path)
+            log.info("round %d: %s", round_, labels.describe())
+            share = len(labels.failed) / len(frames)
+            if share > self.oracle_section["max_failures"]:
+                return (f"round {round_}: {len(labels.failed)} of {len(frames)} frames could not be labelled (more "
+                        f"than oracle.max_failures {self.oracle_section['max_failures']:g}); first: frame "
+                        f"{labels.failed[0][0]}: {labels.failed[0][1]}")
+        self.state.finish(round_, "labelled")
+        return None
+
+    def oracle(self, folder):
+        from pinn.learn.oracles import ASEOracle, CommandOracle, PySCFOracle
+        section = self.oracle_section
+        if section["pyscf"] is not None:
+            return PySCFOracle(**section["pyscf"])
+        if section["command"] is not None:
+            return CommandOracle(section["command"], timeout_s=section["timeout_s"],
+                                 workdir=os.path.join(folder, "oracle"))
+        if section["ase"].lower() == "emt":
+            from ase.calculators.emt import EMT
+            return ASEOracle(EMT())
+        raise ValueError(f"oracle.ase: {section['ase']!r} is not a calculator pinn learn names (emt); use "
+                         "pinn.learn.oracles.ASEOracle from a script for others")
+
+    def train(self, round_, max_steps, init):
+        """Stage 3: each member of round ``round_`` trained on every label so far (warm-started from round
+        ``init``'s members, or from scratch)."""
+        from pinn.training.run_file import run_training
+        committee = self.config["committee"]
+        folder = self.round_dir(round_)
+        run = {**committee["params"], "model_dir": os.path.join(folder, "committee"),
+               "data": {"train": self.label_files(round_), "batch_size": committee["batch_size"]},
+               "train": {"max_steps": max_steps}}
+        path = os.path.join(folder, "train.yml")
+        with open(path, "w") as f:
+            yaml.safe_dump(run, f)
+        warm = None if init is None else os.path.join(self.round_dir(init), "committee")
+        for member in range(committee["size"]):  # a member trained before a restart goes on from its checkpoint
+            run_training(path, member=member, init_model=warm)
+        log.info("round %d: %d members trained on %d file(s) of labels", round_, committee["size"],
+                 len(run["data"]["train"]))
+
+
+def learn(path):
+    """Run the loop of a ``pinn learn`` run file (see :mod:`pinn.learn.loop`); returns why it ended."""
+    return LearningLoop(path).run()
+
+
+def round_summary(workdir):
+    """The ``exploration.json`` of every round of a loop's directory, in order (for reports)."""
+    out = []
+    round_ = 1
+    while os.path.exists(os.path.join(workdir, f"round-{round_}", "exploration.json")):
+        with open(os.path.join(workdir, f"round-{round_}", "exploration.json")) as f:
+            out.append(json.load(f))
+        round_ += 1
+    return out
+
+
+__all__ = ["learn", "LearningLoop", "LoopState", "round_summary"]

@@ -1,0 +1,116 @@
+"""`pinn learn` on files on disk: TIP3P water from a PDB, one water QM, a committee of two electrostatic members
+trained on synthetic QM/MM frames, PySCF (HF/STO-3G) as the oracle: round 0 trains, each round explores ML/MM MD
+from the last accepted state, labels the selected frames, retrains warm-started; started again with more rounds,
+the loop goes on after its last finished stage and labels no frame twice; a run file with a misspelt key is
+refused with the nearest name."""
+import json
+import os
+
+import numpy as np
+import pytest
+import yaml
+
+pytest.importorskip("openmm", reason="OpenMM is not installed")
+pytest.importorskip("pyscf", reason="PySCF is not installed")
+from settings import qmmm_frame  # noqa: E402
+
+from pinn.io import ase_files  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def loop_files(tmp_path_factory):
+    """The run file's files: water.pdb (2 nm of TIP3P built by OpenMM), start.xyz (synthetic labelled frames)."""
+    import openmm
+    from openmm import app, unit
+    folder = tmp_path_factory.mktemp("learn")
+    forcefield = app.ForceField("amber14/tip3p.xml")
+    modeller = app.Modeller(app.Topology(), [])
+    modeller.addSolvent(forcefield, model="tip3p", boxSize=openmm.Vec3(2.0, 2.0, 2.0) * unit.nanometer)
+    with open(folder / "water.pdb", "w") as f:
+        app.PDBFile.writeFile(modeller.topology, modeller.positions, f)
+    ase_files.write(str(folder / "start.xyz"), [qmmm_frame(seed) for seed in range(4)], format="extxyz")
+    return folder
+
+
+def run_file(folder, rounds, **changes):
+    config = {
+        "workdir": "loop",
+        "initial": {"data": "start.xyz"},
+        "committee": {"size": 2, "max_steps": 2, "batch_size": 2,
+                      "params": {"precision": "float64", "network": {"name": "PiNet", "params": {
+                          "atom_types": [1, 8], "rc": 4.0, "depth": 2, "pp_nodes": [8], "pi_nodes": [8],
+                          "ii_nodes": [8], "out_nodes": [8], "out_units": 2}},
+                          "model": {"name": "potential_model", "params": {
+                              "embedding": "electrostatic", "use_force": True, "embedding_damping": 1.0,
+                              "progress_bar": "off"}}}},
+        "explorer": {"pdb": "water.pdb", "forcefield": ["amber14/tip3p.xml"], "qm": [0, 1, 2], "steps": 30,
+                     "every": 10, "timestep_fs": 0.25, "platform": "Reference"},
+        "select": {"low": 0.0, "high": 1.0e3, "abort": 1.0e4, "max_frames": 2, "min_spacing": 10},
+        "oracle": {"pyscf": {"method": "HF", "basis": "sto-3g"}},
+        "retrain": {"max_steps": 2},
+        "stop": {"rounds": rounds},
+    }
+    config.update(changes)
+    path = folder / "learn.yml"
+    path.write_text(yaml.safe_dump(config))
+    return str(path)
+
+
+def test_the_loop_explores_labels_retrains_and_resumes(loop_files, capsys):
+    from pinn.cli import main
+    from pinn.io.model_devi import read_model_devi
+    assert main(["learn", run_file(loop_files, rounds=1)]) == 0
+    assert "1 rounds done (stop.rounds)" in capsys.readouterr().out
+    loop = loop_files / "loop"
+    state = json.loads((loop / "state.json").read_text())
+    assert state == {"round": 1, "stage": "trained", "committee": 1, "time_ps": pytest.approx(30 * 0.00025)}
+    for round_ in (0, 1):
+        for member in (0, 1):
+            assert (loop / f"round-{round_}" / "committee" / f"member-{member}" / "params.yml").exists()
+    one = loop / "round-1"
+    table = read_model_devi(one / "model_devi.out")
+    assert table["step"].tolist() == [0, 10, 20, 30]  # the start, each chunk's end
+    labels = ase_files.read(str(one / "labels.xyz"), index=":")
+    selected = ase_files.read(str(one / "selected.xyz"), index=":")
+    assert len(labels) == len(selected) == 2 and (one / "failed.txt").read_text() == ""
+    for frame, label in zip(selected, labels):
+        np.testing.assert_allclose(label.positions, frame.positions)
+        assert label.arrays["qm"].sum() == 3 and np.isfinite(label.get_forces()).all()
+    warm = yaml.safe_load(open(one / "committee" / "member-0" / "params.yml"))
+    assert warm["model"]["params"]["init_model"] == str(loop / "round-0" / "committee" / "member-0")
+    stamp = (one / "labels.xyz").stat().st_mtime_ns
+    # started again with two rounds: round 1 is not explored or labelled again; round 2 starts where round 1 ended
+    assert main(["learn", run_file(loop_files, rounds=2)]) == 0
+    assert (one / "labels.xyz").stat().st_mtime_ns == stamp
+    two = read_model_devi(loop / "round-2" / "model_devi.out")
+    assert two["step"][0] == 30 and json.loads((loop / "state.json").read_text())["round"] == 2
+
+
+def test_a_run_file_with_a_misspelt_key_is_refused(loop_files):
+    from pinn.learn.config import read_learn_file
+    from pinn.schema import ParamsError
+    path = run_file(loop_files, rounds=1, selct={"low": 0.1})
+    with pytest.raises(ParamsError, match="selct: unknown key; did you mean `select`"):
+        read_learn_file(path)
+    path = run_file(loop_files, rounds=1, select={"low": 0.5, "high": 0.3})
+    with pytest.raises(ParamsError, match="low < high < abort"):
+        read_learn_file(path)
+
+
+def test_a_round_stops_over_the_band_and_goes_back_from_a_blow_up(loop_files):
+    """A step over select.high ends the round there; its frame is labelled (under abort) and the next round starts
+    from the last accepted state; over abort (a blow-up) nothing of it is labelled and the committee stays."""
+    from pinn.learn.explorer import load_state
+    from pinn.learn.loop import learn
+    select = {"low": 0.0, "high": 1e-6, "abort": 1.0e4, "max_frames": 2, "min_spacing": 10}
+    assert "1 rounds done" in learn(run_file(loop_files, rounds=1, workdir="stops", select=select))
+    one = loop_files / "stops" / "round-1"
+    record = json.loads((one / "exploration.json").read_text())
+    assert record["stopped_at"] == 0 and record["selected"] == 1  # the first step is over 1e-6 eV/Å
+    assert load_state(str(one / "state.npz"))["step"] == 0  # nothing accepted: the round before's state
+    assert len(ase_files.read(str(one / "labels.xyz"), index=":")) == 1
+    blow_up = {**select, "abort": 2e-6}
+    assert "1 rounds done" in learn(run_file(loop_files, rounds=1, workdir="blow-up", select=blow_up))
+    folder = loop_files / "blow-up"
+    assert not (folder / "round-1" / "labels.xyz").exists()
+    assert json.loads((folder / "state.json").read_text())["committee"] == 0
