@@ -128,7 +128,8 @@ class OpenMMExplorer:
         integrator = openmm.LangevinMiddleIntegrator(section["temperature_k"] * unit.kelvin,
                                                      section["friction_per_ps"] / unit.picosecond,
                                                      section["timestep_fs"] * unit.femtosecond)
-        integrator.setRandomNumberSeed(section["seed"] + int(state["step"]))
+        # OpenMM draws a seed of its own for 0: 1 + the run's seed + the start step, the same in a restarted round
+        integrator.setRandomNumberSeed(1 + section["seed"] + int(state["step"]))
         simulation = app.Simulation(self.topology, system, integrator,
                                     openmm.Platform.getPlatformByName(section["platform"]))
         context = simulation.context

@@ -30,6 +30,9 @@ from pinn.learn.selection import select_frames
 log = logging.getLogger("pinn")
 
 STAGES = ("explored", "labelled", "trained")
+#: tests only: ``ROUND:STAGE`` (or ``ROUND:member-M``) pauses the loop there, its files written and state.json not
+#: yet, after writing ``paused`` in the loop's directory, so that a test can kill it at that moment
+_PAUSE = "PINN_TEST_LEARN_PAUSE"
 
 
 class LoopState:
@@ -68,10 +71,13 @@ class LearningLoop:
         path: the run file (:mod:`pinn.learn.config`).
     """
 
-    def __init__(self, path):
+    def __init__(self, path, world=None):
         self.config = read_learn_file(path)
         self.workdir = self.config["workdir"]
-        os.makedirs(self.workdir, exist_ok=True)
+        self.world = world if world is not None else _world()
+        if self.world.is_chief:
+            os.makedirs(self.workdir, exist_ok=True)
+        self.world.barrier()
         self.state = LoopState(self.workdir)
         self.oracle_section = self.config["oracle"]
         self._explorer = None
@@ -106,15 +112,16 @@ class LearningLoop:
 
     # ------------------------------------------------------------------ the loop
     def run(self):
-        """Run rounds until a stop of the run file's ``stop`` section; returns the reason the loop ended."""
+        """Run rounds until a stop of the run file's ``stop`` section; returns the reason the loop ended (on every
+        rank)."""
         stop = self.config["stop"]
         started = time.monotonic()
         if self.state.stage is None:  # round 0: the committee on the initial data
             self.train(0, self.config["committee"]["max_steps"], init=None)
-            self.state.finish(0, "trained", committee=0)
+            self._chief_finishes(0, "trained", committee=0)
         while True:
             if self.state.stage == "trained":
-                reason = self._stop_reason(stop, started)
+                reason = self._shared(lambda: self._stop_reason(stop, started))
                 if reason:
                     log.info("pinn learn: %s", reason)
                     return reason
@@ -134,31 +141,62 @@ class LearningLoop:
             return f"wall time over {stop['wall_s']:g} s (stop.wall_s)"
         return None
 
+    # ------------------------------------------------------------------ ranks
+    def _shared(self, decide):
+        """``decide()`` on rank 0 (a text, or ``None``), the same on every rank: the text goes through the loop's
+        directory (``decision.txt``), after a barrier."""
+        if self.world.size == 1:
+            return decide()
+        path = os.path.join(self.workdir, "decision.txt")
+        if self.world.is_chief:
+            from pinn.files.durable import write_atomic
+            text = decide()
+            write_atomic(path, "" if text is None else text)
+        self.world.barrier()
+        with open(path) as f:
+            text = f.read()
+        self.world.barrier()  # everyone has read it before the next decision replaces it
+        return text or None
+
+    def _chief_finishes(self, round_, stage, **changes):
+        """Rank 0 writes that ``stage`` of ``round_`` is done once every rank got there; every rank then reads it."""
+        self.world.barrier()
+        if self.world.is_chief:
+            self.state.finish(round_, stage, **changes)
+        self.world.barrier()
+        self.state = LoopState(self.workdir)
+
     def round(self, round_):
-        """Round ``round_`` from its stage after the last finished one; returns why the loop must end, or ``None``."""
+        """Round ``round_`` from its stage after the last finished one; returns why the loop must end, or ``None``.
+        Rank 0 explores and labels; every rank trains its share of the members."""
         folder = self.round_dir(round_)
         stage = self.state.stage if self.state.round == round_ else None
         if stage is None:
-            self.explore(round_, folder)
+            simulated = self.explore(round_, folder) if self.world.is_chief else None
+            self._chief_finishes(round_, "explored", time_ps=simulated)
             stage = "explored"
         if stage == "explored":
-            failure = self.label(round_, folder)
+            failure = self._shared(lambda: self.label(round_, folder))
             if failure:
                 return failure
+            self._chief_finishes(round_, "labelled")
             stage = "labelled"
         if stage == "labelled":
-            labels = os.path.join(folder, "labels.xyz")
-            if os.path.exists(labels):
+            if os.path.exists(os.path.join(folder, "labels.xyz")):
                 self.train(round_, self.config["retrain"]["max_steps"], init=self.state.committee)
-                self.state.finish(round_, "trained", committee=round_)
+                self._chief_finishes(round_, "trained", committee=round_)
             else:
                 log.info("round %d: nothing to label; the committee of round %d goes on", round_,
                          self.state.committee)
-                self.state.finish(round_, "trained")
+                self._chief_finishes(round_, "trained")
         return None
 
     def explore(self, round_, folder):
-        """Stage 1: explore from the last accepted state; the records, the selection and the accepted state."""
+        """Stage 1: explore from the last accepted state; the records, the selection and the accepted state.
+
+        Returns:
+            the simulated time of the accepted state (ps).
+        """
         from pinn.io import ase_files
         from pinn.learn.explorer import load_state, save_state
         select = self.config["select"]
@@ -178,16 +216,16 @@ class LearningLoop:
             ase_files.write(selected + ".part", chosen, format="extxyz")
             os.replace(selected + ".part", selected)
         save_state(os.path.join(folder, "state.npz"), exploration.state)
-        simulated = float(exploration.state["time_ps"])
         record = {"round": round_, "committee": self.state.committee, "steps": exploration.steps_run,
-                  "time_ps": simulated, "records": len(exploration.steps), "selected": len(chosen),
+                  "time_ps": float(exploration.state["time_ps"]), "records": len(exploration.steps), "selected": len(chosen),
                   "stopped_at": None if stop is None else stop.step,
                   "max_devi_f_qm": float(max(exploration.deviations)) if exploration.deviations else None}
         with open(os.path.join(folder, "exploration.json"), "w") as f:
             json.dump(record, f)
         log.info("round %d: %d steps explored (%s), %d frame(s) selected", round_, exploration.steps_run,
                  "stopped at step %d" % stop.step if stop is not None else "no stop", len(chosen))
-        self.state.finish(round_, "explored", time_ps=simulated)
+        self._pause_for_tests(round_, "explored")
+        return record["time_ps"]
 
     def label(self, round_, folder):
         """Stage 2: the selected frames labelled (written whole), those set aside named in ``failed.txt``."""
@@ -208,7 +246,7 @@ class LearningLoop:
                 return (f"round {round_}: {len(labels.failed)} of {len(frames)} frames could not be labelled (more "
                         f"than oracle.max_failures {self.oracle_section['max_failures']:g}); first: frame "
                         f"{labels.failed[0][0]}: {labels.failed[0][1]}")
-        self.state.finish(round_, "labelled")
+        self._pause_for_tests(round_, "labelled")
         return None
 
     def oracle(self, folder):
@@ -235,18 +273,52 @@ class LearningLoop:
                "data": {"train": self.label_files(round_), "batch_size": committee["batch_size"]},
                "train": {"max_steps": max_steps}}
         path = os.path.join(folder, "train.yml")
-        with open(path, "w") as f:
-            yaml.safe_dump(run, f)
+        if self.world.is_chief:
+            with open(path, "w") as f:
+                yaml.safe_dump(run, f)
+        self.world.barrier()
         warm = None if init is None else os.path.join(self.round_dir(init), "committee")
-        for member in range(committee["size"]):  # a member trained before a restart goes on from its checkpoint
+        mine = range(self.world.rank, committee["size"], self.world.size)  # the members at the same time on the ranks
+        for member in mine:  # a member trained before a restart goes on from its checkpoint
+            started = time.time()
             run_training(path, member=member, init_model=warm)
-        log.info("round %d: %d members trained on %d file(s) of labels", round_, committee["size"],
+            _write_json(os.path.join(folder, f"trained-member-{member}.json"),
+                        {"rank": self.world.rank, "start": started, "end": time.time()})
+            self._pause_for_tests(round_, f"member-{member}")
+        log.info("round %d: member(s) %s trained on %d file(s) of labels", round_, list(mine),
                  len(run["data"]["train"]))
 
 
-def learn(path):
-    """Run the loop of a ``pinn learn`` run file (see :mod:`pinn.learn.loop`); returns why it ended."""
-    return LearningLoop(path).run()
+    def _pause_for_tests(self, round_, stage):
+        if os.environ.get(_PAUSE) == f"{round_}:{stage}":
+            with open(os.path.join(self.workdir, "paused"), "w") as f:
+                f.write(f"{round_}:{stage}\n")
+            time.sleep(600)
+
+
+def learn(path, world=None):
+    """Run the loop of a ``pinn learn`` run file (see :mod:`pinn.learn.loop`); returns why it ended.
+
+    Under a launcher (``mpirun``, ``srun``, ``horovodrun``) with several ranks, rank 0 explores and labels and the
+    members train at the same time, member m on rank m mod size (the world: ``world``, else
+    :func:`pinn.parallel.init`'s).
+    """
+    return LearningLoop(path, world).run()
+
+
+def _world():
+    """The world of the loop's ranks: one process alone, else the launcher's ranks (Horovod or MPI alone)."""
+    from pinn.parallel.serial import SerialWorld
+    from pinn.runtime.ranks import launcher_rank
+    if launcher_rank()[1] == 1:
+        return SerialWorld()
+    from pinn.parallel import init
+    return init({"parallel": True})
+
+
+def _write_json(path, record):
+    from pinn.files.durable import write_atomic
+    write_atomic(path, json.dumps(record))
 
 
 def round_summary(workdir):

@@ -114,3 +114,86 @@ def test_a_round_stops_over_the_band_and_goes_back_from_a_blow_up(loop_files):
     folder = loop_files / "blow-up"
     assert not (folder / "round-1" / "labels.xyz").exists()
     assert json.loads((folder / "state.json").read_text())["committee"] == 0
+
+
+def test_a_loop_killed_in_each_stage_resumes_to_the_same_data(loop_files):
+    """SIGTERM after a stage's files are written and before state.json says so (explored, labelled, after the first
+    member's training), then `pinn learn` again: the same records, labels and members' weights as a loop that ran
+    through (the same seeds)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    def launch(workdir, pause=None):
+        env = {**os.environ, "PINN_TEST_LEARN_PAUSE": pause or ""}
+        return subprocess.Popen([sys.executable, "-m", "pinn.cli.commands", "learn",
+                                 run_file(loop_files, rounds=1, workdir=workdir)], env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    through = launch("through")
+    assert through.wait(timeout=600) == 0, through.stdout.read()[-3000:]
+    marker = loop_files / "killed" / "paused"
+    for pause in ("1:explored", "1:labelled", "1:member-0"):
+        run = launch("killed", pause)
+        deadline = time.monotonic() + 300
+        while not marker.exists():
+            assert run.poll() is None and time.monotonic() < deadline, run.stdout.read()[-3000:]
+            time.sleep(0.2)
+        run.send_signal(signal.SIGTERM)
+        assert run.wait(timeout=60) == -signal.SIGTERM
+        marker.unlink()
+    last = launch("killed")
+    assert last.wait(timeout=600) == 0, last.stdout.read()[-3000:]
+    same_data(loop_files / "through" / "round-1", loop_files / "killed" / "round-1")
+
+
+def same_data(a, b):
+    """Two loops' rounds hold the same records and selection (to the digit), labels and members' weights (PySCF's
+    SCF converges to 1e-9 Hartree: its energies agree to rounding between processes, not to the digit)."""
+    import tensorflow as tf
+
+    from pinn.files import checkpoint_dir
+    for name in ("model_devi.out", "selected.xyz"):
+        assert (a / name).read_text() == (b / name).read_text(), name
+    mine, theirs = (ase_files.read(str(folder / "labels.xyz"), index=":") for folder in (b, a))
+    assert len(mine) == len(theirs) > 0
+    for x, y in zip(mine, theirs):
+        assert x.get_potential_energy() == pytest.approx(y.get_potential_energy(), abs=1e-8)
+        np.testing.assert_allclose(x.get_forces(), y.get_forces(), atol=1e-7)
+    for member in ("member-0", "member-1"):
+        mine = tf.train.load_checkpoint(checkpoint_dir.latest(str(b / "committee" / member)))
+        theirs = tf.train.load_checkpoint(checkpoint_dir.latest(str(a / "committee" / member)))
+        names = [n for n in theirs.get_variable_to_shape_map() if n.startswith("model/")]
+        assert names
+        for name in names:
+            np.testing.assert_allclose(mine.get_tensor(name), theirs.get_tensor(name), rtol=1e-6, atol=1e-9,
+                                       err_msg=f"{member} {name}")
+
+
+def test_two_ranks_train_the_members_at_the_same_time(loop_files):
+    """`mpirun -np 2 pinn learn`: rank 0 explores and labels, member 0 trains on rank 0 and member 1 on rank 1 at the
+    same time; the records, labels and weights are those of one process."""
+    import shutil
+    import subprocess
+    import sys
+
+    from launching import ENV
+    if shutil.which("mpirun") is None:
+        pytest.skip("no mpirun (apt-get install openmpi-bin libopenmpi-dev)")
+    alone = subprocess.run([sys.executable, "-m", "pinn.cli.commands", "learn",
+                            run_file(loop_files, rounds=1, workdir="alone")], env=ENV, capture_output=True, text=True,
+                           timeout=600)
+    assert alone.returncode == 0, alone.stdout[-3000:] + alone.stderr[-3000:]
+    path = run_file(loop_files, rounds=1, workdir="ranks")
+    openmpi = ["--oversubscribe", "--bind-to", "none"] if "Open MPI" in subprocess.run(
+        ["mpirun", "--version"], capture_output=True, text=True).stdout else []
+    ranks = subprocess.run(["mpirun", "-np", "2", *openmpi, sys.executable, "-m", "pinn.cli.commands", "learn", path],
+                           env=ENV, capture_output=True, text=True, timeout=900)
+    assert ranks.returncode == 0, ranks.stdout[-3000:] + ranks.stderr[-3000:]
+    assert ranks.stdout.count("pinn learn: 1 rounds done (stop.rounds)") == 2  # both ranks end alike
+    for round_ in ("round-0", "round-1"):
+        spans = [json.loads((loop_files / "ranks" / round_ / f"trained-member-{m}.json").read_text()) for m in (0, 1)]
+        assert [s["rank"] for s in spans] == [0, 1]
+        assert spans[0]["start"] < spans[1]["end"] and spans[1]["start"] < spans[0]["end"]  # at the same time
+    same_data(loop_files / "alone" / "round-1", loop_files / "ranks" / "round-1")
