@@ -278,7 +278,7 @@ class LearningLoop:
                 yaml.safe_dump(run, f)
         self.world.barrier()
         warm = None if init is None else os.path.join(self.round_dir(init), "committee")
-        mine = range(self.world.rank, committee["size"], self.world.size)  # the members at the same time on the ranks
+        mine = range(self.world.rank, committee["size"], self.world.size)  # at the same time on the ranks
         for member in mine:  # a member trained before a restart goes on from its checkpoint
             started = time.time()
             run_training(path, member=member, init_model=warm)
