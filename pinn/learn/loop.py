@@ -217,7 +217,8 @@ class LearningLoop:
             os.replace(selected + ".part", selected)
         save_state(os.path.join(folder, "state.npz"), exploration.state)
         record = {"round": round_, "committee": self.state.committee, "steps": exploration.steps_run,
-                  "time_ps": float(exploration.state["time_ps"]), "records": len(exploration.steps), "selected": len(chosen),
+                  "time_ps": float(exploration.state["time_ps"]), "records": len(exploration.steps),
+                  "selected": len(chosen),
                   "stopped_at": None if stop is None else stop.step,
                   "max_devi_f_qm": float(max(exploration.deviations)) if exploration.deviations else None}
         with open(os.path.join(folder, "exploration.json"), "w") as f:
