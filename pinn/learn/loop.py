@@ -11,9 +11,10 @@ Round 0 trains the committee on the initial data.  Each round k ≥ 1:
    named; more than ``max_failures`` of them stops the loop;
 4. **retrains** each member from its round k − 1 self on all labels (``pinn train``'s library, a warm start).
 
-The loop's directory holds ``state.json`` (the last finished stage), ``rounds.jsonl`` (a line per round), and per
-round ``round-K/``: ``committee/member-M`` (the models), ``model_devi.out`` and ``frames.xyz`` (the records),
-``selected.xyz``, ``labels.xyz`` (written whole), ``failed.txt``, ``state.npz`` (the accepted state the next round
+The loop's directory holds ``state.json`` (the last finished stage), ``config.json`` (the run file as read), and
+per round ``round-K/``: ``committee/member-M`` (the models), ``model_devi.out`` and ``frames.xyz`` (the records),
+``selected.xyz``, ``labels.xyz`` (written whole), ``failed.txt``, ``audit.json`` (:func:`audit_committee`),
+``exploration.json``, ``state.npz`` (the accepted state the next round
 starts from) and ``train.yml``.  A loop started again (after SIGTERM, a requeue, a crash) resumes after its last
 finished stage: no frame is labelled twice.
 """
@@ -77,6 +78,7 @@ class LearningLoop:
         self.world = world if world is not None else _world()
         if self.world.is_chief:
             os.makedirs(self.workdir, exist_ok=True)
+            _write_json(os.path.join(self.workdir, "config.json"), self.config)  # what the report reads
         self.world.barrier()
         self.state = LoopState(self.workdir)
         self.oracle_section = self.config["oracle"]
@@ -241,6 +243,8 @@ class LearningLoop:
                 path = os.path.join(folder, "labels.xyz")
                 ase_files.write(path + ".part", [atoms for _, atoms in labels.labelled], format="extxyz")
                 os.replace(path + ".part", path)
+                audit = audit_committee(self.members(self.state.committee), [a for _, a in labels.labelled])
+                _write_json(os.path.join(folder, "audit.json"), audit)
             log.info("round %d: %s", round_, labels.describe())
             share = len(labels.failed) / len(frames)
             if share > self.oracle_section["max_failures"]:
@@ -297,6 +301,39 @@ class LearningLoop:
             time.sleep(600)
 
 
+def audit_committee(members, labelled):
+    """How wrong the committee that chose the frames was on them: per labelled frame its deviation and the error of
+    its mean forces on the QM atoms (what the deviation estimates).
+
+    Args:
+        members: the committee's model directories.
+        labelled: the labelled frames (``ase.Atoms`` with the oracle's energy and forces).
+
+    Returns:
+        dict of lists: ``step``, ``max_devi_f_qm`` (eV/Å), ``max_error_f_qm`` (the largest error of an atom's
+        force, eV/Å), ``rmse_f_qm`` (eV/Å, over the QM atoms' components), ``error_e`` (eV).
+    """
+    import numpy as np
+
+    from pinn.calculator import get_calc
+    calc = get_calc(list(members))
+    audit = {"step": [], "max_devi_f_qm": [], "max_error_f_qm": [], "rmse_f_qm": [], "error_e": []}
+    for frame in labelled:
+        reference_energy, reference_forces = frame.get_potential_energy(), frame.get_forces()
+        atoms = frame.copy()
+        atoms.calc = calc
+        forces = atoms.get_forces()
+        qm = np.asarray(atoms.arrays.get("qm", np.ones(len(atoms), bool))).astype(bool)
+        per_atom = calc.results["forces_deviation"]
+        error = forces[qm] - reference_forces[qm]
+        audit["step"].append(int(frame.info.get("step", -1)))
+        audit["max_devi_f_qm"].append(float(per_atom[qm].max()))
+        audit["max_error_f_qm"].append(float(np.linalg.norm(error, axis=1).max()))
+        audit["rmse_f_qm"].append(float(np.sqrt(np.mean(error ** 2))))
+        audit["error_e"].append(float(atoms.get_potential_energy() - reference_energy))
+    return audit
+
+
 def learn(path, world=None):
     """Run the loop of a ``pinn learn`` run file (see :mod:`pinn.learn.loop`); returns why it ended.
 
@@ -322,15 +359,4 @@ def _write_json(path, record):
     write_atomic(path, json.dumps(record))
 
 
-def round_summary(workdir):
-    """The ``exploration.json`` of every round of a loop's directory, in order (for reports)."""
-    out = []
-    round_ = 1
-    while os.path.exists(os.path.join(workdir, f"round-{round_}", "exploration.json")):
-        with open(os.path.join(workdir, f"round-{round_}", "exploration.json")) as f:
-            out.append(json.load(f))
-        round_ += 1
-    return out
-
-
-__all__ = ["learn", "LearningLoop", "LoopState", "round_summary"]
+__all__ = ["learn", "LearningLoop", "LoopState", "audit_committee"]

@@ -78,6 +78,13 @@ def test_the_loop_explores_labels_retrains_and_resumes(loop_files, capsys):
         assert label.arrays["qm"].sum() == 3 and np.isfinite(label.get_forces()).all()
     warm = yaml.safe_load(open(one / "committee" / "member-0" / "params.yml"))
     assert warm["model"]["params"]["init_model"] == str(loop / "round-0" / "committee" / "member-0")
+    audit = json.loads((one / "audit.json").read_text())
+    assert len(audit["max_error_f_qm"]) == 2 and all(e > 0 for e in audit["max_error_f_qm"])
+    assert audit["max_devi_f_qm"] == pytest.approx([f.info["max_devi_f_qm"] for f in selected], rel=1e-6)
+    assert main(["report", str(loop)]) == 0
+    text = capsys.readouterr().out
+    assert "1 rounds, 30 steps explored, 2 frames labelled (6.67 % of the steps)" in text
+    assert (loop / "report" / "learning.png").stat().st_size > 10000
     stamp = (one / "labels.xyz").stat().st_mtime_ns
     # started again with two rounds: round 1 is not explored or labelled again; round 2 starts where round 1 ended
     assert main(["learn", run_file(loop_files, rounds=2)]) == 0
