@@ -6,7 +6,7 @@ nearest allowed name).  Paths are relative to the run file.
 
     workdir: loop                    # the loop's directory: rounds, labels, models, deviation logs
     initial:
-      data: start.xyz                # labelled frames in the QM/MM convention
+      data: start.xyz                # labelled frames in the QM/MM convention; or frames: 20 (labelled first)
     committee:
       size: 4
       params: {network: {...}, model: {...}}   # a run file's params (model_dir is the loop's)
@@ -33,7 +33,10 @@ import yaml
 from pinn.schema import Option, ParamsError, did_you_mean, non_negative, positive, validate_section
 
 INITIAL = {
-    "data": Option((str, list), doc="labelled frames in the QM/MM convention (files ASE reads)"),
+    "data": Option((str, list, None), None, "labelled frames in the QM/MM convention (files ASE reads)"),
+    "frames": Option((int, None), None, "without data: the oracle labels this many frames of the MM system's own "
+                     "MD (the explorer's thermostat) first", check=positive),
+    "spacing": Option(int, 200, "steps of that MD between two of those frames", check=positive),
 }
 COMMITTEE = {
     "size": Option(int, 4, "the members", check=lambda v: None if v >= 2 else "a committee has two or more"),
@@ -145,6 +148,9 @@ def _check(config, path):
     if not select["low"] < select["high"] < select["abort"]:
         raise ParamsError(f"{path}: select: low < high < abort, got {select['low']}, {select['high']}, "
                           f"{select['abort']}")
+    initial = config["initial"]
+    if (initial["data"] is None) == (initial["frames"] is None):
+        raise ParamsError(f"{path}: initial: give data (labelled frames) or frames (how many to label first)")
     stop = config["stop"]
     if all(stop[key] is None for key in STOP):
         raise ParamsError(f"{path}: stop: give time_ps, rounds or wall_s")

@@ -75,6 +75,37 @@ class OpenMMExplorer:
                               "step": 0, "time_ps": 0.0}
         self._openmm = openmm
 
+    def mm_frames(self, count, spacing):
+        """Frames of the MM system's own MD (the explorer's thermostat, seeded), as a model of the explorer's
+        embedding would see them (:class:`~pinn.md.openmm.FrameCutter`): ``count`` frames ``spacing`` steps
+        apart, the first after ``spacing`` steps."""
+        from openmm import unit
+
+        from pinn.md.openmm import FrameCutter
+        section = self.section
+        openmm = self._openmm
+        cutter = FrameCutter(self.mm, self.topology, self.qm, embedding=section["embedding"])
+        integrator = openmm.LangevinMiddleIntegrator(section["temperature_k"] * unit.kelvin,
+                                                     section["friction_per_ps"] / unit.picosecond,
+                                                     section["timestep_fs"] * unit.femtosecond)
+        integrator.setRandomNumberSeed(1 + section["seed"])
+        context = openmm.Context(self.mm, integrator, openmm.Platform.getPlatformByName(section["platform"]))
+        state = self.initial_state
+        if state["box"] is not None:
+            context.setPeriodicBoxVectors(*state["box"])
+        context.setPositions(state["positions"])
+        context.setVelocities(state["velocities"])
+        frames = []
+        for k in range(count):
+            integrator.step(spacing)
+            now = context.getState(getPositions=True)
+            box = now.getPeriodicBoxVectors(asNumpy=True)
+            frame = cutter(now.getPositions(asNumpy=True).value_in_unit(unit.nanometer),
+                           None if self.initial_state["box"] is None else box.value_in_unit(unit.nanometer))
+            frame.info.update(step=(k + 1) * spacing, time_ps=(k + 1) * spacing * section["timestep_fs"] / 1000)
+            frames.append(frame)
+        return frames
+
     def _thermal_velocities(self, positions, box):
         """Velocities at the explorer's temperature (seeded), drawn on the MM system (OpenMM evaluates the forces
         when it draws them: the committee's monitor must not see that)."""

@@ -96,10 +96,11 @@ class LearningLoop:
         return [os.path.join(folder, f"member-{m}") for m in range(self.config["committee"]["size"])]
 
     def label_files(self, up_to):
-        """The initial data and every round's labels up to round ``up_to``."""
+        """The initial data and every round's labels up to round ``up_to`` (round 0's: the initial frames labelled
+        by the loop)."""
         initial = self.config["initial"]["data"]
-        files = list(initial) if isinstance(initial, list) else [initial]
-        for round_ in range(1, up_to + 1):
+        files = [] if initial is None else list(initial) if isinstance(initial, list) else [initial]
+        for round_ in range(0, up_to + 1):
             labels = os.path.join(self.workdir, f"round-{round_}", "labels.xyz")
             if os.path.exists(labels):
                 files.append(labels)
@@ -118,7 +119,12 @@ class LearningLoop:
         rank)."""
         stop = self.config["stop"]
         started = time.monotonic()
-        if self.state.stage is None:  # round 0: the committee on the initial data
+        if self.state.stage is None:  # round 0: the initial data (labelled first, without data)
+            failure = self._shared(self.label_initial) if self.config["initial"]["frames"] else None
+            if failure:
+                return failure
+            self._chief_finishes(0, "labelled")
+        if self.state.round == 0 and self.state.stage == "labelled":  # round 0: the committee on the initial data
             self.train(0, self.config["committee"]["max_steps"], init=None)
             self._chief_finishes(0, "trained", committee=0)
         while True:
@@ -230,8 +236,24 @@ class LearningLoop:
         self._pause_for_tests(round_, "explored")
         return record["time_ps"]
 
-    def label(self, round_, folder):
-        """Stage 2: the selected frames labelled (written whole), those set aside named in ``failed.txt``."""
+    def label_initial(self):
+        """Round 0 without initial data: ``initial.frames`` frames of the MM system's own MD labelled (as
+        :meth:`label` does a round's selection); returns why the loop must end, or ``None``."""
+        from pinn.io import ase_files
+        initial = self.config["initial"]
+        folder = self.round_dir(0)
+        frames = self.explorer.mm_frames(initial["frames"], initial["spacing"])
+        selected = os.path.join(folder, "selected.xyz")
+        ase_files.write(selected + ".part", frames, format="extxyz")
+        os.replace(selected + ".part", selected)
+        failure = self.label(0, folder, audit=False)
+        if failure is None and not os.path.exists(os.path.join(folder, "labels.xyz")):
+            return "round 0: no initial frame could be labelled (round-0/failed.txt says why)"
+        return failure
+
+    def label(self, round_, folder, audit=True):
+        """Stage 2: the selected frames labelled (written whole), those set aside named in ``failed.txt``, and
+        (``audit``) the committee that chose them audited on them."""
         from pinn.io import ase_files
         selected = os.path.join(folder, "selected.xyz")
         frames = ase_files.read(selected, index=":") if os.path.exists(selected) else []
@@ -243,8 +265,9 @@ class LearningLoop:
                 path = os.path.join(folder, "labels.xyz")
                 ase_files.write(path + ".part", [atoms for _, atoms in labels.labelled], format="extxyz")
                 os.replace(path + ".part", path)
-                audit = audit_committee(self.members(self.state.committee), [a for _, a in labels.labelled])
-                _write_json(os.path.join(folder, "audit.json"), audit)
+                if audit:
+                    _write_json(os.path.join(folder, "audit.json"),
+                                audit_committee(self.members(self.state.committee), [a for _, a in labels.labelled]))
             log.info("round %d: %s", round_, labels.describe())
             share = len(labels.failed) / len(frames)
             if share > self.oracle_section["max_failures"]:

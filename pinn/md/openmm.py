@@ -44,8 +44,8 @@ from pinn.md.openmm_deviation import DeviationMonitor, DeviationStop
 from pinn.md.openmm_files import load_system, save_system
 
 log = logging.getLogger("pinn")
-__all__ = ["pinn_force", "create_mixed_system", "save_system", "load_system", "DeviationMonitor", "DeviationStop",
-           "KJ_PER_MOL_PER_EV", "ANGSTROM_PER_NM"]
+__all__ = ["pinn_force", "create_mixed_system", "FrameCutter", "save_system", "load_system", "DeviationMonitor",
+           "DeviationStop", "KJ_PER_MOL_PER_EV", "ANGSTROM_PER_NM"]
 
 
 def pinn_force(model, numbers, particles=None, periodic=False, force_group=None, monitor=None, **calc_options):
@@ -121,15 +121,8 @@ def create_mixed_system(system, topology, ml_atoms, model, force_group=1, embedd
         kind = embedding_of(embedding)
     except ValueError as error:
         raise ValueError(f"create_mixed_system: {error}") from None
-    ml = sorted({int(i) for i in ml_atoms})
-    if not ml:
-        raise ValueError("create_mixed_system: no ML atoms")
-    if ml[0] < 0 or ml[-1] >= system.getNumParticles():
-        raise ValueError(f"create_mixed_system: ML atom indices must lie in 0..{system.getNumParticles() - 1}")
+    ml = _ml_atoms(system, topology, ml_atoms, "create_mixed_system")
     atoms = list(topology.atoms())
-    missing = [i for i in ml if atoms[i].element is None]
-    if missing:
-        raise ValueError(f"create_mixed_system: atoms {missing[:5]} have no element in the topology")
     inside = set(ml)
     new = openmm.XmlSerializer.deserialize(openmm.XmlSerializer.serialize(system))
     removed = {"constraints": 0}
@@ -164,6 +157,55 @@ def create_mixed_system(system, topology, ml_atoms, model, force_group=1, embedd
     return new
 
 
+def _ml_atoms(system, topology, ml_atoms, who):
+    """The ML atoms' indices, sorted and checked (in range, with an element)."""
+    ml = sorted({int(i) for i in ml_atoms})
+    if not ml:
+        raise ValueError(f"{who}: no ML atoms")
+    if ml[0] < 0 or ml[-1] >= system.getNumParticles():
+        raise ValueError(f"{who}: ML atom indices must lie in 0..{system.getNumParticles() - 1}")
+    atoms = list(topology.atoms())
+    missing = [i for i in ml if atoms[i].element is None]
+    if missing:
+        raise ValueError(f"{who}: atoms {missing[:5]} have no element in the topology")
+    return ml
+
+
+class FrameCutter:
+    """The frames a model of an ML/MM system sees (what :func:`create_mixed_system` hands it at each step), without a
+    model: to label an MM system's own configurations before any model exists.
+
+    Args:
+        system, topology, ml_atoms, embedding, qm_charge, cutoff, switch_width: as :func:`create_mixed_system`
+            (``system`` is not changed).
+
+    Call it with the positions of every atom of the system (nm, [n, 3]) and, for a periodic system, the box
+    (nm, [3, 3] rows): an ``ase.Atoms`` in pinn's QM/MM convention (electrostatic embedding: the region made whole
+    and the MM atoms it sees, with their charges, switched in a periodic system) or of the ML atoms alone
+    (mechanical), positions in Å.
+    """
+
+    def __init__(self, system, topology, ml_atoms, embedding=MECHANICAL.name, qm_charge=None, cutoff=None,
+                 switch_width=0.1):
+        import openmm
+        kind = embedding_of(embedding)
+        ml = _ml_atoms(system, topology, ml_atoms, "FrameCutter")
+        atoms = list(topology.atoms())
+        periodic = system.usesPeriodicBoundaryConditions()
+        if not kind.sees_environment:
+            self.computation = PinnComputation(None, [atoms[i].element.atomic_number for i in ml], periodic)
+            self.particles = np.asarray(ml)
+            return
+        copy = openmm.XmlSerializer.deserialize(openmm.XmlSerializer.serialize(system))
+        nonbonded = next((f for f in copy.getForces() if isinstance(f, openmm.NonbondedForce)), None)
+        inputs, self.particles, _ = _embedding_inputs(copy, nonbonded, topology, ml, qm_charge, cutoff, switch_width)
+        self.computation = EmbeddedComputation(None, **inputs)
+
+    def __call__(self, positions, box=None):
+        positions = np.asarray(positions, np.float64)[self.particles] * ANGSTROM_PER_NM
+        return self.computation.frame(positions, None if box is None else np.asarray(box, np.float64) * ANGSTROM_PER_NM)
+
+
 def _check_model_embedding(calc, kind):
     has = embedding_of(getattr(calc, "embedding", MECHANICAL))
     if has is not kind:
@@ -174,6 +216,16 @@ def _check_model_embedding(calc, kind):
 def _electrostatic(system, nonbonded, topology, ml, model, qm_charge, cutoff, switch_width, calc_options):
     """The region's charges moved from ``nonbonded`` (of ``system``, changed) to an
     :class:`~pinn.md.openmm_computation.EmbeddedComputation`: (computation, its particles, a log phrase)."""
+    inputs, particles, described = _embedding_inputs(system, nonbonded, topology, ml, qm_charge, cutoff,
+                                                      switch_width)
+    computation = EmbeddedComputation(model, calc_options=calc_options, **inputs)
+    computation.damping = _model_damping(computation.calc)
+    return computation, particles, described
+
+
+def _embedding_inputs(system, nonbonded, topology, ml, qm_charge, cutoff, switch_width):
+    """The region's charges moved from ``nonbonded`` (of ``system``, changed): (the keyword arguments of an
+    :class:`~pinn.md.openmm_computation.EmbeddedComputation` but its model, its particles, a log phrase)."""
     from openmm import unit
     if nonbonded is None:
         raise ValueError("create_mixed_system: embedding='electrostatic' takes the MM charges from the system's "
@@ -205,15 +257,15 @@ def _electrostatic(system, nonbonded, topology, ml, model, qm_charge, cutoff, sw
         cutoff.value_in_unit(unit.nanometer) if hasattr(cutoff, "value_in_unit") else cutoff)
     width = float(switch_width.value_in_unit(unit.nanometer) if hasattr(switch_width, "value_in_unit")
                   else switch_width)
-    computation = EmbeddedComputation(model, numbers, qm[particles], charges[particles], residues, region_charge,
-                                      periodic, cut * ANGSTROM_PER_NM, width * ANGSTROM_PER_NM, 0.0, calc_options)
-    computation.damping = _model_damping(computation.calc)
+    inputs = {"numbers": numbers, "qm": qm[particles], "charges": charges[particles], "residues": residues,
+              "qm_charge": region_charge, "periodic": periodic, "cutoff": cut * ANGSTROM_PER_NM,
+              "switch_width": width * ANGSTROM_PER_NM}
     if periodic:
         described = (f"the model sees the MM residues within {cut:g} nm of the region's centre, switched off over "
                      f"the last {width:g} nm")
     else:
         described = f"the model sees all {len(particles) - len(ml)} charged MM atoms"
-    return computation, particles, described + f"; region charge {region_charge:g} e"
+    return inputs, particles, described + f"; region charge {region_charge:g} e"
 
 
 def _model_damping(calc):

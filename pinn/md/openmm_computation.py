@@ -249,6 +249,15 @@ class PinnComputation:
     def _box(self, state):
         return state.getPeriodicBoxVectors(asNumpy=True)._value * ANGSTROM_PER_NM
 
+    def frame(self, positions, box=None):
+        """The frame the model sees at the force's particles' ``positions`` ([n, 3] Å; ``box``: [3, 3] Å rows, for
+        a periodic system), as an ``ase.Atoms`` (what a label of this force's model is of)."""
+        from ase import Atoms
+        atoms = Atoms(numbers=self.numbers, positions=np.asarray(positions, np.float64), pbc=self.periodic)
+        if self.periodic:
+            atoms.cell = np.asarray(box, np.float64)
+        return atoms
+
     def __call__(self, state):
         """OpenMM's call: (energy kJ/mol, forces [n, 3] kJ/mol/nm) at ``state``'s positions."""
         from ase import Atoms
@@ -314,10 +323,15 @@ class EmbeddedComputation(PinnComputation):
                 "cutoff": None if self.cutoff is None else float(self.cutoff), "switch_width": self.switch_width,
                 "damping": self.damping}
 
-    def __call__(self, state):
+    def frame(self, positions, box=None):
+        """The open QM/MM frame the model sees at the force's particles' ``positions`` ([n, 3] Å; ``box``: [3, 3] Å
+        rows, for a periodic system; see the module), as an ``ase.Atoms`` in pinn's QM/MM convention."""
+        return self._cut(np.asarray(positions, np.float64), None if box is None else np.asarray(box, np.float64))[0]
+
+    def _cut(self, positions, box):
+        """(frame, its QM and MM indices among the particles, the region's and the MM atoms' positions, S'(d) per
+        MM atom, the residues' unit vectors, each MM atom's residue among them) at ``positions`` (Å)."""
         from ase import Atoms
-        positions = state.getPositions(asNumpy=True)._value * ANGSTROM_PER_NM
-        box = self._box(state) if self.periodic else None
         qm_index = np.flatnonzero(self.qm)
         region = positions[qm_index]
         if box is not None:
@@ -340,11 +354,18 @@ class EmbeddedComputation(PinnComputation):
         index = np.concatenate([qm_index, mm_index])
         atoms = Atoms(numbers=self.numbers[index], positions=np.vstack([region, mm_positions]))
         n_qm = len(qm_index)
-        qm = np.arange(len(index)) < n_qm
-        atoms.arrays["qm"] = qm
-        mm_charges = self.charges[mm_index] * scale
-        atoms.set_initial_charges(np.concatenate([np.zeros(n_qm), mm_charges]))
+        atoms.arrays["qm"] = np.arange(len(index)) < n_qm
+        atoms.set_initial_charges(np.concatenate([np.zeros(n_qm), self.charges[mm_index] * scale]))
         atoms.info["charge"] = self.qm_charge
+        return atoms, qm_index, mm_index, region, mm_positions, dscale, unit, residue_of
+
+    def __call__(self, state):
+        positions = state.getPositions(asNumpy=True)._value * ANGSTROM_PER_NM
+        box = self._box(state) if self.periodic else None
+        atoms, qm_index, mm_index, region, mm_positions, dscale, unit, residue_of = self._cut(positions, box)
+        index = np.concatenate([qm_index, mm_index])
+        n_qm = len(qm_index)
+        qm = atoms.arrays["qm"]
         atoms.calc = self.calc
         energy = atoms.get_potential_energy()
         forces = np.zeros((len(self.numbers), 3))

@@ -105,12 +105,18 @@ def test_a_run_file_with_a_misspelt_key_is_refused(loop_files):
 
 
 def test_a_round_stops_over_the_band_and_goes_back_from_a_blow_up(loop_files):
-    """A step over select.high ends the round there; its frame is labelled (under abort) and the next round starts
-    from the last accepted state; over abort (a blow-up) nothing of it is labelled and the committee stays."""
+    """Without initial data, round 0 labels frames of the MM system's own MD; a step over select.high ends the round
+    there, its frame is labelled (under abort) and the next round starts from the last accepted state; over abort (a
+    blow-up) nothing of it is labelled and the committee stays."""
     from pinn.learn.explorer import load_state
     from pinn.learn.loop import learn
     select = {"low": 0.0, "high": 1e-6, "abort": 1.0e4, "max_frames": 2, "min_spacing": 10}
-    assert "1 rounds done" in learn(run_file(loop_files, rounds=1, workdir="stops", select=select))
+    # no initial data: round 0 labels 3 frames of the MM water's own MD, cut as the committee will see them
+    assert "1 rounds done" in learn(run_file(loop_files, rounds=1, workdir="stops", select=select,
+                                             initial={"frames": 3, "spacing": 10}))
+    first = ase_files.read(str(loop_files / "stops" / "round-0" / "labels.xyz"), index=":")
+    assert [f.info["step"] for f in first] == [10, 20, 30]
+    assert all(f.arrays["qm"].sum() == 3 and len(f) > 3 and np.isfinite(f.get_forces()).all() for f in first)
     one = loop_files / "stops" / "round-1"
     record = json.loads((one / "exploration.json").read_text())
     assert record["stopped_at"] == 0 and record["selected"] == 1  # the first step is over 1e-6 eV/Å

@@ -121,3 +121,29 @@ def test_the_monitor_refuses_what_it_cannot_watch(members, tmp_path):
         create_mixed_system(mm, topology, QM, members[0], embedding="electrostatic",
                             monitor=DeviationMonitor(tmp_path / "one.out"))
     assert not (tmp_path / "one.out").exists()
+
+
+@pytest.mark.parametrize("method", ["PME", "NoCutoff"])
+def test_the_frame_cutter_gives_the_frame_the_committee_sees(members, mechanical_members, tmp_path, method):
+    """FrameCutter, without a model, cuts the frame a mixed system's committee sees at the same positions: the region
+    made whole and the MM atoms it sees with their (switched) charges, or the ML atoms alone (mechanical)."""
+    from pinn.io import ase_files
+    from pinn.md.openmm import DeviationMonitor, FrameCutter, create_mixed_system
+    topology, mm, positions = water(getattr(app, method))
+    xyz = np.array(positions.value_in_unit(unit.nanometer))
+    box = np.array(topology.getPeriodicBoxVectors().value_in_unit(unit.nanometer)) if method == "PME" else None
+    for embedding, models in (("electrostatic", members), ("mechanical", mechanical_members)):
+        monitor = DeviationMonitor(tmp_path / f"{method}-{embedding}.out", frames=tmp_path / f"{method}-{embedding}.xyz")
+        system = create_mixed_system(mm, topology, QM, models, embedding=embedding, monitor=monitor)
+        context_of(system, positions).getState(getEnergy=True)
+        monitor.close()
+        seen = ase_files.read(str(tmp_path / f"{method}-{embedding}.xyz"))
+        cut = FrameCutter(mm, topology, QM, embedding=embedding)(xyz, box)
+        assert len(cut) == len(seen) and (cut.numbers == seen.numbers).all()
+        np.testing.assert_allclose(cut.positions, seen.positions, atol=1e-7)  # the file: 8 decimals
+        if embedding == "electrostatic":
+            assert (cut.arrays["qm"] == seen.arrays["qm"]).all() and cut.info["charge"] == seen.info["charge"]
+            np.testing.assert_allclose(cut.get_initial_charges(), seen.get_initial_charges(), atol=1e-7)
+            assert len(cut) > 3
+        else:
+            assert len(cut) == 3
