@@ -51,7 +51,9 @@ EXPLORER = {
     "top": Option((str, None), None, "a GROMACS topology (with gro)"),
     "gro": Option((str, None), None, "a GROMACS coordinate file (with top)"),
     "include_dir": Option((str, None), None, "GROMACS's topology folder (with top)"),
-    "qm": Option((list, dict), doc="the QM atoms: their indices, or {resname: NAME}"),
+    "start": Option((str, None), None, "a system without MM: its structure (a file ASE reads; ASE's Langevin MD "
+                    "with the committee)"),
+    "qm": Option((list, dict, None), None, "the QM atoms of an OpenMM system: their indices, or {resname: NAME}"),
     "embedding": Option(str, "electrostatic", "the members' embedding", choices=("mechanical", "electrostatic")),
     "nonbonded": Option(str, "PME", "OpenMM's nonbonded method", choices=("PME", "NoCutoff", "CutoffPeriodic")),
     "cutoff_nm": Option(float, 0.9, "the nonbonded cutoff (nm)", check=positive),
@@ -94,7 +96,7 @@ SECTIONS = {"initial": INITIAL, "committee": COMMITTEE, "explorer": EXPLORER, "s
             "retrain": RETRAIN, "stop": STOP}
 TOP = ["workdir", *SECTIONS]
 #: the paths of each section, made relative to the run file
-PATHS = {"initial": ("data",), "explorer": ("pdb", "top", "gro", "include_dir")}
+PATHS = {"initial": ("data",), "explorer": ("pdb", "top", "gro", "include_dir", "start")}
 
 
 def read_learn_file(path):
@@ -134,8 +136,15 @@ def read_learn_file(path):
 
 def _check(config, path):
     explorer = config["explorer"]
-    if bool(explorer["pdb"]) == bool(explorer["top"]):
-        raise ParamsError(f"{path}: explorer: give pdb (with forcefield) or top and gro")
+    given = [key for key in ("pdb", "top", "start") if explorer[key]]
+    if len(given) != 1:
+        raise ParamsError(f"{path}: explorer: give pdb (with forcefield), top and gro, or start (a system without "
+                          f"MM), one of them (got {given or 'none'})")
+    if not explorer["start"] and explorer["qm"] is None:
+        raise ParamsError(f"{path}: explorer.qm: the QM atoms of the OpenMM system (indices or {{resname: NAME}})")
+    if explorer["start"] and config["initial"]["frames"]:
+        raise ParamsError(f"{path}: initial.frames labels an MM system's own MD; a system without MM needs "
+                          "initial.data")
     if explorer["pdb"] and not explorer["forcefield"]:
         raise ParamsError(f"{path}: explorer.forcefield: the force field files of the pdb")
     if explorer["top"] and not explorer["gro"]:

@@ -2,7 +2,9 @@
 (:class:`~pinn.md.openmm_deviation.DeviationMonitor`: the deviations and the frames), stopped at the first step
 over the band's upper bound, and the state it goes on from.
 
-The MM system comes from a PDB and OpenMM force field files, or from a GROMACS topology and coordinates.  A round
+The MM system comes from a PDB and OpenMM force field files, or from a GROMACS topology and coordinates; a system
+without MM (``explorer.start``: a structure ASE reads) runs on ASE's Langevin integrator instead
+(:class:`ASEExplorer`).  A round
 runs in chunks of ``every`` steps; after each chunk the deviation of the step reached is taken at once, and a
 state whose steps all stayed under the upper bound is the last accepted state (positions, velocities, box, step,
 time), which the next round starts from.
@@ -190,6 +192,77 @@ class OpenMMExplorer:
             log.warning("round stopped at a blow-up (%.3g eV/Å over the abort bound %g): back to step %d",
                         stop.deviation["max_devi_f_qm"], abort, accepted["step"])
         return Exploration(steps, deviations, frames, stop, accepted, steps_run)
+
+
+class ASEExplorer:
+    """MD of a system without MM on ASE's Langevin integrator with the round's committee (``explorer.start``):
+    what ``pinn md`` runs, in rounds.  Its states hold positions in Å and ASE's velocities; the deviation is over
+    every atom (all are the model's).
+
+    Args:
+        section: the validated ``explorer`` section.
+    """
+
+    def __init__(self, section):
+        from pinn.io import ase_files
+        from pinn.md.velocities import thermalize
+        self.section = section
+        self.template = ase_files.read(section["start"], index=0)
+        atoms = self.template.copy()
+        thermalize(atoms, section["temperature_k"], np.random.RandomState(section["seed"]))
+        self.initial_state = {"positions": atoms.positions.copy(), "velocities": atoms.get_velocities(),
+                              "box": atoms.cell[:].copy(), "step": 0, "time_ps": 0.0}
+
+    def explore(self, members, state, high, abort, records_path, frames_path):
+        """One round (see :meth:`OpenMMExplorer.explore`), the deviation taken at every step."""
+        from pinn.calculator import get_calc
+        from pinn.md.ase_md import integrator
+        from pinn.md.openmm_deviation import DeviationMonitor
+        section = self.section
+        every = section["every"]
+        monitor = DeviationMonitor(records_path, every=every, stop_above=high, frames=frames_path, overwrite=True)
+        calc = get_calc(list(members))
+        monitor.attach_check(calc)
+        atoms = self.template.copy()
+        atoms.positions = state["positions"]
+        atoms.set_velocities(state["velocities"])
+        atoms.cell = state["box"]
+        atoms.calc = calc
+        first = int(state["step"])
+        dynamics = integrator(atoms, "langevin", section["timestep_fs"], temperature=section["temperature_k"],
+                              friction=section["friction_per_ps"], seed=1 + section["seed"] + first)
+        accepted = dict(state)
+        stop = None
+        step = first
+        dt_ps = section["timestep_fs"] / 1000.0
+        try:
+            while True:
+                atoms.get_forces()
+                try:
+                    monitor.record(step, float(state["time_ps"]) + (step - first) * dt_ps, atoms, calc.results)
+                except RuntimeError:
+                    stop = monitor.stopped
+                    break
+                if step % every == 0 or step == first:
+                    accepted = {"positions": atoms.positions.copy(), "velocities": atoms.get_velocities(),
+                                "box": atoms.cell[:].copy(), "step": step,
+                                "time_ps": float(state["time_ps"]) + (step - first) * dt_ps}
+                if step - first >= section["steps"]:
+                    break
+                dynamics.run(1)
+                step += 1
+        finally:
+            monitor.close()
+        steps, deviations, frames = _records(records_path, frames_path)
+        if stop is not None and stop.deviation["max_devi_f_qm"] > abort:
+            log.warning("round stopped at a blow-up (%.3g eV/Å over the abort bound %g): back to step %d",
+                        stop.deviation["max_devi_f_qm"], abort, accepted["step"])
+        return Exploration(steps, deviations, frames, stop, accepted, step - first)
+
+
+def explorer_of(section):
+    """The explorer the run file's ``explorer`` section names: OpenMM ML/MM (pdb or top) or ASE (start)."""
+    return ASEExplorer(section) if section["start"] else OpenMMExplorer(section)
 
 
 def _checked(context, monitor):

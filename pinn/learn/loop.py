@@ -109,8 +109,8 @@ class LearningLoop:
     @property
     def explorer(self):
         if self._explorer is None:
-            from pinn.learn.explorer import OpenMMExplorer
-            self._explorer = OpenMMExplorer(self.config["explorer"])
+            from pinn.learn.explorer import explorer_of
+            self._explorer = explorer_of(self.config["explorer"])
         return self._explorer
 
     # ------------------------------------------------------------------ the loop

@@ -210,3 +210,45 @@ def test_two_ranks_train_the_members_at_the_same_time(loop_files):
         assert [s["rank"] for s in spans] == [0, 1]
         assert spans[0]["start"] < spans[1]["end"] and spans[1]["start"] < spans[0]["end"]  # at the same time
     same_data(loop_files / "alone" / "round-1", loop_files / "ranks" / "round-1")
+
+
+def test_a_system_without_mm_learns_from_an_ase_calculator(tmp_path):
+    """Distillation: copper explored by ASE's Langevin MD with a committee of two mechanical PiNets, labelled by
+    EMT (the ASE oracle), two rounds, the second from the first's last accepted step."""
+    from ase.build import bulk
+    from ase.calculators.emt import EMT
+
+    from pinn.io.model_devi import read_model_devi
+    from pinn.learn.loop import learn
+    from pinn.learn.oracles import ASEOracle
+    frames = []
+    for seed in range(8):
+        atoms = bulk("Cu", "fcc", a=3.6, cubic=True) * (2, 1, 1)
+        atoms.rattle(0.05, seed=seed)
+        frames.append(atoms)
+    frames = [atoms for _, atoms in ASEOracle(EMT()).label(frames).labelled]  # energy and forces, as the loop's
+    ase_files.write(str(tmp_path / "start.xyz"), frames, format="extxyz")
+    ase_files.write(str(tmp_path / "cu.xyz"), bulk("Cu", "fcc", a=3.6, cubic=True) * (2, 1, 1), format="extxyz")
+    config = {"workdir": "loop", "initial": {"data": "start.xyz"},
+              "committee": {"size": 2, "max_steps": 40, "batch_size": 4,
+                            "params": {"network": {"name": "PiNet", "params": {
+                                "atom_types": [29], "rc": 4.0, "depth": 2, "pp_nodes": [8], "pi_nodes": [8],
+                                "ii_nodes": [8], "out_nodes": [8]}},
+                                "model": {"name": "potential_model", "params": {
+                                    "use_force": True, "progress_bar": "off", "learning_rate": 3e-3}}}},
+              "explorer": {"start": "cu.xyz", "steps": 40, "every": 10, "timestep_fs": 2.0, "temperature_k": 600},
+              "select": {"low": 0.0, "high": 50.0, "abort": 100.0, "max_frames": 3, "min_spacing": 10},
+              "oracle": {"ase": "emt"}, "retrain": {"max_steps": 40}, "stop": {"rounds": 2}}
+    (tmp_path / "learn.yml").write_text(yaml.safe_dump(config))
+    assert "2 rounds done" in learn(str(tmp_path / "learn.yml"))
+    loop = tmp_path / "loop"
+    for round_ in (1, 2):
+        table = read_model_devi(loop / f"round-{round_}" / "model_devi.out")
+        assert len(table["step"]) == 5 and np.all(table["max_devi_f_mm"] == 0)
+        labels = ase_files.read(str(loop / f"round-{round_}" / "labels.xyz"), index=":")
+        assert len(labels) == 3
+        for label in labels:
+            reference = label.copy()
+            reference.calc = EMT()
+            np.testing.assert_allclose(label.get_forces(), reference.get_forces(), atol=1e-6)
+    assert read_model_devi(loop / "round-2" / "model_devi.out")["step"][0] == 40
