@@ -83,6 +83,7 @@ class LearningLoop:
         self.state = LoopState(self.workdir)
         self.oracle_section = self.config["oracle"]
         self._explorer = None
+        _check_initial_labels(self.config["initial"]["data"])
 
     # ------------------------------------------------------------------ places
     def round_dir(self, round_):
@@ -365,6 +366,23 @@ def learn(path, world=None):
     :func:`pinn.parallel.init`'s).
     """
     return LearningLoop(path, world).run()
+
+
+def _check_initial_labels(data):
+    """Refuse initial data whose first frame holds a stress: the oracles' labels hold energy and forces, and files of
+    other labels cannot be trained on together.
+
+    Raises:
+        ValueError: naming the file.
+    """
+    from pinn.io import ase_files
+    files = [] if data is None else [data] if isinstance(data, str) else list(data)
+    for path in files:
+        first = ase_files.read(path, index=0)
+        if first.calc is not None and "stress" in first.calc.results:
+            raise ValueError(f"initial.data: {path} holds stress labels; the loop's labels hold energy and forces "
+                             "alone (QM/MM convention), and files of other labels cannot be trained on together: "
+                             "write the frames without their stress (e.g. atoms.calc.results.pop('stress'))")
 
 
 def _world():

@@ -226,6 +226,10 @@ def test_a_system_without_mm_learns_from_an_ase_calculator(tmp_path):
         atoms = bulk("Cu", "fcc", a=3.6, cubic=True) * (2, 1, 1)
         atoms.rattle(0.05, seed=seed)
         frames.append(atoms)
+    with_stress = frames[0].copy()
+    with_stress.calc = EMT()
+    with_stress.get_stress()
+    ase_files.write(str(tmp_path / "stress.xyz"), with_stress, format="extxyz")
     frames = [atoms for _, atoms in ASEOracle(EMT()).label(frames).labelled]  # energy and forces, as the loop's
     ase_files.write(str(tmp_path / "start.xyz"), frames, format="extxyz")
     ase_files.write(str(tmp_path / "cu.xyz"), bulk("Cu", "fcc", a=3.6, cubic=True) * (2, 1, 1), format="extxyz")
@@ -239,6 +243,9 @@ def test_a_system_without_mm_learns_from_an_ase_calculator(tmp_path):
               "explorer": {"start": "cu.xyz", "steps": 40, "every": 10, "timestep_fs": 2.0, "temperature_k": 600},
               "select": {"low": 0.0, "high": 50.0, "abort": 100.0, "max_frames": 3, "min_spacing": 10},
               "oracle": {"ase": "emt"}, "retrain": {"max_steps": 40}, "stop": {"rounds": 2}}
+    (tmp_path / "learn.yml").write_text(yaml.safe_dump({**config, "initial": {"data": "stress.xyz"}}))
+    with pytest.raises(ValueError, match="stress.xyz holds stress labels"):
+        learn(str(tmp_path / "learn.yml"))
     (tmp_path / "learn.yml").write_text(yaml.safe_dump(config))
     assert "2 rounds done" in learn(str(tmp_path / "learn.yml"))
     loop = tmp_path / "loop"
