@@ -80,6 +80,8 @@ ORACLE = {
     "ase": Option((str, None), None, "an ASE calculator by name, for frames without an MM part: emt"),
     "command": Option((str, None), None, "a command with {in} and {out} (pinn.learn.oracles.CommandOracle)"),
     "timeout_s": Option((float, None), None, "with command: seconds it may run", check=positive),
+    "output": Option(str, "extxyz", "with command: what {out} is, a file of labelled frames (extxyz) or a folder "
+                     "of MiMiC single points frame-K/ (mimic)", choices=("extxyz", "mimic")),
     "max_failures": Option(float, 0.5, "stop when more than this share of a round's frames cannot be labelled",
                            check=non_negative),
 }

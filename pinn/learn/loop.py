@@ -285,7 +285,7 @@ class LearningLoop:
             return PySCFOracle(**section["pyscf"])
         if section["command"] is not None:
             return CommandOracle(section["command"], timeout_s=section["timeout_s"],
-                                 workdir=os.path.join(folder, "oracle"))
+                                 workdir=os.path.join(folder, "oracle"), output=section["output"])
         if section["ase"].lower() == "emt":
             from ase.calculators.emt import EMT
             return ASEOracle(EMT())

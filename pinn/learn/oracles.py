@@ -225,18 +225,26 @@ class CommandOracle(Oracle):
             set aside.
         workdir: where the files go (a folder per call is made in it); ``None``: a temporary folder, removed.
         tolerance: Å; a label whose positions differ from its frame's by more is refused (another frame).
+        output: ``'extxyz'`` (``{out}`` a file, as above) or ``'mimic'``: ``{out}`` a folder holding, for frame K,
+            ``frame-K/``, the files of a MiMiC single point (:mod:`pinn.io.mimic_single_point`), read back with
+            :func:`pinn.io.load_mimic` (float32: positions to about 1e-5 Å).
 
     Raises:
-        ValueError: a command without ``{in}`` or ``{out}``.
+        ValueError: a command without ``{in}`` or ``{out}``, an unknown ``output``.
     """
 
     name = "command"
+    #: what ``{out}`` is
+    OUTPUTS = ("extxyz", "mimic")
 
-    def __init__(self, command, timeout_s=None, workdir=None, tolerance=1e-5):
+    def __init__(self, command, timeout_s=None, workdir=None, tolerance=1e-4, output="extxyz"):
         text = command if isinstance(command, str) else " ".join(shlex.quote(str(p)) for p in command)
         if "{in}" not in text or "{out}" not in text:
             raise ValueError(f"CommandOracle: the command must name {{in}} and {{out}} (the frames and the labels), "
                              f"got {text!r}")
+        if output not in self.OUTPUTS:
+            raise ValueError(f"CommandOracle: output must be one of {self.OUTPUTS}, got {output!r}")
+        self.output = output
         self.command = text
         self.timeout_s = timeout_s
         self.workdir = workdir
@@ -255,7 +263,7 @@ class CommandOracle(Oracle):
         self.calls += 1
         with _folder(self.workdir, self.calls) as folder:
             given = os.path.join(folder, "frames.xyz")
-            wanted = os.path.join(folder, "labels.xyz")
+            wanted = os.path.join(folder, "labels.xyz" if self.output == "extxyz" else "labels")
             written = []
             for index, atoms in enumerate(frames):
                 frame = atoms.copy()
@@ -270,7 +278,8 @@ class CommandOracle(Oracle):
             if problem is not None:
                 log.warning("command oracle: %s; its %d frame(s) set aside", problem, len(frames))
                 return Labels([], [(k, problem) for k in range(len(frames))], time.monotonic() - start)
-            labelled, failed = self._read(frames, wanted)
+            labelled, failed = self._read(frames, wanted) if self.output == "extxyz" else \
+                self._read_mimic(frames, wanted)
         for index, reason in failed:
             log.warning("command oracle: frame %d set aside: %s", index, reason)
         return Labels(labelled, failed, time.monotonic() - start)
@@ -310,6 +319,31 @@ class CommandOracle(Oracle):
                 try:
                     energy, forces = _energy_and_forces(label)
                     labelled.append((index, labelled_frame(atoms, energy, forces)))
+                    continue
+                except ValueError as error:
+                    problem = str(error)
+            failed.append((index, problem))
+        return labelled, failed
+
+    def _read_mimic(self, frames, folder):
+        """The labels of the MiMiC single points ``folder/frame-K`` matched to ``frames``: (labelled, failed)."""
+        from pinn.io.errors import DataError
+        from pinn.io.mimic_single_point import read_mimic_single_point
+        labelled, failed = [], []
+        for index, atoms in enumerate(frames):
+            place = os.path.join(folder, f"frame-{index}")
+            if not os.path.isdir(place):
+                failed.append((index, f"{place}: no MiMiC single point of this frame"))
+                continue
+            try:
+                label = read_mimic_single_point(place, qm_charge=float(atoms.info.get("charge", 0.0)))
+            except (DataError, ValueError, OSError) as error:
+                failed.append((index, f"{place}: {error}"))
+                continue
+            problem = self._mismatch(atoms, label)
+            if problem is None:
+                try:
+                    labelled.append((index, labelled_frame(atoms, *_energy_and_forces(label))))
                     continue
                 except ValueError as error:
                     problem = str(error)

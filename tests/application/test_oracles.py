@@ -140,3 +140,40 @@ def test_a_commands_round_trip_gives_the_python_oracles_labels(tmp_path):
     assert not slow.labelled and "ran past timeout_s = 2 s" in slow.failed[0][1] and slow.seconds < 20
     with pytest.raises(ValueError, match="must name"):
         CommandOracle("label.sh frames.xyz")
+
+
+MIMIC_STAND_IN = """
+import os, sys
+from ase.io import read
+from pinn.io.mimic_single_point import write_mimic_single_point
+from pinn.learn.oracles import PySCFOracle
+oracle = PySCFOracle(method="HF", basis="sto-3g")
+for atoms in read(sys.argv[1], ":"):
+    energy, forces = oracle.label_frame(atoms)
+    write_mimic_single_point(os.path.join(sys.argv[2], f"frame-{atoms.info['index']}"), atoms, energy, forces,
+                             mm_energy=-1.25, mm_forces=0.01 * atoms.positions)
+"""
+
+
+def test_a_commands_round_trip_through_mimic_files_gives_the_python_oracles_labels(tmp_path):
+    """A stand-in for MiMiC labels each frame with PySCF and writes it as a MiMiC single point (MM energy and forces
+    beside the QM/MM label, as MiMiC's files hold them); pinn reads the labels back with load_mimic: the Python
+    oracle's labels (to float32)."""
+    pytest.importorskip("pyscf")
+    script = tmp_path / "mimic_label.py"
+    script.write_text(MIMIC_STAND_IN)
+    frames = [water_in_charges(), water_in_charges()]
+    frames[1].positions[3] += [0.3, -0.2, 0.1]  # another MM environment
+    direct = PySCFOracle(method="HF", basis="sto-3g").label(frames)
+    labels = CommandOracle(f"{sys.executable} {script} {{in}} {{out}}", output="mimic",
+                           workdir=tmp_path / "calls").label(frames)
+    assert not labels.failed and [i for i, _ in labels.labelled] == [0, 1]
+    for (_, mine), (_, theirs) in zip(labels.labelled, direct.labelled):
+        assert mine.get_potential_energy() == pytest.approx(theirs.get_potential_energy(), abs=5e-4)  # float32
+        np.testing.assert_allclose(mine.get_forces(), theirs.get_forces(), atol=1e-5)
+        assert (mine.arrays["qm"] == theirs.arrays["qm"]).all()
+    assert (tmp_path / "calls" / "call-1" / "labels" / "frame-1" / "FTRAJECTORY").exists()
+    empty = tmp_path / "empty.py"
+    empty.write_text("import os, sys\nos.makedirs(sys.argv[2])\n")
+    none = CommandOracle(f"{sys.executable} {empty} {{in}} {{out}}", output="mimic").label(frames)
+    assert [i for i, _ in none.failed] == [0, 1] and "no MiMiC single point of this frame" in none.failed[0][1]
