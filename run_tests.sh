@@ -8,18 +8,21 @@
 # (apart: 17:38 and 25:42, together before their trims 38:08; benchmarks/results/0.30.0-dev-suite-time.jsonl);
 # -m hpc runs only them, -m "not hpc" all but them. The multi-node tests (emulated nodes: root, about
 # 5 minutes), the Slurm job tests and how a parallel job stops (jobs on real launchers, about 4 minutes
-# together) and the Numba cache-state test (a cold compile, 3-4 minutes) run only when named:
+# together), the Numba cache-state test (a cold compile, 3-4 minutes) and `pinn learn` end to end (OpenMM, PySCF,
+# a kill and resume, mpirun: about 3 minutes) run only when named:
 #   ./run_tests.sh tests/parallel/test_multinode.py     (.ci/run runs each as a leg of its own)
 #   ./run_tests.sh tests/parallel/test_hpc_launch.py tests/parallel/test_parallel_stops.py
 #   ./run_tests.sh tests/engines/test_cache_state.py
+#   ./run_tests.sh tests/application/test_learn_loop.py
 set -euo pipefail
 cd "$(dirname "$0")"
 . tools/env.sh
 export TF_CPP_MIN_LOG_LEVEL=${TF_CPP_MIN_LOG_LEVEL:-2}
-# the whole tests/ folder but the multi-node, job, stop and cache-state tests, unless the arguments name test files
-# or folders
+# the whole tests/ folder but the multi-node, job, stop, cache-state and learning-loop tests, unless the arguments
+# name test files or folders
 targets=(tests --ignore=tests/parallel/test_multinode.py --ignore=tests/engines/test_cache_state.py
-         --ignore=tests/parallel/test_hpc_launch.py --ignore=tests/parallel/test_parallel_stops.py)
+         --ignore=tests/parallel/test_hpc_launch.py --ignore=tests/parallel/test_parallel_stops.py
+         --ignore=tests/application/test_learn_loop.py)
 for arg in "$@"; do
   case "$arg" in tests|tests/*) targets=() ;; esac
 done
