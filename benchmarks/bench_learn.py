@@ -88,7 +88,7 @@ def main():
     ap.add_argument("--steps-per-round", type=int, default=2000)
     ap.add_argument("--first-steps", type=int, default=3000)
     ap.add_argument("--retrain-steps", type=int, default=500)
-    ap.add_argument("--wall-s", type=float, default=None)
+    ap.add_argument("--wall-s", type=float, default=3600.0, help="no round starts after this (the issue's hour)")
     ap.add_argument("--test", type=int, default=50)
     ap.add_argument("--box", type=float, default=2.0)
     ap.add_argument("--seed", type=int, default=0)
@@ -97,6 +97,7 @@ def main():
     if args.quick:
         args.time_ps, args.initial, args.members, args.basis = 0.01, 3, 2, "sto-3g"
         args.steps_per_round, args.first_steps, args.retrain_steps, args.test = 10, 5, 5, 3
+        args.low, args.high, args.abort, args.wall_s = 0.0, 50.0, 100.0, 300.0  # untrained members: every step goes
     os.makedirs(args.workdir, exist_ok=True)
     write_system(args.workdir, args.box)
     with open(os.path.join(args.workdir, "learn.yml"), "w") as f:

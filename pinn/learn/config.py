@@ -93,6 +93,9 @@ STOP = {
     "time_ps": Option((float, None), None, "simulated time of all rounds (ps)", check=positive),
     "rounds": Option((int, None), 10, "rounds", check=positive),
     "wall_s": Option((float, None), None, "wall time (s): no round starts after it", check=positive),
+    "stalled_rounds": Option(int, 10, "end the loop when this many rounds in a row accepted no MD step (each stopped "
+                             "over select.high before its first record: the committee does not learn where it "
+                             "stands)", check=positive),
 }
 SECTIONS = {"initial": INITIAL, "committee": COMMITTEE, "explorer": EXPLORER, "select": SELECT, "oracle": ORACLE,
             "retrain": RETRAIN, "stop": STOP}

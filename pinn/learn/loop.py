@@ -148,7 +148,33 @@ class LearningLoop:
             return f"{self.state.time_ps:g} ps simulated (stop.time_ps {stop['time_ps']:g})"
         if stop["wall_s"] is not None and time.monotonic() - started >= stop["wall_s"]:
             return f"wall time over {stop['wall_s']:g} s (stop.wall_s)"
+        stalled = self._stalled_rounds()
+        if stalled >= stop["stalled_rounds"]:
+            return (f"the last {stalled} rounds accepted no MD step (stop.stalled_rounds): each stopped over "
+                    f"select.high {self.config['select']['high']:g} eV/Å before its first record; train the "
+                    "committee longer (committee.max_steps, retrain.max_steps) or raise select.high")
         return None
+
+    def _stalled_rounds(self):
+        """How many of the latest rounds in a row ended where they started (their exploration.json)."""
+        count = 0
+        round_ = self.state.round
+        while round_ >= 1:
+            here = os.path.join(self.workdir, f"round-{round_}", "exploration.json")
+            before = os.path.join(self.workdir, f"round-{round_ - 1}", "exploration.json")
+            if not os.path.exists(here):
+                break
+            with open(here) as f:
+                end = json.load(f)["time_ps"]
+            start = 0.0
+            if os.path.exists(before):
+                with open(before) as f:
+                    start = json.load(f)["time_ps"]
+            if end > start:
+                break
+            count += 1
+            round_ -= 1
+        return count
 
     # ------------------------------------------------------------------ ranks
     def _shared(self, decide):
