@@ -29,7 +29,7 @@ MOVED = {
     "pinn.exported": "pinn.engines.exported",
     "pinn.host_optimizer": "pinn.engines.host_optimizer",
     "pinn.verlet_filter": "pinn.io.verlet_filter",
-    "pinn.report": "pinn.cli.report",
+    "pinn.report": "pinn.training.report",
     "pinn.runconfig": "pinn.training.run_file",
     # pinn 0.19: the numba training engine's module named for what it computes
     "pinn.engines.training": "pinn.engines.gradients",
@@ -56,6 +56,8 @@ MOVED = {
     "pinn.models.inference": "pinn.inference.handle",
     # pinn 0.30: the run file and its data pipeline below the command (nothing imports pinn.cli)
     "pinn.cli.runconfig": "pinn.training.run_file",
+    # pinn 0.30: a model directory's report below the command
+    "pinn.cli.report": "pinn.training.report",
 }
 
 #: pinn 0.30: the Model classes below training (pinn.physics); pinn.models keeps upstream's model functions

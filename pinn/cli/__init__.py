@@ -1,6 +1,6 @@
-"""The ``pinn`` command (:mod:`pinn.cli.commands`, one module per command) and the training report
-(:mod:`pinn.cli.report`).  The commands parse their arguments and call the library: a run file and its
-data pipeline are :mod:`pinn.training.run_file`, a model file's export :mod:`pinn.models.export`.
+"""The ``pinn`` command (:mod:`pinn.cli.commands`, one module per command).  The commands parse their
+arguments and call the library: a run file and its data pipeline are :mod:`pinn.training.run_file`, a model
+file's export :mod:`pinn.models.export`, a model directory's report :mod:`pinn.training.report`.
 Nothing outside this package imports it (``tests/project/test_architecture.py``)."""
 
 

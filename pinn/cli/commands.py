@@ -4,7 +4,7 @@ Each command is one module of :mod:`pinn.cli` with ``add_parser(commands, common
 subparser, and ``run(args)``, which returns the exit status (and, for ``pinn train`` alone,
 ``prepare(args)``: the options given after a run file); :data:`COMMANDS` lists them in the order of
 ``pinn --help`` and one loop registers them.  A command parses its arguments and calls the library
-(:mod:`pinn.training.run_file`, :mod:`pinn.io`, :mod:`pinn.models`, :mod:`pinn.cli.report`,
+(:mod:`pinn.training.run_file`, :mod:`pinn.io`, :mod:`pinn.models`, :mod:`pinn.training.report`,
 :mod:`pinn.training.metrics`); nothing outside :mod:`pinn.cli` imports these modules.
 TensorFlow's start-up messages are hidden unless ``--verbose`` is given or
 ``TF_CPP_MIN_LOG_LEVEL`` is set (:func:`pinn.runtime.quiet_tensorflow`).

@@ -1,4 +1,4 @@
-"""``pinn report``: learning curves, parity plots and a summary of a model directory (:mod:`pinn.cli.report`),
+"""``pinn report``: learning curves, parity plots and a summary of a model directory (:mod:`pinn.training.report`),
 the table of the model directories in a folder (:mod:`pinn.cli.models_table`), or a ``pinn learn`` directory's
 deviation, labels and audit (:mod:`pinn.learn.report`)."""
 import os
@@ -22,7 +22,7 @@ def add_parser(commands, common):
 def run(args):
     """``pinn report``; returns the exit status."""
     from pinn.cli.models_table import models_table
-    from pinn.cli.report import write_report
+    from pinn.training.report import write_report
     if not os.path.isdir(args.model_dir):
         raise FileNotFoundError(f"{args.model_dir}: no such directory")
     if os.path.exists(os.path.join(args.model_dir, "state.json")) and args.keyword is None:

@@ -1,4 +1,4 @@
-"""pinn.cli.report: learning curves, parity plots and summary of a run, checked down to the pixels."""
+"""pinn.training.report: learning curves, parity plots and summary of a run, checked down to the pixels."""
 import re
 
 import numpy as np
@@ -6,7 +6,7 @@ import pytest
 from matplotlib.colors import to_rgb
 from matplotlib.image import imread
 
-from pinn import report
+from pinn.training import report
 from pinn.training.metrics import append_metrics, write_eval_predictions
 
 BEST_STEP = 4000

@@ -225,12 +225,12 @@ def outside_files():
 def test_nothing_imports_the_command(graph, tmp_path):
     """The ``pinn`` command parses its arguments and calls the library, and nothing imports it: no module of
     pinn/ outside pinn/cli, no file of benchmarks/, tools/, inputs/ or scripts/ (what they need of a run file,
-    an export, is the library's: ``pinn.training.run_file``, ``pinn.models.export``).  ``pinn.moved``, the table
-    of old names, is the one exception: ``pinn.report`` is ``pinn.cli.report``.  Tests of the command import
+    an export, a report, is the library's: ``pinn.training.run_file``, ``pinn.models.export``,
+    ``pinn.training.report``), not even the table of old names (``pinn.moved``).  Tests of the command import
     it; a benchmark of a command runs it as a process."""
     modules, edges = graph
     wrong = {module: sorted(t for t in internal if folder_of(t) == "pinn.cli")
-             for module, (internal, _) in edges.items() if folder_of(module) != "pinn.cli" and module != "pinn.moved"}
+             for module, (internal, _) in edges.items() if folder_of(module) != "pinn.cli"}
     wrong.update({module: command_imports(module, path, modules) for module, path in outside_files().items()})
     wrong = {module: targets for module, targets in wrong.items() if targets}
     assert not wrong, f"imports of the pinn command (pinn.cli) outside it: {wrong}"

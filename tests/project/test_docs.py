@@ -60,7 +60,7 @@ API_OBJECTS = {
     "trainer": [("pinn.training.trainer.Trainer", "pinn/training/trainer.py", "Trainer"),
                 ("pinn.training.schedule.LearningRate", "pinn/training/schedule.py", "LearningRate"),
                 ("pinn.training.ema.WeightAverage", "pinn/training/ema.py", "WeightAverage")],
-    "report": [("pinn.cli.report.write_report", "pinn/cli/report.py", "write_report")],
+    "report": [("pinn.training.report.write_report", "pinn/training/report.py", "write_report")],
     "cli": [("pinn.cli.commands.main", "pinn/cli/commands.py", "main"),
             ("pinn.training.run_file.run_training", "pinn/training/run_file.py", "run_training")],
     "parallel": [("pinn.parallel.worlds.init", "pinn/parallel/worlds.py", "init")],
