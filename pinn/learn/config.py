@@ -86,8 +86,9 @@ ORACLE = {
                            check=non_negative),
 }
 RETRAIN = {
-    "max_steps": Option(int, 500, "each round's training steps, warm-started from the round before",
-                        check=positive),
+    "max_steps": Option(int, 500, "each round's training steps", check=positive),
+    "warm_start": Option(bool, True, "start each member from its self of the round before (else from fresh "
+                         "weights of its seed)"),
 }
 STOP = {
     "time_ps": Option((float, None), None, "simulated time of all rounds (ps)", check=positive),

@@ -332,7 +332,8 @@ class LearningLoop:
             with open(path, "w") as f:
                 yaml.safe_dump(run, f)
         self.world.barrier()
-        warm = None if init is None else os.path.join(self.round_dir(init), "committee")
+        warm = None if init is None or not self.config["retrain"]["warm_start"] else \
+            os.path.join(self.round_dir(init), "committee")
         mine = range(self.world.rank, committee["size"], self.world.size)  # at the same time on the ranks
         for member in mine:  # a member trained before a restart goes on from its checkpoint
             started = time.time()

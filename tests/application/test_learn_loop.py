@@ -249,6 +249,14 @@ def test_a_system_without_mm_learns_from_an_ase_calculator(tmp_path):
     (tmp_path / "learn.yml").write_text(yaml.safe_dump(config))
     assert "2 rounds done" in learn(str(tmp_path / "learn.yml"))
     loop = tmp_path / "loop"
+    warm = yaml.safe_load(open(loop / "round-2" / "committee" / "member-1" / "params.yml"))
+    assert warm["model"]["params"]["init_model"] == str(loop / "round-1" / "committee" / "member-1")
+    fresh_config = {**config, "workdir": "fresh", "retrain": {"max_steps": 40, "warm_start": False},
+                    "stop": {"rounds": 1}}
+    (tmp_path / "fresh.yml").write_text(yaml.safe_dump(fresh_config))
+    assert "1 rounds done" in learn(str(tmp_path / "fresh.yml"))
+    fresh = yaml.safe_load(open(tmp_path / "fresh" / "round-1" / "committee" / "member-1" / "params.yml"))
+    assert fresh["model"]["params"]["init_model"] is None  # retrain.warm_start: false
     for round_ in (1, 2):
         table = read_model_devi(loop / f"round-{round_}" / "model_devi.out")
         assert len(table["step"]) == 5 and np.all(table["max_devi_f_mm"] == 0)
