@@ -57,7 +57,7 @@ def run_file(args):
             "select": {"low": args.low, "high": args.high, "abort": args.abort, "max_frames": args.max_frames,
                        "min_spacing": 100},
             "oracle": {"pyscf": {"method": "HF", "basis": args.basis}},
-            "retrain": {"max_steps": args.retrain_steps},
+            "retrain": {"max_steps": args.retrain_steps, "warm_start": not args.from_scratch},
             "stop": {"time_ps": args.time_ps, "rounds": None, "wall_s": args.wall_s}}
 
 
@@ -88,6 +88,7 @@ def main():
     ap.add_argument("--steps-per-round", type=int, default=2000)
     ap.add_argument("--first-steps", type=int, default=3000)
     ap.add_argument("--retrain-steps", type=int, default=500)
+    ap.add_argument("--from-scratch", action="store_true", help="retrain.warm_start: false")
     ap.add_argument("--wall-s", type=float, default=3600.0, help="no round starts after this (the issue's hour)")
     ap.add_argument("--test", type=int, default=50)
     ap.add_argument("--box", type=float, default=2.0)
@@ -139,7 +140,7 @@ def main():
     os.makedirs(random_dir, exist_ok=True)
     ase_files.write(os.path.join(random_dir, "frames.xyz"), initial + random_labels, format="extxyz")
     config = run_file(args)["committee"]
-    total_steps = config["max_steps"] + args.retrain_steps * state.round
+    total_steps = args.retrain_steps if args.from_scratch else config["max_steps"] + args.retrain_steps * state.round
     run = {**config["params"], "model_dir": os.path.join(random_dir, "committee"),
            "data": {"train": "frames.xyz", "batch_size": config["batch_size"]}, "train": {"max_steps": total_steps}}
     with open(os.path.join(random_dir, "train.yml"), "w") as f:
