@@ -245,6 +245,9 @@ class CommandOracle(Oracle):
         if output not in self.OUTPUTS:
             raise ValueError(f"CommandOracle: output must be one of {self.OUTPUTS}, got {output!r}")
         self.output = output
+        # what {out} is and how its labels are read, chosen once
+        self._out_name, self._labels = {"extxyz": ("labels.xyz", self._extxyz_labels),
+                                        "mimic": ("labels", self._mimic_labels)}[output]
         self.command = text
         self.timeout_s = timeout_s
         self.workdir = workdir
@@ -263,7 +266,7 @@ class CommandOracle(Oracle):
         self.calls += 1
         with _folder(self.workdir, self.calls) as folder:
             given = os.path.join(folder, "frames.xyz")
-            wanted = os.path.join(folder, "labels.xyz" if self.output == "extxyz" else "labels")
+            wanted = os.path.join(folder, self._out_name)
             written = []
             for index, atoms in enumerate(frames):
                 frame = atoms.copy()
@@ -278,8 +281,7 @@ class CommandOracle(Oracle):
             if problem is not None:
                 log.warning("command oracle: %s; its %d frame(s) set aside", problem, len(frames))
                 return Labels([], [(k, problem) for k in range(len(frames))], time.monotonic() - start)
-            labelled, failed = self._read(frames, wanted) if self.output == "extxyz" else \
-                self._read_mimic(frames, wanted)
+            labelled, failed = self._matched(frames, self._labels(frames, wanted))
         for index, reason in failed:
             log.warning("command oracle: frame %d set aside: %s", index, reason)
         return Labels(labelled, failed, time.monotonic() - start)
@@ -297,50 +299,38 @@ class CommandOracle(Oracle):
             return f"the command {argv[0]} exited with status {done.returncode}" + (f": {last[-1]}" if last else "")
         return None
 
-    def _read(self, frames, path):
-        """The labels of ``path`` matched to ``frames``: (labelled, failed)."""
+    def _extxyz_labels(self, frames, path):
+        """Each frame's label in the extended XYZ file ``path`` (by its ``index``, else its place), or why none."""
         from pinn.io import ase_files
         try:
             labels = ase_files.read(path, index=":")
         except Exception as error:  # noqa: BLE001 - ASE raises many kinds for a bad file
-            reason = f"{path} is not an extended XYZ file of labels ({type(error).__name__}: {error})"
-            return [], [(k, reason) for k in range(len(frames))]
-        by_index = {}
-        for order, label in enumerate(labels):
-            by_index[int(label.info.get("index", order))] = label
-        labelled, failed = [], []
-        for index, atoms in enumerate(frames):
-            label = by_index.get(index)
-            if label is None:
-                failed.append((index, f"{path} holds no label of this frame"))
-                continue
-            problem = self._mismatch(atoms, label)
-            if problem is None:
-                try:
-                    energy, forces = _energy_and_forces(label)
-                    labelled.append((index, labelled_frame(atoms, energy, forces)))
-                    continue
-                except ValueError as error:
-                    problem = str(error)
-            failed.append((index, problem))
-        return labelled, failed
+            return [f"{path} is not an extended XYZ file of labels ({type(error).__name__}: {error})"] * len(frames)
+        by_index = {int(label.info.get("index", order)): label for order, label in enumerate(labels)}
+        return [by_index.get(index, f"{path} holds no label of this frame") for index in range(len(frames))]
 
-    def _read_mimic(self, frames, folder):
-        """The labels of the MiMiC single points ``folder/frame-K`` matched to ``frames``: (labelled, failed)."""
+    def _mimic_labels(self, frames, folder):
+        """Each frame's label in its MiMiC single point ``folder/frame-K``, or why none."""
         from pinn.io.errors import DataError
         from pinn.io.mimic_single_point import read_mimic_single_point
-        labelled, failed = [], []
+        labels = []
         for index, atoms in enumerate(frames):
             place = os.path.join(folder, f"frame-{index}")
             if not os.path.isdir(place):
-                failed.append((index, f"{place}: no MiMiC single point of this frame"))
+                labels.append(f"{place}: no MiMiC single point of this frame")
                 continue
             try:
-                label = read_mimic_single_point(place, qm_charge=float(atoms.info.get("charge", 0.0)))
+                labels.append(read_mimic_single_point(place, qm_charge=float(atoms.info.get("charge", 0.0))))
             except (DataError, ValueError, OSError) as error:
-                failed.append((index, f"{place}: {error}"))
-                continue
-            problem = self._mismatch(atoms, label)
+                labels.append(f"{place}: {error}")
+        return labels
+
+    def _matched(self, frames, labels):
+        """(labelled, failed) of ``frames`` and their ``labels`` (each an ``Atoms`` or why there is none): a label
+        of other atoms or positions, or of non-finite values, is set aside."""
+        labelled, failed = [], []
+        for index, (atoms, label) in enumerate(zip(frames, labels)):
+            problem = label if isinstance(label, str) else self._mismatch(atoms, label)
             if problem is None:
                 try:
                     labelled.append((index, labelled_frame(atoms, *_energy_and_forces(label))))
