@@ -186,8 +186,10 @@ def test_save_system_and_load_system_round_trip_without_pickle(acetone_in_water,
         [(type(f).__name__, f.getForceGroup(), f.getName()) for f in system.getForces()]
     loaded_energy, loaded_forces = _state(loaded, gro.positions)
     assert loaded_energy == pytest.approx(energy, rel=1e-6)
-    # the CPU platform's single-precision PME: 1e-6 of the largest force (two contexts of one system differ so)
-    np.testing.assert_allclose(loaded_forces, forces, rtol=0, atol=1e-6 * np.abs(forces).max())
+    # the CPU platform's single-precision PME sums in the order its threads finish: two contexts of one system
+    # differ by up to 1.2e-6 of the largest force (seen in CI, 2026-12-06); 1e-5 of it, while a wrong model or order
+    # of forces differs by whole kJ/mol/nm
+    np.testing.assert_allclose(loaded_forces, forces, rtol=0, atol=1e-5 * np.abs(forces).max())
     assert _energy(_context(loaded, gro.positions), {3}) == pytest.approx(
         _energy(_context(system, gro.positions), {3}), rel=1e-9)
     saved, now = _sha(a / "model.pinn"), _sha(b / "model.pinn")
