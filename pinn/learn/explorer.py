@@ -70,6 +70,13 @@ class OpenMMExplorer:
         except TypeError:  # GROMACS topologies take no rigidWater
             self.mm = create(nonbondedMethod=method, constraints=None, **options)
         self.qm = self._qm_atoms(section["qm"])
+        elements = [atom.element for atom in self.topology.atoms()]
+        missing = [i for i in self.qm if elements[i] is None]
+        if missing:
+            raise ValueError(f"explorer.qm: atom(s) {missing[:5]} of the system have no element (virtual sites); "
+                             "the QM region is real atoms")
+        #: the atomic numbers of the atoms the committee sees (the QM region)
+        self.elements = sorted({elements[i].atomic_number for i in self.qm})
         box = self.topology.getPeriodicBoxVectors()
         self.initial_state = {"positions": np.asarray(positions, np.float64),
                               "velocities": self._thermal_velocities(positions, box),
@@ -208,6 +215,8 @@ class ASEExplorer:
         from pinn.md.velocities import thermalize
         self.section = section
         self.template = ase_files.read(section["start"], index=0)
+        #: the atomic numbers of the atoms the committee sees (every atom)
+        self.elements = sorted(set(self.template.numbers.tolist()))
         atoms = self.template.copy()
         thermalize(atoms, section["temperature_k"], np.random.RandomState(section["seed"]))
         self.initial_state = {"positions": atoms.positions.copy(), "velocities": atoms.get_velocities(),

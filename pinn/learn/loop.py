@@ -120,6 +120,10 @@ class LearningLoop:
         rank)."""
         stop = self.config["stop"]
         started = time.monotonic()
+        unknown = self._shared(self.unknown_elements)
+        if unknown:
+            from pinn.schema import ParamsError
+            raise ParamsError(unknown)
         if self.state.stage is None:  # round 0: the initial data (labelled first, without data)
             failure = self._shared(self.label_initial) if self.config["initial"]["frames"] else None
             if failure:
@@ -140,6 +144,23 @@ class LearningLoop:
             outcome = self.round(round_)
             if outcome:
                 return outcome
+
+    def unknown_elements(self):
+        """What is wrong when the atoms the committee sees in the explorer's system (the QM region of an OpenMM
+        one, every atom of an ASE one) hold elements its network does not know, else ``None``: asked before round 0,
+        so that no label is paid for a committee that could not be trained on it."""
+        from ase.data import chemical_symbols
+
+        from pinn.networks import atom_types_of
+        from pinn.params import resolve
+        params = resolve({**self.config["committee"]["params"], "model_dir": self.members(0)[0]})
+        known = set(atom_types_of(params))
+        unknown = sorted(set(self.explorer.elements) - known)
+        if not unknown:
+            return None
+        where = "explorer.start" if self.config["explorer"]["start"] else "explorer.qm"
+        return (f"{where}: the committee sees {[chemical_symbols[z] for z in unknown]}, elements its network does "
+                f"not know (committee.params network.params.atom_types {sorted(known)}): add them to atom_types")
 
     def _stop_reason(self, stop, started):
         if stop["rounds"] is not None and self.state.round >= stop["rounds"]:

@@ -1,4 +1,7 @@
-"""The selection of frames to label: the band, the count, the spacing, the order."""
+"""The selection of frames to label: the band, the count, the spacing, the order; what the loop refuses before it
+labels."""
+import pytest
+
 from pinn.learn.selection import select_frames
 
 
@@ -39,3 +42,42 @@ def test_a_loop_that_accepts_no_step_stops_saying_why(tmp_path):
     assert loop._stop_reason(loop.config["stop"], started=float("inf")) is None  # round 1 moved, round 2 not
     loop.state.round = 3
     assert "the last 2 rounds accepted no MD step" in loop._stop_reason(loop.config["stop"], started=float("inf"))
+
+
+def test_elements_the_committee_does_not_know_are_refused_before_a_label(tmp_path):
+    """A QM region (OpenMM) or an ASE system holding an element missing from the committee's atom_types: the loop
+    refuses before round 0, naming the key and the element, with no frame labelled (before: round 0 labelled its
+    initial frames, then training refused them)."""
+    import yaml
+    from ase import Atoms
+    from ase.calculators.singlepoint import SinglePointCalculator
+
+    from pinn.io import ase_files
+    from pinn.learn.loop import LearningLoop
+    from pinn.schema import ParamsError
+    frame = Atoms("CuH", positions=[[0, 0, 0], [1.5, 0, 0]], cell=[8, 8, 8], pbc=True)
+    frame.calc = SinglePointCalculator(frame, energy=-1.0, forces=[[0.1, 0, 0], [-0.1, 0, 0]])
+    ase_files.write(str(tmp_path / "start.xyz"), [frame], format="extxyz")
+    network = {"name": "PiNet", "params": {"atom_types": [1, 8]}}
+    config = {"workdir": "loop", "initial": {"data": "start.xyz"}, "committee": {"params": {"network": network}},
+              "explorer": {"start": "start.xyz"}, "oracle": {"ase": "emt"}, "stop": {"rounds": 1}}
+    (tmp_path / "learn.yml").write_text(yaml.safe_dump(config))
+    with pytest.raises(ParamsError, match=r"explorer.start: the committee sees \['Cu'\].*atom_types \[1, 8\]"):
+        LearningLoop(tmp_path / "learn.yml").run()
+    assert not (tmp_path / "loop" / "round-0" / "committee").exists()
+
+    pytest.importorskip("openmm", reason="OpenMM is not installed")
+    import openmm
+    from openmm import app, unit
+    forcefield = app.ForceField("amber14/tip3p.xml")
+    modeller = app.Modeller(app.Topology(), [])
+    modeller.addSolvent(forcefield, model="tip3p", boxSize=openmm.Vec3(2.0, 2.0, 2.0) * unit.nanometer)
+    with open(tmp_path / "water.pdb", "w") as f:
+        app.PDBFile.writeFile(modeller.topology, modeller.positions, f)
+    network["params"]["atom_types"] = [1, 6]
+    config.update(initial={"frames": 2}, explorer={"pdb": "water.pdb", "forcefield": ["amber14/tip3p.xml"],
+                                                   "qm": [0, 1, 2]}, oracle={"pyscf": {"basis": "sto-3g"}})
+    (tmp_path / "learn.yml").write_text(yaml.safe_dump(config))
+    with pytest.raises(ParamsError, match=r"explorer.qm: the committee sees \['O'\].*atom_types \[1, 6\]"):
+        LearningLoop(tmp_path / "learn.yml").run()
+    assert not (tmp_path / "loop" / "round-0" / "selected.xyz").exists()
