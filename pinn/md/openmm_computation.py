@@ -106,9 +106,10 @@ def _hash_file(digest, path):
 
 def python_force(computation, particles, periodic, force_group, name="pinn"):
     """The ``openmm.PythonForce`` of ``computation`` on ``particles`` (``None``: all) in ``force_group``
-    (``None``: 0)."""
+    (``None``: 0); it declares the computation's ``lambda_parameter`` (default 1), which OpenMM then hands it."""
     import openmm
-    force = openmm.PythonForce(computation)
+    parameters = {} if computation.lambda_parameter is None else {computation.lambda_parameter: 1.0}
+    force = openmm.PythonForce(computation, parameters)
     force.setName(name)
     force.setUsesPeriodicBoundaryConditions(bool(periodic))
     if particles is not None:
@@ -130,6 +131,9 @@ class PinnComputation:
         calc_options: keyword arguments of :func:`pinn.get_calc` (a checkpoint path made absolute).
         saved_sha256: the model's hash when the system was saved (a restored computation, as unpickling gives):
             the model at the path is checked against it when the calculator is made.
+        lambda_parameter: the name of the global parameter of an interpolated system
+            (:mod:`pinn.md.openmm_interpolation`) that the force declares and checks at each call: a value outside
+            [0, 1] is refused, naming it; ``None``: none.
 
     Attributes:
         monitor: a :class:`~pinn.md.openmm_deviation.DeviationMonitor` that takes a committee's predictions of
@@ -139,8 +143,9 @@ class PinnComputation:
     #: the embedding whose force this computes (its name is the ``kind`` of :meth:`describe`)
     EMBEDDING = MECHANICAL
 
-    def __init__(self, model, numbers, periodic=False, calc_options=None, saved_sha256=None):
+    def __init__(self, model, numbers, periodic=False, calc_options=None, saved_sha256=None, lambda_parameter=None):
         self.model = absolute_model(model)
+        self.lambda_parameter = lambda_parameter
         self.numbers = np.asarray(numbers, int)
         self.periodic = bool(periodic)
         self.calc_options = {key: absolute_model(value) if key in _CHECKPOINT_OPTIONS and _is_path(value)
@@ -214,6 +219,7 @@ class PinnComputation:
         self.__dict__.update(state)
         self.__dict__.setdefault("model_sha256", None)
         self.__dict__.setdefault("monitor", None)
+        self.__dict__.setdefault("lambda_parameter", None)
         self._restored = True
 
     def describe(self):
@@ -233,14 +239,15 @@ class PinnComputation:
                 raise ValueError(f"the pinn force's calc option {key}={value!r} is not JSON: it cannot be "
                                  "saved") from None
         return {"kind": self.EMBEDDING.name, "model": self.model, "model_sha256": self.model_sha256,
-                "numbers": self.numbers.tolist(), "periodic": self.periodic, "calc_options": self.calc_options}
+                "numbers": self.numbers.tolist(), "periodic": self.periodic, "calc_options": self.calc_options,
+                "lambda_parameter": self.lambda_parameter}
 
     @classmethod
     def from_description(cls, description):
         """The computation :meth:`describe` gave, restored: its model checked when the calculator is made."""
         d = description
         common = dict(model=d["model"], numbers=d["numbers"], periodic=d["periodic"], calc_options=d["calc_options"],
-                      saved_sha256=d["model_sha256"])
+                      saved_sha256=d["model_sha256"], lambda_parameter=d.get("lambda_parameter"))
         if embedding_of(d["kind"]) is PinnComputation.EMBEDDING:
             return PinnComputation(**common)
         return EmbeddedComputation(qm=d["qm"], charges=d["charges"], residues=d["residues"], qm_charge=d["qm_charge"],
@@ -258,9 +265,20 @@ class PinnComputation:
             atoms.cell = np.asarray(box, np.float64)
         return atoms
 
+    def check_lambda(self, state):
+        """Refuse (ValueError, naming the parameter and its value) a ``lambda_parameter`` outside [0, 1] in
+        ``state``: an interpolated system is the force field's at 0 and the ML/MM system's at 1, nothing beyond."""
+        if self.lambda_parameter is None:
+            return
+        value = state.getParameters()[self.lambda_parameter]
+        if not 0.0 <= value <= 1.0:
+            raise ValueError(f"{self.lambda_parameter} = {value:g}: outside [0, 1] (0: the force field, 1: the "
+                             "ML/MM system); set it with context.setParameter in that range")
+
     def __call__(self, state):
         """OpenMM's call: (energy kJ/mol, forces [n, 3] kJ/mol/nm) at ``state``'s positions."""
         from ase import Atoms
+        self.check_lambda(state)
         if self._atoms is None:
             self._atoms = Atoms(numbers=self.numbers, pbc=self.periodic)
             self._atoms.calc = self.calc
@@ -291,14 +309,14 @@ class EmbeddedComputation(PinnComputation):
         switch_width: Å, the width of the switching shell below ``cutoff``.
         damping: r_d of the model's Coulomb kernel (Å; ``model.params.embedding_damping``).
         calc_options: keyword arguments of :func:`pinn.get_calc`.
-        saved_sha256: as :class:`PinnComputation`.
+        saved_sha256, lambda_parameter: as :class:`PinnComputation`.
     """
 
     EMBEDDING = ELECTROSTATIC
 
     def __init__(self, model, numbers, qm, charges, residues, qm_charge=0.0, periodic=False, cutoff=None,
-                 switch_width=1.0, damping=0.0, calc_options=None, saved_sha256=None):
-        super().__init__(model, numbers, periodic, calc_options, saved_sha256)
+                 switch_width=1.0, damping=0.0, calc_options=None, saved_sha256=None, lambda_parameter=None):
+        super().__init__(model, numbers, periodic, calc_options, saved_sha256, lambda_parameter)
         self.qm = np.asarray(qm, bool)
         self.charges = np.where(self.qm, 0.0, np.asarray(charges, float))
         self.residues = np.unique(np.asarray(residues), return_inverse=True)[1]
@@ -360,6 +378,7 @@ class EmbeddedComputation(PinnComputation):
         return atoms, qm_index, mm_index, region, mm_positions, dscale, unit, residue_of
 
     def __call__(self, state):
+        self.check_lambda(state)
         positions = state.getPositions(asNumpy=True)._value * ANGSTROM_PER_NM
         box = self._box(state) if self.periodic else None
         atoms, qm_index, mm_index, region, mm_positions, dscale, unit, residue_of = self._cut(positions, box)

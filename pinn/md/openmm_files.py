@@ -11,10 +11,15 @@ Context exists.  :func:`save_system` writes one JSON file instead::
                  "calc_options": {}}, ...]}
 
 (with electrostatic embedding also ``qm``, ``charges``, ``residues``, ``qm_charge``, ``cutoff`` and
-``switch_width`` (Å), ``damping``).  :func:`load_system` reads the JSON, refuses a system XML that holds any
-``PythonForce``, deserializes the rest with OpenMM and rebuilds each pinn force from its description at its index
-among the forces (so force indices and groups are the saved ones); the model at the saved absolute path must have
-the saved SHA-256 (:func:`pinn.md.openmm_computation.model_sha256`).  Nothing is unpickled on loading.
+``switch_width`` (Å), ``damping``; ``lambda_parameter``, the global parameter the force declares in an interpolated
+system, or null).  A pinn force that is a collective variable of a ``CustomCVForce`` (an interpolated system:
+:mod:`pinn.md.openmm_interpolation`, openmm-ml's ``interpolate=True``) is described with ``"collective_variable":
+K`` (its place among that force's variables, ``index`` the CustomCVForce's) and taken out of that force's XML.
+:func:`load_system` reads the JSON, refuses a system XML that holds any ``PythonForce``, deserializes the rest with
+OpenMM and rebuilds each pinn force from its description at its index among the forces, or at its place among its
+CustomCVForce's variables (so force indices, groups and variable names are the saved ones); the model at the saved
+absolute path must have the saved SHA-256 (:func:`pinn.md.openmm_computation.model_sha256`).  Nothing is unpickled
+on loading.  Version 1 files (no collective variables, no ``lambda_parameter``) are read as before.
 """
 import io
 import json
@@ -27,8 +32,10 @@ from pinn.md.openmm_computation import PinnComputation, python_force
 
 #: the ``format`` of the file
 FORMAT = "pinn-openmm-system"
-#: its version
-VERSION = 1
+#: its version (2: pinn forces inside a CustomCVForce, ``lambda_parameter``)
+VERSION = 2
+#: the versions :func:`load_system` reads
+READS = (1, 2)
 
 #: what a pinn force's pickled computation may hold (read back from a system in memory, when saving it)
 _ALLOWED = {("pinn.md.openmm_computation", "PinnComputation"), ("pinn.md.openmm_computation", "EmbeddedComputation"),
@@ -82,10 +89,21 @@ def save_system(system, path):
         force = system.getForce(index)
         if isinstance(force, openmm.PythonForce):
             described.append(_describe(force, index))
+        elif isinstance(force, openmm.CustomCVForce):
+            for k in range(force.getNumCollectiveVariables()):
+                inner = force.getCollectiveVariable(k)
+                if isinstance(inner, openmm.PythonForce):
+                    described.append({**_describe(inner, index), "collective_variable": k,
+                                      "variable_name": force.getCollectiveVariableName(k)})
     root = ET.fromstring(openmm.XmlSerializer.serialize(system))
     forces = root.find("Forces")
     for element in [e for e in forces if e.get("type") == "PythonForce"]:
         forces.remove(element)
+    for element in forces:
+        variables = element.find("CollectiveVariables") if element.get("type") == "CustomCVForce" else None
+        for variable in [] if variables is None else list(variables):
+            if any(e.get("type") == "PythonForce" for e in variable):
+                variables.remove(variable)
     document = {"format": FORMAT, "version": VERSION, "pinn": __version__,
                 "system": ET.tostring(root, encoding="unicode"), "forces": described}
     write_atomic(os.fspath(path), json.dumps(document, allow_nan=False, indent=1) + "\n")
@@ -114,8 +132,10 @@ def _describe(force, index):
             computation)
         raise ValueError(f"{where}: a PythonForce of {what}, not pinn's: it cannot be saved without pickle; remove "
                          "it, save, and add it again after load_system")
-    if force.getGlobalParameters():
-        raise ValueError(f"{where}: a pinn force with global parameters, which pinn does not make")
+    declared = set(dict(force.getGlobalParameters()))
+    if declared != ({computation.lambda_parameter} if computation.lambda_parameter else set()):
+        raise ValueError(f"{where}: a pinn force with global parameters {sorted(declared)}, which pinn does not make "
+                         f"(its computation's lambda_parameter: {computation.lambda_parameter!r})")
     try:
         description = computation.describe()
     except ValueError as err:
@@ -148,8 +168,9 @@ def load_system(path):
         raise ValueError(f"load_system: {path} is not a file of save_system (not JSON)") from None
     if not isinstance(document, dict) or document.get("format") != FORMAT:
         raise ValueError(f"load_system: {path} is not a file of save_system (no format {FORMAT!r})")
-    if document.get("version") != VERSION:
-        raise ValueError(f"load_system: {path} has version {document.get('version')!r}; this pinn reads {VERSION}")
+    if document.get("version") not in READS:
+        raise ValueError(f"load_system: {path} has version {document.get('version')!r}; this pinn reads "
+                         f"{', '.join(map(str, READS))}")
     text, described = document.get("system"), document.get("forces")
     if not isinstance(text, str) or not isinstance(described, list):
         raise ValueError(f"load_system: {path}: 'system' must be OpenMM's XML and 'forces' a list")
@@ -157,23 +178,76 @@ def load_system(path):
     elements = list(root.find("Forces"))
     for element in elements:
         root.find("Forces").remove(element)
-    pinn = {}
+    pinn, nested = {}, {}
     for entry in described:
         index = entry.get("index") if isinstance(entry, dict) else None
-        if not isinstance(index, int) or isinstance(index, bool) or index in pinn:
+        variable = entry.get("collective_variable") if isinstance(entry, dict) else None
+        place = nested.setdefault(index, {}) if variable is not None else pinn
+        key = index if variable is None else variable
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in (index, key)) or key in place:
             raise ValueError(f"load_system: {path}: a pinn force without an index of its own: {str(entry)[:80]}")
-        pinn[index] = entry
+        place[key] = entry
     total = len(elements) + len(pinn)
     if any(not 0 <= k < total for k in pinn):
         raise ValueError(f"load_system: {path}: pinn force indices {sorted(pinn)} do not fit {total} forces")
     rebuilt = {k: _pinn_force(entry, path) for k, entry in pinn.items()}  # models checked before OpenMM's part
+    inner = {k: {v: (_variable_name(e, path), _pinn_force(e, path)) for v, e in entries.items()}
+             for k, entries in nested.items()}
     system = openmm.XmlSerializer.deserialize(ET.tostring(root, encoding="unicode"))
     others = iter(elements)
     for k in range(total):
-        force = rebuilt[k] if k in rebuilt else openmm.XmlSerializer.deserialize(
-            ET.tostring(next(others), encoding="unicode"))
+        if k in rebuilt:
+            force = rebuilt[k]
+        else:
+            element = next(others)
+            force = openmm.XmlSerializer.deserialize(ET.tostring(element, encoding="unicode"))
+            if k in inner:
+                force = _with_variables(force, inner.pop(k), f"load_system: {path}: force {k}")
         system.addForce(force)
+    if inner:
+        raise ValueError(f"load_system: {path}: pinn collective variables of forces {sorted(inner)}, which are no "
+                         "CustomCVForce")
     return system
+
+
+def _variable_name(entry, path):
+    name = entry.get("variable_name")
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"load_system: {path}: force {entry['index']}: a pinn collective variable without its "
+                         "variable_name")
+    return name
+
+
+def _with_variables(force, variables, where):
+    """A copy of CustomCVForce ``force`` (read without its pinn variables) with ``variables`` ({place: (name, pinn
+    force)}) back at their places among its collective variables."""
+    import copy
+
+    import openmm
+    if not isinstance(force, openmm.CustomCVForce):
+        raise ValueError(f"{where}: pinn collective variables saved for a {type(force).__name__}")
+    kept = [(force.getCollectiveVariableName(k), force.getCollectiveVariable(k))
+            for k in range(force.getNumCollectiveVariables())]
+    total = len(kept) + len(variables)
+    if any(not 0 <= place < total for place in variables):
+        raise ValueError(f"{where}: pinn collective variables at {sorted(variables)} do not fit {total} variables")
+    whole = openmm.CustomCVForce(force.getEnergyFunction())
+    whole.setName(force.getName())
+    whole.setForceGroup(force.getForceGroup())
+    for k in range(force.getNumGlobalParameters()):
+        whole.addGlobalParameter(force.getGlobalParameterName(k), force.getGlobalParameterDefaultValue(k))
+    for k in range(force.getNumEnergyParameterDerivatives()):
+        whole.addEnergyParameterDerivative(force.getEnergyParameterDerivativeName(k))
+    for k in range(force.getNumTabulatedFunctions()):
+        whole.addTabulatedFunction(force.getTabulatedFunctionName(k), copy.deepcopy(force.getTabulatedFunction(k)))
+    others = iter(kept)
+    for place in range(total):
+        if place in variables:
+            whole.addCollectiveVariable(*variables[place])
+        else:
+            name, variable = next(others)
+            whole.addCollectiveVariable(name, copy.deepcopy(variable))
+    return whole
 
 
 def _system_tree(text, path):
@@ -213,6 +287,8 @@ def _pinn_force(entry, path):
     for key, kind in fields.items():
         if not isinstance(entry.get(key), kind):
             raise ValueError(f"{where}: {key} is missing or not a {kind}")
+    if not isinstance(entry.get("lambda_parameter"), (str, type(None))):
+        raise ValueError(f"{where}: lambda_parameter must be a name or null")
     models = entry["model"] if isinstance(entry["model"], list) else [entry["model"]]
     if not models or not all(isinstance(m, str) and os.path.isabs(m) for m in models):
         raise ValueError(f"{where}: the model must be an absolute path (or a list of them), got {entry['model']!r}")
