@@ -13,7 +13,8 @@ nearest allowed name).  Paths are relative to the run file.
       max_steps: 2000                # the first training
       batch_size: 8
     explorer:
-      pdb: water.pdb                 # with forcefield: [amber14/tip3p.xml]; or top: x.top, gro: x.gro
+      pdb: water.pdb                 # with forcefield: [amber14/tip3p.xml] or system: system.xml (OpenMM's
+                                     # XmlSerializer); or top: x.top, gro: x.gro
       forcefield: [amber14/tip3p.xml]
       qm: [0, 1, 2]                  # the QM atoms' indices, or {resname: ACT}
       embedding: electrostatic
@@ -48,6 +49,9 @@ COMMITTEE = {
 EXPLORER = {
     "pdb": Option((str, None), None, "the system's PDB (with forcefield)"),
     "forcefield": Option((list, None), None, "OpenMM force field files (with pdb), e.g. [amber14/tip3p.xml]"),
+    "system": Option((str, None), None, "instead of forcefield: an OpenMM System's XML (XmlSerializer.serialize; "
+                     "with pdb, the atoms and positions): its forces as they are (nonbonded and cutoff_nm are the "
+                     "file's, and not given here)"),
     "top": Option((str, None), None, "a GROMACS topology (with gro)"),
     "gro": Option((str, None), None, "a GROMACS coordinate file (with top)"),
     "include_dir": Option((str, None), None, "GROMACS's topology folder (with top)"),
@@ -102,7 +106,7 @@ SECTIONS = {"initial": INITIAL, "committee": COMMITTEE, "explorer": EXPLORER, "s
             "retrain": RETRAIN, "stop": STOP}
 TOP = ["workdir", *SECTIONS]
 #: the paths of each section, made relative to the run file
-PATHS = {"initial": ("data",), "explorer": ("pdb", "top", "gro", "include_dir", "start")}
+PATHS = {"initial": ("data",), "explorer": ("pdb", "top", "gro", "include_dir", "start", "system")}
 
 
 def read_learn_file(path):
@@ -151,8 +155,11 @@ def _check(config, path):
     if explorer["start"] and config["initial"]["frames"]:
         raise ParamsError(f"{path}: initial.frames labels an MM system's own MD; a system without MM needs "
                           "initial.data")
-    if explorer["pdb"] and not explorer["forcefield"]:
-        raise ParamsError(f"{path}: explorer.forcefield: the force field files of the pdb")
+    if explorer["pdb"] and bool(explorer["forcefield"]) == bool(explorer["system"]):
+        raise ParamsError(f"{path}: explorer: with pdb, give forcefield (the force field files) or system (an OpenMM "
+                          "System's XML), one of them")
+    if explorer["system"] and not explorer["pdb"]:
+        raise ParamsError(f"{path}: explorer.system: give pdb too (the system's atoms and positions)")
     if explorer["top"] and not explorer["gro"]:
         raise ParamsError(f"{path}: explorer.gro: the coordinates of the top")
     oracle = config["oracle"]

@@ -50,12 +50,16 @@ class OpenMMExplorer:
         import openmm
         from openmm import app, unit
         self.section = section
+        system = None
         if section["pdb"]:
             pdb = app.PDBFile(section["pdb"])
             self.topology = pdb.topology
             positions = pdb.getPositions(asNumpy=True).value_in_unit(unit.nanometer)
-            forcefield = app.ForceField(*section["forcefield"])
-            create = forcefield.createSystem
+            if section["system"]:
+                from pinn.md.openmm_files import read_system_xml
+                system = read_system_xml(section["system"], self.topology.getNumAtoms(), "explorer.system")
+            else:
+                create = app.ForceField(*section["forcefield"]).createSystem
         else:
             gro = app.GromacsGroFile(section["gro"])
             options = {"includeDir": section["include_dir"]} if section["include_dir"] else {}
@@ -65,10 +69,13 @@ class OpenMMExplorer:
             create = top.createSystem
         method = getattr(app, section["nonbonded"])
         options = {} if method is app.NoCutoff else {"nonbondedCutoff": section["cutoff_nm"] * unit.nanometer}
-        try:
-            self.mm = create(self.topology, nonbondedMethod=method, constraints=None, rigidWater=False, **options)
-        except TypeError:  # GROMACS topologies take no rigidWater
-            self.mm = create(nonbondedMethod=method, constraints=None, **options)
+        if system is not None:
+            self.mm = system
+        else:
+            try:
+                self.mm = create(self.topology, nonbondedMethod=method, constraints=None, rigidWater=False, **options)
+            except TypeError:  # GROMACS topologies take no rigidWater
+                self.mm = create(nonbondedMethod=method, constraints=None, **options)
         self.qm = self._qm_atoms(section["qm"])
         elements = [atom.element for atom in self.topology.atoms()]
         missing = [i for i in self.qm if elements[i] is None]
@@ -78,6 +85,8 @@ class OpenMMExplorer:
         #: the atomic numbers of the atoms the committee sees (the QM region)
         self.elements = sorted({elements[i].atomic_number for i in self.qm})
         box = self.topology.getPeriodicBoxVectors()
+        if box is None and self.mm.usesPeriodicBoundaryConditions():  # a PDB without CRYST1, a periodic System
+            box = self.mm.getDefaultPeriodicBoxVectors()
         self.initial_state = {"positions": np.asarray(positions, np.float64),
                               "velocities": self._thermal_velocities(positions, box),
                               "box": None if box is None else np.asarray(box.value_in_unit(unit.nanometer)),

@@ -250,22 +250,44 @@ def _with_variables(force, variables, where):
     return whole
 
 
-def _system_tree(text, path):
+def read_system_xml(path, particles, who):
+    """An OpenMM System from OpenMM's own XML (``XmlSerializer.serialize``), read without running code.
+
+    Args:
+        path: the XML file.
+        particles: how many particles it must have (the structure's atoms).
+        who: what to name in messages (e.g. ``"explorer.system"``).
+
+    Raises:
+        ValueError: a PythonForce in it (OpenMM would unpickle it, running code), a document type, not an OpenMM
+            System, another number of particles.
+    """
+    import openmm
+    with open(path) as f:
+        text = f.read()
+    root = _system_tree(text, path, who, "a system with a pinn force is saved by save_system")
+    system = openmm.XmlSerializer.deserialize(ET.tostring(root, encoding="unicode"))
+    if system.getNumParticles() != particles:
+        raise ValueError(f"{who}: {path} has {system.getNumParticles()} particles, the structure {particles} atoms")
+    return system
+
+
+def _system_tree(text, path, who="load_system", why="pinn's forces are described in the file's 'forces', never "
+                 "pickled"):
     """The element tree of the system's XML, refused when it holds a PythonForce or a document type."""
     if "<!DOCTYPE" in text.upper() or "<!ENTITY" in text.upper():
-        raise ValueError(f"load_system: {path}: the system XML has a document type or entities, which OpenMM's "
+        raise ValueError(f"{who}: {path}: the system XML has a document type or entities, which OpenMM's "
                          "XML never has; refused")
     try:
         root = ET.fromstring(text)
     except ET.ParseError as err:
-        raise ValueError(f"load_system: {path}: the system XML does not parse ({err})") from None
+        raise ValueError(f"{who}: {path}: the system XML does not parse ({err})") from None
     if root.tag != "System" or root.find("Forces") is None:
-        raise ValueError(f"load_system: {path}: the XML is not an OpenMM System with Forces")
+        raise ValueError(f"{who}: {path}: the XML is not an OpenMM System with Forces")
     for element in root.iter():
         if "pythonforce" in (element.get("type") or "").lower():
-            raise ValueError(f"load_system: {path}: its system XML holds a PythonForce ({element.get('name')!r}), "
-                             "which OpenMM unpickles, running code, when it loads; refused (pinn's forces are "
-                             "described in the file's 'forces', never pickled)")
+            raise ValueError(f"{who}: {path}: its system XML holds a PythonForce ({element.get('name')!r}), "
+                             f"which OpenMM unpickles, running code, when it loads; refused ({why})")
     return root
 
 

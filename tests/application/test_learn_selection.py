@@ -81,3 +81,55 @@ def test_elements_the_committee_does_not_know_are_refused_before_a_label(tmp_pat
     with pytest.raises(ParamsError, match=r"explorer.qm: the committee sees \['O'\].*atom_types \[1, 6\]"):
         LearningLoop(tmp_path / "learn.yml").run()
     assert not (tmp_path / "loop" / "round-0" / "selected.xyz").exists()
+
+
+def test_an_explorer_from_an_openmm_system_xml_is_the_force_fields(tmp_path):
+    """explorer.system (OpenMM's XmlSerializer XML, with the pdb): the same MM system as pdb + forcefield (the same
+    energy at the PDB's positions); a System XML holding a PythonForce is refused unread, one of another size is
+    refused naming both counts, and pdb with both forcefield and system is refused."""
+    openmm = pytest.importorskip("openmm", reason="OpenMM is not installed")
+    import yaml
+    from openmm import app, unit
+
+    from pinn.learn.config import read_learn_file
+    from pinn.learn.explorer import OpenMMExplorer
+    from pinn.schema import ParamsError
+    forcefield = app.ForceField("amber14/tip3p.xml")
+    modeller = app.Modeller(app.Topology(), [])
+    modeller.addSolvent(forcefield, model="tip3p", boxSize=openmm.Vec3(2.0, 2.0, 2.0) * unit.nanometer)
+    with open(tmp_path / "water.pdb", "w") as f:
+        app.PDBFile.writeFile(modeller.topology, modeller.positions, f)
+    system = forcefield.createSystem(modeller.topology, nonbondedMethod=app.PME, constraints=None, rigidWater=False,
+                                     nonbondedCutoff=0.9 * unit.nanometer)
+    (tmp_path / "system.xml").write_text(openmm.XmlSerializer.serialize(system))
+
+    def explorer(**changes):
+        section = {"pdb": "water.pdb", "qm": [0, 1, 2], **changes}
+        config = {"initial": {"frames": 2}, "committee": {"params": {}}, "explorer": section, "oracle": {"ase": "emt"},
+                  "stop": {"rounds": 1}}
+        (tmp_path / "learn.yml").write_text(yaml.safe_dump(config))
+        return read_learn_file(tmp_path / "learn.yml")["explorer"]
+
+    def energy(mm):
+        context = openmm.Context(mm, openmm.VerletIntegrator(0.001), openmm.Platform.getPlatformByName("Reference"))
+        context.setPositions(modeller.positions)
+        return context.getState(getEnergy=True).getPotentialEnergy().value_in_unit(unit.kilojoule_per_mole)
+
+    from_xml = OpenMMExplorer(explorer(system="system.xml"))
+    from_forcefield = OpenMMExplorer(explorer(forcefield=["amber14/tip3p.xml"]))
+    assert energy(from_xml.mm) == pytest.approx(energy(from_forcefield.mm), rel=1e-12)
+    assert from_xml.elements == [1, 8]
+    with pytest.raises(ParamsError, match="with pdb, give forcefield .* or system"):
+        explorer(system="system.xml", forcefield=["amber14/tip3p.xml"])
+
+    crafted = ('<Force forceGroup="0" function="80" name="PythonForce" type="PythonForce" usesPeriodic="0" '
+               'version="2"><GlobalParameters/><Particles/></Force></Forces>')  # a pickle, never unpickled
+    (tmp_path / "system.xml").write_text(openmm.XmlSerializer.serialize(system).replace("</Forces>", crafted))
+    with pytest.raises(ValueError, match="explorer.system: .* holds a PythonForce .* refused"):
+        OpenMMExplorer(explorer(system="system.xml"))
+    small = openmm.System()
+    small.addParticle(1.0)
+    small.addForce(openmm.NonbondedForce())
+    (tmp_path / "system.xml").write_text(openmm.XmlSerializer.serialize(small))
+    with pytest.raises(ValueError, match=r"explorer.system: .* has 1 particles, the structure \d+ atoms"):
+        OpenMMExplorer(explorer(system="system.xml"))
