@@ -24,8 +24,9 @@ run at the first step over a threshold.
 copy of an MM system it removes the bonded terms (bonds, angles, torsions, CMAP) and the
 constraints whose atoms all lie in the ML region, sets every ML–ML pair of the
 ``NonbondedForce`` to an exclusion (no Coulomb or Lennard-Jones inside the region; with PME its
-reciprocal part is taken back for those pairs as for any exclusion), keeps every ML–MM and MM–MM
-term, and adds the pinn force on the ML atoms in its own force group.
+reciprocal part is taken back for those pairs as for any exclusion) and of a ``CustomNonbondedForce``
+(a force field's own Lennard-Jones), keeps every ML–MM and MM–MM term, and adds the pinn force on the
+ML atoms in its own force group.
 
 Saving: OpenMM's ``XmlSerializer`` pickles the pinn force's computation into the XML, and
 ``XmlSerializer.deserialize`` unpickles it, which runs whatever code the file holds: load such XML only if you
@@ -145,6 +146,10 @@ def create_mixed_system(system, topology, ml_atoms, model, force_group=1, embedd
         if name == "NonbondedForce":
             _exclude_pairs(force, ml)
             nonbonded = force
+        elif name == "CustomNonbondedForce":
+            count = _exclude_custom_pairs(force, ml)
+            if count:
+                removed["CustomNonbondedForce pairs"] = count
         else:
             count = _remove_bonded(force, inside)
             if count:
@@ -309,6 +314,19 @@ def _exclude_pairs(force, ml):
                 force.addException(i, j, 0.0, 1.0, 0.0)
             else:
                 force.setExceptionParameters(k, i, j, 0.0, 1.0, 0.0)
+
+
+def _exclude_custom_pairs(force, ml):
+    """Every pair of ``ml`` an exclusion of a CustomNonbondedForce (a force field's Lennard-Jones there: CHARMM's
+    NBFIX, OpenFF's), as the NonbondedForce's pairs are; returns how many were added."""
+    existing = {tuple(sorted(force.getExclusionParticles(k))) for k in range(force.getNumExclusions())}
+    count = 0
+    for a, i in enumerate(ml):
+        for j in ml[a + 1:]:
+            if (i, j) not in existing:
+                force.addExclusion(i, j)
+                count += 1
+    return count
 
 
 def _remove_cmap(force, inside):

@@ -8,8 +8,8 @@ linearly, as openmm-ml's ``createMixedSystem(..., interpolate=True)`` does::
 - U_pinn: the pinn force (mechanical or electrostatic embedding);
 - U_nonbonded,ML/MM and U_nonbonded,MM: the ML/MM system's ``NonbondedForce`` (ML–ML pairs excluded; with
   electrostatic embedding the region's charges zero) and the force field's own;
-- U_region,MM: the force field's bonded terms (bonds, angles, torsions, CMAP) whose atoms all lie in the region,
-  the terms the ML/MM system removed.
+- U_region,MM: the force field's bonded terms (bonds, angles, torsions, CMAP) whose atoms all lie in the region
+  and its CustomNonbondedForce's pairs there, the terms the ML/MM system removed.
 
 At λ = 0 the energy and forces are the force field's exactly, at λ = 1 the ML/MM system's; in between the linear
 mix, and dU/dλ = (U_pinn + U_nonbonded,ML/MM) − (U_region,MM + U_nonbonded,MM), which OpenMM reports
@@ -48,7 +48,8 @@ def interpolated_system(mm, mixed, ml_atoms, ml_force, force_group=None):
 
     Returns:
         ``mixed``, with a ``CustomCVForce`` named ``"pinn interpolation"`` added (energy parameter derivative
-        ``lambda_interpolate`` declared).
+        ``lambda_interpolate`` declared), and one more per CustomNonbondedForce, (1 − λ) times its region pairs
+        (in a context of their own: OpenMM wants the exclusions of one context's nonbonded forces alike).
 
     Raises:
         ValueError: a pinn force that does not declare ``lambda_interpolate``; more than one ``NonbondedForce``.
@@ -70,17 +71,24 @@ def interpolated_system(mm, mixed, ml_atoms, ml_force, force_group=None):
                          "or both none")
     if mixed_nonbonded is not None:
         index, force = mixed_nonbonded
-        interpolation.addCollectiveVariable("nonbonded_ml", copy.deepcopy(force))
-        mixed.removeForce(index)
-        interpolation.addCollectiveVariable("nonbonded_mm", copy.deepcopy(mm_nonbonded[1]))
+        nonbonded_ml = copy.deepcopy(force)
+        nonbonded_mm = _with_exceptions_of(mm_nonbonded[1], nonbonded_ml)
+        interpolation.addCollectiveVariable("nonbonded_ml", nonbonded_ml)
+        interpolation.addCollectiveVariable("nonbonded_mm", nonbonded_mm)
+        mixed.removeForce(index)  # after the copies: removing it frees the force
         ml_terms.append("nonbonded_ml")
         mm_terms.append("nonbonded_mm")
+    pair_forces = []
     for force in mm.getForces():
         region = region_terms(force, inside)
-        if region is not None:
-            name = f"mm_{len(mm_terms)}"
-            interpolation.addCollectiveVariable(name, region)
-            mm_terms.append(name)
+        if region is None:
+            continue
+        if isinstance(region, openmm.CustomNonbondedForce):  # apart: OpenMM wants the exclusions of a context's
+            pair_forces.append(_fading(region, force_group))  # nonbonded forces alike, and these differ
+            continue
+        name = f"mm_{len(mm_terms)}"
+        interpolation.addCollectiveVariable(name, region)
+        mm_terms.append(name)
     expression = f"{LAMBDA}*({'+'.join(ml_terms)})"
     if mm_terms:
         expression += f"+(1-{LAMBDA})*({'+'.join(mm_terms)})"
@@ -89,14 +97,43 @@ def interpolated_system(mm, mixed, ml_atoms, ml_force, force_group=None):
     if force_group is not None:
         interpolation.setForceGroup(int(force_group))
     mixed.addForce(interpolation)
+    for force in pair_forces:
+        mixed.addForce(force)
     return mixed
 
 
+def _fading(region, force_group):
+    """A CustomCVForce of (1 − λ) times the region's pairs of a CustomNonbondedForce (their own context)."""
+    import openmm
+    fading = openmm.CustomCVForce(f"(1-{LAMBDA})*pairs")
+    fading.setName("pinn interpolation: CustomNonbondedForce pairs")
+    fading.addGlobalParameter(LAMBDA, 1.0)
+    fading.addCollectiveVariable("pairs", region)
+    fading.addEnergyParameterDerivative(LAMBDA)
+    if force_group is not None:
+        fading.setForceGroup(int(force_group))
+    return fading
+
+
 def region_terms(force, inside):
-    """A new force of the bonded terms of ``force`` whose atoms all lie in ``inside`` (its maps too, for CMAP), or
-    ``None``: not a bonded force of the list, or no such term."""
+    """A new force of the MM terms of ``force`` that the ML/MM system removed inside ``inside``: the bonded terms
+    whose atoms all lie there (its maps too, for CMAP), or a CustomNonbondedForce's pairs there (a copy of it on
+    the region alone, without its long-range correction, which the ML/MM system keeps whole); ``None``: another
+    force, or no such term.
+
+    Raises:
+        ValueError: a CustomNonbondedForce with interaction groups of its own.
+    """
     import openmm
     name = type(force).__name__
+    if name == "CustomNonbondedForce":
+        if force.getNumInteractionGroups():
+            raise ValueError("interpolated_system: a CustomNonbondedForce with interaction groups of its own; pinn "
+                             "interpolates its region pairs through one group of the region")
+        region = copy.deepcopy(force)
+        region.addInteractionGroup(sorted(inside), sorted(inside))
+        region.setUseLongRangeCorrection(False)
+        return region
     if name == "CMAPTorsionForce":
         region = openmm.CMAPTorsionForce()
         for k in range(force.getNumMaps()):
@@ -120,6 +157,28 @@ def region_terms(force, inside):
         return None
     region.setUsesPeriodicBoundaryConditions(force.usesPeriodicBoundaryConditions())
     return region
+
+
+def _with_exceptions_of(force, other):
+    """A copy of NonbondedForce ``force`` with an exception for every pair that is one in ``other`` and not in it,
+    holding the pair's own interaction (q_i q_j, the combined σ and ε): the same energy for pairs within the cutoff
+    (an exception's Coulomb is 1/r in full, PME's reciprocal part taken back), and the exceptions of one context's
+    nonbonded forces alike, as OpenMM's CPU and GPU platforms want."""
+    import math
+
+    from openmm import unit
+    aligned = copy.deepcopy(force)
+    have = {tuple(sorted(aligned.getExceptionParameters(k)[:2])) for k in range(aligned.getNumExceptions())}
+    for k in range(other.getNumExceptions()):
+        i, j = sorted(other.getExceptionParameters(k)[:2])
+        if (i, j) in have:
+            continue
+        qi, si, ei = aligned.getParticleParameters(i)
+        qj, sj, ej = aligned.getParticleParameters(j)
+        epsilon = math.sqrt(ei.value_in_unit(unit.kilojoule_per_mole) * ej.value_in_unit(unit.kilojoule_per_mole))
+        aligned.addException(i, j, qi * qj, (si + sj) / 2, epsilon)
+        have.add((i, j))
+    return aligned
 
 
 def _nonbonded(system):

@@ -247,3 +247,57 @@ def test_load_system_refuses_a_python_force_without_unpickling_it(tmp_path):
     with pytest.raises(ValueError, match=r"force 0 \('PythonForce'\): a PythonForce of .*_zero, not pinn's"):
         save_system(system, tmp_path / "foreign.json")
     assert not (tmp_path / "foreign.json").exists()
+
+
+def test_custom_nonbonded_pairs_in_the_region_are_excluded_and_come_back_with_lambda(ethanol_model):
+    """A force field whose Lennard-Jones is a CustomNonbondedForce (as CHARMM's NBFIX and OpenFF's are): the ML/MM
+    system excludes its pairs inside the region as it does the NonbondedForce's (before: counted twice, by the model
+    and by the force field), and the interpolated system brings them back at λ = 0 exactly."""
+    from openmm_water import water
+
+    from pinn.md.openmm import create_mixed_system
+    topology, mm, positions = water(app.PME)
+    nonbonded = next(f for f in mm.getForces() if isinstance(f, openmm.NonbondedForce))
+    lj = openmm.CustomNonbondedForce("4*epsilon*((sigma/r)^12-(sigma/r)^6); sigma=0.5*(sigma1+sigma2); "
+                                     "epsilon=sqrt(epsilon1*epsilon2)")
+    lj.addPerParticleParameter("sigma")
+    lj.addPerParticleParameter("epsilon")
+    lj.setNonbondedMethod(openmm.CustomNonbondedForce.CutoffPeriodic)
+    lj.setCutoffDistance(nonbonded.getCutoffDistance())
+    for i in range(mm.getNumParticles()):
+        charge, sigma, epsilon = nonbonded.getParticleParameters(i)
+        lj.addParticle([sigma, epsilon])
+        nonbonded.setParticleParameters(i, charge, sigma, 0.0)
+    for k in range(nonbonded.getNumExceptions()):
+        lj.addExclusion(*nonbonded.getExceptionParameters(k)[:2])
+    lj.setForceGroup(5)
+    mm.addForce(lj)
+    xyz = np.array(positions.value_in_unit(unit.nanometer))
+    oxygens = xyz[0::3]
+    box = np.diag(np.array(topology.getPeriodicBoxVectors().value_in_unit(unit.nanometer)))
+    offset = oxygens[1:] - oxygens[0]
+    nearest = 1 + int(np.argmin(np.linalg.norm(offset - box * np.round(offset / box), axis=1)))
+    region = [0, 1, 2, 3 * nearest, 3 * nearest + 1, 3 * nearest + 2]  # two waters: their O–O pair is LJ
+    mixed = create_mixed_system(mm, topology, region, ethanol_model, force_group=0)
+    custom = next(f for f in mixed.getForces() if isinstance(f, openmm.CustomNonbondedForce))
+    assert custom.getNumExclusions() == lj.getNumExclusions() + 9  # 15 region pairs, 6 inside the two waters
+    r = np.linalg.norm(offset[nearest - 1] - box * np.round(offset[nearest - 1] / box))
+    sigma, epsilon = lj.getParticleParameters(0)  # nm, kJ/mol
+    pair = 4 * epsilon * ((sigma / r) ** 12 - (sigma / r) ** 6)
+    assert abs(pair) > 1e-3  # the pair counts: the checks below can fail
+    assert _energy(_context(mm, positions), {5}) - _energy(_context(mixed, positions), {5}) == \
+        pytest.approx(pair, rel=1e-5)  # the CPU platform sums in single precision
+    interpolated = create_mixed_system(mm, topology, region, ethanol_model, interpolate=True)
+    for lam, reference in ((0.0, mm), (1.0, mixed)):
+        context = _context(interpolated, positions)
+        context.setParameter("lambda_interpolate", lam)
+        energy, forces = _state_of(context)
+        expected_energy, expected_forces = _state_of(_context(reference, positions))
+        assert energy == pytest.approx(expected_energy, rel=1e-6)
+        np.testing.assert_allclose(forces, expected_forces, rtol=0, atol=1e-5 * np.abs(expected_forces).max())
+
+
+def _state_of(context):
+    state = context.getState(getEnergy=True, getForces=True)
+    return (state.getPotentialEnergy().value_in_unit(unit.kilojoule_per_mole),
+            state.getForces(asNumpy=True).value_in_unit(unit.kilojoule_per_mole / unit.nanometer))
