@@ -43,7 +43,7 @@ from pinn.md.openmm_computation import (ANGSTROM_PER_NM, KJ_PER_MOL_PER_EV, Embe
                                         python_force)
 from pinn.md.openmm_deviation import DeviationMonitor, DeviationStop
 from pinn.md.openmm_files import load_system, save_system
-from pinn.md.openmm_interpolation import LAMBDA, interpolated_system
+from pinn.md.openmm_interpolation import BONDED_TERMS, LAMBDA, interpolated_system, refuse_a_committee
 
 log = logging.getLogger("pinn")
 __all__ = ["pinn_force", "create_mixed_system", "FrameCutter", "save_system", "load_system", "DeviationMonitor",
@@ -165,7 +165,9 @@ def create_mixed_system(system, topology, ml_atoms, model, force_group=1, embedd
     _check_model_embedding(computation.calc, kind)
     computation.watch(monitor)
     if interpolate:
-        _check_one_model(computation.calc, "create_mixed_system")
+        from pinn.committee import CommitteeCalc
+        if isinstance(computation.calc, CommitteeCalc):
+            refuse_a_committee(computation.calc.size, "create_mixed_system")
         computation.lambda_parameter = LAMBDA
         interpolated_system(system, new, ml, python_force(computation, particles, periodic, None), force_group)
         described += f"; interpolated to the force field by {LAMBDA}"
@@ -174,15 +176,6 @@ def create_mixed_system(system, topology, ml_atoms, model, force_group=1, embedd
     log.info("ML/MM system: %d ML atoms of %d (%s embedding); removed inside the ML region: %s; %s", len(ml),
              system.getNumParticles(), kind.name, ", ".join(f"{n} {k}" for k, n in removed.items()), described)
     return new
-
-
-def _check_one_model(calc, who):
-    """Refuse a committee for an interpolated system."""
-    from pinn.committee import CommitteeCalc
-    if isinstance(calc, CommitteeCalc):
-        raise ValueError(f"{who}: interpolate=True takes one model, not a committee of {calc.size}: the λ windows of a "
-                         "free energy would sample the members' mean, whose deviation no monitor sees there; give one "
-                         "member's directory")
 
 
 def _ml_atoms(system, topology, ml_atoms, who):
@@ -345,24 +338,15 @@ def _remove_cmap(force, inside):
     return count
 
 
-#: bonded forces: (their count method, their parameters method, atoms per term)
-_BONDED = {
-    "HarmonicBondForce": ("getNumBonds", "getBondParameters", 2),
-    "HarmonicAngleForce": ("getNumAngles", "getAngleParameters", 3),
-    "PeriodicTorsionForce": ("getNumTorsions", "getTorsionParameters", 4),
-    "RBTorsionForce": ("getNumTorsions", "getTorsionParameters", 4),
-}
-
-
 def _remove_bonded(force, inside):
     """Zero the bonded terms of ``force`` whose atoms all lie in ``inside``; returns how many.  OpenMM cannot
     remove a term, so it is set to zero strength (its atoms and periodicity kept)."""
     name = type(force).__name__
     if name == "CMAPTorsionForce":
         return _remove_cmap(force, inside)
-    if name not in _BONDED:
+    if name not in BONDED_TERMS:
         return 0
-    number, getter, n_atoms = _BONDED[name]
+    number, getter, n_atoms, _ = BONDED_TERMS[name]
     count = 0
     for k in range(getattr(force, number)()):
         params = list(getattr(force, getter)(k))

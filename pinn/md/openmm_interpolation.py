@@ -23,9 +23,9 @@ import copy
 #: the global parameter of an interpolated system (openmm-ml's name)
 LAMBDA = "lambda_interpolate"
 
-#: the bonded forces whose region terms come back with 1 − λ: their count and parameter methods, atoms per term
-#: and the method that adds a term
-_BONDED = {
+#: the bonded forces whose terms inside the region an ML/MM system removes (and an interpolated one brings back
+#: with 1 − λ): their count and parameter methods, atoms per term and the method that adds a term
+BONDED_TERMS = {
     "HarmonicBondForce": ("getNumBonds", "getBondParameters", 2, "addBond"),
     "HarmonicAngleForce": ("getNumAngles", "getAngleParameters", 3, "addAngle"),
     "PeriodicTorsionForce": ("getNumTorsions", "getTorsionParameters", 4, "addTorsion"),
@@ -115,6 +115,13 @@ def _fading(region, force_group):
     return fading
 
 
+def refuse_a_committee(size, who):
+    """An interpolated system takes one model: a committee of ``size`` members is refused (ValueError)."""
+    raise ValueError(f"{who}: interpolate=True takes one model, not a committee of {size}: the λ windows of a free "
+                     "energy would sample the members' mean, whose deviation no monitor sees there; give one member's "
+                     "directory")
+
+
 def region_terms(force, inside):
     """A new force of the MM terms of ``force`` that the ML/MM system removed inside ``inside``: the bonded terms
     whose atoms all lie there (its maps too, for CMAP), or a CustomNonbondedForce's pairs there (a copy of it on
@@ -143,8 +150,8 @@ def region_terms(force, inside):
             if all(i in inside for i in indices):
                 region.addTorsion(map_index, *indices)
         count = region.getNumTorsions()
-    elif name in _BONDED:
-        number, getter, n_atoms, adder = _BONDED[name]
+    elif name in BONDED_TERMS:
+        number, getter, n_atoms, adder = BONDED_TERMS[name]
         region = type(force)()
         for k in range(getattr(force, number)()):
             parameters = list(getattr(force, getter)(k))

@@ -31,7 +31,7 @@ import copy
 from openmmml.mlpotential import MLPotentialImpl, MLPotentialImplFactory
 
 from pinn.md.openmm_computation import PinnComputation, absolute_model, python_force
-from pinn.md.openmm_interpolation import LAMBDA
+from pinn.md.openmm_interpolation import LAMBDA, refuse_a_committee
 from pinn.physics.embedding_kinds import ELECTROSTATIC, MECHANICAL, embedding_of
 
 #: the entry point's name
@@ -110,9 +110,7 @@ class PinnPotentialImpl(MLPotentialImpl):
             raise ValueError(f"MLPotential('pinn').createMixedSystem: embedding={kind.name!r}, but the model "
                              f"{self.model} has embedding {self.embedding.name!r} (model.params.embedding)")
         if interpolate and self.committee_size:
-            raise ValueError(f"MLPotential('pinn').createMixedSystem: interpolate=True takes one model, not a "
-                             f"committee of {self.committee_size}: the λ windows of a free energy would sample the "
-                             "members' mean, whose deviation no monitor sees there; give one member's directory")
+            refuse_a_committee(self.committee_size, "MLPotential('pinn').createMixedSystem")
         if kind is ELECTROSTATIC:
             _refuse_unknown(args, _ELECTROSTATIC_OPTIONS, "createMixedSystem(embedding='electrostatic')")
             return create_mixed_system(system, topology, atoms, self.model, force_group=forceGroup,
