@@ -117,19 +117,26 @@ def main():
     state = LoopState(loop)
     rounds = loop_records(loop)
     steps = sum((r["exploration"] or {}).get("steps", 0) for r in rounds)
+    accepted = [r for r in rounds if r["rejected"] is None]
+    accepted_steps = sum((r["exploration"] or {}).get("steps", 0) for r in accepted)
     labels = sum(r["labels"] for r in rounds)
     blow_ups = sum(1 for r in rounds if (r["exploration"] or {}).get("max_devi_f_qm") and
                    r["exploration"]["stopped_at"] is not None and r["exploration"]["max_devi_f_qm"] > args.abort)
     emit(benchmark="learn_loop", wall_s=round(wall, 1), time_ps=state.time_ps, rounds=state.round, md_steps=steps,
-         initial_labels=args.initial, labels=labels, labelled_share=round(labels / max(steps, 1), 4),
-         blow_ups=blow_ups, members=args.members, basis=args.basis, quick=args.quick, python=sys.version.split()[0])
-    recorded = [f for r in range(1, state.round + 1)
-                for f in ase_files.read(os.path.join(loop, f"round-{r}", "frames.xyz"), index=":")
-                if os.path.exists(os.path.join(loop, f"round-{r}", "frames.xyz"))]
+         accepted_md_steps=accepted_steps, initial_labels=args.initial, labels=labels,
+         labelled_share=round(labels / max(steps, 1), 4), blow_ups=blow_ups,
+         hidden_blow_ups=len(rounds) - len(accepted), members=args.members, basis=args.basis, seed=args.seed,
+         high=args.high, max_frames=args.max_frames, retrain_steps=args.retrain_steps, quick=args.quick,
+         python=sys.version.split()[0])
+    # the trajectory: the accepted rounds' records (a hidden blow-up's MD was not accepted)
+    recorded = [f for r in accepted
+                for f in ase_files.read(os.path.join(loop, f"round-{r['round']}", "frames.xyz"), index=":")
+                if os.path.exists(os.path.join(loop, f"round-{r['round']}", "frames.xyz"))]
     rng = np.random.default_rng(args.seed)
     oracle = PySCFOracle(method="HF", basis=args.basis)
     test_index = np.unique(np.linspace(0, len(recorded) - 1, args.test).round().astype(int))
     test = [f for _, f in oracle.label([recorded[k] for k in test_index]).labelled]
+    ase_files.write(os.path.join(args.workdir, "test.xyz"), test, format="extxyz")
     final = [os.path.join(loop, f"round-{state.committee}", "committee", f"member-{m}") for m in range(args.members)]
     loop_rmse = qm_force_rmse(final, test)
     rest = [k for k in range(len(recorded)) if k not in set(test_index.tolist())]
@@ -152,7 +159,7 @@ def main():
     random_rmse = qm_force_rmse(random_members, test)
     emit(benchmark="learn_test", test_frames=len(test), loop_qm_force_rmse=round(loop_rmse, 4),
          random_qm_force_rmse=round(random_rmse, 4), random_frames=len(random_labels), random_steps=total_steps,
-         quick=args.quick, python=sys.version.split()[0])
+         seed=args.seed, quick=args.quick, python=sys.version.split()[0])
     with open(os.path.join(args.workdir, "bench.json"), "w") as f:
         json.dump({"loop_rmse": loop_rmse, "random_rmse": random_rmse}, f)
 

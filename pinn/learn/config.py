@@ -22,7 +22,7 @@ nearest allowed name).  Paths are relative to the run file.
       timestep_fs: 0.5
       steps: 2000                    # at most this many steps a round
       every: 10                      # a record (deviation, frame) every this many steps
-    select: {low: 0.05, high: 0.3, abort: 1.0, max_frames: 4, min_spacing: 50}
+    select: {low: 0.05, high: 0.3, abort: 1.0, max_frames: 4, min_spacing: 50, audit_blow_ups: true}
     oracle: {pyscf: {method: HF, basis: 6-31g}}   # or {ase: emt} or {command: "...", timeout_s: 3600}
     retrain: {max_steps: 500}        # each round, warm-started from the members of the round before
     stop: {time_ps: 5, rounds: 20, wall_s: 3600}
@@ -78,6 +78,9 @@ SELECT = {
                     "last accepted state", check=positive),
     "max_frames": Option(int, 4, "at most this many frames a round", check=positive),
     "min_spacing": Option(int, 50, "chosen frames lie at least this many steps apart", check=non_negative),
+    "audit_blow_ups": Option(bool, True, "a round whose labelled frames show a true force error over abort on a QM "
+                             "atom (the audit: the committee that chose them against the oracle) blew up unseen: its "
+                             "MD is not accepted, the next round starts where it started (its labels are kept)"),
 }
 ORACLE = {
     "pyscf": Option((dict, None), None, "PySCF in the MM charges: {method, basis, charge, spin}"),
@@ -99,8 +102,8 @@ STOP = {
     "rounds": Option((int, None), 10, "rounds", check=positive),
     "wall_s": Option((float, None), None, "wall time (s): no round starts after it", check=positive),
     "stalled_rounds": Option(int, 10, "end the loop when this many rounds in a row accepted no MD step (each stopped "
-                             "over select.high before its first record: the committee does not learn where it "
-                             "stands)", check=positive),
+                             "over select.high before its first record, or blew up: the committee does not learn "
+                             "where it stands)", check=positive),
 }
 SECTIONS = {"initial": INITIAL, "committee": COMMITTEE, "explorer": EXPLORER, "select": SELECT, "oracle": ORACLE,
             "retrain": RETRAIN, "stop": STOP}

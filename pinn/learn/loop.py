@@ -8,13 +8,15 @@ Round 0 trains the committee on the initial data.  Each round k ≥ 1:
 2. **selects** (:func:`~pinn.learn.selection.select_frames`) at most ``max_frames`` records in the band
    [``low``, ``high``), spaced by ``min_spacing`` steps, and the stop's frame when it lies under ``abort``;
 3. **labels** them with the oracle (:mod:`pinn.learn.oracles`); frames that cannot be labelled are set aside and
-   named; more than ``max_failures`` of them stops the loop;
+   named; more than ``max_failures`` of them stops the loop; the committee that chose them is audited on them
+   (:func:`audit_committee`), and a true force error over ``abort`` is a blow-up its deviation did not show: the
+   round's MD is not accepted (:meth:`LearningLoop.reject_a_hidden_blow_up`);
 4. **retrains** each member from its round k − 1 self on all labels (``pinn train``'s library, a warm start).
 
 The loop's directory holds ``state.json`` (the last finished stage), ``config.json`` (the run file as read), and
 per round ``round-K/``: ``committee/member-M`` (the models), ``model_devi.out`` and ``frames.xyz`` (the records),
 ``selected.xyz``, ``labels.xyz`` (written whole), ``failed.txt``, ``audit.json`` (:func:`audit_committee`),
-``exploration.json``, ``state.npz`` (the accepted state the next round
+``rejected.json`` (a hidden blow-up), ``exploration.json``, ``state.npz`` (the accepted state the next round
 starts from) and ``train.yml``.  A loop started again (after SIGTERM, a requeue, a crash) resumes after its last
 finished stage: no frame is labelled twice.
 """
@@ -172,30 +174,35 @@ class LearningLoop:
         stalled = self._stalled_rounds()
         if stalled >= stop["stalled_rounds"]:
             return (f"the last {stalled} rounds accepted no MD step (stop.stalled_rounds): each stopped over "
-                    f"select.high {self.config['select']['high']:g} eV/Å before its first record; train the "
-                    "committee longer (committee.max_steps, retrain.max_steps) or raise select.high")
+                    f"select.high {self.config['select']['high']:g} eV/Å before its first record or blew up "
+                    "(round-K/rejected.json); train the committee longer (committee.max_steps, retrain.max_steps) "
+                    "or raise select.high")
         return None
 
     def _stalled_rounds(self):
-        """How many of the latest rounds in a row ended where they started (their exploration.json)."""
+        """How many of the latest rounds in a row ended where they started (accepted no MD step)."""
         count = 0
         round_ = self.state.round
         while round_ >= 1:
-            here = os.path.join(self.workdir, f"round-{round_}", "exploration.json")
-            before = os.path.join(self.workdir, f"round-{round_ - 1}", "exploration.json")
-            if not os.path.exists(here):
+            end = self.accepted_ps(round_)
+            if end is None:
                 break
-            with open(here) as f:
-                end = json.load(f)["time_ps"]
-            start = 0.0
-            if os.path.exists(before):
-                with open(before) as f:
-                    start = json.load(f)["time_ps"]
-            if end > start:
+            start = self.accepted_ps(round_ - 1) if round_ > 1 else 0.0
+            if start is None or end > start:
                 break
             count += 1
             round_ -= 1
         return count
+
+    def accepted_ps(self, round_):
+        """The simulated time of round ``round_``'s accepted end state (ps; its exploration.json, or where a hidden
+        blow-up sent it back: rejected.json), or ``None`` (not explored)."""
+        folder = os.path.join(self.workdir, f"round-{round_}")
+        rejected = _read_json(os.path.join(folder, "rejected.json"))
+        if rejected is not None:
+            return rejected["back_to_ps"]
+        explored = _read_json(os.path.join(folder, "exploration.json"))
+        return None if explored is None else explored["time_ps"]
 
     # ------------------------------------------------------------------ ranks
     def _shared(self, decide):
@@ -235,7 +242,8 @@ class LearningLoop:
             failure = self._shared(lambda: self.label(round_, folder))
             if failure:
                 return failure
-            self._chief_finishes(round_, "labelled")
+            rejected = _read_json(os.path.join(folder, "rejected.json"))
+            self._chief_finishes(round_, "labelled", **({"time_ps": rejected["back_to_ps"]} if rejected else {}))
             stage = "labelled"
         if stage == "labelled":
             if os.path.exists(os.path.join(folder, "labels.xyz")):
@@ -254,11 +262,10 @@ class LearningLoop:
             the simulated time of the accepted state (ps).
         """
         from pinn.io import ase_files
-        from pinn.learn.explorer import load_state, save_state
+        from pinn.learn.explorer import save_state
         select = self.config["select"]
-        previous = os.path.join(self.workdir, f"round-{round_ - 1}", "state.npz")
-        start = load_state(previous) if os.path.exists(previous) else self.explorer.initial_state
-        exploration = self.explorer.explore(self.members(self.state.committee), start, select["high"],
+        exploration = self.explorer.explore(self.members(self.state.committee), self.start_state(round_),
+                                            select["high"],
                                             select["abort"], os.path.join(folder, "model_devi.out"),
                                             os.path.join(folder, "frames.xyz"))
         chosen = [exploration.frames[k] for k in select_frames(exploration.steps, exploration.deviations,
@@ -283,6 +290,41 @@ class LearningLoop:
                  "stopped at step %d" % stop.step if stop is not None else "no stop", len(chosen))
         self._pause_for_tests(round_, "explored")
         return record["time_ps"]
+
+    def start_state(self, round_):
+        """The state round ``round_`` starts from: the accepted state of the round before (``state.npz``), else the
+        explorer's initial one."""
+        from pinn.learn.explorer import load_state
+        previous = os.path.join(self.workdir, f"round-{round_ - 1}", "state.npz")
+        return load_state(previous) if os.path.exists(previous) else self.explorer.initial_state
+
+    def reject_a_hidden_blow_up(self, round_, folder, audit):
+        """After the audit (``select.audit_blow_ups``): when the true force error on a QM atom of a labelled frame
+        exceeds ``select.abort``, the round blew up where its committee's deviation did not show it (members that
+        agree where they are all wrong). Its MD is not accepted: ``state.npz`` becomes the state the round started
+        from and ``rejected.json`` says why; the labels are kept (they are where the committee was wrong).
+
+        Returns:
+            the simulated time the loop goes back to (ps), or ``None`` (the round is accepted).
+        """
+        from pinn.learn.explorer import save_state
+        select = self.config["select"]
+        worst = max(audit["max_error_f_qm"])
+        if not select["audit_blow_ups"] or worst <= select["abort"]:
+            return None
+        start = self.start_state(round_)
+        back_to = float(start["time_ps"])
+        frame = audit["max_error_f_qm"].index(worst)
+        _write_json(os.path.join(folder, "rejected.json"),
+                    {"max_error_f_qm": worst, "step": audit["step"][frame],
+                     "max_devi_f_qm": audit["max_devi_f_qm"][frame], "abort": select["abort"],
+                     "back_to_ps": back_to, "back_to_step": int(start["step"])})
+        save_state(os.path.join(folder, "state.npz"), start)
+        log.warning("round %d: the committee's force error on a QM atom of the frame of step %d is %.3g eV/Å (its "
+                    "deviation %.3g), over select.abort %g: a blow-up the deviation did not show; its MD is not "
+                    "accepted, the next round starts again at %g ps with the labels", round_, audit["step"][frame],
+                    worst, audit["max_devi_f_qm"][frame], select["abort"], back_to)
+        return back_to
 
     def label_initial(self):
         """Round 0 without initial data: ``initial.frames`` frames of the MM system's own MD labelled (as
@@ -314,8 +356,9 @@ class LearningLoop:
                 ase_files.write(path + ".part", [atoms for _, atoms in labels.labelled], format="extxyz")
                 os.replace(path + ".part", path)
                 if audit:
-                    _write_json(os.path.join(folder, "audit.json"),
-                                audit_committee(self.members(self.state.committee), [a for _, a in labels.labelled]))
+                    record = audit_committee(self.members(self.state.committee), [a for _, a in labels.labelled])
+                    _write_json(os.path.join(folder, "audit.json"), record)
+                    self.reject_a_hidden_blow_up(round_, folder, record)
             log.info("round %d: %s", round_, labels.describe())
             share = len(labels.failed) / len(frames)
             if share > self.oracle_section["max_failures"]:
@@ -441,6 +484,13 @@ def _world():
         return SerialWorld()
     from pinn.parallel import init
     return init({"parallel": True})
+
+
+def _read_json(path):
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
 
 
 def _write_json(path, record):

@@ -9,7 +9,8 @@ import numpy as np
 
 def loop_records(workdir):
     """Every round of a loop's directory: ``[{round, time_ps [n], max_devi_f_qm [n], exploration, labels,
-    failed, audit}]`` (the times of the records in ps: step × the explorer's time step)."""
+    failed, audit, rejected}]`` (the times of the records in ps: step × the explorer's time step; ``rejected``:
+    ``rejected.json`` of a round whose MD was not accepted, a blow-up its audit found, else ``None``)."""
     from pinn.io.model_devi import read_model_devi
     timestep_fs = loop_config(workdir)["explorer"]["timestep_fs"]
     rounds = []
@@ -23,6 +24,7 @@ def loop_records(workdir):
         record["max_devi_f_qm"] = table["max_devi_f_qm"]
         record["exploration"] = _json(os.path.join(folder, "exploration.json"))
         record["audit"] = _json(os.path.join(folder, "audit.json"))
+        record["rejected"] = _json(os.path.join(folder, "rejected.json"))
         labels = os.path.join(folder, "labels.xyz")
         record["labels"] = _count_frames(labels)
         failed = os.path.join(folder, "failed.txt")
@@ -54,7 +56,7 @@ def _count_frames(path):
 def summary(workdir, rounds):
     """The text summary: a line per round and the totals."""
     lines = [f"pinn learn: {workdir}", "round  steps  time_ps  records  selected  labels  set_aside  stopped_at  "
-             "max_devi_f_qm  audit_rmse_f_qm"]
+             "max_devi_f_qm  audit_rmse_f_qm  accepted"]
     for r in rounds:
         e = r["exploration"] or {}
         audit = r["audit"]
@@ -62,11 +64,14 @@ def summary(workdir, rounds):
         devi = e.get("max_devi_f_qm")
         lines.append(f"{r['round']:5d}  {e.get('steps', 0):5d}  {e.get('time_ps', 0.0):7.4f}  {e.get('records', 0):7d}"
                      f"  {e.get('selected', 0):8d}  {r['labels']:6d}  {r['failed']:9d}  "
-                     f"{str(e.get('stopped_at')):>10}  {('-' if devi is None else f'{devi:.4g}'):>13}  {rmse:>15}")
+                     f"{str(e.get('stopped_at')):>10}  {('-' if devi is None else f'{devi:.4g}'):>13}  {rmse:>15}  "
+                     f"{'no' if r.get('rejected') else 'yes':>8}")
     total = sum(r["labels"] for r in rounds)
     steps = sum((r["exploration"] or {}).get("steps", 0) for r in rounds)
     share = f"{100.0 * total / steps:.2f} % of the steps" if steps else "no steps"
-    lines.append(f"{len(rounds)} rounds, {steps} steps explored, {total} frames labelled ({share})")
+    rejected = sum(1 for r in rounds if r.get("rejected"))
+    not_accepted = f" ({rejected} not accepted: blow-ups their audit found)" if rejected else ""
+    lines.append(f"{len(rounds)} rounds{not_accepted}, {steps} steps explored, {total} frames labelled ({share})")
     return "\n".join(lines)
 
 

@@ -129,6 +129,45 @@ def test_a_round_stops_over_the_band_and_goes_back_from_a_blow_up(loop_files):
     assert json.loads((folder / "state.json").read_text())["committee"] == 0
 
 
+def test_a_blow_up_only_the_audit_sees_is_not_accepted(loop_files):
+    """Members that agree where they are all wrong (trained on synthetic frames, labelled by PySCF): the round's
+    deviation stays under select.high while the oracle's forces on the frames it chose lie further from the
+    committee's than select.abort. Without the audit the round is accepted; with it (select.audit_blow_ups) the same
+    round's MD is not: round-1/rejected.json names the frame, state.npz is where the round started, the loop's time
+    goes back to 0, the labels are kept and trained on, round 2 starts again from the PDB's state, and the report
+    says so."""
+    from pinn.io.model_devi import read_model_devi
+    from pinn.learn.explorer import load_state
+    from pinn.learn.loop import learn
+    from pinn.learn.report import loop_records, summary
+    select = {"low": 0.0, "high": 1.0e3, "abort": 1.0e4, "max_frames": 2, "min_spacing": 10, "audit_blow_ups": False}
+    committee = yaml.safe_load(open(run_file(loop_files, rounds=1)))["committee"]
+    committee["max_steps"] = 40  # members that agree on the synthetic frames
+    assert "1 rounds done" in learn(run_file(loop_files, rounds=1, workdir="unaudited", select=select,
+                                             committee=committee))
+    seen = loop_files / "unaudited" / "round-1"
+    audit = json.loads((seen / "audit.json").read_text())
+    deviation = float(read_model_devi(seen / "model_devi.out")["max_devi_f_qm"].max())
+    error = max(audit["max_error_f_qm"])
+    assert error > 2 * deviation, (error, deviation)  # the premise: the members agree where they are wrong
+    assert not (seen / "rejected.json").exists()
+    assert json.loads((loop_files / "unaudited" / "state.json").read_text())["time_ps"] > 0
+    audited = {**select, "high": 1.1 * deviation, "abort": (deviation + error) / 2, "audit_blow_ups": True}
+    assert "2 rounds done" in learn(run_file(loop_files, rounds=2, workdir="audited", select=audited,
+                                             committee=committee))
+    folder = loop_files / "audited"
+    rejected = json.loads((folder / "round-1" / "rejected.json").read_text())
+    assert rejected["max_error_f_qm"] > audited["abort"] and rejected["back_to_step"] == 0
+    assert rejected["max_devi_f_qm"] < audited["high"]
+    assert load_state(str(folder / "round-1" / "state.npz"))["step"] == 0
+    assert read_model_devi(folder / "round-2" / "model_devi.out")["step"][0] == 0  # round 2 starts again
+    trained_on = yaml.safe_load(open(folder / "round-1" / "train.yml"))["data"]["train"]
+    assert str(folder / "round-1" / "labels.xyz") in trained_on
+    rounds = loop_records(str(folder))
+    assert rounds[0]["rejected"] is not None
+    assert "not accepted: blow-ups their audit found" in summary(str(folder), rounds)
+
+
 def test_a_loop_killed_in_each_stage_resumes_to_the_same_data(loop_files):
     """SIGTERM after a stage's files are written and before state.json says so (explored, labelled, after the first
     member's training), then `pinn learn` again: the same records, labels and members' weights as a loop that ran
