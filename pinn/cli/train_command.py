@@ -29,6 +29,8 @@ def train_arguments(parser):
     parser.add_argument("-d", "--model-dir", help="override model_dir of the file")
     parser.add_argument("--max-steps", type=positive_int, help="override train.max_steps of a run file (the "
                         "same as --train-steps)")
+    parser.add_argument("--max-time", metavar="TIME", help="a time budget: seconds, or 90s, 15m, 1.5h, or slurm "
+                        "(the job's end); overrides train.max_time of a run file; with --committee, each member's")
     parser.add_argument("--init-model", metavar="DIR", help="warm start: begin from this model directory's weights "
                         "(model.params.init_model); with --committee, a directory of members: member K from its "
                         "member-K")
@@ -75,6 +77,8 @@ def run(args):
     args.max_steps = args.max_steps if args.max_steps is not None else args.train_steps
     if not os.path.exists(path):
         raise FileNotFoundError(f"{path}: no such file")
+    from pinn.training.budget import count_the_process
+    count_the_process()  # a time budget (--max-time, train.max_time) counts the whole command
     if "data" not in read_params_file(path):  # upstream PiNN's params.yml: the data come from -t and -e
         if args.committee is not None or args.member is not None:
             raise ValueError(f"--committee: for a run file (with a data section); {path} is a params file")
@@ -93,7 +97,7 @@ def run(args):
         if args.member is not None:
             raise ValueError("--member K needs --committee N")
         model, metrics = run_training(path, model_dir=args.model_dir, max_steps=args.max_steps,
-                                      init_model=args.init_model)
+                                      init_model=args.init_model, max_time=args.max_time)
         if metrics is not None and model.is_chief:
             print(metrics_table(metrics))
         return 0
@@ -102,7 +106,7 @@ def run(args):
                          f"{args.committee - 1}")
     for k in range(args.committee) if args.member is None else [args.member]:
         model, metrics = run_training(path, model_dir=args.model_dir, max_steps=args.max_steps,
-                                      init_model=args.init_model, member=k)
+                                      init_model=args.init_model, member=k, max_time=args.max_time)
         if metrics is not None and model.is_chief:
             print(f"member {k} ({model.model_dir}):\n{metrics_table(metrics)}")
     return 0

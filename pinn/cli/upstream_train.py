@@ -174,7 +174,7 @@ def run(path, args):
         def eval_fn():
             return input_pipeline(evaluation, rc=rc, cache=cache("eval"), take=args.eval_steps)
 
-        model.train(train_fn, max_steps=max_steps, eval_fn=eval_fn)
+        model.train(train_fn, max_steps=max_steps, eval_fn=eval_fn, max_time=args.max_time)
         last = model.last_validation
         metrics = last if last and last["global_step"] == int(model.step.numpy()) else model.evaluate(eval_fn)
     finally:

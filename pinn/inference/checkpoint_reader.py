@@ -29,6 +29,9 @@ MAY_BE_INFINITE = ("best_metric/",)
 #: the part of a checkpoint holding the weight average (``ema_decay``), which a checkpoint may lack (trained
 #: without one)
 AVERAGE_PART = "weight_average"
+#: parts a checkpoint written before them lacks: the weight average (trained without one), the training's time so
+#: far (checkpoints of pinn before 0.30: a resumed run's time budget then counts from 0)
+OPTIONAL_PARTS = (AVERAGE_PART, "elapsed_s")
 
 
 class CheckpointDamaged(Exception):
@@ -82,8 +85,8 @@ class CheckpointReader:
 
     Args:
         model_dir: the directory.
-        parts: dict name → trackable of what is restored (``model``, ``step``, …); ``'weight_average'``
-            (:data:`AVERAGE_PART`), when present, may be missing from a checkpoint (trained without one).
+        parts: dict name → trackable of what is restored (``model``, ``step``, …); those of
+            :data:`OPTIONAL_PARTS`, when present, may be missing from a checkpoint (then not restored).
         interchangeable: names of parts of which a checkpoint holds one and may hold another instead
             (Adam's state or the Kalman filter's: the training store's); the one missing is then not
             restored.
@@ -161,8 +164,7 @@ class CheckpointReader:
             CheckpointDamaged: the files are damaged, or lack a variable of ``parts`` or its shape.
         """
         verify_files(path, set(parts))
-        if AVERAGE_PART in parts and not self.holds(path, AVERAGE_PART):
-            parts = {k: v for k, v in parts.items() if k != AVERAGE_PART}
+        parts = {k: v for k, v in parts.items() if k not in OPTIONAL_PARTS or self.holds(path, k)}
         for name in self.interchangeable:
             others = [other for other in self.interchangeable if other != name]
             if name in parts and not self.holds(path, name) and any(self.holds(path, o) for o in others):

@@ -16,6 +16,7 @@ from typing import Any, Callable, Optional
 import tensorflow as tf
 
 from pinn.inference.inputs import prepared_input
+from pinn.training.budget import UNBOUNDED, BudgetHook, TimeBudget, parse_max_time
 from pinn.training.guards import StopSignals, Watchdog
 from pinn.training.hooks import CheckpointHook, DivergenceHook, MemoryHook, ProgressHook, ValidationHook
 from pinn.training.epochs import steps_per_epoch_of
@@ -40,7 +41,8 @@ class RunPlan:
         max_steps: the global step it ends at.
         steps_per_epoch: steps of one pass over the input (``None``: the run is not counted in epochs).
         batches_per_step: batches in one step (``accumulate_batches`` × the world's local replicas).
-        learning_rate: the schedule of the run (a cosine of unknown length spans this run).
+        learning_rate: the schedule of the run (a cosine of unknown length spans this run, or its time budget).
+        budget: the :class:`~pinn.training.budget.TimeBudget` of ``max_time``, or ``None``.
     """
     input_fn: Callable
     eval_fn: Optional[Callable]
@@ -49,9 +51,13 @@ class RunPlan:
     steps_per_epoch: Optional[int]
     batches_per_step: int
     learning_rate: Any
+    budget: Any = None
 
     def describe(self):
-        """The run's length for the log: steps, and epochs when counted in them."""
+        """The run's length for the log: steps, and epochs when counted in them, or the time budget."""
+        if self.budget is not None:
+            cap = "" if self.max_steps == UNBOUNDED else f" (at most step {self.max_steps})"
+            return f"the step its {self.budget.describe()} gives{cap}"
         if self.steps_per_epoch:
             return (f"{self.max_steps} ({self.max_steps / self.steps_per_epoch:g} epochs of "
                     f"{self.steps_per_epoch} steps)")
@@ -65,24 +71,28 @@ def whole_steps(max_steps):
     return int(max_steps)
 
 
-def plan_run(mp, world, start, input_fn, max_steps, max_epochs, eval_fn, learning_rate):
+def plan_run(mp, world, start, input_fn, max_steps, max_epochs, eval_fn, learning_rate, max_time=None,
+             run_clock=None):
     """The plan of a ``train()`` call, or ``None`` when ``start`` reaches its end already (logged).
 
     Args:
         mp: the resolved ``model.params``.
         world: the run's world.
         start: the global step now.
-        input_fn, max_steps, max_epochs, eval_fn: as ``Trainer.train`` takes them.
-        learning_rate: the model's schedule (kept, unless a cosine of unknown length must span this run).
+        input_fn, max_steps, max_epochs, eval_fn, max_time: as ``Trainer.train`` takes them.
+        learning_rate: the model's schedule (kept, unless a cosine of unknown length must span this run or its
+            time budget).
+        run_clock: with ``max_time``: the training's :class:`~pinn.training.budget.RunClock`.
 
     Returns:
         :class:`RunPlan` or ``None``.
 
     Raises:
-        ValueError: neither ``max_steps`` nor ``max_epochs``, or ``max_steps`` not a whole number.
+        ValueError: none of ``max_steps``, ``max_epochs`` and ``max_time``, or ``max_steps`` not a whole number.
+        ParamsError: a ``max_time`` that is no time.
     """
-    if max_steps is None and max_epochs is None:
-        raise ValueError("train: give max_steps or max_epochs")
+    if max_steps is None and max_epochs is None and max_time is None:
+        raise ValueError("train: give max_steps, max_epochs or max_time")
     if max_steps is not None:
         max_steps = whole_steps(max_steps)
     k = mp["accumulate_batches"] * world.local_replicas
@@ -97,12 +107,21 @@ def plan_run(mp, world, start, input_fn, max_steps, max_epochs, eval_fn, learnin
     if eval_fn is not None and mp["early_stopping_metric"] == "loss" and mp["loss_weight_schedule"]:
         log.warning("early_stopping_metric 'loss' with a loss_weight_schedule: the loss changes with the weights; "
                     "an error metric such as 'F_RMSE' picks the best checkpoint more reliably")
+    budget = None
+    if max_time is not None:
+        budget = TimeBudget(parse_max_time(max_time, "max_time"), run_clock)
+        max_steps = UNBOUNDED if max_steps is None else max_steps
     if start >= max_steps:
         log.info("step %d already reaches max_steps %d: nothing to train", start, max_steps)
         return None
+    if budget is not None and budget.run_clock() >= budget.end_s:
+        log.info("the %s is spent: nothing to train", budget.describe())
+        return None
     if mp["lr_schedule"] == "cosine" and not mp["lr_cosine_steps"]:
         learning_rate = learning_rate_of(mp, world, max_steps, quiet=True)
-    return RunPlan(input_fn, eval_fn, start, max_steps, steps_per_epoch, k, learning_rate)
+        if budget is not None:
+            learning_rate.lay_over_budget(max_steps)
+    return RunPlan(input_fn, eval_fn, start, max_steps, steps_per_epoch, k, learning_rate, budget)
 
 
 def _epochs_of(input_fn, n_batches):
@@ -236,7 +255,10 @@ class Execution:
         strategy = choose_strategy(steps, self.plan.batches_per_step, mp["log_every_n_steps"], state.kalman,
                                    mp.get("separate_errors", False))
         loop = TrainingLoop(strategy, steps.unpack, [], run, world, state.save, self.bar)
-        hooks = [DivergenceHook(mp, world, lambda: state.rollback(loop.say), state.copy,
+        hooks = [] if self.plan.budget is None else [
+            BudgetHook(self.plan.budget, world, run, self.plan.start, self.plan.max_steps, self.plan.learning_rate,
+                       loop.say)]  # first: the hooks after it see the run's end step it sets
+        hooks += [DivergenceHook(mp, world, lambda: state.rollback(loop.say), state.copy,
                                 functools.partial(state.restore_copy, say=loop.say), loop.say),
                  ProgressHook(run, world, mp["log_every_n_steps"], steps.current_learning_rate,
                               lambda: state.store.latest, self.bar, loop.say)]

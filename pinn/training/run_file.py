@@ -11,7 +11,7 @@ train on and for how long::
       eval: vali.tfr              # optional, instead of split
       batch_size: 16
     train:
-      max_steps: 5000             # or max_epochs
+      max_steps: 5000             # or max_epochs, or max_time: 15m (a time budget; with either, the first ends)
 
 MiMiC data go under ``data.mimic`` (``mpt``, ``trr``, ``energies`` and any
 other :func:`pinn.io.load_mimic` option) instead of ``data.train``.  With
@@ -57,10 +57,22 @@ DATA_PARAMS = {
 TRAIN_PARAMS = {
     "max_steps": Option((int, None), None, "train until this global step", check=positive),
     "max_epochs": Option((float, None), None, "train this many passes over the training data", check=positive),
+    "max_time": Option((str, int, float, None), None, "a time budget: seconds, or 90s, 15m, 1.5h, or slurm (the "
+                       "job's end): the run ends inside it, its cosine laid over it (with max_steps or max_epochs, "
+                       "whichever comes first; docs/training.md#a-time-budget)", check=lambda v: _time_problem(v)),
 }
 SECTIONS = {"data": DATA_PARAMS, "train": TRAIN_PARAMS}
 #: the top-level keys of a run file: the params of an input script (upstream PiNN's flat form too) and SECTIONS
 RUN_FILE_KEYS = [*TOP_LEVEL, "network_params", "model_params", *SECTIONS]
+
+
+def _time_problem(value):
+    from pinn.training.budget import parse_max_time
+    try:
+        parse_max_time(value, "max_time")
+    except ParamsError as err:
+        return str(err).split(": ", 1)[1]
+    return None
 
 
 def _cache_problem(value):
@@ -114,8 +126,8 @@ def read_config(path):
     if data["eval"] is not None and (split is not None or data["mimic"] is not None):
         raise ParamsError(f"{path}: data.eval: give validation data as data.eval (with data.train) or as the eval "
                           f"part of data.split, not both; MiMiC validation data come from data.split")
-    if train["max_steps"] is None and train["max_epochs"] is None:
-        raise ParamsError(f"{path}: train: give max_steps or max_epochs")
+    if train["max_steps"] is None and train["max_epochs"] is None and train["max_time"] is None:
+        raise ParamsError(f"{path}: train: give max_steps, max_epochs or max_time")
     base = os.path.dirname(os.path.abspath(path))
     return _relative_to(config, base), _data_relative_to(data, base), train
 
@@ -394,13 +406,14 @@ def _listed(value):
 MEMBER_SEED_STRIDE = 100003
 
 
-def run_training(path, model_dir=None, max_steps=None, init_model=None, member=None):
+def run_training(path, model_dir=None, max_steps=None, init_model=None, member=None, max_time=None):
     """Train the model a run file describes (see the module docstring).
 
     Args:
         path: YAML run file.
         model_dir: overrides ``model_dir`` of the file.
         max_steps: overrides ``train.max_steps`` of the file.
+        max_time: overrides ``train.max_time`` of the file (a time budget: :mod:`pinn.training.budget`).
         init_model: overrides ``model.params.init_model`` (a warm start: :mod:`pinn.training.warm_start`).
         member: train committee member K (``pinn train --committee``): into ``MODEL_DIR/member-K`` with
             ``seed + K`` (initial weights) and its own data order (the same split); with ``init_model`` a
@@ -422,6 +435,8 @@ def run_training(path, model_dir=None, max_steps=None, init_model=None, member=N
         params["model_dir"] = model_dir
     if max_steps is not None:
         train_section = {**train_section, "max_steps": max_steps}
+    if max_time is not None:
+        train_section = {**train_section, "max_time": max_time}
     if "model_dir" not in params:
         raise ParamsError(f"{path}: params.model_dir: required key is missing (or give --model-dir)")
     if member is not None:
@@ -445,7 +460,7 @@ def run_training(path, model_dir=None, max_steps=None, init_model=None, member=N
         train_fn, eval_fn = input_fns(data, train_section, world, params["network"]["params"]["rc"],
                                       atom_types_of(params), member=member or 0, embedding=embedding)
         model.train(train_fn, max_steps=train_section["max_steps"], max_epochs=train_section["max_epochs"],
-                    eval_fn=eval_fn)
+                    eval_fn=eval_fn, max_time=train_section["max_time"])
         if eval_fn is None:
             return model, None
         last = model.last_validation  # the validation at the last step has just been done

@@ -65,6 +65,22 @@ class LearningRate:
         self.scale = lr_scale(size, scaling)
         self.steps_per_step = float(size) if scaling != "none" else 1.0
         self.parallel_warmup_steps = float(parallel_warmup_steps)
+        self._budget_total = None  # a cosine laid over a time budget: its length, single-rank steps (tf.Variable)
+
+    def lay_over_budget(self, initial_steps):
+        """Make a cosine's length follow a time budget (:class:`~pinn.training.budget.BudgetHook` sets it, a
+        variable read at every step), starting at the global step ``initial_steps``."""
+        self._budget_total = tf.Variable(float(initial_steps) * self.steps_per_step, dtype=tf.float64,
+                                         trainable=False, name="lr_budget_steps")
+
+    def follows_budget(self):
+        """Whether the cosine's length follows a time budget (:meth:`lay_over_budget`)."""
+        return self._budget_total is not None
+
+    def set_total(self, steps):
+        """The cosine's length: it reaches its end at global step ``steps`` (a schedule that
+        :meth:`follows_budget`)."""
+        self._budget_total.assign(float(steps) * self.steps_per_step)
 
     def single_rank_steps(self, step):
         """The step as float64 single-rank steps."""
@@ -81,6 +97,10 @@ class LearningRate:
             else:
                 passed = tf.floor(s / self.decay_step)
             return tf.pow(rate, passed)
+        if self.schedule == "cosine" and self._budget_total is not None:
+            span = tf.maximum(self._budget_total - self.warmup_steps, 1.0)
+            t = tf.clip_by_value((s - self.warmup_steps) / span, 0.0, 1.0)
+            return self.min_factor + (1.0 - self.min_factor) * 0.5 * (1.0 + tf.cos(math.pi * t))
         if self.schedule == "cosine" and self.total_steps > 0:
             span = max(self.total_steps - self.warmup_steps, 1.0)
             t = tf.clip_by_value((s - self.warmup_steps) / span, 0.0, 1.0)
@@ -108,6 +128,8 @@ class LearningRate:
             at = ", ".join(f"{b / per:g}" for b in self.boundaries) if self.boundaries else \
                 f"every {self.decay_step / per:g}"
             text += f"×{self.decay_rate:g} at steps {at}"
+        elif self.schedule == "cosine" and self._budget_total is not None:
+            text += f"cosine to {self.min_factor:g}× by the step the time budget gives"
         elif self.schedule == "cosine":
             text += f"cosine to {self.min_factor:g}× by step {self.total_steps / per:g}"
         else:

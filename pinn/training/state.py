@@ -14,6 +14,7 @@ import numpy as np
 import tensorflow as tf
 
 from pinn.training.adam import Adam, decayed_flags
+from pinn.training.budget import RunClock
 from pinn.training.checkpoint_files import CheckpointWriteFailed
 from pinn.training.checkpoints import CheckpointStore, NoIntactCheckpoint
 from pinn.training.early_stopping import EarlyStopping
@@ -40,6 +41,9 @@ class TrainingState:
 
     Attributes:
         step, lr_factor: the global step (int64) and the factor of the learning rate (float32) variables.
+        elapsed_s: the seconds the training has taken up to the latest checkpoint (float64 variable, saved in
+            every checkpoint; a resumed run's time budget counts them).
+        clock: the :class:`~pinn.training.budget.RunClock` of the training (the time spent before included).
         optimizer: :class:`~pinn.training.adam.Adam` or the :class:`~pinn.training.kalman.KalmanFilter`.
         kalman: the Kalman filter of ``optimizer: ekf | gekf``, else ``None``.
         ema: the :class:`~pinn.training.ema.WeightAverage` of ``ema_decay``, else ``None``.
@@ -54,6 +58,8 @@ class TrainingState:
         self.backend = backend
         self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
         self.lr_factor = tf.Variable(1.0, dtype=tf.float32, trainable=False, name="lr_factor")
+        self.elapsed_s = tf.Variable(0.0, dtype=tf.float64, trainable=False, name="elapsed_s")
+        self.clock = RunClock()
         self.early_stopping = EarlyStopping(mp["early_stopping_metric"], mp["early_stopping_patience"],
                                             mp["early_stopping_min_delta"])
         self.kalman = None
@@ -77,7 +83,8 @@ class TrainingState:
             self.loss_scale = LossScale(mp["loss_scale_initial"], mp["loss_scale_growth_interval"],
                                         mp["loss_scale_factor"])
         parts = dict(model=model, step=self.step, lr_factor=self.lr_factor, best_metric=self.early_stopping.best,
-                     evals_since_best=self.early_stopping.since_best, **self.optimizer_part())
+                     evals_since_best=self.early_stopping.since_best, elapsed_s=self.elapsed_s,
+                     **self.optimizer_part())
         if self.ema is not None:
             parts["weight_average"] = self.ema
         if self.loss_scale is not None:
@@ -112,6 +119,7 @@ class TrainingState:
         if self.pending_params is not None and self.world.is_chief:
             self.store.write_params(self.pending_params)
             self.pending_params = None
+        self.elapsed_s.assign(self.clock())
         return self.store.save(int(self.step.numpy()))
 
     def write_params(self):
@@ -178,6 +186,7 @@ class TrainingState:
             self.pending_params = params if self.world.is_chief else None
             self._params_agreed = False
         self.broadcast()
+        self.clock.spent_before = float(self.elapsed_s.numpy())  # a resumed run's time so far (0 when fresh)
         return path
 
     def _optimizer_state_missing(self, path):
@@ -201,7 +210,8 @@ class TrainingState:
 
     def broadcast(self):
         """Every rank takes rank 0's model, optimizer state, weight average, step and schedule state."""
-        self.world.broadcast_variables(self.variables() + [self.step, self.lr_factor] + self.early_stopping.variables)
+        self.world.broadcast_variables(self.variables() + [self.step, self.lr_factor, self.elapsed_s] +
+                                       self.early_stopping.variables)
 
     def rollback(self, say):
         """Back to the latest checkpoint's model, optimizer and weight average (step and data position go on),

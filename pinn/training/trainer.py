@@ -277,8 +277,9 @@ class Trainer(metaclass=_ModelClass):
         self.claim.require("save")
         return self.state.save()  # the store writes on rank 0 alone
 
-    def train(self, input_fn, max_steps=None, max_epochs=None, eval_fn=None):
-        """Train until the global step reaches ``max_steps`` or ``max_epochs`` (or an input ends, or early stopping).
+    def train(self, input_fn, max_steps=None, max_epochs=None, eval_fn=None, max_time=None):
+        """Train until the global step reaches ``max_steps`` or ``max_epochs``, or its time budget ``max_time`` is
+        spent (or an input ends, or early stopping).
 
         Args:
             input_fn: function returning the training ``tf.data.Dataset`` of sparse batches.
@@ -287,6 +288,9 @@ class Trainer(metaclass=_ModelClass):
                 repeated here).  With both, the smaller limit wins.
             eval_fn: function returning the validation dataset, evaluated every
                 ``eval_every_n_steps`` and at the end (best checkpoint, early stopping).
+            max_time: a time budget: seconds, a text such as ``'15m'`` (``s``, ``m``, ``h``), or ``'slurm'``
+                (the job's end): the run ends inside it, its cosine laid over it, the same step on every rank
+                (:mod:`pinn.training.budget`); with ``max_steps`` or ``max_epochs``, whichever comes first.
 
         Returns:
             ``self`` (like the estimator API).
@@ -299,16 +303,16 @@ class Trainer(metaclass=_ModelClass):
             RuntimeError: a collective operation failed (another rank died).
         """
         with held_by(self):  # TensorFlow's callbacks of its inputs and steps go with the model (runtime.py_funcs)
-            return self._train(input_fn, max_steps, max_epochs, eval_fn)
+            return self._train(input_fn, max_steps, max_epochs, eval_fn, max_time)
 
-    def _train(self, input_fn, max_steps, max_epochs, eval_fn):
+    def _train(self, input_fn, max_steps, max_epochs, eval_fn, max_time):
         """:meth:`train`: the plan of the run, made ready (:func:`~pinn.training.run.prepare_run`) and executed."""
         if self._frozen:
             raise RuntimeError("this model holds averaged weights for inference (freeze_averaged_weights); "
                                "build a new one from model_dir to train")
         self.claim.require("train")
         plan = plan_run(self.mp, self.world, int(self.step.numpy()), input_fn, max_steps, max_epochs, eval_fn,
-                        self.learning_rate)
+                        self.learning_rate, max_time, self.state.clock)
         if plan is None:
             return self
         self.learning_rate = plan.learning_rate

@@ -74,6 +74,7 @@ parser.add_argument("--model", choices=("potential_model", "AD_BC_R_dipole_model
 parser.add_argument("--embedding", choices=("mechanical", "electrostatic"), default="mechanical",
                     help="model.params.embedding of the potential model; electrostatic: on QM/MM frames (1 to 3 QM "
                     "water molecules among charged MM atoms, pinn's convention), without stress")
+parser.add_argument("--max-time", default=None, help="train(max_time=): a time budget (pinn.training.budget)")
 args = parser.parse_args()
 
 MODEL_DIR = os.path.abspath(args.model_dir or os.path.join(args.workdir, "model"))
@@ -363,7 +364,7 @@ if args.perturb_rank1:
     if rank == 1:
         variable = model.model.trainable_variables[0]
         variable.assign(variable + 1e-6)
-model.train(train_input, max_steps=args.steps, eval_fn=vali_input)
+model.train(train_input, max_steps=args.steps, eval_fn=vali_input, max_time=args.max_time)
 metrics = model.evaluate(vali_input)
 np.savez(os.path.join(args.workdir, f"{args.tag}.rank{rank}.npz"),
          weights=np.array([v.numpy() for v in model.model.variables], dtype=object),
