@@ -103,7 +103,7 @@ def _without_log_lines(err):
 def test_train_bad_run_files(tmp_path, capsys):
     (tmp_path / "water.xyz").write_text("")
     cases = [
-        ({"train": {}}, "train: give max_steps or max_epochs"),
+        ({"train": {}}, "train: give max_steps, max_epochs or max_time"),
         ({"data": {"batch_size": 4}}, "give either data.train (files) or data.mimic"),
         ({"data": {"train": "water.xyz", "bogus": 1}}, "data.bogus: unknown key"),
         ({"model": {"name": "dipole_model", "params": {"use_force": True}}}, "model.params.use_force: unknown key"),
