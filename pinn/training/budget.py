@@ -18,7 +18,8 @@ spend), not a step count.  With a budget:
   says was already spent (``elapsed_s``, saved in every checkpoint);
 - ``max_time: slurm`` takes the job's end (``SLURM_JOB_END_TIME``, else ``squeue``) less :data:`SLURM_MARGIN_S`.
 
-A part of the budget (:func:`reserve_of`) is left for the end of the run (the last validation and checkpoint).
+A part of the budget (:func:`reserve_of`) and the longest validation and checkpoint so far are left for the end of
+the run (its last validation and checkpoint).
 """
 import logging
 import math
@@ -190,15 +191,18 @@ class BudgetHook(Hook):
         learning_rate: the run's :class:`~pinn.training.schedule.LearningRate` (its length follows the projection
             when it :meth:`~pinn.training.schedule.LearningRate.follows_budget`).
         say: ``(level, message, *args)``: log below the progress bar.
+        end_cost: ``() -> s``: what the run's end will take (the longest validation and checkpoint so far),
+            left besides the reserve.
     """
 
-    def __init__(self, budget, world, run, start, cap, learning_rate, say):
+    def __init__(self, budget, world, run, start, cap, learning_rate, say, end_cost=lambda: 0.0):
         self.budget = budget
         self.world = world
         self.run = run
         self.cap = cap
         self.learning_rate = learning_rate
         self.say = say
+        self.end_cost = end_cost
         self.next_check = start + 1
         self.readings = []  # (step, agreed clock) of the checks
         self.rate = None
@@ -216,11 +220,11 @@ class BudgetHook(Hook):
         step = report.step
         if step < self.next_check:
             return False
-        (now,) = self._agreed(self.budget.run_clock())
+        now, end_cost = self._agreed(self.budget.run_clock(), self.end_cost())
         if not self.readings:  # the first step traces and compiles the step function: the rate is measured after it
             self.readings.append((step, now))
             self.next_check = step + 1
-            if now >= self.budget.end_s:
+            if now >= self.budget.end_s - end_cost:
                 self.run.max_steps = step
             return False
         # steps per second, validations and checkpoints included, over the latest 10 % of the budget (the rate
@@ -230,7 +234,8 @@ class BudgetHook(Hook):
         then_step, then = recent[0]
         self.rate = rate = (step - then_step) / max(now - then, 1e-9)
         self.readings.append((step, now))
-        end = min(self.cap, step + max(int(math.floor(rate * (self.budget.end_s - now) + 1e-6)), 0))
+        left = self.budget.end_s - end_cost - now
+        end = min(self.cap, step + max(int(math.floor(rate * left + 1e-6)), 0))
         self.run.max_steps = end
         if self.learning_rate.follows_budget():
             self.learning_rate.set_total(end)

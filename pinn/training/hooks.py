@@ -6,6 +6,7 @@ stop) and once when the run ends (``on_run_end``), in the order the loop holds t
 divergence guards, progress, validation, the stop after too many out-of-memory steps, checkpoints.
 """
 import logging
+import time
 from typing import NamedTuple
 
 import numpy as np
@@ -242,6 +243,8 @@ class ValidationHook(Hook):
 
     Attributes:
         last: the metrics of the latest validation, or ``None``.
+        longest_s: the longest validation so far, with its records and best checkpoint (s; what a time budget
+            leaves for the last one).
     """
 
     def __init__(self, run, every, evaluate, early_stopping, store, model_dir, say):
@@ -254,11 +257,15 @@ class ValidationHook(Hook):
         self.say = say
         self.last = None
         self._last_step = None
+        self.longest_s = 0.0
 
     def on_step_end(self, report):
         step = report.step
         if step % self.every == 0 or step >= self.run.max_steps:
-            return self.validate(step)
+            started = time.perf_counter()
+            stop = self.validate(step)
+            self.longest_s = max(self.longest_s, time.perf_counter() - started)
+            return stop
         return False
 
     def on_run_end(self, step):
@@ -299,15 +306,19 @@ class ValidationHook(Hook):
 
 
 class CheckpointHook(Hook):
-    """A checkpoint every ``every`` steps (``save_checkpoint_steps``) and at the end, by ``save()``."""
+    """A checkpoint every ``every`` steps (``save_checkpoint_steps``) and at the end, by ``save()``; ``longest_s``:
+    the longest save so far (s; what a time budget leaves for the last one)."""
 
     def __init__(self, every, save):
         self.every = every
         self.save = save
+        self.longest_s = 0.0
 
     def on_step_end(self, report):
         if report.step % self.every == 0:
+            started = time.perf_counter()
             self.save()
+            self.longest_s = max(self.longest_s, time.perf_counter() - started)
         return False
 
     def on_run_end(self, step):

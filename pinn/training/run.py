@@ -255,9 +255,14 @@ class Execution:
         strategy = choose_strategy(steps, self.plan.batches_per_step, mp["log_every_n_steps"], state.kalman,
                                    mp.get("separate_errors", False))
         loop = TrainingLoop(strategy, steps.unpack, [], run, world, state.save, self.bar)
-        hooks = [] if self.plan.budget is None else [
+        checkpoints = CheckpointHook(mp["save_checkpoint_steps"], state.save)
+
+        def end_cost():  # the longest checkpoint and validation so far: what the run's end will take
+            return checkpoints.longest_s + (self.validation.longest_s if self.validation is not None else 0.0)
+
+        hooks = [] if self.plan.budget is None else [  # first: the hooks after it see the end step it sets
             BudgetHook(self.plan.budget, world, run, self.plan.start, self.plan.max_steps, self.plan.learning_rate,
-                       loop.say)]  # first: the hooks after it see the run's end step it sets
+                       loop.say, end_cost)]
         hooks += [DivergenceHook(mp, world, lambda: state.rollback(loop.say), state.copy,
                                 functools.partial(state.restore_copy, say=loop.say), loop.say),
                  ProgressHook(run, world, mp["log_every_n_steps"], steps.current_learning_rate,
@@ -267,8 +272,7 @@ class Execution:
                                              parts.evaluation.with_parity, state.early_stopping, state.store,
                                              parts.model_dir, loop.say)
             hooks.append(self.validation)
-        loop.hooks = hooks + [MemoryHook(mp["max_oom_skips"], world, state.save, loop.say),
-                              CheckpointHook(mp["save_checkpoint_steps"], state.save)]
+        loop.hooks = hooks + [MemoryHook(mp["max_oom_skips"], world, state.save, loop.say), checkpoints]
         return loop
 
     def __call__(self, dataset):

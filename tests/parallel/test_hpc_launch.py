@@ -290,3 +290,36 @@ def test_sbatch_trains_a_committee_as_a_job_array(slurm, mimic_data, tmp_path):
     atoms.calc = calc = pinn.get_calc(str(tmp_path / "committee"))
     assert isinstance(calc, CommitteeCalc) and calc.size == 2
     assert atoms.get_forces().shape == (len(atoms), 3) and calc.results["max_forces_deviation"] > 0
+
+
+def test_max_time_slurm_ends_the_run_before_the_jobs_end(slurm, mimic_data, tmp_path):
+    """`pinn train run.yml --max-time slurm` in a job of 2 minutes: the budget is the job's end less 60 s (read
+    from SLURM_JOB_END_TIME or squeue), the steps end inside it (max_steps far away) and the job finishes on its
+    own, long before Slurm's limit."""
+    import glob
+
+    import yaml
+    runs = sorted(glob.glob(os.path.join(mimic_data, "run*.trr")))
+    config = {"model_dir": str(tmp_path / "model"),
+              "network": {"name": "PiNet", "params": {"atom_types": [18], "rc": 4.0, "depth": 2, "pp_nodes": [8],
+                                                      "pi_nodes": [8], "ii_nodes": [8], "out_nodes": [8]}},
+              "model": {"params": {"use_force": True, "log_every_n_steps": 1000, "progress_bar": "off"}},
+              "data": {"mimic": {"mpt": [os.path.join(mimic_data, "argon.mpt")] * len(runs), "trr": runs,
+                                 "energies": [r[:-4] + ".ENERGIES" for r in runs]}, "batch_size": 8},
+              "train": {"max_steps": 10 ** 7}}
+    (tmp_path / "run.yml").write_text(yaml.safe_dump(config))
+    script = tmp_path / "job.sh"
+    script.write_text(f"#!/bin/bash\n{sys.executable} -m pinn.cli.commands train {tmp_path / 'run.yml'} "
+                      "--max-time slurm\n")
+    out = tmp_path / "job-%j.out"
+    run = subprocess.run(["sbatch", "--parsable", "--wait", "--ntasks=1", "--cpus-per-task=1", "--gres=none",
+                          "--time=2", f"--output={out}", str(script)], env=slurm, cwd=ROOT, capture_output=True,
+                         text=True, timeout=400)
+    job = run.stdout.strip().split(";")[0]
+    log = (tmp_path / f"job-{job}.out").read_text() if job else ""
+    assert run.returncode == 0, run.stdout + run.stderr + log[-4000:]
+    train_log = (tmp_path / "model" / "train.log").read_text()
+    assert "(the Slurm job's end less 60 s; counted since the process started)" in train_log, train_log[-3000:]
+    budget = float(train_log.split("to the step its time budget ")[1].split(" s ")[0])
+    assert 30 < budget <= 60, budget  # 2 minutes less the margin, less what Slurm took to start the job
+    assert "time budget: steps ended at step " in train_log and "CANCELLED" not in log and "TIME LIMIT" not in log
