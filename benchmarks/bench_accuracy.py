@@ -19,6 +19,7 @@ Time to accuracy, what a user gets without choosing (pinn's defaults, the batche
 of a run file, the network's defaults)::
 
     python benchmarks/bench_accuracy.py ethanol --network-defaults --batch 16 --steps 50000
+    python benchmarks/bench_accuracy.py ethanol --network-defaults --batch 16 --max-time 2m   (a time budget)
 """
 import time
 
@@ -36,7 +37,9 @@ from common import DATA, REFERENCE_MODEL, REFERENCE_NETWORK, dataset_path, emit,
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("dataset", nargs="?", default="ethanol")
-    ap.add_argument("--steps", type=int, default=5000)
+    ap.add_argument("--steps", type=int, default=None, help="the run's steps (5000 without --max-time)")
+    ap.add_argument("--max-time", default=None, help="a time budget (train(max_time=)), counted from the process's "
+                    "start as pinn train counts it: the run ends inside it, its cosine laid over it")
     ap.add_argument("--preset", choices=("default", "reference"), default="default")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a model.params override")
     ap.add_argument("--net", action="append", default=[], metavar="KEY=VALUE", help="a network.params override")
@@ -49,6 +52,11 @@ def main():
     ap.add_argument("--model-dir", default=None, help="train into this directory and keep it (default: a temporary "
                     "one in bench-data, removed at the end)")
     args = ap.parse_args()
+    if args.steps is None and args.max_time is None:
+        args.steps = 5000
+    if args.max_time is not None:
+        from pinn.training.budget import count_the_process
+        count_the_process()
     from pinn.io import add_neighbors, ase_files, load_ase, sparse_batch
     from pinn.models import potential_model
     train_path, val_path = dataset_path(args.dataset, "train"), dataset_path(args.dataset, "val")
@@ -76,10 +84,11 @@ def main():
                      .shuffle(1000, seed=args.seed).apply(sparse_batch(args.batch)))
     val = lambda: val_set.apply(sparse_batch(32))  # noqa: E731
     t0 = time.perf_counter()
-    model.train(train, max_steps=args.steps)
+    model.train(train, max_steps=args.steps, max_time=args.max_time)
     wall = time.perf_counter() - t0
     m = model.evaluate(val)
-    emit(benchmark="accuracy", dataset=args.dataset, steps=args.steps, preset=args.preset, seed=args.seed,
+    emit(benchmark="accuracy", dataset=args.dataset, steps=int(model.step.numpy()), max_time=args.max_time,
+         preset=args.preset, seed=args.seed,
          batch=args.batch, network=args.network,
          F_MAE_meV_per_A=round(1000 * m["F_MAE"], 1), F_RMSE_meV_per_A=round(1000 * m["F_RMSE"], 1),
          E_MAE_meV=round(1000 * m["E_MAE"], 2), E_RMSE_meV=round(1000 * m["E_RMSE"], 2),
