@@ -136,12 +136,13 @@ def test_sigterm_writes_a_checkpoint_and_the_next_launch_resumes(launcher, tmp_p
         np.testing.assert_array_equal(a, b)
 
 
-def test_a_time_budget_stops_every_rank_at_the_same_step(launcher, tmp_path):
+def test_a_time_budget_stops_every_rank_at_the_same_step(one_launcher, tmp_path):
     """train(max_time=20) with max_steps far away: the ranks agree on the clock (the slowest rank's, one allreduce
     at steps both compute alike), stop at the same step with the same weights, inside the budget (the last
-    checkpoint's elapsed_s, counted from the training's start)."""
+    checkpoint's elapsed_s, counted from the training's start). One launcher: the agreement is the world's allreduce,
+    which test_parallel.py checks under each."""
     import tensorflow as tf
-    name, command = launcher
+    name, command = one_launcher
     run, out = run_training(command, tmp_path, "budget", "--steps", "1000000", "--jit", "off", "--max-time", "20",
                             timeout=300)
     assert run.returncode == 0, out[-4000:]
