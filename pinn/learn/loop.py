@@ -28,6 +28,7 @@ import time
 import yaml
 
 from pinn.learn.config import read_learn_file
+from pinn.learn.report import read_json
 from pinn.learn.selection import select_frames
 
 log = logging.getLogger("pinn")
@@ -198,10 +199,10 @@ class LearningLoop:
         """The simulated time of round ``round_``'s accepted end state (ps; its exploration.json, or where a hidden
         blow-up sent it back: rejected.json), or ``None`` (not explored)."""
         folder = os.path.join(self.workdir, f"round-{round_}")
-        rejected = _read_json(os.path.join(folder, "rejected.json"))
+        rejected = read_json(os.path.join(folder, "rejected.json"))
         if rejected is not None:
             return rejected["back_to_ps"]
-        explored = _read_json(os.path.join(folder, "exploration.json"))
+        explored = read_json(os.path.join(folder, "exploration.json"))
         return None if explored is None else explored["time_ps"]
 
     # ------------------------------------------------------------------ ranks
@@ -242,7 +243,7 @@ class LearningLoop:
             failure = self._shared(lambda: self.label(round_, folder))
             if failure:
                 return failure
-            rejected = _read_json(os.path.join(folder, "rejected.json"))
+            rejected = read_json(os.path.join(folder, "rejected.json"))
             self._chief_finishes(round_, "labelled", **({"time_ps": rejected["back_to_ps"]} if rejected else {}))
             stage = "labelled"
         if stage == "labelled":
@@ -303,15 +304,12 @@ class LearningLoop:
         exceeds ``select.abort``, the round blew up where its committee's deviation did not show it (members that
         agree where they are all wrong). Its MD is not accepted: ``state.npz`` becomes the state the round started
         from and ``rejected.json`` says why; the labels are kept (they are where the committee was wrong).
-
-        Returns:
-            the simulated time the loop goes back to (ps), or ``None`` (the round is accepted).
-        """
+        :meth:`round` then sets the loop's time back to its ``back_to_ps``, on every rank."""
         from pinn.learn.explorer import save_state
         select = self.config["select"]
         worst = max(audit["max_error_f_qm"])
         if not select["audit_blow_ups"] or worst <= select["abort"]:
-            return None
+            return
         start = self.start_state(round_)
         back_to = float(start["time_ps"])
         frame = audit["max_error_f_qm"].index(worst)
@@ -324,7 +322,6 @@ class LearningLoop:
                     "deviation %.3g), over select.abort %g: a blow-up the deviation did not show; its MD is not "
                     "accepted, the next round starts again at %g ps with the labels", round_, audit["step"][frame],
                     worst, audit["max_devi_f_qm"][frame], select["abort"], back_to)
-        return back_to
 
     def label_initial(self):
         """Round 0 without initial data: ``initial.frames`` frames of the MM system's own MD labelled (as
@@ -484,13 +481,6 @@ def _world():
         return SerialWorld()
     from pinn.parallel import init
     return init({"parallel": True})
-
-
-def _read_json(path):
-    if not os.path.exists(path):
-        return None
-    with open(path) as f:
-        return json.load(f)
 
 
 def _write_json(path, record):

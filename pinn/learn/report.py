@@ -22,9 +22,9 @@ def loop_records(workdir):
         table = read_model_devi(path) if os.path.exists(path) else {"step": np.zeros(0), "max_devi_f_qm": np.zeros(0)}
         record["time_ps"] = table["step"] * timestep_fs / 1000.0
         record["max_devi_f_qm"] = table["max_devi_f_qm"]
-        record["exploration"] = _json(os.path.join(folder, "exploration.json"))
-        record["audit"] = _json(os.path.join(folder, "audit.json"))
-        record["rejected"] = _json(os.path.join(folder, "rejected.json"))
+        record["exploration"] = read_json(os.path.join(folder, "exploration.json"))
+        record["audit"] = read_json(os.path.join(folder, "audit.json"))
+        record["rejected"] = read_json(os.path.join(folder, "rejected.json"))
         labels = os.path.join(folder, "labels.xyz")
         record["labels"] = _count_frames(labels)
         failed = os.path.join(folder, "failed.txt")
@@ -36,10 +36,11 @@ def loop_records(workdir):
 
 def loop_config(workdir):
     """The run file's sections as the loop read them (``config.json`` of its directory)."""
-    return _json(os.path.join(workdir, "config.json"))
+    return read_json(os.path.join(workdir, "config.json"))
 
 
-def _json(path):
+def read_json(path):
+    """A JSON file of a loop's directory, or ``None`` when it is not there."""
     if not os.path.exists(path):
         return None
     with open(path) as f:

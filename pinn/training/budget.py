@@ -10,7 +10,7 @@ spend), not a step count.  With a budget:
   the run ends at the bottom of its schedule, not mid-way;
 - the run ends at that step as it ends at ``max_steps``: the last validation, the best and the last checkpoints
   (the weight average's weights are in them); with ``max_steps`` as well, whichever comes first ends it;
-- every rank stops at the same step: the projection is made from the ranks' clocks agreed by one allreduce (the
+- every rank stops at the same step: the projection is made from the ranks' clocks agreed by one allgather (the
   slowest rank's) at steps every rank computes alike;
 - under ``pinn train`` the time counts from the start of the process (the interpreter, TensorFlow, the data
   read: what the user's clock sees) for its first training; a training a script or a notebook starts (and every
@@ -176,7 +176,7 @@ class BudgetHook(Hook):
     """Ends a run inside its :class:`TimeBudget`, at the same step on every rank, and lays the cosine over it.
 
     At steps every rank computes alike (the first two steps after the start, then about every 2 % of the budget
-    at the measured rate), the ranks agree on the clock (the slowest rank's reading, one allreduce), project the
+    at the measured rate), the ranks agree on the clock (the slowest rank's reading, one allgather), project the
     end step (the step rate over the latest tenth of the budget times the time left, at most ``cap``; the first
     step, which traces and compiles, is not in the rate), make it the run's ``max_steps`` (the loop, the progress
     line and the last validation follow it) and the schedule's length. The cosine's length is so known from the
@@ -209,12 +209,7 @@ class BudgetHook(Hook):
 
     def _agreed(self, *readings):
         """The ranks' readings agreed: each the largest over the ranks (the slowest rank's clock)."""
-        values = np.asarray(readings, np.float64)
-        if not self.world.is_parallel:
-            return values
-        slots = np.zeros((self.world.size, len(values)))
-        slots[self.world.rank] = values
-        return self.world.allreduce_sum_numpy(slots.ravel()).reshape(self.world.size, len(values)).max(axis=0)
+        return self.world.allgather_numpy(np.asarray(readings, np.float64)).max(axis=0)
 
     def on_step_end(self, report):
         step = report.step

@@ -97,12 +97,9 @@ class LearningRate:
             else:
                 passed = tf.floor(s / self.decay_step)
             return tf.pow(rate, passed)
-        if self.schedule == "cosine" and self._budget_total is not None:
-            span = tf.maximum(self._budget_total - self.warmup_steps, 1.0)
-            t = tf.clip_by_value((s - self.warmup_steps) / span, 0.0, 1.0)
-            return self.min_factor + (1.0 - self.min_factor) * 0.5 * (1.0 + tf.cos(math.pi * t))
-        if self.schedule == "cosine" and self.total_steps > 0:
-            span = max(self.total_steps - self.warmup_steps, 1.0)
+        if self.schedule == "cosine" and (self._budget_total is not None or self.total_steps > 0):
+            total = self.total_steps if self._budget_total is None else self._budget_total  # a budget's: a variable
+            span = tf.maximum(tf.cast(total, tf.float64) - self.warmup_steps, 1.0)
             t = tf.clip_by_value((s - self.warmup_steps) / span, 0.0, 1.0)
             return self.min_factor + (1.0 - self.min_factor) * 0.5 * (1.0 + tf.cos(math.pi * t))
         return tf.constant(1.0, tf.float64)  # constant, or a cosine of unknown length
