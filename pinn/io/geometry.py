@@ -10,9 +10,9 @@ Two atoms count as coincident when they are closer than :data:`MIN_DISTANCE` (pe
 included): no physical structure has such a pair (H₂'s bond, the shortest, is 0.74 Å), so it is
 an atom written twice or a frame that blew up.
 
-NumPy only; the search costs a few sorts of the atoms, once per frame at load.
+NumPy only: the checks and messages.  The search for coincident atoms (:func:`pinn.io.neighbors.coincident_pair`,
+:func:`pinn.io.neighbors.geometry_problem`) is the compiled neighbor list's, at that cutoff.
 """
-import itertools
 
 import numpy as np
 
@@ -94,24 +94,6 @@ def nonfinite_values_problem(key, value):
     return f"non-finite values in {key!r} (first at index {first.tolist()})"
 
 
-def geometry_problem(coord, cell=None, pbc=None):
-    """What no model can evaluate in one structure's geometry, or ``None``: a non-finite position or
-    cell (:func:`nonfinite_problem`), or two atoms at one place (:func:`coincident_pair`).
-
-    Args:
-        coord: [n_atoms, 3] positions, Å; cell: [3, 3] rows a, b, c, Å, or ``None``; pbc: three
-            booleans or ``None`` (open).
-
-    Returns:
-        str (one line, naming the atoms) or ``None``.
-    """
-    problem = nonfinite_problem(coord, cell)
-    if problem:
-        return problem
-    pair = coincident_pair(coord, cell, pbc)
-    return coincident_problem(*pair, np.asarray(coord)[pair[0]]) if pair else None
-
-
 def coincident_problem(i, j, distance, position):
     """The one-line message for atoms ``i`` and ``j`` found ``distance`` (Å) apart at ``position`` (Å)."""
     where = ", ".join(f"{x:.6g}" for x in np.asarray(position, np.float64).reshape(3))
@@ -152,101 +134,3 @@ def closest_listed(pair_i, pair_j, dist):
     if not dist[k] < MIN_DISTANCE:
         return None
     return int(pair_i[k]), int(pair_j[k]), float(dist[k])
-
-
-def coincident_pair(coord, cell=None, pbc=None):
-    """The first two atoms closer than :data:`MIN_DISTANCE`, periodic images included.
-
-    Up to :data:`_DENSE_POINTS` points (atoms and their images) every two are compared; more are
-    binned on grids of side 2·MIN_DISTANCE, each shifted by half a bin or not along each axis (8
-    grids): two points closer than MIN_DISTANCE share a bin on at least one of them, so a sort of
-    the bins finds them without a neighbor search.
-
-    Args:
-        coord: [n_atoms, 3] finite positions, Å.
-        cell: [3, 3] lattice vectors as rows, Å (``None``: open).
-        pbc: three booleans, periodicity along a, b, c (``None``: open).
-
-    Returns:
-        ``(i, j, distance)`` with ``i < j`` (Å), or ``None``.
-    """
-    coord = np.asarray(coord, np.float64).reshape(-1, 3)
-    points, atoms = _with_images(coord, cell, pbc)
-    if len(points) < 2:
-        return None
-    if len(points) <= _DENSE_POINTS:
-        d2 = np.sum((points[:, None, :] - points[None, :, :]) ** 2, axis=-1)
-        close = (d2 < MIN_DISTANCE ** 2) & (atoms[:, None] < atoms[None, :])
-        if not close.any():
-            return None
-        a, b = np.nonzero(close)
-        k = np.lexsort((atoms[b], atoms[a]))[0]
-        return int(atoms[a[k]]), int(atoms[b[k]]), float(np.sqrt(d2[a[k], b[k]]))
-    found = []
-    scaled = points / (2 * MIN_DISTANCE)
-    for offset in _GRID_OFFSETS:
-        for a, b in _same_bin(np.floor(scaled + offset).astype(np.int64)):
-            i, j = int(atoms[a]), int(atoms[b])
-            distance = float(np.linalg.norm(points[b] - points[a]))
-            if i != j and distance < MIN_DISTANCE:
-                found.append((min(i, j), max(i, j), distance))
-    return min(found) if found else None
-
-
-#: up to this many points (atoms and images) :func:`coincident_pair` compares every two at once
-_DENSE_POINTS = 128
-#: the 8 grids of :func:`coincident_pair`: shifted by half a bin, or not, along each axis
-_GRID_OFFSETS = np.array(list(itertools.product((0.0, 0.5), repeat=3)))
-#: the 27 images (in multiples of a, b, c) of a point next to a cell's faces
-_IMAGES = np.array(list(itertools.product((-1, 0, 1), repeat=3)))
-
-
-def _with_images(coord, cell, pbc):
-    """Positions wrapped into the cell along periodic axes, with the images of the atoms within
-    MIN_DISTANCE of a periodic face; and the atom of each point."""
-    pbc = np.zeros(3, bool) if pbc is None else np.asarray(pbc, bool).reshape(3)
-    if not pbc.any() or cell is None:
-        return coord, np.arange(len(coord))
-    lattice = np.asarray(cell, np.float64).reshape(3, 3)
-    lattice = lattice if pbc.all() else complete_lattice(lattice, pbc)
-    cross = _cross_rows(lattice)
-    volume = cross[0] @ lattice[0]
-    if abs(volume) < 1e-10:
-        raise ValueError(f"cell {np.asarray(cell).tolist()} is singular along a periodic direction")
-    frac = coord @ (cross.T / volume)  # the inverse of the lattice by its cross products (no LAPACK call)
-    frac = np.where(pbc, frac - np.floor(frac), frac)
-    pad = MIN_DISTANCE * np.sqrt(np.sum(cross * cross, axis=1)) / abs(volume)  # / the face distances
-    near = ((frac < pad) | (frac > 1 - pad)) & pbc
-    if not near.any():
-        return frac @ lattice, np.arange(len(coord))
-    shifts = _IMAGES[~np.any(_IMAGES[:, ~pbc] != 0, axis=1)]
-    candidates = np.nonzero(near.any(axis=1))[0]
-    images = frac[candidates][None, :, :] + shifts[:, None, :]
-    keep = np.all(((images > -pad) & (images < 1 + pad)) | ~pbc, axis=-1) & np.any(shifts != 0, axis=1)[:, None]
-    image, atom = np.nonzero(keep)
-    points = np.concatenate([frac, images[image, atom]]) @ lattice
-    return points, np.concatenate([np.arange(len(coord)), candidates[atom]])
-
-
-def _same_bin(bins):
-    """Index pairs (a, b) of the rows of ``bins`` [n, 3] (int64) that are equal."""
-    low = bins.min(axis=0)
-    span = bins.max(axis=0) - low + 1
-    if float(span[0]) * float(span[1]) * float(span[2]) < 2.0 ** 62:  # one int64 per row: one sort
-        shifted = bins - low
-        keys = (shifted[:, 0] * span[1] + shifted[:, 1]) * span[2] + shifted[:, 2]
-        order = np.argsort(keys, kind="stable")
-        ordered = keys[order]
-        same = lambda gap: ordered[gap:] == ordered[:-gap]  # noqa: E731
-    else:
-        order = np.lexsort(bins.T[::-1])
-        ordered = bins[order]
-        same = lambda gap: np.all(ordered[gap:] == ordered[:-gap], axis=1)  # noqa: E731
-    pairs = []
-    gap = 1
-    equal = same(gap)
-    while equal.any():  # a run of equal rows: every two of it, at distance 1, 2, ... in the order
-        pairs += [(order[k], order[k + gap]) for k in np.nonzero(equal)[0]]
-        gap += 1
-        equal = same(gap)
-    return pairs

@@ -1,9 +1,10 @@
 """Cell-list neighbor lists for periodic (triclinic) and open systems.
 
-Pure NumPy, vectorised (no per-atom Python loops), so it can run inside the
-``tf.data`` pipeline through :func:`tf.numpy_function` and in the ASE
-calculator; only the per-step filter of a large Verlet list (:class:`VerletNeighbors`)
-runs in a compiled Numba loop (:mod:`pinn.io.verlet_filter`) when Numba is installed.
+The cell is wrapped in NumPy; the ghosts (the periodic images near the cell) and the pairs are found in
+compiled Numba loops that release the GIL (:mod:`pinn.io.neighbor_kernels`), so that the lists computed
+inside the ``tf.data`` pipeline (through :func:`tf.numpy_function`) run beside the training step rather
+than hold it up; the ASE calculator uses the same lists.  The per-step filter of a large Verlet list
+(:class:`VerletNeighbors`) runs in a compiled parallel loop (:mod:`pinn.io.verlet_filter`).
 Distances themselves are computed in TensorFlow from the pair indices and integer image shifts,
 so forces and stress stay differentiable.
 
@@ -12,30 +13,20 @@ the lattice vectors a, b, c) lies within ``rc`` of atom i:
 
     diff = r_j + S @ cell - r_i,   0 < |diff| < rc
 
-The list is full (both (i, j) and (j, i) appear) and sorted by i.  Cells
+The list is full (both (i, j) and (j, i) appear) and sorted by i, then j.  Cells
 smaller than twice the cutoff are handled: an atom may be its own neighbor
 through a periodic image, and a pair may appear with several shifts.
 """
 import numpy as np
 
+from pinn.io import neighbor_kernels as kernels
 from pinn.io.geometry import (MIN_DISTANCE, coincident_problem, complete_lattice, face_distances, nonfinite_problem,
                               refuse_coincident)
 
-#: below this many candidate pairs the O(N^2) search beats binning
-_BRUTE_FORCE_PAIRS = 40000
 #: a Verlet list of at least this many pairs is filtered by the compiled loop of
 #: :mod:`pinn.io.verlet_filter` (below it NumPy takes well under a millisecond, and Numba is not
 #: imported)
 COMPILED_FILTER_MIN_PAIRS = 20000
-
-
-def _expand_ranges(starts, counts):
-    """Concatenate ``arange(s, s + c)`` for every (s, c) without a loop."""
-    total = int(counts.sum())
-    if total == 0:
-        return np.zeros(0, dtype=np.int64)
-    offsets = np.repeat(starts - np.cumsum(counts) + counts, counts)
-    return offsets + np.arange(total)
 
 
 def neighbor_list(coord, cell, pbc, rc):
@@ -66,10 +57,35 @@ def neighbor_list(coord, cell, pbc, rc):
     problem = nonfinite_problem(coord, cell)
     if problem:
         raise ValueError(problem)
+    ind_2, shift, closest = pairs_within(coord, cell, pbc, rc)
+    if closest >= 0:
+        i, j = ind_2[closest]
+        distance = np.linalg.norm(coord[j] + shift[closest] @ cell - coord[i])
+        if distance < MIN_DISTANCE:
+            raise ValueError(coincident_problem(i, j, distance, coord[i]))
+    return ind_2, shift
+
+
+def pairs_within(coord, cell, pbc, rc):
+    """The pairs closer than ``rc`` as :func:`neighbor_list` gives them, without its checks of the input and
+    its refusal of coincident atoms (:func:`coincident_pair` looks for those with it).
+
+    Args:
+        coord: [n_atoms, 3] float64 finite positions, Å.
+        cell: [3, 3] float64 lattice vectors as rows, Å.
+        pbc: [3] bool periodicity.
+        rc: positive cutoff radius, Å.
+
+    Returns:
+        ``(ind_2, shift, closest)``: as :func:`neighbor_list`, and the place of the closest pair in them
+        (-1 without pairs).
+
+    Raises:
+        ValueError: a cell singular along a periodic direction.
+    """
     n_atoms = len(coord)
     if n_atoms == 0:
-        return np.zeros((0, 2), np.int32), np.zeros((0, 3))
-
+        return np.zeros((0, 2), np.int32), np.zeros((0, 3)), -1
     if pbc.any():
         lattice = cell.copy()
         # Open directions get a unit vector orthogonal to the periodic ones so
@@ -78,84 +94,65 @@ def neighbor_list(coord, cell, pbc, rc):
             lattice = complete_lattice(cell, pbc)
         if abs(np.linalg.det(lattice)) < 1e-10:
             raise ValueError(f"cell {cell.tolist()} is singular along a periodic direction")
-        frac = coord @ np.linalg.inv(lattice)
-        wrap = np.where(pbc, np.floor(frac), 0.0)
-        frac -= wrap
-        home = frac @ lattice  # positions wrapped into the cell
-        n_img = np.where(pbc, np.ceil(rc / face_distances(lattice)), 0).astype(int)
-        grids = [np.arange(-n, n + 1) for n in n_img]
-        images = np.stack(np.meshgrid(*grids, indexing="ij"), -1).reshape(-1, 3)
-        # keep only image atoms within rc of the home cell (in fractional terms)
-        pad = np.where(pbc, rc / face_distances(lattice), np.inf)
-        img_frac = frac[None, :, :] + images[:, None, :]  # [n_img, n_atoms, 3]
-        keep = np.all((img_frac > -pad) & (img_frac < 1 + pad), axis=-1)
-        img_idx, atom_idx = np.nonzero(keep)
-        ghost_shift = images[img_idx].astype(np.float64)
-        ghost_pos = home[atom_idx] + ghost_shift @ lattice
+        frac, wrap, home = kernels.wrapped(coord, lattice, pbc)
+        reach = rc / face_distances(lattice)  # the cutoff in fractions of a, b, c
+        n_img = np.where(pbc, np.ceil(reach), 0).astype(np.int64)
+        # only image atoms within rc of the home cell (in fractional terms) are ghosts
+        pad = np.where(pbc, reach, np.inf)
+        ghost_atom, ghost_shift, ghost_pos = kernels.ghosts(frac, home, lattice, n_img, pad)
     else:
         wrap = np.zeros((n_atoms, 3))
         home = coord
-        atom_idx = np.arange(n_atoms)
+        ghost_atom = np.arange(n_atoms, dtype=np.int64)
         ghost_shift = np.zeros((n_atoms, 3))
         ghost_pos = coord
-
-    if n_atoms * len(ghost_pos) <= _BRUTE_FORCE_PAIRS:
-        i, g, d2 = _pairs_brute_force(home, ghost_pos, rc)
-    else:
-        i, g, d2 = _pairs_cell_list(home, ghost_pos, rc)
-    j = atom_idx[g]
-    shift = ghost_shift[g]
-    not_self = (i != j) | np.any(shift != 0, axis=1)
-    i, j, shift = i[not_self], j[not_self], shift[not_self]
-    d2 = d2[not_self]
-    if len(d2) and d2.min() < MIN_DISTANCE ** 2:
-        k = int(np.argmin(d2))
-        raise ValueError(coincident_problem(i[k], j[k], np.sqrt(d2[k]), coord[i[k]]))
-    # undo the wrapping: r_j + S@cell - r_i in the original coordinates
-    shift = shift + wrap[i] - wrap[j]
-    order = np.lexsort((j, i))
-    ind_2 = np.stack([i[order], j[order]], axis=1).astype(np.int32)
-    return ind_2, shift[order]
+    return kernels.pairs(home, wrap, ghost_atom, ghost_shift, ghost_pos, float(rc), kernels.BRUTE_FORCE_PAIRS)
 
 
-def _pairs_brute_force(centers, points, rc):
-    """All (center, point) index pairs with distance < rc, and their squared distances (Å²), by dense
-    distances."""
-    d2 = np.sum((points[None, :, :] - centers[:, None, :]) ** 2, axis=-1)
-    i, p = np.nonzero(d2 < rc * rc)
-    return i, p, d2[i, p]
+def coincident_pair(coord, cell=None, pbc=None):
+    """The first two atoms closer than :data:`MIN_DISTANCE`, periodic images included: the first pair
+    (i < j, in that order) of the neighbor list at that cutoff (:func:`pairs_within`, compiled; a structure's
+    check costs some microseconds).
+
+    Args:
+        coord: [n_atoms, 3] finite positions, Å.
+        cell: [3, 3] lattice vectors as rows, Å (``None``: open).
+        pbc: three booleans, periodicity along a, b, c (``None``: open).
+
+    Returns:
+        ``(i, j, distance)`` with ``i < j`` (Å), or ``None``.
+
+    Raises:
+        ValueError: a cell singular along a periodic direction.
+    """
+    coord = np.asarray(coord, np.float64).reshape(-1, 3)
+    pbc = np.zeros(3, bool) if pbc is None or cell is None else np.asarray(pbc, bool).reshape(3)
+    cell = np.zeros((3, 3)) if cell is None else np.asarray(cell, np.float64).reshape(3, 3)
+    ind_2, shift, _ = pairs_within(coord, cell, pbc, MIN_DISTANCE)
+    ordered = np.flatnonzero(ind_2[:, 0] < ind_2[:, 1])
+    if not len(ordered):
+        return None
+    k = ordered[0]
+    i, j = int(ind_2[k, 0]), int(ind_2[k, 1])
+    return i, j, float(np.linalg.norm(coord[j] + shift[k] @ cell - coord[i]))
 
 
-def _pairs_cell_list(centers, points, rc):
-    """All (center, point) index pairs with distance < rc, and their squared distances (Å²), by binning
-    points into cubes of side rc."""
-    origin = points.min(axis=0) - 1e-8
-    n_bins = np.maximum(np.floor((points.max(axis=0) - origin) / rc).astype(int) + 1, 1)
-    point_bin3 = np.minimum(((points - origin) // rc).astype(int), n_bins - 1)
-    point_bin = np.ravel_multi_index(point_bin3.T, n_bins)
-    order = np.argsort(point_bin, kind="stable")
-    sorted_bins = point_bin[order]
-    n_flat = int(np.prod(n_bins))
-    starts = np.searchsorted(sorted_bins, np.arange(n_flat), side="left")
-    ends = np.searchsorted(sorted_bins, np.arange(n_flat), side="right")
-    center_bin3 = np.floor((centers - origin) / rc).astype(int)
-    all_i = []
-    all_p = []
-    all_d2 = []
-    for offset in np.stack(np.meshgrid(*[[-1, 0, 1]] * 3, indexing="ij"), -1).reshape(-1, 3):
-        nb3 = center_bin3 + offset
-        valid = np.all((nb3 >= 0) & (nb3 < n_bins), axis=1)
-        ci = np.nonzero(valid)[0]
-        nb = np.ravel_multi_index(nb3[valid].T, n_bins)
-        counts = ends[nb] - starts[nb]
-        p = order[_expand_ranges(starts[nb], counts)]
-        i = np.repeat(ci, counts)
-        d2 = np.sum((points[p] - centers[i]) ** 2, axis=1)
-        close = d2 < rc * rc
-        all_i.append(i[close])
-        all_p.append(p[close])
-        all_d2.append(d2[close])
-    return np.concatenate(all_i), np.concatenate(all_p), np.concatenate(all_d2)
+def geometry_problem(coord, cell=None, pbc=None):
+    """What no model can evaluate in one structure's geometry, or ``None``: a non-finite position or
+    cell (:func:`nonfinite_problem`), or two atoms at one place (:func:`coincident_pair`).
+
+    Args:
+        coord: [n_atoms, 3] positions, Å; cell: [3, 3] rows a, b, c, Å, or ``None``; pbc: three
+            booleans or ``None`` (open).
+
+    Returns:
+        str (one line, naming the atoms) or ``None``.
+    """
+    problem = nonfinite_problem(coord, cell)
+    if problem:
+        return problem
+    pair = coincident_pair(coord, cell, pbc)
+    return coincident_problem(*pair, np.asarray(coord)[pair[0]]) if pair else None
 
 
 def batch_neighbor_list(coord, cell, pbc, ind_1, rc):

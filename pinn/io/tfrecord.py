@@ -19,7 +19,7 @@ import yaml
 from pinn import keys as K
 from pinn.io.base import DataError, periodic
 from pinn.io.errors import op_error_line
-from pinn.io.geometry import geometry_problem
+from pinn.io.neighbors import geometry_problem
 
 log = logging.getLogger(__name__)
 
@@ -175,7 +175,7 @@ def read_spec(spec_file):
 
 def verify_records(records, meta, n_sample=None):
     """Read a TFRecord file once, whole: every record intact, their number, and the geometry of every
-    structure (:func:`pinn.io.geometry.geometry_problem`; per structure of a record of sparse batches).
+    structure (:func:`pinn.io.neighbors.geometry_problem`; per structure of a record of sparse batches).
 
     Args:
         records: the ``.tfr`` file.

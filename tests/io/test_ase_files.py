@@ -230,13 +230,14 @@ def test_coincident_atoms_and_non_finite_positions_are_refused_at_load(tmp_path)
 
 
 def test_coincident_pairs_are_those_of_a_search_over_every_image():
-    """pinn.io.geometry.coincident_pair (sorts of grid bins; every two points for small structures) finds
+    """pinn.io.neighbors.coincident_pair (the compiled neighbor list at MIN_DISTANCE) finds
     the pair a brute-force search over the 27 images finds, in triclinic, slab and open cells: two atoms at one
     place, two only through a periodic image (across a face), and none."""
     import itertools
 
     import numpy as np
-    from pinn.io.geometry import MIN_DISTANCE, coincident_pair
+    from pinn.io.geometry import MIN_DISTANCE
+    from pinn.io.neighbors import coincident_pair
     rng = np.random.RandomState(0)
     images = np.array(list(itertools.product((-1, 0, 1), repeat=3)))
     kinds = {"direct": 0, "image": 0, "none": 0}

@@ -5,7 +5,7 @@ from ase import Atoms
 from ase.neighborlist import neighbor_list as ase_neighbor_list
 
 from pinn.io.neighbors import batch_neighbor_list, neighbor_list
-import pinn.io.neighbors as nbmod
+import pinn.io.neighbor_kernels as kernels
 
 
 def _pairs(i, j, shift):
@@ -33,12 +33,17 @@ def test_matches_ase(rng, pbc, cell_scale, n):
         assert np.all(np.linalg.norm(diff, axis=1) < rc)
 
 
-def test_cell_list_equals_brute_force(rng, monkeypatch):
-    atoms = _random_atoms(rng, 150, 14.0, (True, True, True))
-    ref = neighbor_list(atoms.positions, atoms.cell[:], atoms.pbc, 3.5)
-    monkeypatch.setattr(nbmod, "_BRUTE_FORCE_PAIRS", 10 ** 12)
+@pytest.mark.parametrize("cell_scale", [5.0, 14.0])  # images of atoms within one cell, and a cell > 2 rc
+def test_cell_list_equals_brute_force(rng, monkeypatch, cell_scale):
+    """The binned search gives the brute-force search's list, pair for pair and in the same order."""
+    atoms = _random_atoms(rng, 150, cell_scale, (True, True, True))
+    monkeypatch.setattr(kernels, "BRUTE_FORCE_PAIRS", 0)
+    binned = neighbor_list(atoms.positions, atoms.cell[:], atoms.pbc, 3.5)
+    monkeypatch.setattr(kernels, "BRUTE_FORCE_PAIRS", 10 ** 12)
     brute = neighbor_list(atoms.positions, atoms.cell[:], atoms.pbc, 3.5)
-    assert _pairs(ref[0][:, 0], ref[0][:, 1], ref[1]) == _pairs(brute[0][:, 0], brute[0][:, 1], brute[1])
+    np.testing.assert_array_equal(binned[0], brute[0])
+    np.testing.assert_array_equal(binned[1], brute[1])
+    assert np.all(np.lexsort((binned[0][:, 1], binned[0][:, 0])) == np.arange(len(binned[0]))), "sorted by i, j"
 
 
 def test_batch_offsets(rng):
