@@ -14,7 +14,8 @@ import tensorflow as tf
 
 from pinn import keys as K
 from pinn.io.errors import DataError  # noqa: F401  (re-exported)
-from pinn.io.geometry import coincident_pair, coincident_problem, nonfinite_problem, nonfinite_values_problem
+from pinn.io.geometry import coincident_problem, nonfinite_problem, nonfinite_values_problem
+from pinn.io.neighbors import coincident_pair
 from pinn.io.splits import chosen_split, split_items
 from pinn.runtime.py_funcs import dataset_holding_callbacks
 
@@ -272,8 +273,10 @@ class ItemReader:
                     raise DataError(f"{source}: keys {sorted(structure)} differ from the first "
                                     f"structure's {sorted(expected)}")
                 yield structure
-        # the generator (and the frames it reads) held by the dataset, not by the process (pinn.runtime.py_funcs)
-        return dataset_holding_callbacks(lambda: tf.data.Dataset.from_generator(generate, output_signature=spec))
+        # the generator (and the frames it reads) held by the dataset, not by the process (pinn.runtime.py_funcs);
+        # its length declared, so that an epoch's batches are counted without a pass (pinn.training.epochs)
+        return dataset_holding_callbacks(lambda: tf.data.Dataset.from_generator(generate, output_signature=spec)
+                                         .apply(tf.data.experimental.assert_cardinality(len(items))))
 
 
 def list_loader(pbc=None, force=None, stress=None, ds_spec=None, *, float_dtype="float32"):

@@ -194,7 +194,6 @@ def check_elements(dataset, atom_types, source):
     """
     import numpy as np
     import tensorflow as tf
-    from ase.data import chemical_symbols
 
     from pinn import keys as K
     from pinn.io.errors import DataError
@@ -204,27 +203,90 @@ def check_elements(dataset, atom_types, source):
         seen.update(np.unique(elems).tolist())
     unknown = sorted(seen - set(int(z) for z in atom_types))
     if unknown:
-        names = ", ".join(f"{chemical_symbols[z] if 0 < z < len(chemical_symbols) else '?'} ({z})" for z in unknown)
-        raise DataError(f"{source}: element(s) {names} not in network.params.atom_types {list(atom_types)}")
+        raise DataError(f"{source}: {_not_known(unknown, atom_types)}")
+
+
+def _not_known(unknown, atom_types):
+    """The message's end for the atomic numbers ``unknown`` that ``atom_types`` lacks."""
+    from ase.data import chemical_symbols
+    names = ", ".join(f"{chemical_symbols[z] if 0 < z < len(chemical_symbols) else '?'} ({z})" for z in unknown)
+    return f"element(s) {names} not in network.params.atom_types {list(atom_types)}"
+
+
+def elements_checked_as_read(dataset, atom_types, source, numbered="frame {}"):
+    """``dataset`` with each structure's elements checked when the structure is read, not in a pass before
+    training (:func:`check_elements`): for files larger than :data:`pinn.io.ase_stream.STREAM_ABOVE_BYTES`,
+    which are read from disk every epoch and whose pass would cost as much as an epoch.
+
+    Args:
+        dataset: ``tf.data.Dataset`` of structures (of one file, in the file's order, for ``numbered``'s
+            default).
+        atom_types: the network's atomic numbers.
+        source: the file (or data key), named in the message.
+        numbered: how the message names the structure from its place in ``dataset`` (from 0).
+
+    Returns:
+        the dataset (the same structures).  Iterating it raises DataError (inside TensorFlow's error)
+        naming ``source``, the frame and the unknown elements.
+    """
+    import numpy as np
+    import tensorflow as tf
+
+    from pinn import keys as K
+    from pinn.io.errors import DataError
+    from pinn.runtime.py_funcs import dataset_holding_callbacks
+    allowed = np.array(sorted(int(z) for z in atom_types))
+    qm = K.QM in dataset.element_spec  # QM/MM frames: the network sees the QM atoms alone
+
+    def check(k, elems, seen):
+        unknown = np.setdiff1d(elems[seen], allowed)
+        if unknown.size:
+            raise DataError(f"{source}, {numbered.format(int(k))}: {_not_known(unknown.tolist(), atom_types)}")
+        return elems
+
+    @tf.autograph.experimental.do_not_convert
+    def checked(k, structure):
+        elems = structure[K.ELEMS]
+        seen = structure[K.QM] if qm else tf.ones_like(elems, tf.bool)
+        out = dict(structure)
+        out[K.ELEMS] = tf.ensure_shape(tf.numpy_function(check, [k, elems, seen], elems.dtype, stateful=False),
+                                       elems.shape)
+        return out
+
+    return dataset_holding_callbacks(lambda: dataset.enumerate().map(checked))
 
 
 def load_structures(source, atom_types=None):
     """A dataset from a file name or list: TFRecord caches (``X.tfr``, or their spec ``X.yml`` as upstream
     PiNN names them) or anything ASE reads; with ``atom_types``, each file is checked to hold only
-    those elements (:func:`check_elements`)."""
+    those elements: in a pass before training (:func:`check_elements`), or as its frames are read for a file
+    larger than :data:`pinn.io.ase_stream.STREAM_ABOVE_BYTES` (:func:`elements_checked_as_read`)."""
     from pinn.io import load_ase, load_tfrecord
+    from pinn.io.ase_stream import STREAM_ABOVE_BYTES, bytes_on_disk
     files = [source] if isinstance(source, (str, os.PathLike)) else list(source)
     if not files:
         raise ParamsError("data: an empty list of files")
-    datasets = [load_tfrecord(f) if os.fspath(f).endswith((".tfr", ".yml", ".yaml")) else load_ase(f, shuffle=False)
-                for f in files]
+    datasets = [load_tfrecord(f) if _is_tfrecord(f) else load_ase(f, shuffle=False) for f in files]
     if atom_types is not None:
-        for path, dataset in zip(files, datasets):
-            check_elements(dataset, atom_types, os.fspath(path))
+        for k, (path, dataset) in enumerate(zip(files, datasets)):
+            if bytes_on_disk([_data_file(path)]) > STREAM_ABOVE_BYTES:
+                datasets[k] = elements_checked_as_read(dataset, atom_types, os.fspath(path))
+            else:
+                check_elements(dataset, atom_types, os.fspath(path))
     dataset = datasets[0]
     for more in datasets[1:]:
         dataset = dataset.concatenate(more)
     return dataset
+
+
+def _is_tfrecord(path):
+    return os.fspath(path).endswith((".tfr", ".yml", ".yaml"))
+
+
+def _data_file(path):
+    """The file that holds the structures: a TFRecord cache's records for its spec ``X.yml``."""
+    from pinn.io.tfrecord import tfrecord_paths
+    return tfrecord_paths(path)[0] if _is_tfrecord(path) else os.fspath(path)
 
 
 def region_for_model(dataset, source, world=None, embedding=MECHANICAL):
@@ -246,6 +308,7 @@ def datasets(data, world, atom_types=None, embedding=MECHANICAL):
     only those elements (:func:`check_elements`); QM/MM frames as a model of ``embedding`` takes them
     (:func:`region_for_model`)."""
     from pinn.io import distribute_data, load_ase, load_mimic
+    from pinn.io.ase_stream import STREAM_ABOVE_BYTES, bytes_on_disk
     split = data["split"]
     if data["mimic"] is not None:
         mimic = dict(data["mimic"])
@@ -280,9 +343,16 @@ def datasets(data, world, atom_types=None, embedding=MECHANICAL):
     train = parts["train"]
     evaluation = parts.get("eval")
     if atom_types is not None and source is not None:
-        for part in (train, evaluation):
-            if part is not None:
+        as_read = split is not None and bytes_on_disk(_listed(data["train"])) > STREAM_ABOVE_BYTES
+        for name, part in (("train", train), ("eval", evaluation)):
+            if part is None:
+                continue
+            if as_read:  # streamed: checked as read, not in a pass that costs an epoch
+                parts[name] = elements_checked_as_read(part, atom_types, source,
+                                                       f"structure {{}} of the {name} part (in the split's order)")
+            else:
                 check_elements(part, atom_types, source)
+        train, evaluation = parts["train"], parts.get("eval")
     train = region_for_model(train, "data", world, embedding)
     evaluation = region_for_model(evaluation, "data (evaluation)", world, embedding)
     if sharded:

@@ -318,3 +318,54 @@ def test_a_bad_cache_is_refused_by_name(tmp_path):
     run.write_text(yaml.safe_dump({"data": {"train": "x.xyz", "cache": " "}, "train": {"max_epochs": 1}}))
     with pytest.raises(ParamsError, match="data.cache: an empty path"):
         read_config(str(run))
+
+
+def test_a_streamed_files_elements_are_checked_as_read_not_in_a_pass(tmp_path, monkeypatch):
+    """A training file large enough to stream is not read whole before training to find its elements (that pass
+    cost as much as an epoch: 75 s on 377 MB): each frame is checked when read, and an element the network lacks
+    stops the run naming the file and frame.  The datasets know their length, so an epoch is counted without a
+    pass either."""
+    from pinn.io.ase_stream import FrameIndex
+    from pinn.training.epochs import steps_per_epoch_of
+    from pinn.training.run_file import input_pipeline, load_structures
+    from pinn.parallel.serial import SerialWorld
+    frames = _frames(6)
+    frames[4].numbers[1] = 47  # silver, in frame 4 only
+    path = tmp_path / "train.xyz"
+    write(path, frames, format="extxyz")
+    reads = []
+    read = FrameIndex.read
+    monkeypatch.setattr(FrameIndex, "read", lambda index, k: reads.append(k) or read(index, k))
+    monkeypatch.setattr(ase_stream, "STREAM_ABOVE_BYTES", 0)
+    dataset = load_structures(str(path), atom_types=[29, 79])
+    assert reads == [0], reads  # the first frame, for the keys and shapes: no pass
+    assert int(dataset.cardinality()) == 6
+    assert steps_per_epoch_of(lambda: input_pipeline(dataset, rc=4.0, batch_size=4), 1, SerialWorld()) == 2
+    assert reads == [0]
+    with pytest.raises(Exception, match=rf"{path}, frame 4: element\(s\) Ag \(47\) not in network.params.atom_types "
+                                        r"\[29, 79\]"):
+        _structures(dataset)
+    assert len(_structures(load_structures(str(path), atom_types=[29, 47, 79]))) == 6
+    # held (a small file), the elements are read in a pass before training, as before
+    monkeypatch.setattr(ase_stream, "STREAM_ABOVE_BYTES", 10 ** 9)
+    with pytest.raises(DataError, match=rf"^{path}: element\(s\) Ag \(47\) not in"):
+        load_structures(str(path), atom_types=[29, 79])
+
+
+def test_a_streamed_split_is_checked_as_read(tmp_path, monkeypatch):
+    """data.split of a streamed file: each part's structures are checked as read, the message naming the data
+    and the structure's place in its part."""
+    from pinn.training.run_file import datasets
+    from pinn.parallel.serial import SerialWorld
+    frames = _frames(6)
+    for frame in frames:
+        frame.numbers[1] = 47
+    path = tmp_path / "train.xyz"
+    write(path, frames, format="extxyz")
+    monkeypatch.setattr(ase_stream, "STREAM_ABOVE_BYTES", 0)
+    data = {"mimic": None, "split": {"train": 2, "eval": 1}, "train": str(path), "eval": None, "seed": 0}
+    train, evaluation = datasets(data, SerialWorld(), atom_types=[29, 79])
+    for part, name in ((train, "train"), (evaluation, "eval")):
+        with pytest.raises(Exception, match=rf"data.train \({path}\), structure 0 of the {name} part \(in the "
+                                            r"split's order\): element\(s\) Ag \(47\)"):
+            _structures(part)
