@@ -143,3 +143,20 @@ def test_a_run_file_without_a_length_or_with_a_bad_time_is_refused(tmp_path, all
     with pytest.raises(ParamsError, match=r"train.max_time.*'15 minutes' is not a time"):
         read_config(_run_file(tmp_path, alloy_xyz, "bad", max_time="15 minutes"))
     assert read_config(_run_file(tmp_path, alloy_xyz, "good", max_time="15m"))[2]["max_time"] == "15m"
+
+
+def test_the_prepared_input_runs_without_the_autotuning_thread():
+    """The training and evaluation input (prepared_input) has tf.data's autotuning model off: with it, deleting an
+    iterator that had lived some seconds waited for the model's thread to wake, up to 10 s after the last step in
+    about one run of three (benchmarks/results/0.30.0-dev-end-delay.jsonl), time a budget cannot see coming."""
+    from pinn.inference.inputs import prepared_input
+    from pinn.io import sparse_batch
+
+    class Network:
+        rc = 3.0
+    structures = tf.data.Dataset.from_tensor_slices({"elems": np.ones((4, 2), np.int32),
+                                                     "coord": np.random.RandomState(0).rand(4, 2, 3) * 2,
+                                                     "e_data": np.zeros(4, np.float32)})
+    dataset = prepared_input(lambda: structures.apply(sparse_batch(2)), Network())
+    assert dataset.options().autotune.enabled is False
+    assert sum(1 for _ in dataset) == 2
