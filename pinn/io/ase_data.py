@@ -5,9 +5,9 @@ import numpy as np
 
 from pinn import keys as K
 from pinn.io import ase_files
-from pinn.io.base import DataError, Frame, check_structure, list_loader
+from pinn.io.base import DataError, Frame, check_structure, held_dataset, map_nested, signature_of
 from pinn.io.qmmm_atoms import qmmm_arrays
-from pinn.io.splits import chosen_split
+from pinn.io.splits import chosen_split, split_items
 
 
 def atoms_to_structure(atoms, source="Atoms"):
@@ -185,19 +185,15 @@ def load_ase(dataset, split=False, shuffle=True, seed=0, splits=None, stream=Non
         if set(frame.payload) != first_keys:
             raise DataError(f"{frame.source}: has {sorted(frame.payload)}, but the first frame has "
                             f"{sorted(first_keys)}; every frame needs the same labels")
-    return _load_frames(frames, split=split, shuffle=shuffle, seed=seed)
-
-
-@list_loader
-def _load_frames(frame):
-    return frame.payload
+    spec = signature_of(frames[0].payload)  # checked above (check_structure), so not again when iterated
+    return map_nested(split_items(frames, split, shuffle=shuffle, seed=seed),
+                       lambda part: held_dataset([frame.payload for frame in part], spec))
 
 
 def _stream_frames(paths, split, shuffle, seed):
     """The datasets of ``load_ase(paths, stream=True)``: the frame numbers split as the frames would be."""
     from pinn.io.ase_stream import FrameIndex
     from pinn.io.base import ItemReader
-    from pinn.io.splits import split_items
     index = FrameIndex(paths)
     if not len(index):
         raise DataError(f"{', '.join(paths)}: no structures found")

@@ -260,7 +260,7 @@ class ItemReader:
         if first is None:
             raise DataError(f"{self.name}: no structures to load")
         spec = signature_of(self.read(first), self.extra)
-        return _map_nested(subsets, lambda items: self._dataset(items, spec))
+        return map_nested(subsets, lambda items: self._dataset(items, spec))
 
     def _dataset(self, items, spec):
         expected = set(spec)
@@ -277,6 +277,40 @@ class ItemReader:
         # its length declared, so that an epoch's batches are counted without a pass (pinn.training.epochs)
         return dataset_holding_callbacks(lambda: tf.data.Dataset.from_generator(generate, output_signature=spec)
                                          .apply(tf.data.experimental.assert_cardinality(len(items))))
+
+
+def held_dataset(structures, spec):
+    """A ``tf.data.Dataset`` of ``structures`` held in memory (checked dicts of arrays, as
+    :func:`check_structure` gives them, all with the keys of ``spec``), built from their arrays in TensorFlow:
+    each structure is sliced out of one array per key in TensorFlow's threads, without a Python call per
+    structure (as a ``from_generator`` makes), so that the first epoch's Python (Python's lock) is left to the
+    training step.
+
+    Args:
+        structures: list of structure dicts (``elems`` [n_atoms], ``coord`` [n_atoms, 3], ...).
+        spec: ``tf.TensorSpec`` dict of one structure (:func:`signature_of`).
+
+    Returns:
+        the dataset, of ``len(structures)`` elements in their order, of element spec ``spec``.
+    """
+    keys = list(spec)
+    ragged = [key for key in keys if spec[key].shape.rank and spec[key].shape[0] is None]
+    columns = {}
+    bounds = {}
+    for key in keys:
+        dtype = spec[key].dtype.as_numpy_dtype
+        values = [np.asarray(s[key], dtype) for s in structures]
+        empty = np.zeros([0 if d is None else d for d in spec[key].shape], dtype)
+        if key in ragged:
+            bounds[key] = tf.constant(np.concatenate([[0], np.cumsum([len(v) for v in values])]), tf.int64)
+            columns[key] = tf.constant(np.concatenate(values) if values else empty)
+        else:
+            columns[key] = tf.constant(np.stack(values) if values else empty[None][:0])
+
+    def structure(k):
+        return {key: (columns[key][bounds[key][k]:bounds[key][k + 1]] if key in ragged else columns[key][k])
+                for key in keys}
+    return tf.data.Dataset.range(len(structures)).map(structure)
 
 
 def list_loader(pbc=None, force=None, stress=None, ds_spec=None, *, float_dtype="float32"):
@@ -349,9 +383,11 @@ def _leaves(tree):
     return [tree]
 
 
-def _map_nested(tree, fn):
+def map_nested(tree, fn):
+    """``fn`` of each leaf of ``tree`` (a nested dict, as :func:`pinn.io.split_items` gives, or a leaf), in the
+    same structure."""
     if isinstance(tree, dict):
-        return {k: _map_nested(v, fn) for k, v in tree.items()}
+        return {k: map_nested(v, fn) for k, v in tree.items()}
     return fn(tree)
 
 

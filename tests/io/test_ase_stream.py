@@ -369,3 +369,24 @@ def test_a_streamed_split_is_checked_as_read(tmp_path, monkeypatch):
         with pytest.raises(Exception, match=rf"data.train \({path}\), structure 0 of the {name} part \(in the "
                                             r"split's order\): element\(s\) Ag \(47\)"):
             _structures(part)
+
+
+def test_held_frames_are_served_without_python_per_structure(tmp_path, monkeypatch):
+    """Held (read and checked at load), the frames are sliced out of one array per key in TensorFlow: iterating
+    calls no Python per structure (no second check), which in the first epoch would take Python's lock from the
+    training step; a split part without frames is an empty dataset."""
+    import pinn.io.base as base
+    frames = _frames(5)
+    path = tmp_path / "held.xyz"
+    write(path, frames, format="extxyz")
+    parts = load_ase(str(path), stream=False, split={"train": 4, "eval": 1}, seed=1)
+    checks = []
+    check = base.check_structure
+    monkeypatch.setattr(base, "check_structure", lambda *a, **k: checks.append(1) or check(*a, **k))
+    train = _structures(parts["train"])
+    assert len(train) == 4 and len(_structures(parts["eval"])) == 1 and checks == []
+    assert int(parts["train"].cardinality()) == 4
+    one = load_ase(str(path), stream=True, split={"train": 4, "eval": 1}, seed=1)
+    assert all(np.array_equal(a[k], b[k]) for a, b in zip(train, _structures(one["train"])) for k in a)
+    tiny = load_ase([frames[0]], stream=False, split={"train": 9, "eval": 1})
+    assert len(_structures(tiny["train"])) == 1 and _structures(tiny["eval"]) == []
