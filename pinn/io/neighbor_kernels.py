@@ -1,5 +1,6 @@
-"""The compiled part of :func:`pinn.io.neighbors.neighbor_list`: the periodic images of the atoms near the
-cell (the ghosts) and the pairs closer than the cutoff, in Numba loops that release the GIL.
+"""The compiled part of :func:`pinn.io.neighbors.neighbor_list`: the positions wrapped into the cell, the
+periodic images of the atoms near the cell (the ghosts) and the pairs closer than the cutoff, in Numba loops
+that release the GIL.
 
 The data pipeline computes a neighbor list for every structure of the first epoch inside ``tf.data`` (a
 ``tf.numpy_function``, :func:`pinn.io.add_neighbors`), beside the training step in the same process: in
@@ -77,16 +78,10 @@ def ghosts(frac, home, lattice, n_img, pad):
         [n_ghosts, 3] float64 positions (Å).
     """
     n_atoms = frac.shape[0]
-    count = 0
-    for a in range(-n_img[0], n_img[0] + 1):
-        for b in range(-n_img[1], n_img[1] + 1):
-            for c in range(-n_img[2], n_img[2] + 1):
-                for k in range(n_atoms):
-                    if _inside(frac, k, a, b, c, pad):
-                        count += 1
-    atom = np.empty(count, np.int64)
-    shift = np.empty((count, 3), np.float64)
-    position = np.empty((count, 3), np.float64)
+    most = (2 * n_img[0] + 1) * (2 * n_img[1] + 1) * (2 * n_img[2] + 1) * n_atoms  # every image of every atom
+    atom = np.empty(most, np.int64)
+    shift = np.empty((most, 3), np.float64)
+    position = np.empty((most, 3), np.float64)
     g = 0
     for a in range(-n_img[0], n_img[0] + 1):
         for b in range(-n_img[1], n_img[1] + 1):
@@ -99,7 +94,7 @@ def ghosts(frac, home, lattice, n_img, pad):
                             position[g, d] = home[k, d] + (a * lattice[0, d] + b * lattice[1, d]
                                                            + c * lattice[2, d])
                         g += 1
-    return atom, shift, position
+    return atom[:g].copy(), shift[:g].copy(), position[:g].copy()
 
 
 @njit(cache=True, nogil=True)

@@ -1,7 +1,7 @@
 """Cell-list neighbor lists for periodic (triclinic) and open systems.
 
-The cell is wrapped in NumPy; the ghosts (the periodic images near the cell) and the pairs are found in
-compiled Numba loops that release the GIL (:mod:`pinn.io.neighbor_kernels`), so that the lists computed
+The positions are wrapped into the cell, and the ghosts (the periodic images near the cell) and the pairs
+found, in compiled Numba loops that release the GIL (:mod:`pinn.io.neighbor_kernels`), so that the lists computed
 inside the ``tf.data`` pipeline (through :func:`tf.numpy_function`) run beside the training step rather
 than hold it up; the ASE calculator uses the same lists.  The per-step filter of a large Verlet list
 (:class:`VerletNeighbors`) runs in a compiled parallel loop (:mod:`pinn.io.verlet_filter`).
