@@ -11,7 +11,8 @@ Each measurement runs in a fresh process that builds the dataset and iterates it
 - ``tfrecord``: ``load_tfrecord`` of that cache.
 
 Each prints a JSON line: the frames, the file's MB, the peak resident memory (MB, the process's whole:
-TensorFlow's share included; and of it the anonymous memory, without the file pages LMDB maps in), the
+TensorFlow's share included), the peak anonymous memory (without the file pages LMDB maps in) of the process
+and its children (the process that parses streamed extended XYZ, :mod:`pinn.io.parse_process`), the
 seconds to build the dataset and to iterate it, and frames per second
 over both.  Run on an idle machine: ``python benchmarks/bench_streaming.py --frames 2500``.
 """
@@ -61,9 +62,22 @@ def write_data(path, fmt, n, atoms_per_cell):
     os.replace(part, path)
 
 
+def children():
+    """The process ids of this process's children (``/proc/self/task/*/children``)."""
+    found = []
+    for task in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{task}/children") as listed:
+                found.extend(listed.read().split())
+        except OSError:
+            continue
+    return found
+
+
 class AnonymousPeak:
-    """The peak of this process's anonymous resident memory (``RssAnon``: not the file pages an LMDB
-    database or the page cache maps in), sampled every 20 ms on a thread, MB."""
+    """The peak of the anonymous resident memory (``RssAnon``: not the file pages an LMDB database or the page
+    cache maps in) of this process and its children (the process that parses streamed extended XYZ,
+    :mod:`pinn.io.parse_process`), sampled every 20 ms on a thread, MB."""
 
     def __init__(self):
         import threading
@@ -74,11 +88,15 @@ class AnonymousPeak:
 
     @staticmethod
     def now():
-        with open("/proc/self/status") as status:
-            for line in status:
-                if line.startswith("RssAnon:"):
-                    return int(line.split()[1]) / 1024.0
-        return float("nan")
+        total = 0.0
+        for pid in ["self"] + children():
+            try:
+                with open(f"/proc/{pid}/status") as status:
+                    total += next(int(line.split()[1]) for line in status if line.startswith("RssAnon:")) / 1024.0
+            except (OSError, StopIteration):
+                if pid == "self":
+                    return float("nan")
+        return total
 
     def _sample(self):
         while not self._stop.wait(0.02):

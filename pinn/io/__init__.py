@@ -27,9 +27,9 @@ from pinn.runtime.lazy import lazy_exports
 
 _EXPORTS = {
     "DataError": "pinn.io.errors",
-    "Frame": "pinn.io.base", "check_structure": "pinn.io.base", "list_loader": "pinn.io.base",
+    "Frame": "pinn.io.base", "check_structure": "pinn.io.structure", "list_loader": "pinn.io.base",
     "split_items": "pinn.io.splits",
-    "atoms_to_structure": "pinn.io.ase_data", "load_ase": "pinn.io.ase_data",
+    "atoms_to_structure": "pinn.io.ase_structure", "load_ase": "pinn.io.ase_data",
     "load_numpy": "pinn.io.numpy_data",
     "load_mimic": "pinn.io.mimic",
     "load_qm9": "pinn.io.qm9", "load_ani": "pinn.io.ani", "load_cp2k": "pinn.io.cp2k",

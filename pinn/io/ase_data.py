@@ -3,61 +3,13 @@ import os
 
 import numpy as np
 
-from pinn import keys as K
 from pinn.io import ase_files
-from pinn.io.base import DataError, Frame, check_structure, held_dataset, map_nested, signature_of
-from pinn.io.qmmm_atoms import qmmm_arrays
+from pinn.io.ase_structure import atoms_to_structure
+from pinn.io.base import (DataError, Frame, check_structure, held_dataset, map_nested, ragged_keys, signature_of,
+                          sliced_structures)
+from pinn.io.parse_process import ParseProcesses
+from pinn.runtime.py_funcs import dataset_holding_callbacks
 from pinn.io.splits import chosen_split, split_items
-
-
-def atoms_to_structure(atoms, source="Atoms"):
-    """Convert an ``ase.Atoms`` (with an optional attached calculator holding
-    results) to a structure dict.
-
-    Args:
-        atoms: ``ase.Atoms``.  Energy, forces and stress are taken from its
-            calculator's stored results when present (no calculation is run).
-        source: text naming the structure in error messages (a file and frame).
-
-    Returns:
-        dict with ``elems``, ``coord`` (Å), ``cell`` (Å), ``pbc`` and, when
-        available, ``e_data`` (eV), ``f_data`` (eV/Å), ``s_data`` (eV/Å³,
-        3x3, ASE sign convention); for a QM/MM frame (a per-atom ``qm`` array)
-        also ``qm``, ``mm_charge`` (e) and ``qm_charge`` (e) (:mod:`pinn.io.qmmm`).
-
-    Raises:
-        DataError: naming ``source``: forces that are not one row of 3 per atom, a stress that is
-            neither 6 Voigt components nor 3x3, a QM/MM frame's region or charges that do not hold.
-    """
-    structure = {
-        K.ELEMS: atoms.numbers,
-        K.COORD: atoms.positions,
-        K.CELL: np.asarray(atoms.cell[:]),
-        K.PBC: atoms.pbc,
-    }
-    results = getattr(atoms.calc, "results", None) or {}
-    if "energy" in results or "free_energy" in results:
-        structure[K.E_DATA] = results.get("energy", results.get("free_energy"))
-    if "forces" in results:
-        forces = np.asarray(results["forces"])
-        if forces.shape != (len(atoms), 3):
-            raise DataError(f"{source}: forces of shape {forces.shape} for {len(atoms)} atoms; expected "
-                            f"({len(atoms)}, 3)")
-        structure[K.F_DATA] = forces
-    if "stress" in results:
-        stress = np.asarray(results["stress"])
-        if stress.shape == (6,):
-            from ase.stress import voigt_6_to_full_3x3_stress
-            stress = voigt_6_to_full_3x3_stress(stress)
-        if stress.shape != (3, 3):
-            raise DataError(f"{source}: stress of shape {stress.shape}; expected 6 Voigt components or 3x3")
-        structure[K.S_DATA] = stress
-    if "dipole" in results:
-        structure[K.D_DATA] = results["dipole"]
-    if "charges" in results:
-        structure[K.Q_DATA] = results["charges"]
-    structure.update(qmmm_arrays(atoms, source))
-    return structure
 
 
 def _read_atoms(dataset):
@@ -191,8 +143,12 @@ def load_ase(dataset, split=False, shuffle=True, seed=0, splits=None, stream=Non
 
 
 def _stream_frames(paths, split, shuffle, seed):
-    """The datasets of ``load_ase(paths, stream=True)``: the frame numbers split as the frames would be."""
-    from pinn.io.ase_stream import FrameIndex
+    """The datasets of ``load_ase(paths, stream=True)``: the frame numbers split as the frames would be.
+
+    Extended XYZ files are parsed in a process of their own (:mod:`pinn.io.parse_process`); databases are
+    read in this one (through :class:`pinn.io.base.ItemReader`).
+    """
+    from pinn.io.ase_stream import DB_SUFFIXES, FrameIndex
     from pinn.io.base import ItemReader
     index = FrameIndex(paths)
     if not len(index):
@@ -202,4 +158,26 @@ def _stream_frames(paths, split, shuffle, seed):
         return atoms_to_structure(index.read(k), index.source(k))
 
     reader = ItemReader(read_frame, "load_ase", source_of=index.source)
-    return reader.datasets(split_items(np.arange(len(index)), split, shuffle=shuffle, seed=seed))
+    parts = split_items(np.arange(len(index)), split, shuffle=shuffle, seed=seed)
+    if any(path.endswith(DB_SUFFIXES) for path in index.files):
+        return reader.datasets(parts)
+    spec = signature_of(reader.read(0))
+    processes = ParseProcesses(index, list(spec), ragged_keys(spec))
+    return map_nested(parts, lambda frames: _parsed_apart(frames, processes, spec))
+
+
+def _parsed_apart(frames, processes, spec):
+    """A dataset of the frames numbered ``frames``, in their order, parsed by ``processes``
+    (:class:`pinn.io.parse_process.ParseProcesses`) a chunk at a time and sliced here."""
+    import tensorflow as tf
+    ragged = ragged_keys(spec)
+    chunk_spec = ({key: tf.TensorSpec([None] + spec[key].shape[int(key in ragged):].as_list(), spec[key].dtype)
+                   for key in spec},
+                  {key: tf.TensorSpec([None], tf.int64) for key in ragged})
+    frames = np.asarray(frames, dtype=np.int64)
+    # the generator (and the child processes it holds) held by the dataset (pinn.runtime.py_funcs); its length
+    # declared, so that an epoch's batches are counted without a pass (pinn.training.epochs)
+    return dataset_holding_callbacks(
+        lambda: tf.data.Dataset.from_generator(lambda: processes.chunks(frames), output_signature=chunk_spec)
+        .flat_map(sliced_structures)
+        .apply(tf.data.experimental.assert_cardinality(len(frames))))

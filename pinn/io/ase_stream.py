@@ -23,7 +23,7 @@ import os
 import numpy as np
 
 from pinn.io import ase_files
-from pinn.io.base import DataError
+from pinn.io.errors import DataError
 
 log = logging.getLogger(__name__)
 

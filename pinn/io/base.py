@@ -14,9 +14,8 @@ import tensorflow as tf
 
 from pinn import keys as K
 from pinn.io.errors import DataError  # noqa: F401  (re-exported)
-from pinn.io.geometry import coincident_problem, nonfinite_problem, nonfinite_values_problem
-from pinn.io.neighbors import coincident_pair
 from pinn.io.splits import chosen_split, split_items
+from pinn.io.structure import check_structure, periodic  # noqa: F401  (re-exported)
 from pinn.runtime.py_funcs import dataset_holding_callbacks
 
 log = logging.getLogger(__name__)
@@ -24,91 +23,6 @@ log = logging.getLogger(__name__)
 
 #: keys that batching and the models make; a loader may not declare them
 _RESERVED = (K.IND_1, K.DIFF, K.DIST, K.REAL)
-
-
-def check_structure(data, source, float_dtype="float32", extra=None):
-    """Validate and normalise one structure dict.
-
-    Args:
-        data: dict with at least ``elems`` and ``coord``; values array-like.
-        source: text naming where the structure came from (file and frame),
-            used in error messages.
-        float_dtype: dtype of pinn's float keys (and of extra keys declared ``'float'``).
-        extra: keys that pinn does not know but the loader declares (see
-            :func:`list_loader`'s ``ds_spec``): dict key → ``(shape, dtype)``, the shape a
-            tuple with ``None`` for a dimension of any size, the dtype a name or ``'float'``.
-
-    Returns:
-        A new dict of numpy arrays of the declared dtypes, with the keys of ``data`` (as upstream
-        PiNN's loaders: no ``cell`` or ``pbc`` is added; see :func:`periodic` for what their
-        absence means).
-
-    Raises:
-        DataError: unknown keys, wrong shapes, non-positive atomic numbers,
-            non-finite values (for ``coord``: naming the atom), or two atoms closer than
-            :data:`pinn.io.geometry.MIN_DISTANCE` (naming them; periodic images included),
-            with ``source`` in the message.
-    """
-    extra = extra or {}
-    out = {}
-    for key, value in data.items():
-        if key in K.SHAPES:
-            dtype = K.dtype_of(key, float_dtype)
-        elif key in extra:
-            dtype = float_dtype if extra[key][1] == "float" else extra[key][1]
-        else:
-            raise DataError(f"{source}: unknown data key {key!r} (known: {sorted(K.SHAPES)}; a loader declares "
-                            "other keys with list_loader(ds_spec=...))")
-        try:
-            out[key] = np.asarray(value, dtype=dtype)
-        except (TypeError, ValueError) as err:
-            raise DataError(f"{source}: {key!r} is not an array of {dtype}: {err}") from err
-    if K.ELEMS not in out or K.COORD not in out:
-        raise DataError(f"{source}: a structure needs {K.ELEMS!r} and {K.COORD!r}")
-    n_atoms = len(out[K.ELEMS])
-    if n_atoms == 0:
-        raise DataError(f"{source}: structure has no atoms")
-    for key, value in out.items():
-        if key in extra:
-            declared = extra[key][0]
-            if value.ndim != len(declared) or any(d is not None and d != s for d, s in zip(declared, value.shape)):
-                raise DataError(f"{source}: {key!r} has shape {value.shape}, declared "
-                                f"{[d for d in declared]} (None: any size)")
-            continue
-        shape = tuple(n_atoms if s is None else s for s in K.SHAPES[key])
-        if key in K.PAIR_KEYS:
-            shape = (value.shape[0],) + shape[1:]
-        if value.shape != shape:
-            raise DataError(f"{source}: {key!r} has shape {value.shape}, expected {shape}")
-        if key == K.COORD:
-            problem = nonfinite_problem(value)
-            if problem:
-                raise DataError(f"{source}: {problem}")
-        elif value.dtype.kind == "f" and nonfinite_values_problem(key, value):
-            raise DataError(f"{source}: {nonfinite_values_problem(key, value)}")
-    if np.any(out[K.ELEMS] <= 0) or np.any(out[K.ELEMS] > 118):
-        raise DataError(f"{source}: atomic numbers must be in 1..118, got {sorted(set(out[K.ELEMS].tolist()))}")
-    if K.PBC in out and K.CELL not in out and out[K.PBC].any():
-        raise DataError(f"{source}: periodic along {out[K.PBC].tolist()} but no {K.CELL!r}")
-    if K.CELL in out and periodic(out) and abs(np.linalg.det(out[K.CELL].astype(np.float64))) < 1e-6:
-        raise DataError(f"{source}: periodic structure with a singular cell {out[K.CELL].tolist()}")
-    pbc = out[K.PBC] if K.PBC in out else np.full(3, periodic(out))
-    pair = coincident_pair(out[K.COORD], out.get(K.CELL), pbc)
-    if pair:
-        raise DataError(f"{source}: {coincident_problem(*pair, out[K.COORD][pair[0]])}")
-    return out
-
-
-def periodic(structure):
-    """Whether one structure (a dict of arrays) is periodic along any axis.
-
-    ``pbc`` says so where the structure has it; without it a structure with a ``cell`` that is not
-    all zeros is periodic along a, b and c (upstream PiNN's reading), and one without a ``cell``
-    is open.  :func:`pinn.io.with_cell_and_pbc` fills both keys in the same way for the models.
-    """
-    if K.PBC in structure:
-        return bool(np.any(structure[K.PBC]))
-    return K.CELL in structure and bool(np.any(np.asarray(structure[K.CELL]) != 0))
 
 
 def signature_of(structure, extra=None):
@@ -293,24 +207,39 @@ def held_dataset(structures, spec):
     Returns:
         the dataset, of ``len(structures)`` elements in their order, of element spec ``spec``.
     """
+    from pinn.io.parse_process import columns_of
     keys = list(spec)
-    ragged = [key for key in keys if spec[key].shape.rank and spec[key].shape[0] is None]
-    columns = {}
-    bounds = {}
-    for key in keys:
-        dtype = spec[key].dtype.as_numpy_dtype
-        values = [np.asarray(s[key], dtype) for s in structures]
-        empty = np.zeros([0 if d is None else d for d in spec[key].shape], dtype)
-        if key in ragged:
-            bounds[key] = tf.constant(np.concatenate([[0], np.cumsum([len(v) for v in values])]), tf.int64)
-            columns[key] = tf.constant(np.concatenate(values) if values else empty)
-        else:
-            columns[key] = tf.constant(np.stack(values) if values else empty[None][:0])
+    ragged = ragged_keys(spec)
+    if structures:
+        columns, rows = columns_of([{key: np.asarray(s[key], spec[key].dtype.as_numpy_dtype) for key in keys}
+                                    for s in structures], keys, ragged)
+    else:
+        columns = {key: np.zeros([0] + [0 if d is None else d for d in spec[key].shape[int(key in ragged):]],
+                                 spec[key].dtype.as_numpy_dtype) for key in keys}
+        rows = {key: np.zeros(1, np.int64) for key in ragged}
+    return sliced_structures({key: tf.constant(value) for key, value in columns.items()},
+                             {key: tf.constant(value) for key, value in rows.items()})
+
+
+def ragged_keys(spec):
+    """The keys of a structure's ``spec`` whose first dimension varies between structures (atoms, pairs)."""
+    return [key for key in spec if spec[key].shape.rank and spec[key].shape[0] is None]
+
+
+def sliced_structures(columns, rows):
+    """The structures of one array per key (tensors, as :func:`pinn.io.parse_process.columns_of` gives them:
+    ``rows`` for the keys with one row per atom, the others stacked), a dataset of them in order, sliced in
+    TensorFlow (also inside a ``flat_map``, over chunks)."""
+    keys = list(columns)
+    if rows:
+        count = tf.shape(next(iter(rows.values())), out_type=tf.int64)[0] - 1
+    else:
+        count = tf.shape(columns[keys[0]], out_type=tf.int64)[0]
 
     def structure(k):
-        return {key: (columns[key][bounds[key][k]:bounds[key][k + 1]] if key in ragged else columns[key][k])
+        return {key: (columns[key][rows[key][k]:rows[key][k + 1]] if key in rows else columns[key][k])
                 for key in keys}
-    return tf.data.Dataset.range(len(structures)).map(structure)
+    return tf.data.Dataset.range(count).map(structure)
 
 
 def list_loader(pbc=None, force=None, stress=None, ds_spec=None, *, float_dtype="float32"):

@@ -17,7 +17,8 @@ import tensorflow as tf
 import yaml
 
 from pinn import keys as K
-from pinn.io.base import DataError, periodic
+from pinn.io.base import DataError
+from pinn.io.structure import periodic
 from pinn.io.errors import op_error_line
 from pinn.io.neighbors import geometry_problem
 

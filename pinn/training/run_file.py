@@ -244,13 +244,19 @@ def elements_checked_as_read(dataset, atom_types, source, numbered="frame {}"):
             raise DataError(f"{source}, {numbered.format(int(k))}: {_not_known(unknown.tolist(), atom_types)}")
         return elems
 
+    known = tf.constant(allowed)
+
     @tf.autograph.experimental.do_not_convert
     def checked(k, structure):
         elems = structure[K.ELEMS]
         seen = structure[K.QM] if qm else tf.ones_like(elems, tf.bool)
+        # compared in TensorFlow; Python (its lock, which the training step needs too) is called only to
+        # word the error of a structure with an unknown element
+        fine = tf.reduce_all(tf.reduce_any(tf.equal(tf.cast(elems, known.dtype)[:, None], known[None, :]), axis=1)
+                             | tf.logical_not(seen))
         out = dict(structure)
-        out[K.ELEMS] = tf.ensure_shape(tf.numpy_function(check, [k, elems, seen], elems.dtype, stateful=False),
-                                       elems.shape)
+        out[K.ELEMS] = tf.cond(fine, lambda: elems, lambda: tf.ensure_shape(
+            tf.numpy_function(check, [k, elems, seen], elems.dtype, stateful=False), elems.shape))
         return out
 
     return dataset_holding_callbacks(lambda: dataset.enumerate().map(checked))

@@ -5,8 +5,11 @@ the dataset reaches them (a file changed after it was indexed is refused by name
 finds every frame of files cut at any byte of its chunks, and names the file and frame of what it
 cannot read; Python's memory while streaming does not grow with the number of frames.
 """
+import gc
 import logging
 import os
+import signal
+import time
 import tracemalloc
 
 import numpy as np
@@ -105,6 +108,67 @@ def test_frames_are_read_when_the_dataset_reaches_them(tmp_path):
         for structure in load_ase(str(path), stream=True):
             given.append(float(structure["e_data"]))
     assert len(given) == 4
+
+
+def _parse_children():
+    """The process ids of this process's children that run ``pinn.io.parse_process`` (from /proc)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                parent = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                command = f.read()
+        except OSError:
+            continue
+        if parent == os.getpid() and b"pinn.io.parse_process" in command:
+            found.append(int(entry))
+    return found
+
+
+def _gone(pid, within=10.0):
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if pid not in _parse_children():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_streamed_xyz_frames_are_parsed_in_a_child_that_ends_with_the_dataset(tmp_path):
+    """The frames of a streamed extended XYZ are parsed by a child process (its Python is not the training
+    step's), started with the dataset, kept over epochs, and gone when the dataset is."""
+    path = tmp_path / "x.xyz"
+    write(path, _frames(40), format="extxyz")
+    before = set(_parse_children())
+    dataset = load_ase(str(path), stream=True)
+    children = set(_parse_children()) - before
+    assert len(children) == 1, children
+    epochs = [_structures(dataset), _structures(dataset)]
+    assert set(_parse_children()) - before == children  # the same child for the second epoch
+    held = _structures(load_ase(str(path), stream=False))
+    for epoch in epochs:
+        assert [s["e_data"] for s in epoch] == [s["e_data"] for s in held]
+    del dataset
+    gc.collect()
+    assert _gone(children.pop())
+
+
+def test_a_parse_process_that_dies_is_reported(tmp_path):
+    """A child killed while the dataset reads from it: iterating raises DataError saying so, with its exit
+    status; the dataset is not left waiting."""
+    path = tmp_path / "x.xyz"
+    write(path, _frames(320), format="extxyz")
+    dataset = load_ase(str(path), stream=True)
+    iterator = iter(dataset)
+    next(iterator)
+    (child,) = _parse_children()
+    os.kill(child, signal.SIGKILL)
+    with pytest.raises(Exception, match=r"the process that parses streamed frames ended \(exit status -9\)"):
+        for _ in iterator:
+            pass
 
 
 def _rewritten(path, change):
