@@ -214,7 +214,8 @@ def _stop(process):
 
 class ParseProcesses:
     """The children that parse the frames of one index for the datasets that stream them: one for each
-    dataset iterated at once (a training epoch while the validation runs), kept between epochs.
+    dataset iterated at once (a training epoch while the validation runs), kept between epochs; each ends when
+    this object goes (with the datasets that hold it) or the process ends.
 
     Args: as :class:`ParseProcess`'s.
     """
@@ -227,8 +228,14 @@ class ParseProcesses:
         """The chunks of the frames numbered ``frames`` (in order), parsed in a child, :data:`AHEAD` in flight.
 
         Yields:
-            ``(columns, rows)`` for each :data:`CHUNK` frames.
+            ``(columns, rows)`` for each :data:`CHUNK` frames (:func:`columns_of`).
+
+        Raises:
+            DataError: after the frames before it, a frame that could not be read or was refused (naming its file
+                and frame); a child that died (with its exit status).
         """
+        if not len(frames):
+            return
         parts = iter([frames[i:i + CHUNK] for i in range(0, len(frames), CHUNK)])
         worker = self.idle.pop() if self.idle else ParseProcess(*self.args)
         finished = False
@@ -252,11 +259,6 @@ class ParseProcesses:
                 self.idle.append(worker)  # nothing in flight: the next epoch's dataset takes it
             else:
                 worker.close()  # stopped early or failed: what is in flight is not wanted
-
-    def close(self):
-        """Stop the idle children."""
-        while self.idle:
-            self.idle.pop().close()
 
 
 if __name__ == "__main__":

@@ -156,15 +156,28 @@ def test_streamed_xyz_frames_are_parsed_in_a_child_that_ends_with_the_dataset(tm
     assert _gone(children.pop())
 
 
+def test_an_empty_streamed_part_starts_no_parse_process(tmp_path):
+    """A split part with no frames is an empty dataset; iterating it asks no child for anything."""
+    path = tmp_path / "x.xyz"
+    write(path, _frames(3), format="extxyz")
+    before = set(_parse_children())
+    parts = load_ase(str(path), split={"most": 100, "none": 1}, stream=True)
+    started = set(_parse_children()) - before
+    assert len(started) == 1  # the one started with the datasets
+    assert _structures(parts["none"]) == [] and len(_structures(parts["most"])) == 3
+    assert set(_parse_children()) - before == started
+
+
 def test_a_parse_process_that_dies_is_reported(tmp_path):
     """A child killed while the dataset reads from it: iterating raises DataError saying so, with its exit
     status; the dataset is not left waiting."""
     path = tmp_path / "x.xyz"
     write(path, _frames(320), format="extxyz")
+    before = set(_parse_children())
     dataset = load_ase(str(path), stream=True)
     iterator = iter(dataset)
     next(iterator)
-    (child,) = _parse_children()
+    (child,) = set(_parse_children()) - before
     os.kill(child, signal.SIGKILL)
     with pytest.raises(Exception, match=r"the process that parses streamed frames ended \(exit status -9\)"):
         for _ in iterator:
