@@ -8,8 +8,8 @@ from pinn.io.ase_structure import atoms_to_structure
 from pinn.io.base import (DataError, Frame, check_structure, held_dataset, map_nested, ragged_keys, signature_of,
                           sliced_structures)
 from pinn.io.parse_process import ParseProcesses
-from pinn.runtime.py_funcs import dataset_holding_callbacks
 from pinn.io.splits import chosen_split, split_items
+from pinn.runtime.py_funcs import dataset_holding_callbacks
 
 
 def _read_atoms(dataset):
