@@ -429,6 +429,21 @@ def test_a_streamed_files_elements_are_checked_as_read_not_in_a_pass(tmp_path, m
         load_structures(str(path), atom_types=[29, 79])
 
 
+def test_elements_checked_as_read_look_at_the_qm_atoms_of_qmmm_frames():
+    """The check as read (compared in TensorFlow, Python only for the message) of QM/MM frames: an MM atom's
+    element the network lacks passes, a QM atom's stops the run naming the frame."""
+    import tensorflow as tf
+
+    from pinn.training.run_file import elements_checked_as_read
+    elems = [np.array([8, 1, 1, 11], np.int32), np.array([8, 1, 17, 11], np.int32)]
+    qm = [np.array([True, True, True, False]), np.array([True, True, True, False])]
+    dataset = tf.data.Dataset.from_tensor_slices({"elems": np.stack(elems), "qm": np.stack(qm)})
+    checked = iter(elements_checked_as_read(dataset, [1, 8], "w.xyz"))
+    assert next(checked)["elems"].numpy().tolist() == [8, 1, 1, 11]  # Na in the MM region only
+    with pytest.raises(Exception, match=r"w.xyz, frame 1: element\(s\) Cl \(17\) not in"):
+        next(checked)
+
+
 def test_a_streamed_split_is_checked_as_read(tmp_path, monkeypatch):
     """data.split of a streamed file: each part's structures are checked as read, the message naming the data
     and the structure's place in its part."""
