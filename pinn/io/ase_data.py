@@ -148,7 +148,7 @@ def _stream_frames(paths, split, shuffle, seed):
     Extended XYZ files are parsed in a process of their own (:mod:`pinn.io.parse_process`); databases are
     read in this one (through :class:`pinn.io.base.ItemReader`).
     """
-    from pinn.io.ase_stream import DB_SUFFIXES, FrameIndex
+    from pinn.io.ase_stream import FrameIndex
     from pinn.io.base import ItemReader
     index = FrameIndex(paths)
     if not len(index):
@@ -159,7 +159,7 @@ def _stream_frames(paths, split, shuffle, seed):
 
     reader = ItemReader(read_frame, "load_ase", source_of=index.source)
     parts = split_items(np.arange(len(index)), split, shuffle=shuffle, seed=seed)
-    if any(path.endswith(DB_SUFFIXES) for path in index.files):
+    if index.holds_databases:
         return reader.datasets(parts)
     spec = signature_of(reader.read(0))
     processes = ParseProcesses(index, list(spec), ragged_keys(spec))

@@ -182,6 +182,12 @@ class FrameIndex:
         return int(self.first[-1])
 
     @property
+    def holds_databases(self):
+        """Whether any of the files is a database (its connection open in this process: such an index is read
+        here, not sent to another process)."""
+        return bool(self._databases)
+
+    @property
     def nbytes(self):
         """The index's memory, bytes."""
         return sum(p.nbytes for p in self.positions) + self.first.nbytes

@@ -15,7 +15,7 @@ import tensorflow as tf
 from pinn import keys as K
 from pinn.io.errors import DataError  # noqa: F401  (re-exported)
 from pinn.io.splits import chosen_split, split_items
-from pinn.io.structure import check_structure, periodic  # noqa: F401  (re-exported)
+from pinn.io.structure import check_structure, columns_of, periodic, keys_problem  # noqa: F401  (re-exported)
 from pinn.runtime.py_funcs import dataset_holding_callbacks
 
 log = logging.getLogger(__name__)
@@ -182,10 +182,9 @@ class ItemReader:
         def generate():
             for item in items:
                 structure = self.read(item)
-                if set(structure) != expected:
-                    source = self.source_of(item)
-                    raise DataError(f"{source}: keys {sorted(structure)} differ from the first "
-                                    f"structure's {sorted(expected)}")
+                problem = keys_problem(structure, expected, self.source_of(item))
+                if problem is not None:
+                    raise problem
                 yield structure
         # the generator (and the frames it reads) held by the dataset, not by the process (pinn.runtime.py_funcs);
         # its length declared, so that an epoch's batches are counted without a pass (pinn.training.epochs)
@@ -207,7 +206,6 @@ def held_dataset(structures, spec):
     Returns:
         the dataset, of ``len(structures)`` elements in their order, of element spec ``spec``.
     """
-    from pinn.io.parse_process import columns_of
     keys = list(spec)
     ragged = ragged_keys(spec)
     if structures:
@@ -227,7 +225,7 @@ def ragged_keys(spec):
 
 
 def sliced_structures(columns, rows):
-    """The structures of one array per key (tensors, as :func:`pinn.io.parse_process.columns_of` gives them:
+    """The structures of one array per key (tensors, as :func:`pinn.io.structure.columns_of` gives them:
     ``rows`` for the keys with one row per atom, the others stacked), a dataset of them in order, sliced in
     TensorFlow (also inside a ``flat_map``, over chunks)."""
     keys = list(columns)

@@ -59,40 +59,16 @@ def _receive(pipe):
     return pickle.loads(data)
 
 
-def columns_of(structures, keys, ragged):
-    """Structures (dicts of arrays with ``keys``) as one array per key: the rows of each structure's
-    per-atom arrays (``ragged``) one after another, the others stacked.
-
-    Args:
-        structures: list of checked structure dicts.
-        keys: their keys.
-        ragged: the keys whose first dimension varies from structure to structure (atoms, pairs).
-
-    Returns:
-        (columns, rows): ``columns[key]`` the array; ``rows[key]`` (ragged keys only), int64 [n + 1], the
-        first row of each structure and the end, so that structure k's rows are ``rows[key][k]:rows[key][k + 1]``.
-    """
-    columns = {}
-    rows = {}
-    for key in keys:
-        values = [s[key] for s in structures]
-        if key in ragged:
-            rows[key] = np.concatenate([[0], np.cumsum([len(v) for v in values])]).astype(np.int64)
-            columns[key] = np.concatenate(values)
-        else:
-            columns[key] = np.stack(values)
-    return columns, rows
-
-
 def _parse(index, frames, keys, ragged, float_dtype):
     """The chunk of frame numbers ``frames`` of ``index``, read, converted and checked.
 
     Returns:
-        (columns, rows, error): the frames up to the first that failed, as :func:`columns_of` gives them
-        (``None, None`` where the first failed), and that frame's :class:`DataError` (``None`` if none did).
+        (columns, rows, error): the frames up to the first that failed, as
+        :func:`pinn.io.structure.columns_of` gives them (``None, None`` where the first failed), and that frame's
+        :class:`DataError` (``None`` if none did).
     """
     from pinn.io.ase_structure import atoms_to_structure
-    from pinn.io.structure import check_structure
+    from pinn.io.structure import check_structure, columns_of, keys_problem
     structures = []
     error = None
     for k in frames:
@@ -104,9 +80,7 @@ def _parse(index, frames, keys, ragged, float_dtype):
         except Exception as err:  # a reader's own error: name the frame
             error = DataError(f"{source}: {type(err).__name__}: {err}")
         else:
-            if set(structure) != set(keys):
-                error = DataError(f"{source}: keys {sorted(structure)} differ from the first structure's "
-                                  f"{sorted(keys)}")
+            error = keys_problem(structure, keys, source)
         if error is not None:
             break
         structures.append(structure)
@@ -181,8 +155,8 @@ class ParseProcess:
 
     def result(self):
         """The oldest chunk asked for: ``(columns, rows, error)``, the frames up to the first that could not be
-        read or was refused, as :func:`columns_of` gives them (``None, None`` for none), and that frame's
-        :class:`DataError` naming it (``None`` if every frame was read).
+        read or was refused, as :func:`pinn.io.structure.columns_of` gives them (``None, None`` for none), and
+        that frame's :class:`DataError` naming it (``None`` if every frame was read).
 
         Raises:
             DataError: the child died.
@@ -228,7 +202,7 @@ class ParseProcesses:
         """The chunks of the frames numbered ``frames`` (in order), parsed in a child, :data:`AHEAD` in flight.
 
         Yields:
-            ``(columns, rows)`` for each :data:`CHUNK` frames (:func:`columns_of`).
+            ``(columns, rows)`` for each :data:`CHUNK` frames (:func:`pinn.io.structure.columns_of`).
 
         Raises:
             DataError: after the frames before it, a frame that could not be read or was refused (naming its file

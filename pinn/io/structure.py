@@ -1,6 +1,6 @@
-"""One structure checked and normalised (NumPy only, no TensorFlow): what every loader applies to each
-structure it reads, and what a process that parses frames beside the training applies
-(:mod:`pinn.io.parse_process`)."""
+"""One structure checked and normalised, and structures laid out as one array per key (NumPy only, no
+TensorFlow): what every loader applies to each structure it reads, and what a process that parses frames beside
+the training applies (:mod:`pinn.io.parse_process`)."""
 import numpy as np
 
 from pinn import keys as K
@@ -92,3 +92,36 @@ def periodic(structure):
     if K.PBC in structure:
         return bool(np.any(structure[K.PBC]))
     return K.CELL in structure and bool(np.any(np.asarray(structure[K.CELL]) != 0))
+
+
+def keys_problem(structure, expected, source):
+    """``None`` if ``structure`` (a dict) has the keys ``expected``, else the :class:`DataError` naming ``source``
+    and both sets (every structure of a dataset has the first one's keys)."""
+    if set(structure) == set(expected):
+        return None
+    return DataError(f"{source}: keys {sorted(structure)} differ from the first structure's {sorted(expected)}")
+
+
+def columns_of(structures, keys, ragged):
+    """Structures (dicts of arrays with ``keys``) as one array per key: the rows of each structure's
+    per-atom arrays (``ragged``) one after another, the others stacked.
+
+    Args:
+        structures: list of checked structure dicts.
+        keys: their keys.
+        ragged: the keys whose first dimension varies from structure to structure (atoms, pairs).
+
+    Returns:
+        (columns, rows): ``columns[key]`` the array; ``rows[key]`` (ragged keys only), int64 [n + 1], the
+        first row of each structure and the end, so that structure k's rows are ``rows[key][k]:rows[key][k + 1]``.
+    """
+    columns = {}
+    rows = {}
+    for key in keys:
+        values = [s[key] for s in structures]
+        if key in ragged:
+            rows[key] = np.concatenate([[0], np.cumsum([len(v) for v in values])]).astype(np.int64)
+            columns[key] = np.concatenate(values)
+        else:
+            columns[key] = np.stack(values)
+    return columns, rows
