@@ -178,8 +178,9 @@ class DeviationMonitor:
         return self.stopped
 
     def close(self):
-        """Close the file (also at garbage collection)."""
-        if self._file is not None:
+        """Close the file (also at garbage collection, also of a monitor whose construction was refused before
+        it opened one)."""
+        if getattr(self, "_file", None) is not None:
             self._file.close()
             self._file = None
 
