@@ -9,6 +9,7 @@ the TensorFlow step of a parallel run.  ``model.params.engine: numba`` selects i
 import numpy as np
 
 from pinn import keys as K
+from pinn.engines.heap import keep_heap
 from pinn.engines.lowering import capability
 from pinn.engines.numba.layout import (CODE_N_BASIS, CODE_WIDTH, BLOCK_PP, BLOCK_N_PP, BLOCK_PI, BLOCK_N_PI,
                                        BLOCK_II, BLOCK_N_II, BLOCK_OUT, BLOCK_N_OUT, BLOCK_WIDTH_IN,
@@ -48,6 +49,7 @@ class TrainingEngine:
         answer = capability(model, "training")
         if not answer:
             raise ValueError(answer.reason)
+        keep_heap()
         self.model = model
         self.variables = list(model.trainable_variables)
         arrays = answer.spec.arrays()

@@ -8,6 +8,7 @@ calculator uses it by default for PiNet and PiNet2 potentials on CPUs (:mod:`pin
 """
 import numpy as np
 
+from pinn.engines.heap import keep_heap
 from pinn.engines.lowering import capability, pinet_arrays, potential_of
 from pinn.engines.numba import pinet2_kernels
 from pinn.engines.numba.layout import B2_UNITS, BLOCK_UNITS, CODE_NETWORK, NETWORK_CODES
@@ -53,6 +54,7 @@ class FastPiNet:
         if not 1 <= self.threads <= numba.config.NUMBA_NUM_THREADS:
             raise ValueError(f"threads must be in 1..{numba.config.NUMBA_NUM_THREADS} (NUMBA_NUM_THREADS), "
                              f"got {threads}")
+        keep_heap()
         self.calls = 0  # searches for pairs (each call of __call__ makes one)
         self.weights_version = 0  # counts the weights this engine has held (a committee's copy checks it)
         self._set_arrays(arrays)

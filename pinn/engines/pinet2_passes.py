@@ -11,6 +11,11 @@ from pinn.engines.numba import pinet2_kernels, pinet2_train_kernels
 from pinn.engines.numba.layout import CODE_N_BASIS
 from pinn.engines.numba.md_kernels import numba_threads
 
+#: pass 2's default memory for the tiles kept between its forward and reverse passes (bytes): 256 MiB, about
+#: 45 000 pairs of a rank-3 PiNet2 with the reference sizes, depth 4, in float32 (5.6 KiB a pair: 32 ethanol
+#: molecules hold 2 304 pairs within 4.5 Å, 32 cells of 108 Cu atoms 135 000)
+KEPT_BYTES = 256 << 20
+
 
 class PiNet2Passes:
     """Energies, forces and loss gradients of a PiNet2 potential on a batch's pairs.
@@ -19,15 +24,22 @@ class PiNet2Passes:
         arrays: :meth:`pinn.engines.spec.PiNet2Spec.arrays`; its ``flat`` is read at every call (the training
             engine writes the current weights into it).
         threads: threads of the parallel loops.
+        kept_bytes: the most memory (bytes) that pass 2 may hold for the tiles' forward buffers, kept from its
+            forward pass for its reverse pass (:data:`KEPT_BYTES` by default).  Tiles past it are computed
+            forward again in the reverse pass: the same gradient, slower.
     """
 
-    def __init__(self, arrays, threads):
+    def __init__(self, arrays, threads, kept_bytes=None):
         self.arrays = arrays
         self.threads = threads
+        self.kept_bytes = KEPT_BYTES if kept_bytes is None else int(kept_bytes)
+        if self.kept_bytes < 0:
+            raise ValueError(f"PiNet2Passes: kept_bytes must be >= 0, got {kept_bytes}")
         self.md = FastPiNet(arrays, threads)
         if self.md.arrays["flat"] is not arrays["flat"]:
             raise ValueError("PiNet2Passes: the MD engine must read the training engine's weight array")
         self._key = None
+        self._kept = np.empty(0, arrays["flat"].dtype)  # the kept tiles' memory, grown to the most a batch used
 
     def energies_forces(self, numbers, n_pairs, pair_i, pair_j, diff, dist):
         """Pass 1: (each atom's network energy, e_scale × its atomic energy without e_dress (eV) [n_atoms];
@@ -37,15 +49,25 @@ class PiNet2Passes:
         return out["energies"] - self.arrays["e_dress"][types], out["forces"]
 
     def _workspace(self, n_atoms, n_pairs):
-        """(tile, chunks, padded pair_i, padded pair_j, geometry, gchunk, atomic), kept while the shapes stay."""
+        """(tile, chunks, padded pair_i, padded pair_j, geometry, kept tiles, gchunk, atomic), kept while the
+        shapes stay."""
         tile, n_tiles, chunks = pinet2_kernels.tiling(n_pairs, self.threads)
         key = (n_atoms, n_tiles, tile, chunks)
         if key != self._key:
-            dt = self.arrays["flat"].dtype
-            n_basis = int(self.arrays["codes"][CODE_N_BASIS])
+            a = self.arrays
+            dt = a["flat"].dtype
+            n_basis = int(a["codes"][CODE_N_BASIS])
+            rows = pinet2_train_kernels.tile_buffer_rows(a["layers"], a["blocks"], n_basis)
+            depth = len(a["blocks"])
+            per_tile = depth * rows * 2 * tile * dt.itemsize
+            tiles_per_chunk = (n_tiles + chunks - 1) // chunks
+            n_kept = min(tiles_per_chunk, self.kept_bytes // (per_tile * chunks))
+            shape = (depth, chunks * n_kept, rows, 2 * tile)
+            if self._kept.size < np.prod(shape):
+                self._kept = np.empty(int(np.prod(shape)), dt)  # grown, never shrunk: no fresh pages per batch
             self._work = (tile, chunks, np.zeros(n_tiles * tile, np.int32), np.zeros(n_tiles * tile, np.int32),
-                          np.zeros((n_tiles, n_basis + 8, 2 * tile), dt),
-                          np.zeros((chunks, len(self.arrays["flat"])), dt), np.zeros(2 * n_atoms, dt))
+                          np.zeros((n_tiles, n_basis + 8, 2 * tile), dt), self._kept[:int(np.prod(shape))].reshape(shape),
+                          np.zeros((chunks, len(a["flat"])), dt), np.zeros(2 * n_atoms, dt))
             self._key = key
         return self._work
 
@@ -59,7 +81,7 @@ class PiNet2Passes:
             c_atom: [n_atoms] ∂L/∂E of each atom's structure (loss units per eV).
             gflat: [len(flat)] output.
         """
-        tile, chunks, padded_i, padded_j, geometry, gchunk, atomic = self._workspace(len(types), n_pairs)
+        tile, chunks, padded_i, padded_j, geometry, kept_tiles, gchunk, atomic = self._workspace(len(types), n_pairs)
         padded_i[:n_pairs] = pair_i[:n_pairs]
         padded_j[:n_pairs] = pair_j[:n_pairs]
         padded_i[n_pairs:] = 0  # any atom: read, never summed into
@@ -69,7 +91,7 @@ class PiNet2Passes:
         args = (types, padded_i, padded_j, np.ascontiguousarray(diff[:n_pairs], np.float64),
                 np.ascontiguousarray(dist[:n_pairs], np.float64), ddiff, a["flat"], a["table"], a["layers"],
                 a["blocks"], a["codes"], a["scal"], np.asarray(c_atom, a["flat"].dtype), tile, chunks, geometry,
-                gchunk, gflat, atomic)
+                kept_tiles, gchunk, gflat, atomic)
         if chunks > 1:
             with numba_threads(self.threads):
                 pinet2_train_kernels.loss_gradients(*args)

@@ -80,9 +80,15 @@ from pinn.engines.pinet2_passes import PiNet2Passes
 pinet2_kernels.PARALLEL_MIN_PAIRS = 1
 with open(sys.argv[1], "rb") as f:
     arrays, args = pickle.load(f)
-passes = PiNet2Passes(arrays, 3)
+from pinn.engines.numba import pinet2_train_kernels
+from pinn.engines.numba.layout import CODE_N_BASIS
+tile, n_tiles, chunks = pinet2_kernels.tiling(args[1], 3)
+assert n_tiles > chunks  # a chunk has tiles past the one kept
+rows = pinet2_train_kernels.tile_buffer_rows(arrays["layers"], arrays["blocks"], int(arrays["codes"][CODE_N_BASIS]))
+one_tile_a_chunk = chunks * len(arrays["blocks"]) * rows * 2 * tile * arrays["flat"].dtype.itemsize
 grads = []
-for _ in range(2):
+for kept_bytes in (None, None, one_tile_a_chunk, 0):  # all tiles kept (twice), one a chunk, none
+    passes = PiNet2Passes(arrays, 3, kept_bytes)
     gflat = np.zeros(len(arrays["flat"]))
     passes.gradients(*args, gflat)
     grads.append(gflat)
@@ -92,7 +98,8 @@ np.save(sys.argv[2], np.array(grads))
 
 def test_threads_give_the_one_thread_gradients(tmp_path):
     """3 threads (a process with NUMBA_NUM_THREADS=3), chunks of tiles each with its own gradient row and
-    per-atom sums, two calls on the kept workspace: the one-thread gradient each time."""
+    per-atom sums: the one-thread gradient, with every tile's forward kept for the reverse pass (two calls on
+    the kept workspace), with one tile a chunk kept and the others computed again, and with none kept."""
     import pickle
     from pinn.engines.numba.md_kernels import find_pairs
     from pinn.engines.pinet2_passes import PiNet2Passes
@@ -119,7 +126,9 @@ def test_threads_give_the_one_thread_gradients(tmp_path):
         pickle.dump((arrays, args), f)
     subprocess.run([sys.executable, "-c", _THREADS_SCRIPT, str(tmp_path / "inputs.pkl"), str(tmp_path / "out.npy")],
                    env=dict(os.environ, NUMBA_NUM_THREADS="3"), check=True, timeout=900)
-    for threaded in np.load(tmp_path / "out.npy"):
+    threaded_runs = np.load(tmp_path / "out.npy")
+    assert len(threaded_runs) == 4
+    for threaded in threaded_runs:
         np.testing.assert_allclose(threaded, serial, rtol=0, atol=1e-12 * np.abs(serial).max())
 
 

@@ -731,6 +731,16 @@ def _sides_backward(backs, p1_in, p3_in, p5_in, g_p1, g_p3, g_p5, first_block, f
 
 
 @_jit()
+def _tile_buffer(kept_tiles, block, chunk, local, n_chunks, scratch):
+    """The forward buffer of a chunk's ``local``-th tile in ``block``: its slot in ``kept_tiles`` [depth,
+    n_chunks · n_kept, rows, 2 tile] while ``local`` < n_kept, else ``scratch``."""
+    per_chunk = kept_tiles.shape[1] // n_chunks
+    if local < per_chunk:
+        return kept_tiles[block, chunk * per_chunk + local]
+    return scratch
+
+
+@_jit()
 def _add_chunks(gchunk, gflat):
     """gflat += Σ_chunk gchunk[chunk], in chunk order."""
     for chunk in range(gchunk.shape[0]):
@@ -751,7 +761,7 @@ def tile_buffer_rows(layers, blocks, n_basis):
 # ------------------------------------------------------------------ the whole gradient
 @_jit(parallel=True)
 def loss_gradients(types, pair_i, pair_j, diff, dist, ddiff, flat, table, layers, blocks, codes, scal, c_atom, tile,
-                   n_chunks, geometry, gchunk, gflat, atomic):
+                   n_chunks, geometry, kept_tiles, gchunk, gflat, atomic):
     """∂/∂θ (Σ_a c_a E_a + Σ_a w_a · ∂E/∂x_a) of one batch (the loss gradient, module docstring).
 
     Args:
@@ -764,6 +774,9 @@ def loss_gradients(types, pair_i, pair_j, diff, dist, ddiff, flat, table, layers
         c_atom: [n_atoms] the seed of each atom's energy (∂L/∂E of its structure, 1/eV × loss units).
         tile: pairs per tile; n_chunks: chunks of tiles (one per thread).
         geometry: [n_tiles, n_basis + 8, 2 tile] workspace.
+        kept_tiles: [depth, n_chunks · n_kept, rows, 2 tile] workspace (rows: :func:`tile_buffer_rows`): the
+            forward buffers of each chunk's first n_kept tiles, kept for the reverse pass; the chunk's other tiles
+            are computed forward again there.  n_kept = 0 keeps none (the memory is then per atom and thread).
         gchunk: [n_chunks, len(flat)] workspace; gflat: [len(flat)] output, the gradient (zero where no weight).
         atomic: [2 n_atoms] output, e_scale × the atomic energies (eV) and their tangents.
     """
@@ -796,9 +809,10 @@ def loss_gradients(types, pair_i, pair_j, diff, dist, ddiff, flat, table, layers
         sums3 = _chunk_sums(n_chunks, n, w3, flat)
         sums5 = _chunk_sums(n_chunks, n, w5, flat)
         for chunk in prange(n_chunks):
-            buf = np.empty((rows, 2 * tile), dt)
+            scratch = np.empty((rows, 2 * tile), dt)
             for k in range(chunk * tiles_per_chunk, min(n_tiles, (chunk + 1) * tiles_per_chunk)):
                 p0 = k * tile
+                buf = _tile_buffer(kept_tiles, d, chunk, k - chunk * tiles_per_chunk, n_chunks, scratch)
                 _tile_forward(sides, d == 0, pair_i[p0:p0 + tile], pair_j[p0:p0 + tile], min(tile, n_pairs - p0), n,
                               geometry[k], flat, table, layers, blk, code, o, buf, True, sums0[chunk], sums3[chunk],
                               sums5[chunk])
@@ -819,13 +833,16 @@ def loss_gradients(types, pair_i, pair_j, diff, dist, ddiff, flat, table, layers
                  _chunk_sums(n_chunks, n, w3, flat), _chunk_sums(n_chunks, n, w3, flat),
                  _chunk_sums(n_chunks, n, w5, flat), _chunk_sums(n_chunks, n, w5, flat))
         for chunk in prange(n_chunks):
-            buf = np.empty((rows, 2 * tile), dt)
+            scratch = np.empty((rows, 2 * tile), dt)
             for k in range(chunk * tiles_per_chunk, min(n_tiles, (chunk + 1) * tiles_per_chunk)):
                 p0 = k * tile
                 n_valid = min(tile, n_pairs - p0)
-                _tile_forward(sides, d == 0, pair_i[p0:p0 + tile], pair_j[p0:p0 + tile], n_valid, n, geometry[k],
-                              flat, table, layers, blk, code, o, buf, False, backs[0][chunk], backs[2][chunk],
-                              backs[4][chunk])
+                local = k - chunk * tiles_per_chunk
+                buf = _tile_buffer(kept_tiles, d, chunk, local, n_chunks, scratch)
+                if local >= kept_tiles.shape[1] // n_chunks:
+                    _tile_forward(sides, d == 0, pair_i[p0:p0 + tile], pair_j[p0:p0 + tile], n_valid, n, geometry[k],
+                                  flat, table, layers, blk, code, o, buf, False, backs[0][chunk], backs[2][chunk],
+                                  backs[4][chunk])
                 _tile_backward(g_sums, sides, d == 0, pair_i[p0:p0 + tile], pair_j[p0:p0 + tile], n_valid, n,
                                geometry[k], flat, table, layers, blk, o, buf, gchunk[chunk],
                                (backs[0][chunk], backs[1][chunk], backs[2][chunk], backs[3][chunk], backs[4][chunk],
