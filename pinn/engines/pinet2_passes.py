@@ -63,10 +63,11 @@ class PiNet2Passes:
             tiles_per_chunk = (n_tiles + chunks - 1) // chunks
             n_kept = min(tiles_per_chunk, self.kept_bytes // (per_tile * chunks))
             shape = (depth, chunks * n_kept, rows, 2 * tile)
-            if self._kept.size < np.prod(shape):
-                self._kept = np.empty(int(np.prod(shape)), dt)  # grown, never shrunk: no fresh pages per batch
+            size = int(np.prod(shape))
+            if self._kept.size < size:
+                self._kept = np.empty(size, dt)  # grown, never shrunk: no fresh pages per batch
             self._work = (tile, chunks, np.zeros(n_tiles * tile, np.int32), np.zeros(n_tiles * tile, np.int32),
-                          np.zeros((n_tiles, n_basis + 8, 2 * tile), dt), self._kept[:int(np.prod(shape))].reshape(shape),
+                          np.zeros((n_tiles, n_basis + 8, 2 * tile), dt), self._kept[:size].reshape(shape),
                           np.zeros((chunks, len(a["flat"])), dt), np.zeros(2 * n_atoms, dt))
             self._key = key
         return self._work
