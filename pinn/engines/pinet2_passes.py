@@ -11,10 +11,12 @@ from pinn.engines.numba import pinet2_kernels, pinet2_train_kernels
 from pinn.engines.numba.layout import CODE_N_BASIS
 from pinn.engines.numba.md_kernels import numba_threads
 
-#: pass 2's default memory for the tiles kept between its forward and reverse passes (bytes): 256 MiB, about
-#: 45 000 pairs of a rank-3 PiNet2 with the reference sizes, depth 4, in float32 (5.6 KiB a pair: 32 ethanol
-#: molecules hold 2 304 pairs within 4.5 Å, 32 cells of 108 Cu atoms 135 000)
-KEPT_BYTES = 256 << 20
+#: pass 2's default memory for the tiles kept between its forward and reverse passes (bytes): 64 MiB, about
+#: 11 000 pairs of a rank-3 PiNet2 with the reference sizes, depth 4, in float32 (5.6 KiB a pair).  Keeping a
+#: tile saves computing its forward again but costs writing it out and reading it back: worth it while the kept
+#: tiles stay near the cache (32 ethanol molecules, 2 304 pairs: 13 MB), not for a batch of 135 000 pairs (32
+#: cells of 108 Cu atoms: 760 MB, whose memory traffic costs about what it saves), which keeps its first 64 MiB
+KEPT_BYTES = 64 << 20
 
 
 class PiNet2Passes:
