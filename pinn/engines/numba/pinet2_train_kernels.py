@@ -302,16 +302,21 @@ def _tile_forward(sides, first, pair_i, pair_j, n_valid, n_atoms, geo, flat, tab
                 inter_pi[c, n_t + t] += u[c, n_t + t] * ev + uv * geo[b, n_t + t]
     _stack(buf, o[2], n_pi, flat, table, layers, blk[B2_II], blk[B2_N_II], n_t, code)
     n_inter = blk[B2_N_INTER]
+    if not add and o[6] == o[4]:
+        return
+    inter_t = _transpose(buf[o[3]:o[4]])  # pair-major: each pair's interactions are one contiguous row
     if add:
+        columns = np.uint64(o[4] - o[3])  # unsigned: no wraparound test per element, so the loop vectorises
         for t in range(n_valid):
             i = pair_i[t]
-            for r in range(o[4] - o[3]):
-                sums[i, r] += buf[o[3] + r, t]
-                sums[n_atoms + i, r] += buf[o[3] + r, n_t + t]
+            values = inter_t[t]
+            tangents = inter_t[n_t + t]
+            for r in range(columns):
+                sums[i, r] += values[r]
+                sums[n_atoms + i, r] += tangents[r]
     if o[6] == o[4]:
         return
     n_parts = (o[4] - o[3]) // n_inter
-    inter_t = _transpose(buf[o[3]:o[4]])
     if o[5] > o[4]:
         _tile_path_forward(side3_i, side3_j, first, geo[n_basis:n_basis + 3], inter_t, 1, n_inter, pair_i, pair_j,
                            n_valid, n_atoms, add, sums3, buf[o[4]:o[5]].reshape((2 * n_t, 3 * n_inter)))
