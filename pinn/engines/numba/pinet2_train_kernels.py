@@ -22,9 +22,10 @@ Layout: a value and its tangent are one array of doubled columns, [rows, 2n] wit
 atoms, or a tile's pairs), so that every linear map (the dense layers' products, the channel mixings, the
 gathers and sums by atom) handles both in one pass; the weight gradients of a linear map are one product over
 the doubled columns.  Pair work runs in tiles of the MD engine's size, split in chunks over the threads, each
-chunk with its own weight-gradient row and per-atom sums, added up in chunk order.  The reverse pass recomputes
-each tile's forward values from the per-atom inputs kept per block (nothing is kept per pair but the geometry),
-so that the memory is per atom and per thread, not per pair and block.
+chunk with its own weight-gradient row and per-atom sums, added up in chunk order.  The reverse pass reads each
+tile's forward from ``kept_tiles`` where the forward pass kept it (a bounded number of tiles per chunk,
+:data:`pinn.engines.pinet2_passes.KEPT_BYTES`), and computes it again from the per-atom inputs kept per block
+for the tiles past that, so that the memory stays bounded: per atom and per thread beyond the kept tiles.
 
 Supported (:func:`pinn.engines.lowering.refusal` names the rest): PiNet2 of rank 1, 3 or 5, ``weighted`` either
 way, tanh activations, at least one hidden PI layer, one output per atom.
