@@ -6,7 +6,7 @@ mmap threshold (128 KiB, raised on the fly up to the largest block freed so far)
 the trim threshold (twice that) is free at the heap's top it goes back to the system.  The next call then takes
 every page of those arrays fresh from the system, one page fault per 4 KiB.  Measured on 2 cores
 (``benchmarks/bench_engine_heap.py``): a PiNet2 training call on 32 cells of 108 Cu atoms faulted in
-28 920 pages (113 MB) a call, and an MD call of the same 3 456 atoms 4 156.
+28 904–28 924 pages (113 MB) a call, an MD call of 3 456 Cu atoms 3 425–3 450; with the heap kept, none.
 
 :func:`keep_heap` raises the two thresholds once per process (to :data:`MMAP_THRESHOLD` and
 :data:`TRIM_THRESHOLD`): the blocks a call frees stay mapped for the next one, which faults none in.  The peak
