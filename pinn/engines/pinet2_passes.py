@@ -10,6 +10,7 @@ from pinn.engines.md import FastPiNet
 from pinn.engines.numba import pinet2_kernels, pinet2_train_kernels
 from pinn.engines.numba.layout import CODE_N_BASIS
 from pinn.engines.numba.md_kernels import numba_threads
+from pinn.engines.numba.train_kernels import balanced_tiles
 
 #: pass 2's default memory for the tiles kept between its forward and reverse passes (bytes): 64 MiB, about
 #: 11 000 pairs of a rank-3 PiNet2 with the reference sizes, depth 4, in float32 (5.6 KiB a pair).  Keeping a
@@ -50,10 +51,20 @@ class PiNet2Passes:
         types = self.md.types_of(numbers)
         return out["energies"] - self.arrays["e_dress"][types], out["forces"]
 
+    def tiling(self, n_pairs):
+        """Pass 2's tiles: (pairs per tile, tiles, chunks).  The chunks are the MD kernel's
+        (:func:`pinn.engines.numba.pinet2_kernels.tiling`); on several threads the tiles are PiNet's
+        (:func:`pinn.engines.numba.train_kernels.balanced_tiles`), as many for each thread: a batch of 32 ethanol
+        molecules (2 304 pairs) makes 10 tiles of 240, 5 a thread, not 9 of 256 (5 and 4)."""
+        tile, n_tiles, chunks = pinet2_kernels.tiling(n_pairs, self.threads)
+        if chunks > 1:
+            tile, n_tiles = balanced_tiles(n_pairs, chunks)
+        return tile, n_tiles, chunks
+
     def _workspace(self, n_atoms, n_pairs):
         """(tile, chunks, padded pair_i, padded pair_j, geometry, kept tiles, gchunk, atomic), kept while the
         shapes stay."""
-        tile, n_tiles, chunks = pinet2_kernels.tiling(n_pairs, self.threads)
+        tile, n_tiles, chunks = self.tiling(n_pairs)
         key = (n_atoms, n_tiles, tile, chunks)
         if key != self._key:
             a = self.arrays

@@ -82,8 +82,8 @@ with open(sys.argv[1], "rb") as f:
     arrays, args = pickle.load(f)
 from pinn.engines.numba import pinet2_train_kernels
 from pinn.engines.numba.layout import CODE_N_BASIS
-tile, n_tiles, chunks = pinet2_kernels.tiling(args[1], 3)
-assert n_tiles > chunks  # a chunk has tiles past the one kept
+tile, n_tiles, chunks = PiNet2Passes(arrays, 3).tiling(args[1])
+assert chunks == 3 and n_tiles > chunks  # a chunk has tiles past the one kept
 rows = pinet2_train_kernels.tile_buffer_rows(arrays["layers"], arrays["blocks"], int(arrays["codes"][CODE_N_BASIS]))
 one_tile_a_chunk = chunks * len(arrays["blocks"]) * rows * 2 * tile * arrays["flat"].dtype.itemsize
 grads = []
