@@ -55,3 +55,31 @@ def test_a_bad_opt_out_value_is_refused_by_name():
     done = subprocess.run([sys.executable, "-c", "from pinn.engines.heap import keep_heap; keep_heap()"],
                           env=dict(os.environ, PINN_KEEP_HEAP="no"), capture_output=True, text=True, timeout=120)
     assert done.returncode != 0 and "PINN_KEEP_HEAP must be 0" in done.stderr
+
+
+_ENGINES = """
+import sys
+sys.path.insert(0, sys.argv[1])
+from physics import perturbed_model
+from pinn.engines import heap
+from pinn.engines.gradients import TrainingEngine
+from pinn.engines.md import FastPiNet
+model = perturbed_model("PiNet", {"atom_types": [1, 6, 8, 29], "rc": 4.0, "depth": 2, "pp_nodes": [4],
+                                  "pi_nodes": [4, 4], "ii_nodes": [4], "out_nodes": [4], "n_basis": 3})
+built = []
+for engine in (FastPiNet, TrainingEngine):
+    heap._state.update(done=False, kept=False)
+    engine(model)
+    built.append(heap._state["kept"])
+print(built)
+"""
+
+
+def test_both_engines_keep_the_heap_when_built():
+    """The MD engine and the training engine each raise the thresholds when constructed."""
+    tests = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_") and k != "PINN_KEEP_HEAP"}
+    done = subprocess.run([sys.executable, "-c", _ENGINES, tests], env=environment, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines()[-1] == "[True, True]"

@@ -737,12 +737,11 @@ def _sides_backward(backs, p1_in, p3_in, p5_in, g_p1, g_p3, g_p5, first_block, f
 
 
 @_jit()
-def _tile_buffer(kept_tiles, block, chunk, local, n_chunks, scratch):
+def _tile_buffer(kept_tiles, block, chunk, local, n_kept, scratch):
     """The forward buffer of a chunk's ``local``-th tile in ``block``: its slot in ``kept_tiles`` [depth,
     n_chunks · n_kept, rows, 2 tile] while ``local`` < n_kept, else ``scratch``."""
-    per_chunk = kept_tiles.shape[1] // n_chunks
-    if local < per_chunk:
-        return kept_tiles[block, chunk * per_chunk + local]
+    if local < n_kept:
+        return kept_tiles[block, chunk * n_kept + local]
     return scratch
 
 
@@ -790,6 +789,7 @@ def loss_gradients(types, pair_i, pair_j, diff, dist, ddiff, flat, table, layers
     n_pairs = dist.shape[0]
     n_tiles = (n_pairs + tile - 1) // tile
     tiles_per_chunk = (n_tiles + n_chunks - 1) // n_chunks
+    n_kept = kept_tiles.shape[1] // n_chunks  # tiles kept a chunk
     depth = blocks.shape[0]
     code = codes[CODE_ACT]
     e_scale = scal[2]
@@ -818,7 +818,7 @@ def loss_gradients(types, pair_i, pair_j, diff, dist, ddiff, flat, table, layers
             scratch = np.empty((rows, 2 * tile), dt)
             for k in range(chunk * tiles_per_chunk, min(n_tiles, (chunk + 1) * tiles_per_chunk)):
                 p0 = k * tile
-                buf = _tile_buffer(kept_tiles, d, chunk, k - chunk * tiles_per_chunk, n_chunks, scratch)
+                buf = _tile_buffer(kept_tiles, d, chunk, k - chunk * tiles_per_chunk, n_kept, scratch)
                 _tile_forward(sides, d == 0, pair_i[p0:p0 + tile], pair_j[p0:p0 + tile], min(tile, n_pairs - p0), n,
                               geometry[k], flat, table, layers, blk, code, o, buf, True, sums0[chunk], sums3[chunk],
                               sums5[chunk])
@@ -844,8 +844,8 @@ def loss_gradients(types, pair_i, pair_j, diff, dist, ddiff, flat, table, layers
                 p0 = k * tile
                 n_valid = min(tile, n_pairs - p0)
                 local = k - chunk * tiles_per_chunk
-                buf = _tile_buffer(kept_tiles, d, chunk, local, n_chunks, scratch)
-                if local >= kept_tiles.shape[1] // n_chunks:
+                buf = _tile_buffer(kept_tiles, d, chunk, local, n_kept, scratch)
+                if local >= n_kept:
                     _tile_forward(sides, d == 0, pair_i[p0:p0 + tile], pair_j[p0:p0 + tile], n_valid, n, geometry[k],
                                   flat, table, layers, blk, code, o, buf, False, backs[0][chunk], backs[2][chunk],
                                   backs[4][chunk])
