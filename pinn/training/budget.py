@@ -19,7 +19,8 @@ spend), not a step count.  With a budget:
 - ``max_time: slurm`` takes the job's end (``SLURM_JOB_END_TIME``, else ``squeue``) less :data:`SLURM_MARGIN_S`.
 
 A part of the budget (:func:`reserve_of`) and the longest validation and checkpoint so far are left for the end of
-the run (its last validation and checkpoint).
+the run (its last validation and checkpoint). A first step that took more than :data:`FIRST_STEP_SHARE` of the
+budget (tracing, and on a fresh installation compiling the Numba kernels) is warned about.
 """
 import logging
 import math
@@ -39,6 +40,8 @@ log = logging.getLogger("pinn")
 #: ``max_time: slurm``: the budget ends this many seconds before the job's end (the run's end, a margin)
 SLURM_MARGIN_S = 60.0
 SLURM = "slurm"
+#: the share of the budget past which the first step's time (tracing, compiling) is warned about
+FIRST_STEP_SHARE = 0.2
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
 _FORM = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([smh]?)\s*$")
 
@@ -206,6 +209,7 @@ class BudgetHook(Hook):
         self.next_check = start + 1
         self.readings = []  # (step, agreed clock) of the checks
         self.rate = None
+        self.steps_began_s = budget.run_clock()  # the run clock when the steps begin: the first step is timed from it
 
     def _agreed(self, *readings):
         """The ranks' readings agreed: each the largest over the ranks (the slowest rank's clock)."""
@@ -217,6 +221,7 @@ class BudgetHook(Hook):
             return False
         now, end_cost = self._agreed(self.budget.run_clock(), self.end_cost())
         if not self.readings:  # the first step traces and compiles the step function: the rate is measured after it
+            self._say_if_the_first_step_took_much(now)
             self.readings.append((step, now))
             self.next_check = step + 1
             if now >= self.budget.end_s - end_cost:
@@ -237,6 +242,16 @@ class BudgetHook(Hook):
         interval = min(max(0.02 * self.budget.total_s, 1.0), 60.0)
         self.next_check = step + max(1, int(rate * interval))
         return False
+
+    def _say_if_the_first_step_took_much(self, now):
+        """A warning when the first step (tracing the step function, compiling the engine's kernels) took more
+        than :data:`FIRST_STEP_SHARE` of the budget: a short budget on a fresh installation is mostly spent there."""
+        first_s = now - self.steps_began_s
+        if first_s > FIRST_STEP_SHARE * self.budget.total_s:
+            self.say(logging.WARNING, "time budget: the first step took %.0f s, %.0f %% of the %.0f s budget (tracing "
+                     "the step function and compiling the engine's kernels; compiled Numba kernels are cached on "
+                     "disk, so the next run on this machine does not compile them again)", first_s,
+                     100.0 * first_s / self.budget.total_s, self.budget.total_s)
 
     def on_run_end(self, step):
         spent = self.budget.run_clock()

@@ -160,3 +160,30 @@ def test_the_prepared_input_runs_without_the_autotuning_thread():
     dataset = prepared_input(lambda: structures.apply(sparse_batch(2)), Network())
     assert dataset.options().autotune.enabled is False
     assert sum(1 for _ in dataset) == 2
+
+
+def test_a_first_step_that_takes_much_of_the_budget_is_warned_about():
+    """The first step (tracing, compiling the Numba kernels on a fresh installation) is timed from the hook's start:
+    past FIRST_STEP_SHARE of the budget the run says so, with the seconds and the share; below it nothing is said."""
+    import logging
+    from types import SimpleNamespace
+
+    from pinn.parallel.serial import SerialWorld
+    from pinn.training.budget import FIRST_STEP_SHARE, BudgetHook, TimeBudget
+
+    def first_step_messages(first_step_s, budget_s=100.0):
+        now = [5.0]
+        said = []
+        budget = TimeBudget(budget_s, RunClock(lambda: now[0]))
+        schedule = SimpleNamespace(follows_budget=lambda: False)
+        hook = BudgetHook(budget, SerialWorld(), SimpleNamespace(max_steps=10 ** 6), 0, 10 ** 6, schedule,
+                          lambda level, message, *args: said.append((level, message % args)))
+        now[0] += first_step_s
+        hook.on_step_end(SimpleNamespace(step=1))
+        return [text for level, text in said if level == logging.WARNING]
+
+    assert FIRST_STEP_SHARE == 0.2
+    warned = first_step_messages(45.0)
+    assert len(warned) == 1 and "the first step took 45 s, 45 % of the 100 s budget" in warned[0], warned
+    assert "compiled Numba kernels are cached on disk" in warned[0]
+    assert first_step_messages(19.0) == []
