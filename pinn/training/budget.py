@@ -248,10 +248,10 @@ class BudgetHook(Hook):
         than :data:`FIRST_STEP_SHARE` of the budget: a short budget on a fresh installation is mostly spent there."""
         first_s = now - self.steps_began_s
         if first_s > FIRST_STEP_SHARE * self.budget.total_s:
-            self.say(logging.WARNING, "time budget: the first step took %.0f s, %.0f %% of the %.0f s budget (tracing "
-                     "the step function and compiling the engine's kernels; compiled Numba kernels are cached on "
-                     "disk, so the next run on this machine does not compile them again)", first_s,
-                     100.0 * first_s / self.budget.total_s, self.budget.total_s)
+            self.say(logging.WARNING, "time budget: the first step took %.0f s, %.0f %% of the %.0f s budget (it "
+                     "traces the step function and, with the Numba engine on a fresh installation, compiles its "
+                     "kernels; they are cached on disk, so the next run on this machine does not compile them "
+                     "again)", first_s, 100.0 * first_s / self.budget.total_s, self.budget.total_s)
 
     def on_run_end(self, step):
         spent = self.budget.run_clock()

@@ -185,5 +185,5 @@ def test_a_first_step_that_takes_much_of_the_budget_is_warned_about():
     assert FIRST_STEP_SHARE == 0.2
     warned = first_step_messages(45.0)
     assert len(warned) == 1 and "the first step took 45 s, 45 % of the 100 s budget" in warned[0], warned
-    assert "compiled Numba kernels are cached on disk" in warned[0]
+    assert "with the Numba engine on a fresh installation, compiles its kernels" in warned[0]
     assert first_step_messages(19.0) == []
