@@ -10,7 +10,7 @@
 # 5 minutes), the Slurm job tests and how a parallel job stops (jobs on real launchers, about 4 minutes
 # together), the Numba cache-state test (a cold compile, 3-4 minutes) and `pinn learn` end to end (OpenMM, PySCF,
 # a kill and resume, mpirun: about 3 minutes) run only when named:
-#   ./run_tests.sh tests/parallel/test_multinode.py     (.ci/run runs each as a leg of its own)
+#   ./run_tests.sh tests/parallel/test_multinode.py     (.ci/run runs them all in one leg, its long leg)
 #   ./run_tests.sh tests/parallel/test_hpc_launch.py tests/parallel/test_parallel_stops.py
 #   ./run_tests.sh tests/engines/test_cache_state.py
 #   ./run_tests.sh tests/application/test_learn_loop.py

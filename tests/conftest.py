@@ -84,7 +84,7 @@ def ethanol_pinet2_model(tmp_path_factory):
 
 #: the test files that launch many processes, run first: with pytest-xdist (run_tests.sh runs two
 #: workers, a file each at a time) the short files then fill the other worker around them
-LONG_FILES = ("test_parallel.py", "test_hpc_launch.py")
+LONG_FILES = ("test_multinode.py", "test_parallel.py", "test_hpc_launch.py")
 
 
 def pytest_collection_modifyitems(items):
