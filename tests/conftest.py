@@ -82,9 +82,9 @@ def ethanol_pinet2_model(tmp_path_factory):
     return str(root / "model")
 
 
-#: the test files that launch many processes, run first: with pytest-xdist (run_tests.sh runs two
-#: workers, a file each at a time) the short files then fill the other worker around them
-LONG_FILES = ("test_multinode.py", "test_parallel.py", "test_hpc_launch.py")
+#: the test files that launch many processes, put first.  pytest-xdist's --dist loadfile (run_tests.sh) then
+#: reorders the files by their number of tests (its default --loadscope-reorder), so this order only breaks ties
+LONG_FILES = ("test_parallel.py", "test_hpc_launch.py")
 
 
 def pytest_collection_modifyitems(items):
